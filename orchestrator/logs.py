@@ -1,0 +1,37 @@
+"""structlog, configured once per process: coloured console lines on a TTY, JSON lines otherwise."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+_configured = False
+
+
+def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
+    global _configured
+    if _configured:
+        return
+    use_json = not sys.stderr.isatty() if json is None else json
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer()
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    _configured = True
+
+
+def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
+    configure_logging()
+    return structlog.get_logger(name)  # type: ignore[no-any-return]

@@ -1,0 +1,311 @@
+"""Speculation policies for an arm, in vLLM's own names and semantics.
+
+`off` runs no speculation; `fixed` drafts k tokens every step; `dynamic` picks k per engine step from the
+number of requests scheduled in that step (vLLM's num_speculative_tokens_per_batch_size). Validation, gap and
+tail inheritance and the clamp to the maximum k follow vllm/v1/spec_decode/dynamic/utils.py; the fallback to
+the static k under data parallelism follows VllmConfig._maybe_disable_dynamic_sd_for_data_parallel.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+# A subset of vLLM's SpeculativeMethod literal (vllm/config/speculative.py); a test checks it stays a subset.
+SpecMethod = Literal[
+    "eagle",
+    "eagle3",
+    "ngram",
+    "ngram_gpu",
+    "draft_model",
+    "medusa",
+    "mlp_speculator",
+    "suffix",
+    "deepseek_mtp",
+    "qwen3_next_mtp",
+    "glm4_moe_mtp",
+    "mimo_mtp",
+    "ernie_mtp",
+    "dflash",
+]
+METHODS_NEEDING_DRAFTER: frozenset[str] = frozenset(
+    {"eagle", "eagle3", "draft_model", "medusa", "mlp_speculator", "dflash"}
+)
+METHODS_WITHOUT_DRAFTER: frozenset[str] = frozenset({"ngram", "ngram_gpu", "suffix"})
+
+ScheduleEntry = tuple[int, int, int]
+
+
+class PolicyError(ValueError):
+    pass
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Topology(_Strict):
+    """How an arm's engines are laid out: one engine, N independent replicas, or one vLLM DP group of N ranks."""
+
+    kind: Literal["single", "replicas", "data_parallel"] = "single"
+    size: int = Field(default=1, ge=1)
+    tensor_parallel_size: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _single_is_one(self) -> Self:
+        if self.kind == "single" and self.size != 1:
+            raise ValueError(f"topology 'single' has exactly one engine, got size {self.size}")
+        return self
+
+    @property
+    def data_parallel_size(self) -> int:
+        return self.size if self.kind == "data_parallel" else 1
+
+    @property
+    def label(self) -> str:
+        base = "single" if self.kind == "single" else f"{self.kind}{self.size}"
+        return base if self.tensor_parallel_size == 1 else f"{base}-tp{self.tensor_parallel_size}"
+
+
+SINGLE = Topology()
+
+
+class ResolvedSpeculation(_Strict):
+    """The speculative config an engine really runs with, after vLLM has finalised it."""
+
+    method: str | None
+    num_speculative_tokens: int
+    schedule: tuple[ScheduleEntry, ...] | None
+    schedule_dropped: bool = False
+    dropped_reason: str | None = None
+
+    def k_table(self, max_num_seqs: int) -> list[int]:
+        """Dense 1-indexed batch size -> k for batch sizes 1..max_num_seqs (index 0 unused)."""
+        if self.method is None:
+            return [0] * (max_num_seqs + 1)
+        if self.schedule is None:
+            return [0] + [self.num_speculative_tokens] * max_num_seqs
+        return dense_schedule(self.schedule, max_num_seqs, self.num_speculative_tokens)
+
+    def k_for_batch(self, batch_size: int, max_num_seqs: int) -> int:
+        if not 1 <= batch_size <= max_num_seqs:
+            raise ValueError(f"batch size {batch_size} outside 1..max_num_seqs={max_num_seqs}")
+        return self.k_table(max_num_seqs)[batch_size]
+
+
+def validate_schedule(entries: Any) -> tuple[ScheduleEntry, ...]:
+    """vLLM's checks, in vLLM's order, each naming the offending entry; returns the schedule sorted by start."""
+    if not isinstance(entries, list | tuple) or not entries:
+        raise PolicyError("schedule must be a non-empty list of [start, end, k] entries")
+    parsed: list[ScheduleEntry] = []
+    for i, entry in enumerate(entries):
+        if (
+            not isinstance(entry, list | tuple)
+            or len(entry) != 3
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in entry)
+        ):
+            raise PolicyError(f"schedule entry {i} {entry!r}: must be [start, end, k] with three integers")
+        start, end, k = entry
+        if start <= 0 or end <= 0:
+            raise PolicyError(f"schedule entry {i} {list(entry)}: batch-size range must be positive")
+        if start > end:
+            raise PolicyError(f"schedule entry {i} {list(entry)}: start {start} is greater than end {end}")
+        if k < 0:
+            raise PolicyError(f"schedule entry {i} {list(entry)}: k must be >= 0")
+        parsed.append((start, end, k))
+    ordered = sorted(parsed, key=lambda e: e[0])
+    previous: ScheduleEntry | None = None
+    for entry in ordered:
+        if previous is not None and entry[0] <= previous[1]:
+            raise PolicyError(f"schedule entries {list(previous)} and {list(entry)} overlap")
+        previous = entry
+    if ordered[0][0] != 1:
+        raise PolicyError(
+            f"schedule entry {list(ordered[0])}: the first batch-size range must start at 1 "
+            "so every batch size has a k"
+        )
+    return tuple(ordered)
+
+
+def dense_schedule(schedule: tuple[ScheduleEntry, ...], max_batch: int, max_k: int) -> list[int]:
+    """Expand a validated schedule: gaps and the tail inherit the previous k, every k clamped to max_k."""
+    table = [0] * (max_batch + 1)
+    k_so_far = min(schedule[0][2], max_k)
+    entries = iter(schedule)
+    current = next(entries, None)
+    for batch in range(1, max_batch + 1):
+        while current is not None and batch > current[1]:
+            current = next(entries, None)
+        if current is not None and current[0] <= batch:
+            k_so_far = min(current[2], max_k)
+        table[batch] = k_so_far
+    return table
+
+
+class OffPolicy(_Strict):
+    kind: Literal["off"] = "off"
+
+    @property
+    def label(self) -> str:
+        return "off"
+
+    def to_vllm_speculative_config(self) -> dict[str, Any] | None:
+        return None
+
+    def resolve(self, topology: Topology = SINGLE) -> ResolvedSpeculation:
+        return ResolvedSpeculation(method=None, num_speculative_tokens=0, schedule=None)
+
+
+class _Speculative(_Strict):
+    method: SpecMethod
+    model: str | None = None
+    prompt_lookup_max: int | None = Field(default=None, ge=1)
+    prompt_lookup_min: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _drafter_matches_method(self) -> Self:
+        if self.method in METHODS_NEEDING_DRAFTER and not self.model:
+            raise ValueError(f"method {self.method!r} needs a drafter model ('model')")
+        if self.method in METHODS_WITHOUT_DRAFTER and self.model:
+            raise ValueError(f"method {self.method!r} takes no drafter model, got model={self.model!r}")
+        is_ngram = self.method in {"ngram", "ngram_gpu"}
+        if not is_ngram and (self.prompt_lookup_max is not None or self.prompt_lookup_min is not None):
+            raise ValueError(f"prompt_lookup_max/min apply to n-gram methods only, not {self.method!r}")
+        if (
+            self.prompt_lookup_max is not None
+            and self.prompt_lookup_min is not None
+            and self.prompt_lookup_min > self.prompt_lookup_max
+        ):
+            raise ValueError(
+                f"prompt_lookup_min {self.prompt_lookup_min} is greater than prompt_lookup_max "
+                f"{self.prompt_lookup_max}"
+            )
+        return self
+
+    def _base_config(self, k: int) -> dict[str, Any]:
+        config: dict[str, Any] = {"method": self.method, "num_speculative_tokens": k}
+        if self.model is not None:
+            config["model"] = self.model
+        if self.prompt_lookup_max is not None:
+            config["prompt_lookup_max"] = self.prompt_lookup_max
+        if self.prompt_lookup_min is not None:
+            config["prompt_lookup_min"] = self.prompt_lookup_min
+        return config
+
+
+class FixedPolicy(_Speculative):
+    kind: Literal["fixed"] = "fixed"
+    k: int = Field(ge=1)
+
+    @property
+    def label(self) -> str:
+        return f"fixed-{self.method}-k{self.k}"
+
+    def to_vllm_speculative_config(self) -> dict[str, Any]:
+        return self._base_config(self.k)
+
+    def resolve(self, topology: Topology = SINGLE) -> ResolvedSpeculation:
+        return ResolvedSpeculation(method=self.method, num_speculative_tokens=self.k, schedule=None)
+
+
+class DynamicPolicy(_Speculative):
+    """max_k is vLLM's num_speculative_tokens: the draft window every schedule entry is clamped to."""
+
+    kind: Literal["dynamic"] = "dynamic"
+    max_k: int = Field(ge=1)
+    schedule: tuple[ScheduleEntry, ...]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _validate_schedule(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "schedule" in data:
+            data = {**data, "schedule": validate_schedule(data["schedule"])}
+        return data
+
+    @property
+    def label(self) -> str:
+        ranges = ",".join(f"{s}-{e}={k}" for s, e, k in self.schedule)
+        return f"dynamic-{self.method}-k{self.max_k}[{ranges}]"
+
+    def to_vllm_speculative_config(self) -> dict[str, Any]:
+        return {
+            **self._base_config(self.max_k),
+            "num_speculative_tokens_per_batch_size": [list(e) for e in self.schedule],
+        }
+
+    def resolve(self, topology: Topology = SINGLE) -> ResolvedSpeculation:
+        if topology.data_parallel_size > 1:
+            return ResolvedSpeculation(
+                method=self.method,
+                num_speculative_tokens=self.max_k,
+                schedule=None,
+                schedule_dropped=True,
+                dropped_reason=(
+                    f"data_parallel_size={topology.data_parallel_size}: vLLM disables "
+                    f"num_speculative_tokens_per_batch_size and falls back to static "
+                    f"num_speculative_tokens={self.max_k}"
+                ),
+            )
+        return ResolvedSpeculation(method=self.method, num_speculative_tokens=self.max_k, schedule=self.schedule)
+
+
+Policy = Annotated[OffPolicy | FixedPolicy | DynamicPolicy, Field(discriminator="kind")]
+POLICY_ADAPTER: TypeAdapter[OffPolicy | FixedPolicy | DynamicPolicy] = TypeAdapter(Policy)
+
+_POLICY_START = re.compile(r",(?=\s*(?:off|fixed|dynamic)\b)")
+_RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*=\s*(\d+)\s*$")
+
+
+def split_policy_list(text: str) -> list[str]:
+    """'off,fixed:3,dynamic:3:1-64=3,65-128=1' -> ['off', 'fixed:3', 'dynamic:3:1-64=3,65-128=1']."""
+    return [part.strip() for part in _POLICY_START.split(text) if part.strip()]
+
+
+def parse_policy(
+    text: str, *, default_method: str, default_model: str | None
+) -> OffPolicy | FixedPolicy | DynamicPolicy:
+    """Short CLI form: off | fixed[:METHOD]:K | dynamic[:METHOD]:MAXK:S-E=K,S-E=K,..."""
+    parts = [p.strip() for p in text.strip().split(":")]
+    kind = parts[0]
+    if kind == "off" and len(parts) == 1:
+        return OffPolicy()
+    if kind not in {"fixed", "dynamic"}:
+        raise PolicyError(f"policy {text!r}: expected off, fixed[:METHOD]:K or dynamic[:METHOD]:MAXK:SCHEDULE")
+    n_tail = 1 if kind == "fixed" else 2
+    if len(parts) not in {1 + n_tail, 2 + n_tail}:
+        form = "fixed[:METHOD]:K" if kind == "fixed" else "dynamic[:METHOD]:MAXK:S-E=K,..."
+        raise PolicyError(f"policy {text!r}: expected {form}")
+    method = parts[1] if len(parts) == 2 + n_tail else default_method
+    k_text = parts[-n_tail]
+    if not k_text.isdigit():
+        raise PolicyError(f"policy {text!r}: k {k_text!r} is not a non-negative integer")
+    model = None if method in METHODS_WITHOUT_DRAFTER else default_model
+    data: dict[str, Any] = {"kind": kind, "method": method, "model": model}
+    if kind == "fixed":
+        data["k"] = int(k_text)
+    else:
+        data["max_k"] = int(k_text)
+        schedule = []
+        for piece in parts[-1].split(","):
+            match = _RANGE.match(piece)
+            if match is None:
+                raise PolicyError(f"policy {text!r}: schedule range {piece!r} is not START-END=K")
+            schedule.append([int(g) for g in match.groups()])
+        data["schedule"] = schedule
+    return policy_from_dict(data, where=f"policy {text!r}")
+
+
+def policy_from_dict(data: Any, *, where: str = "policy") -> OffPolicy | FixedPolicy | DynamicPolicy:
+    from pydantic import ValidationError
+
+    try:
+        return POLICY_ADAPTER.validate_python(data)
+    except PolicyError as exc:
+        raise PolicyError(f"{where}: {exc}") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"][1:])
+        msg = err["msg"].removeprefix("Value error, ")
+        raise PolicyError(f"{where}: {loc + ': ' if loc else ''}{msg}") from None

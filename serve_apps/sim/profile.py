@@ -1,0 +1,138 @@
+"""Hardware/model profiles for the simulated engine: validated YAML data files.
+
+A profile says how long one engine step takes on some hardware (a fitted cost model), what the engine's limits
+are, and how often the drafter's tokens are accepted for each workload category. Shipped profiles live in
+serve_apps/profiles/; a user points `--profile` at a YAML file of their own to model their hardware.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+PROFILE_DIR = "profiles"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class VerifyCost(_Strict):
+    """Target-model forward: seconds = per_kv_token * N_kv + per_batched_token * N_batched + fixed."""
+
+    per_kv_token: float = Field(ge=0)
+    per_batched_token: float = Field(ge=0)
+    fixed: float = Field(ge=0)
+
+
+class DraftCost(_Strict):
+    """Drafter cost per step.
+
+    kind "model" (EAGLE, draft models): per_kv_token * N_kv + per_draft_token * k + fixed.
+    kind "fraction_of_verify" (n-gram lookup on the CPU): fraction * verify seconds.
+    idle_* is what a speculative engine still pays in a step whose scheduled k is 0 (the drafter keeps its
+    state in sync), which is why a dynamic schedule of all zeros is slower than no speculation at all.
+    """
+
+    kind: Literal["model", "fraction_of_verify"]
+    per_kv_token: float = Field(default=0.0, ge=0)
+    per_draft_token: float = Field(default=0.0, ge=0)
+    fixed: float = Field(default=0.0, ge=0)
+    fraction: float = Field(default=0.0, ge=0)
+    idle_fixed: float = Field(default=0.0, ge=0)
+    idle_per_request: float = Field(default=0.0, ge=0)
+
+
+class EngineLimits(_Strict):
+    max_num_seqs: int = Field(gt=0)
+    max_num_batched_tokens: int = Field(gt=0)
+    kv_cache_tokens: int = Field(gt=0)
+    block_size: int = Field(default=16, gt=0)
+
+
+class CategoryAcceptance(_Strict):
+    """Per-position conditional acceptance: position i is accepted with per_position[i] given 1..i-1 were.
+
+    Positions past the list reuse its last value. draft_availability is the chance the drafter proposes at all
+    in a step (n-gram finds no match sometimes); a step where it proposes nothing has zero draft tokens.
+    """
+
+    per_position: list[float] = Field(min_length=1)
+    draft_availability: float = Field(default=1.0, ge=0, le=1)
+
+    @field_validator("per_position")
+    @classmethod
+    def _probabilities(cls, v: list[float]) -> list[float]:
+        for i, p in enumerate(v):
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"per_position[{i}] = {p} is not a probability in [0, 1]")
+        return v
+
+    def prob(self, position: int) -> float:
+        return self.per_position[min(position, len(self.per_position) - 1)]
+
+
+class Profile(_Strict):
+    name: str
+    description: str = ""
+    hardware: str
+    model: str
+    drafter_method: str
+    drafter_model: str | None = None
+    verify: VerifyCost
+    draft: DraftCost
+    step_overhead: float = Field(ge=0)
+    limits: EngineLimits
+    acceptance: dict[str, CategoryAcceptance] = Field(min_length=1)
+    calibration_notes: str = ""
+
+    def acceptance_for(self, category: str) -> CategoryAcceptance:
+        try:
+            return self.acceptance[category]
+        except KeyError:
+            raise KeyError(
+                f"profile {self.name!r} has no acceptance for workload category {category!r} "
+                f"(has: {', '.join(sorted(self.acceptance))})"
+            ) from None
+
+
+class ProfileError(ValueError):
+    pass
+
+
+def shipped_profiles() -> list[str]:
+    root = resources.files("serve_apps").joinpath(PROFILE_DIR)
+    return sorted(p.name.removesuffix(".yaml") for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_profile(name_or_path: str) -> Profile:
+    path = Path(name_or_path)
+    if path.suffix in {".yaml", ".yml"} or path.exists():
+        if not path.is_file():
+            raise ProfileError(f"profile file {name_or_path} does not exist")
+        text = path.read_text()
+        origin = str(path)
+    else:
+        resource = resources.files("serve_apps").joinpath(PROFILE_DIR, f"{name_or_path}.yaml")
+        if not resource.is_file():
+            raise ProfileError(
+                f"unknown profile {name_or_path!r}; shipped: {', '.join(shipped_profiles())}, or give a YAML path"
+            )
+        text = resource.read_text()
+        origin = name_or_path
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"profile {origin}: not valid YAML ({exc})".replace("\n", " ")) from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"profile {origin}: expected a mapping at the top level")
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ProfileError(f"profile {origin}: {where}: {err['msg']}") from None
