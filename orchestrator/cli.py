@@ -1,0 +1,243 @@
+"""The `specdrill` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from loadshapes.mixes import BUILTIN_WORKLOADS, builtin_workload
+from orchestrator.logs import configure_logging
+from orchestrator.metrics import Slo
+from orchestrator.simulate import FixedBatchPoint, SweepPoint, fixed_batch, sweep
+from serve_apps.policies import PolicyError, Topology, parse_policy, split_policy_list
+from serve_apps.sim.profile import Profile, ProfileError, load_profile
+
+EXIT_USAGE = 2
+
+
+def _fail(message: str) -> None:
+    raise click.UsageError(message)
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        _fail(f"{what}: {text!r} is not a comma-separated list of integers")
+    if not values or any(v < 1 for v in values):
+        _fail(f"{what}: every value must be an integer >= 1, got {text!r}")
+    return values
+
+
+def _float_list(text: str, what: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        _fail(f"{what}: {text!r} is not a comma-separated list of numbers")
+    if not values or any(not v > 0 for v in values):
+        _fail(f"{what}: every value must be > 0, got {text!r}")
+    return values
+
+
+def _profile(name: str) -> Profile:
+    try:
+        return load_profile(name)
+    except ProfileError as exc:
+        _fail(str(exc))
+        raise
+
+
+def _policy(text: str, profile: Profile) -> Any:
+    try:
+        return parse_policy(text, default_method=profile.drafter_method, default_model=profile.drafter_model)
+    except PolicyError as exc:
+        _fail(str(exc))
+
+
+def _topology(text: str) -> Topology:
+    if text == "single":
+        return Topology()
+    kind, _, size = text.partition(":")
+    if kind not in {"replicas", "data_parallel"} or not size.isdigit() or int(size) < 1:
+        _fail(f"--topology {text!r}: expected single, replicas:N or data_parallel:N")
+    return Topology(kind=kind, size=int(size))  # type: ignore[arg-type]
+
+
+def _workload(name: str, profile: Profile) -> Any:
+    if name not in BUILTIN_WORKLOADS:
+        _fail(f"--workload {name!r}: unknown; built in: {', '.join(BUILTIN_WORKLOADS)}")
+    workload = builtin_workload(name)
+    if workload.category not in profile.acceptance:
+        _fail(f"--workload {name!r}: profile {profile.name!r} has no acceptance for category {workload.category!r}")
+    return workload
+
+
+@click.group()
+@click.option("--log-level", default="WARNING", show_default=True, help="structlog level")
+def cli(log_level: str) -> None:
+    """specdrill: rehearse speculative-decoding policies under load."""
+    configure_logging(log_level)
+
+
+@cli.group()
+def simulate() -> None:
+    """Offline runs on the calibrated simulated engine (virtual time)."""
+
+
+@simulate.command("fixed-batch")
+@click.option("--profile", "profile_name", default="llama3.1-8b-h100-eagle", show_default=True)
+@click.option("--policy", "policy_text", default="fixed:3", show_default=True)
+@click.option("--batch-sizes", default="1,8,32,64,128", show_default=True)
+@click.option("--workload", "workload_name", default="reasoning", show_default=True)
+@click.option("--topology", "topology_text", default="single", show_default=True)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
+def fixed_batch_cmd(
+    profile_name: str,
+    policy_text: str,
+    batch_sizes: str,
+    workload_name: str,
+    topology_text: str,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Throughput speedup over no speculation with B requests always in the engine (closed batch)."""
+    profile = _profile(profile_name)
+    policy = _policy(policy_text, profile)
+    sizes = _int_list(batch_sizes, "--batch-sizes")
+    if max(sizes) > profile.limits.max_num_seqs:
+        _fail(f"--batch-sizes: {max(sizes)} exceeds the profile's max_num_seqs {profile.limits.max_num_seqs}")
+    workload = _workload(workload_name, profile)
+    topology = _topology(topology_text)
+    points = fixed_batch(profile, policy, batch_sizes=sizes, workload=workload, seed=seed, topology=topology)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "profile": profile.name,
+                    "policy": policy.label,
+                    "workload": workload.name,
+                    "topology": topology.label,
+                    "seed": seed,
+                    "points": [p.model_dump() for p in points],
+                },
+                indent=2,
+            )
+        )
+    else:
+        _print_fixed_batch(points, policy.label)
+
+
+def _print_fixed_batch(points: Sequence[FixedBatchPoint], label: str) -> None:
+    table = Table(title=f"{label}: throughput vs no speculation at fixed batch sizes")
+    for col in ("batch", "policy tok/s", "off tok/s", "speedup", "accept len"):
+        table.add_column(col, justify="right")
+    for p in points:
+        mal = f"{p.mean_acceptance_length:.2f}" if p.mean_acceptance_length else "-"
+        table.add_row(
+            str(p.batch_size), f"{p.policy_tokens_per_s:,.0f}", f"{p.off_tokens_per_s:,.0f}", f"{p.speedup:.2f}x", mal
+        )
+    Console().print(table)
+
+
+@simulate.command("sweep")
+@click.option("--profile", "profile_name", default="llama3.1-8b-h100-eagle", show_default=True)
+@click.option("--policies", default="off,fixed:3,dynamic:3:1-64=3,65-128=1,129-512=0", show_default=True)
+@click.option("--rates", default="5,20,40,60,80", show_default=True, help="arrival rates, requests/s")
+@click.option("--duration", default=120.0, show_default=True, type=float, help="seconds of arrivals per rate")
+@click.option("--workload", "workload_name", default="reasoning", show_default=True)
+@click.option("--topology", "topology_text", default="single", show_default=True)
+@click.option("--ttft-slo", default=2.0, show_default=True, type=float, help="goodput deadline on TTFT, s")
+@click.option("--tpot-slo", default=0.05, show_default=True, type=float, help="goodput deadline per token, s")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
+def sweep_cmd(
+    profile_name: str,
+    policies: str,
+    rates: str,
+    duration: float,
+    workload_name: str,
+    topology_text: str,
+    ttft_slo: float,
+    tpot_slo: float,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Open-loop Poisson traffic at each rate against each policy; what users feel, per rate and policy."""
+    profile = _profile(profile_name)
+    parsed = [_policy(text, profile) for text in split_policy_list(policies)]
+    if not parsed:
+        _fail("--policies: give at least one policy")
+    rate_list = _float_list(rates, "--rates")
+    if not duration > 0:
+        _fail(f"--duration must be > 0, got {duration}")
+    if not (ttft_slo > 0 and tpot_slo > 0):
+        _fail("--ttft-slo and --tpot-slo must be > 0")
+    workload = _workload(workload_name, profile)
+    topology = _topology(topology_text)
+    slo = Slo(ttft=ttft_slo, tpot=tpot_slo)
+    points = sweep(
+        profile, parsed, rates=rate_list, duration=duration, workload=workload, seed=seed, slo=slo, topology=topology
+    )
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "profile": profile.name,
+                    "workload": workload.name,
+                    "topology": topology.label,
+                    "duration_s": duration,
+                    "seed": seed,
+                    "slo": slo.model_dump(),
+                    "points": [p.model_dump() for p in points],
+                },
+                indent=2,
+            )
+        )
+    else:
+        _print_sweep(points)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:,.0f}"
+
+
+def _print_sweep(points: Sequence[SweepPoint]) -> None:
+    table = Table(title="Open-loop sweep (latencies in ms; goodput = completions/s meeting the SLO)")
+    for col in (
+        "rate", "policy", "done/s", "goodput/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
+        "queue p99", "mean k", "unfinished",
+    ):  # fmt: skip
+        table.add_column(col, justify="right")
+    best: dict[float, float] = {}
+    for p in points:
+        best[p.rate] = max(best.get(p.rate, 0.0), p.summary.goodput)
+    for p in points:
+        s = p.summary
+        mark = " *" if s.goodput == best[p.rate] and s.goodput > 0 else ""
+        table.add_row(
+            f"{p.rate:g}", p.policy, f"{s.completion_rate:.1f}", f"{s.goodput:.1f}{mark}",
+            _ms(s.ttft.p50), _ms(s.ttft.p99), _ms(s.tpot.p50), _ms(s.tpot.p99), _ms(s.queue_wait.p99),
+            f"{s.mean_executed_k:.2f}", str(s.unfinished),
+        )  # fmt: skip
+    Console().print(table)
+    Console().print("* best goodput at that rate")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
+    except click.UsageError as exc:
+        click.echo(f"specdrill: error: {exc.format_message()}", err=True)
+        sys.exit(EXIT_USAGE)
+    except click.ClickException as exc:
+        click.echo(f"specdrill: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(130)

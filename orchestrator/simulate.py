@@ -1,0 +1,152 @@
+"""Offline experiments on the virtual-time simulated engine: fixed batch sizes and open-loop rate sweeps."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from loadshapes.arrivals import poisson_arrivals
+from loadshapes.mixes import Workload
+from orchestrator.metrics import Slo, WindowSummary, summarize_window
+from serve_apps.policies import SINGLE, OffPolicy, Topology
+from serve_apps.policies import Policy as PolicyT
+from serve_apps.sim.engine import EngineCore
+from serve_apps.sim.profile import Profile
+from serve_apps.sim.request import SimRequest
+from serve_apps.sim.virtual import run_closed_loop, run_open_loop
+
+AnyPolicy = PolicyT  # the discriminated union of policy models
+
+
+def make_requests(
+    workload: Workload, arrivals: np.ndarray, *, seed: int, prefix: str = "req"
+) -> list[SimRequest]:
+    rng = np.random.default_rng(seed)
+    prompts, outputs = workload.sample(rng, len(arrivals))
+    return [
+        SimRequest(
+            request_id=f"{prefix}-{i}",
+            category=workload.category,
+            prompt_tokens=int(prompts[i]),
+            max_tokens=workload.max_tokens,
+            stop_at=None if workload.ignore_eos else int(outputs[i]),
+            arrival=float(arrivals[i]),
+        )
+        for i in range(len(arrivals))
+    ]
+
+
+class FixedBatchPoint(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    batch_size: int
+    policy_tokens_per_s: float
+    off_tokens_per_s: float
+    speedup: float
+    mean_acceptance_length: float | None
+
+
+def closed_batch_throughput(
+    profile: Profile,
+    policy: AnyPolicy,
+    *,
+    batch_size: int,
+    workload: Workload,
+    seed: int,
+    rounds: int = 6,
+    min_requests: int = 64,
+    topology: Topology = SINGLE,
+) -> tuple[float, float | None]:
+    """Output tokens/s with `batch_size` requests always in the engine (a finished one is replaced at once).
+
+    Counted between the batch_size-th completion (the batch has mixed past its synchronized start) and the
+    last replacement (after which the batch drains and shrinks).
+    """
+    core = EngineCore(profile, policy.resolve(topology), seed=seed)
+    total = max(batch_size * rounds, min_requests)
+    template = make_requests(workload, np.zeros(total), seed=seed + 1)
+
+    def make(index: int, arrival: float) -> SimRequest:
+        r = template[index]
+        r.arrival = arrival
+        return r
+
+    run = run_closed_loop(core, make, concurrency=batch_size, total_requests=total)
+    finishes = np.sort([r.finished for r in run.records])
+    start = finishes[batch_size - 1]
+    end = finishes[total - batch_size - 1] if total > 2 * batch_size else finishes[-1]
+    tokens = sum(int(((r.token_times > start) & (r.token_times <= end)).sum()) for r in run.records)
+    summary = summarize_window(run.records, start=0.0, end=run.end + 1e-9, arrived=total, slo=Slo())
+    return tokens / (end - start), summary.mean_acceptance_length
+
+
+def fixed_batch(
+    profile: Profile,
+    policy: AnyPolicy,
+    *,
+    batch_sizes: Sequence[int],
+    workload: Workload,
+    seed: int,
+    topology: Topology = SINGLE,
+) -> list[FixedBatchPoint]:
+    points = []
+    for batch in batch_sizes:
+        spec, mal = closed_batch_throughput(
+            profile, policy, batch_size=batch, workload=workload, seed=seed, topology=topology
+        )
+        off, _ = closed_batch_throughput(profile, OffPolicy(), batch_size=batch, workload=workload, seed=seed)
+        points.append(
+            FixedBatchPoint(
+                batch_size=batch,
+                policy_tokens_per_s=spec,
+                off_tokens_per_s=off,
+                speedup=spec / off,
+                mean_acceptance_length=mal,
+            )
+        )
+    return points
+
+
+class SweepPoint(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    rate: float
+    policy: str
+    topology: str
+    summary: WindowSummary
+    preemptions: int
+
+
+def sweep(
+    profile: Profile,
+    policies: Sequence[AnyPolicy],
+    *,
+    rates: Sequence[float],
+    duration: float,
+    workload: Workload,
+    seed: int,
+    slo: Slo,
+    topology: Topology = SINGLE,
+    warmup_fraction: float = 0.1,
+    drain: float | None = None,
+) -> list[SweepPoint]:
+    """Open-loop Poisson traffic per rate; every policy sees the same arrivals and requests (common numbers)."""
+    points = []
+    start = duration * warmup_fraction
+    for r_index, rate in enumerate(rates):
+        arrivals = poisson_arrivals(rate, duration, seed=seed * 1000 + r_index)
+        in_window = int(((arrivals >= start) & (arrivals < duration)).sum())
+        for policy in policies:
+            requests = make_requests(workload, arrivals, seed=seed * 1000 + r_index + 7)
+            core = EngineCore(profile, policy.resolve(topology), seed=seed)
+            run = run_open_loop(core, requests, stop_at=duration + (duration if drain is None else drain))
+            points.append(
+                SweepPoint(
+                    rate=rate,
+                    policy=policy.label,
+                    topology=topology.label,
+                    summary=summarize_window(run.records, start=start, end=duration, arrived=in_window, slo=slo),
+                    preemptions=core.num_preemptions,
+                )
+            )
+    return points
