@@ -308,7 +308,7 @@ class EngineCore:
         return StepOutcome(end, np.array([end]), per_request, finished)
 
     def _decode_window(self, now: float, next_arrival: float, n: int) -> StepOutcome:
-        requests = self.running
+        requests = list(self.running)  # _finish removes from self.running while we walk the batch
         batch = len(requests)
         k = self._k_for(batch)
         cat = np.array([r.cat_index for r in requests], dtype=np.int64)
