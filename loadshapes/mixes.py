@@ -62,7 +62,6 @@ class Workload(_Strict):
     max_tokens: int = Field(ge=1)
     ignore_eos: bool = False
 
-
     def sample(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(prompt lengths, natural output lengths), both capped so prompt + max_tokens stays meaningful."""
         prompts = self.prompt_tokens.sample(rng, n)

@@ -141,7 +141,11 @@ def _print_fixed_batch(points: Sequence[FixedBatchPoint], label: str) -> None:
     for p in points:
         mal = f"{p.mean_acceptance_length:.2f}" if p.mean_acceptance_length else "-"
         table.add_row(
-            str(p.batch_size), f"{p.policy_tokens_per_s:,.0f}", f"{p.off_tokens_per_s:,.0f}", f"{p.speedup:.2f}x", mal
+            str(p.batch_size),
+            f"{p.policy_tokens_per_s:,.0f}",
+            f"{p.off_tokens_per_s:,.0f}",
+            f"{p.speedup:.2f}x",
+            mal,
         )
     Console().print(table)
 
@@ -183,7 +187,14 @@ def sweep_cmd(
     topology = _topology(topology_text)
     slo = Slo(ttft=ttft_slo, tpot=tpot_slo)
     points = sweep(
-        profile, parsed, rates=rate_list, duration=duration, workload=workload, seed=seed, slo=slo, topology=topology
+        profile,
+        parsed,
+        rates=rate_list,
+        duration=duration,
+        workload=workload,
+        seed=seed,
+        slo=slo,
+        topology=topology,
     )
     if as_json:
         click.echo(

@@ -20,9 +20,7 @@ from serve_apps.sim.virtual import run_closed_loop, run_open_loop
 AnyPolicy = PolicyT  # the discriminated union of policy models
 
 
-def make_requests(
-    workload: Workload, arrivals: np.ndarray, *, seed: int, prefix: str = "req"
-) -> list[SimRequest]:
+def make_requests(workload: Workload, arrivals: np.ndarray, *, seed: int, prefix: str = "req") -> list[SimRequest]:
     rng = np.random.default_rng(seed)
     prompts, outputs = workload.sample(rng, len(arrivals))
     return [

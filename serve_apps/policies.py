@@ -123,8 +123,7 @@ def validate_schedule(entries: Any) -> tuple[ScheduleEntry, ...]:
         previous = entry
     if ordered[0][0] != 1:
         raise PolicyError(
-            f"schedule entry {list(ordered[0])}: the first batch-size range must start at 1 "
-            "so every batch size has a k"
+            f"schedule entry {list(ordered[0])}: the first batch-size range must start at 1 so every batch size has a k"
         )
     return tuple(ordered)
 
@@ -179,8 +178,7 @@ class _Speculative(_Strict):
             and self.prompt_lookup_min > self.prompt_lookup_max
         ):
             raise ValueError(
-                f"prompt_lookup_min {self.prompt_lookup_min} is greater than prompt_lookup_max "
-                f"{self.prompt_lookup_max}"
+                f"prompt_lookup_min {self.prompt_lookup_min} is greater than prompt_lookup_max {self.prompt_lookup_max}"
             )
         return self
 

@@ -8,7 +8,7 @@ import pytest
 from loadshapes.arrivals import poisson_arrivals
 from loadshapes.mixes import Fixed, Workload, builtin_workload
 from orchestrator.simulate import make_requests
-from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
+from serve_apps.policies import SINGLE, DynamicPolicy, FixedPolicy, OffPolicy, Topology
 from serve_apps.sim.engine import EngineCore
 from serve_apps.sim.profile import Profile
 from serve_apps.sim.realtime import Finished, RealtimeEngine, TokenBatch
@@ -18,7 +18,7 @@ from serve_apps.sim.virtual import run_open_loop
 SCHEDULE = ((1, 8, 3), (9, 32, 1), (33, 512, 0))
 
 
-def _run(profile: Profile, policy, rate: float, duration: float, *, seed: int = 3, topology=Topology(), **wl):
+def _run(profile: Profile, policy, rate: float, duration: float, *, seed: int = 3, topology=SINGLE, **wl):
     workload = builtin_workload("chat").model_copy(update=wl) if wl else builtin_workload("chat")
     requests = make_requests(workload, poisson_arrivals(rate, duration, seed=seed), seed=seed + 1)
     core = EngineCore(profile, policy.resolve(topology), seed=seed)
@@ -78,7 +78,7 @@ def test_executed_k_follows_the_schedule_by_batch_size(eagle_profile: Profile) -
 
 def test_data_parallel_arm_runs_the_static_k(eagle_profile: Profile) -> None:
     policy = DynamicPolicy(method="eagle", model="d", max_k=3, schedule=SCHEDULE)
-    core, run = _run(eagle_profile, policy, rate=30, duration=10, topology=Topology(kind="data_parallel", size=2))
+    core, _ = _run(eagle_profile, policy, rate=30, duration=10, topology=Topology(kind="data_parallel", size=2))
     assert set(np.unique(core.steps.column("k")).tolist()) == {3}
     assert core.speculation.schedule_dropped
 
@@ -122,7 +122,9 @@ def test_deterministic_for_a_seed(eagle_profile: Profile) -> None:
     policy = FixedPolicy(method="eagle", model="d", k=3)
     a = _run(eagle_profile, policy, rate=20, duration=10)[1].records
     b = _run(eagle_profile, policy, rate=20, duration=10)[1].records
-    assert [(r.request_id, r.finished, r.output_tokens) for r in a] == [(r.request_id, r.finished, r.output_tokens) for r in b]
+    assert [(r.request_id, r.finished, r.output_tokens) for r in a] == [
+        (r.request_id, r.finished, r.output_tokens) for r in b
+    ]
 
 
 def test_windowed_and_stepwise_agree_statistically(eagle_profile: Profile) -> None:
@@ -133,7 +135,12 @@ def test_windowed_and_stepwise_agree_statistically(eagle_profile: Profile) -> No
         requests = make_requests(workload, poisson_arrivals(10, 60, seed=5), seed=6)
         core = EngineCore(eagle_profile, policy.resolve(), seed=7, max_window=window)
         records = run_open_loop(core, requests).records
-        results.append((np.mean([r.tpot for r in records]), np.mean([r.spec_decode_metrics()["mean_acceptance_length"] for r in records])))
+        results.append(
+            (
+                np.mean([r.tpot for r in records]),
+                np.mean([r.spec_decode_metrics()["mean_acceptance_length"] for r in records]),
+            )
+        )
     (tpot_a, al_a), (tpot_b, al_b) = results
     assert abs(tpot_a - tpot_b) / tpot_a < 0.03
     assert abs(al_a - al_b) < 0.05

@@ -124,7 +124,10 @@ def test_overlap_detected_after_sorting_like_vllm() -> None:
             {"kind": "fixed", "method": "ngram", "k": 2, "prompt_lookup_min": 5, "prompt_lookup_max": 2},
             "prompt_lookup_min 5 is greater than prompt_lookup_max 2",
         ),
-        ({"kind": "fixed", "method": "eagle", "model": "m", "k": 2, "prompt_lookup_max": 2}, "n-gram methods only"),
+        (
+            {"kind": "fixed", "method": "eagle", "model": "m", "k": 2, "prompt_lookup_max": 2},
+            "n-gram methods only",
+        ),
         ({"kind": "maybe"}, "does not match any of the expected tags"),
     ],
 )

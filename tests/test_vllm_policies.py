@@ -67,11 +67,7 @@ def test_vllm_lookup_table_equals_ours(schedule: list[tuple[int, int, int]], max
     assert ours[1:] == theirs[1:]
 
 
-@given(
-    st.lists(
-        st.tuples(st.integers(-2, 40), st.integers(-2, 40), st.integers(-2, 5)), min_size=1, max_size=4
-    )
-)
+@given(st.lists(st.tuples(st.integers(-2, 40), st.integers(-2, 40), st.integers(-2, 5)), min_size=1, max_size=4))
 @settings(max_examples=300, deadline=None)
 def test_validation_accepts_and_rejects_what_vllm_does(entries: list[tuple[int, int, int]]) -> None:
     raw = [list(e) for e in entries]
@@ -134,9 +130,7 @@ def test_data_parallel_2_drops_the_schedule(tiny_model_dir: str, monkeypatch: py
     import vllm.config.vllm as vllm_config_module
 
     warnings: list[str] = []
-    monkeypatch.setattr(
-        vllm_config_module.logger, "warning_once", lambda msg, *args, **kw: warnings.append(msg % args)
-    )
+    monkeypatch.setattr(vllm_config_module.logger, "warning_once", lambda msg, *args, **kw: warnings.append(msg % args))
     policy = DynamicPolicy(method="ngram", max_k=3, schedule=((1, 4, 3), (5, 64, 1)))
     config = _engine_config(tiny_model_dir, policy, data_parallel_size=2)
     assert config.parallel_config.data_parallel_size == 2

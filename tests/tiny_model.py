@@ -8,7 +8,22 @@ VOCAB_SIZE = 2048
 
 
 def _corpus() -> list[str]:
-    words = "the a speculative decoding draft token verify batch queue engine load rate policy request".split()
+    words = [
+        "the",
+        "a",
+        "speculative",
+        "decoding",
+        "draft",
+        "token",
+        "verify",
+        "batch",
+        "queue",
+        "engine",
+        "load",
+        "rate",
+        "policy",
+        "request",
+    ]
     return [" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(40)) for i in range(400)]
 
 

@@ -24,6 +24,7 @@ def step_seconds(
     v = profile.verify
     verify = v.per_kv_token * kv_tokens + v.per_batched_token * batched_tokens + v.fixed
     d = profile.draft
+    draft: float | np.ndarray
     if not speculative:
         draft = 0.0
     elif k == 0:

@@ -183,9 +183,7 @@ class EngineCore:
             return False
         # Room for every running request to take n full-length steps without touching the allocator.
         k_max = max(self.max_k, max(r.pending_drafts for r in self.running))
-        worst = sum(
-            max(0, self._blocks_for(r.computed + n * (k_max + 1) + k_max) - r.blocks) for r in self.running
-        )
+        worst = sum(max(0, self._blocks_for(r.computed + n * (k_max + 1) + k_max) - r.blocks) for r in self.running)
         return worst <= self.free_blocks
 
     def _schedule(self) -> tuple[list[tuple[SimRequest, int]], int]:
@@ -244,7 +242,8 @@ class EngineCore:
             return np.zeros(shape, dtype=np.int64)
         u = self.rng.random(shape)
         cdf = self._cdf[cat]  # (B, max_k + 1)
-        return (u[..., None] >= cdf[None, :, : self.max_k]).sum(axis=-1)
+        prefix: np.ndarray = (u[..., None] >= cdf[None, :, : self.max_k]).sum(axis=-1)
+        return prefix
 
     def _propose(self, cat: np.ndarray, k: int, shape: tuple[int, ...]) -> np.ndarray:
         if k == 0:

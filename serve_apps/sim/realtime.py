@@ -8,6 +8,7 @@ the wall time their step ends. Records come back in wall-clock time on specdrill
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -54,10 +55,8 @@ class RealtimeEngine:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
 
     async def generate(self, request: SimRequest) -> AsyncIterator[TokenBatch | Finished]:

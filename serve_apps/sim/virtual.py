@@ -69,4 +69,3 @@ def run_closed_loop(
                 core.add_request(make_request(issued, now))
                 issued += 1
     return VirtualRun(records=records, unfinished=[], end=now)
-
