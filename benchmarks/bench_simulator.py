@@ -26,7 +26,7 @@ def run_once(simulated_seconds: float, rate: float, policy_text: str, max_window
     workload = Workload(
         name="bench",
         category="reasoning",
-        prompt_tokens=LogNormal(median=900, sigma=0.3, low=64, high=4096),
+        prompt_tokens=LogNormal(median=256, sigma=0.5, low=16, high=2048),
         output_tokens=Fixed(value=256),
         max_tokens=256,
     )

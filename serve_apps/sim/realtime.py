@@ -36,7 +36,7 @@ class RealtimeEngine:
         self.core = core
         self.time_scale = time_scale
         self._t0 = clock.now()
-        self._queues: dict[SimRequest, asyncio.Queue[TokenBatch | Finished]] = {}
+        self._queues: dict[int, asyncio.Queue[TokenBatch | Finished]] = {}  # by request uid
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._engine_time = 0.0  # simulated seconds at which the engine is free again
@@ -65,7 +65,7 @@ class RealtimeEngine:
         request.arrival = self.engine_now()
         queue: asyncio.Queue[TokenBatch | Finished] = asyncio.Queue()
         self.core.add_request(request)
-        self._queues[request] = queue
+        self._queues[request.uid] = queue
         self._wake.set()
         try:
             while True:
@@ -74,7 +74,7 @@ class RealtimeEngine:
                 if isinstance(item, Finished):
                     return
         finally:
-            if self._queues.pop(request, None) is not None and not request.finished:
+            if self._queues.pop(request.uid, None) is not None and not request.finished:
                 self.core.abort(request)  # the client went away: free its KV blocks
 
     async def _loop(self) -> None:
@@ -96,15 +96,14 @@ class RealtimeEngine:
                 await asyncio.sleep(delay)
             else:
                 self.max_lag = max(self.max_lag, -delay)
-            for request, emitted in outcome.emitted.items():
-                count = int(emitted.sum())
-                queue = self._queues.get(request)
+            for uid, count in zip(outcome.uids.tolist(), outcome.emitted.sum(axis=0).tolist(), strict=True):
+                queue = self._queues.get(uid)
                 if queue is not None and count:
                     queue.put_nowait(TokenBatch(count=count, time=end_wall))
-            for request in outcome.finished:
-                queue = self._queues.get(request)
+            for record, request in zip(self.core.records_for(outcome.finished), outcome.finished, strict=True):
+                queue = self._queues.get(request.uid)
                 if queue is not None:
-                    queue.put_nowait(Finished(self._wall_record(self.core.record_for(request))))
+                    queue.put_nowait(Finished(self._wall_record(record)))
 
     def _wall_record(self, record: RequestRecord) -> RequestRecord:
         return dataclasses.replace(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -12,6 +12,8 @@ FinishReason = Literal["length", "stop"]
 
 @dataclass(slots=True, eq=False)
 class SimRequest:
+    """Identity and outcome of a request. While it runs, its live state sits in the engine's slot arrays."""
+
     request_id: str
     category: str
     prompt_tokens: int
@@ -20,54 +22,23 @@ class SimRequest:
     # Where the model would emit EOS; None means generate up to max_tokens (ignore_eos).
     stop_at: int | None = None
 
-    # Engine state.
-    computed: int = 0  # tokens whose KV is in the cache (prompt progress, then decoded tokens)
+    uid: int = -1  # engine-assigned, keys the engine's request-step log
     output: int = 0
-    pending_drafts: int = 0  # drafts proposed at the end of the last step, verified in the next one
-    # Tokens to prefill before decoding: the prompt, or after a recompute preemption prompt + output so far.
-    prefill_goal: int = 0
-    blocks: int = 0
+    computed: int = 0  # tokens in the KV cache when it last left a slot (0 after a preemption)
     preemptions: int = 0
-    cat_index: int = 0
+    first_chunk: int = 0  # first request-step log chunk that can hold this request's rows
     first_scheduled: float | None = None
     first_token: float | None = None
     finished_at: float | None = None
     finish_reason: FinishReason | None = None
-
-    # Per scheduled step: global step index, drafts verified, drafts accepted, tokens emitted (chunks of arrays).
-    _steps: list[np.ndarray] = field(default_factory=list)
-    _drafted: list[np.ndarray] = field(default_factory=list)
-    _accepted: list[np.ndarray] = field(default_factory=list)
-    _emitted: list[np.ndarray] = field(default_factory=list)
 
     @property
     def target_tokens(self) -> int:
         return self.max_tokens if self.stop_at is None else min(self.max_tokens, self.stop_at)
 
     @property
-    def in_prefill(self) -> bool:
-        return self.computed < self.prefill_goal
-
-    @property
     def finished(self) -> bool:
         return self.finished_at is not None
-
-    def record(self, step: np.ndarray, drafted: np.ndarray, accepted: np.ndarray, emitted: np.ndarray) -> None:
-        self._steps.append(step)
-        self._drafted.append(drafted)
-        self._accepted.append(accepted)
-        self._emitted.append(emitted)
-
-    def history(self) -> dict[str, np.ndarray]:
-        def cat(chunks: list[np.ndarray]) -> np.ndarray:
-            return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
-
-        return {
-            "step": cat(self._steps),
-            "drafted": cat(self._drafted),
-            "accepted": cat(self._accepted),
-            "emitted": cat(self._emitted),
-        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ class VirtualRun:
 def run_open_loop(core: EngineCore, arrivals: Sequence[SimRequest], *, stop_at: float = math.inf) -> VirtualRun:
     """Feed requests at their arrival times; stop when all are done or the engine's clock passes stop_at."""
     pending = sorted(arrivals, key=lambda r: r.arrival)
-    records: list[RequestRecord] = []
+    finished: list[SimRequest] = []
     now = pending[0].arrival if pending else 0.0
     i = 0
     while (i < len(pending) or core.has_work()) and now <= stop_at:
@@ -39,9 +39,9 @@ def run_open_loop(core: EngineCore, arrivals: Sequence[SimRequest], *, stop_at: 
             now = next_arrival
             continue
         now = outcome.end
-        records.extend(core.record_for(r) for r in outcome.finished)
+        finished.extend(outcome.finished)
     unfinished = [*core.running, *core.waiting, *pending[i:]]
-    return VirtualRun(records=records, unfinished=unfinished, end=now)
+    return VirtualRun(records=core.records_for(finished), unfinished=unfinished, end=now)
 
 
 def run_closed_loop(
@@ -52,7 +52,7 @@ def run_closed_loop(
     total_requests: int,
 ) -> VirtualRun:
     """Keep `concurrency` requests in the engine: each finish is replaced at once (a fixed batch size)."""
-    records: list[RequestRecord] = []
+    finished: list[SimRequest] = []
     now = 0.0
     issued = 0
     for _ in range(min(concurrency, total_requests)):
@@ -64,8 +64,8 @@ def run_closed_loop(
             raise RuntimeError("simulated engine is stuck: work queued but nothing can be scheduled")
         now = outcome.end
         for request in outcome.finished:
-            records.append(core.record_for(request))
+            finished.append(request)
             if issued < total_requests:
                 core.add_request(make_request(issued, now))
                 issued += 1
-    return VirtualRun(records=records, unfinished=[], end=now)
+    return VirtualRun(records=core.records_for(finished), unfinished=[], end=now)
