@@ -182,3 +182,31 @@ def test_realtime_engine_streams_tokens_in_wall_time(eagle_profile: Profile) -> 
         table = np.asarray(policy.resolve().k_table(eagle_profile.limits.max_num_seqs))
         assert np.array_equal(record.step_k, table[record.step_batch_size])
         assert 1 in record.step_k  # four requests in flight -> batch 3-4 -> k = 1
+
+
+def test_step_durations_follow_the_profile_cost_model(eagle_profile: Profile) -> None:
+    policy = DynamicPolicy(method="eagle", model="d", max_k=3, schedule=SCHEDULE)
+    core, _ = _run(eagle_profile, policy, rate=30, duration=10)
+    s = core.steps.as_dict()
+    v, d = eagle_profile.verify, eagle_profile.draft
+    verify = v.per_kv_token * s["kv_tokens"] + v.per_batched_token * s["batched_tokens"] + v.fixed
+    draft = np.where(
+        s["k"] > 0,
+        d.per_kv_token * s["kv_tokens"] + d.per_draft_token * s["k"] + d.fixed,
+        d.idle_fixed + d.idle_per_request * s["batch_size"],
+    )
+    np.testing.assert_allclose(s["end"] - s["start"], verify + draft + eagle_profile.step_overhead, rtol=1e-9)
+    off_core, _ = _run(eagle_profile, OffPolicy(), rate=30, duration=10)
+    o = off_core.steps.as_dict()
+    expected = v.per_kv_token * o["kv_tokens"] + v.per_batched_token * o["batched_tokens"] + v.fixed
+    np.testing.assert_allclose(o["end"] - o["start"], expected + eagle_profile.step_overhead, rtol=1e-9)
+    assert np.all(o["batched_tokens"] >= o["batch_size"])
+
+
+def test_ngram_draft_costs_a_fraction_of_verify(ngram_profile: Profile) -> None:
+    core, _ = _run(ngram_profile, FixedPolicy(method="ngram", k=3), rate=10, duration=5)
+    s = core.steps.as_dict()
+    v = ngram_profile.verify
+    verify = v.per_kv_token * s["kv_tokens"] + v.per_batched_token * s["batched_tokens"] + v.fixed
+    expected = verify * (1 + ngram_profile.draft.fraction) + ngram_profile.step_overhead
+    np.testing.assert_allclose(s["end"] - s["start"], expected, rtol=1e-9)

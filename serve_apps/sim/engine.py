@@ -1,21 +1,19 @@
 """The simulated engine's core: vLLM-style continuous batching with speculative decoding, clock-agnostic.
 
 `EngineCore.run_steps(now, ...)` schedules and executes engine steps starting at `now` and returns when they
-end; the virtual-time and real-time drivers decide what "now" is. State changes are decided at a step's start
-and become visible at its end (tokens carry the step's end time).
+end; the virtual-time and real-time drivers decide what "now" is. Tokens carry the end time of their step.
 
-Scheduling follows vLLM's V1 scheduler: running requests first (decode: 1 + pending drafts; unfinished
-prefill: a chunk of what is left of the token budget), then waiting requests FCFS while max_num_seqs, the
-token budget and KV blocks allow. When KV blocks run out a running request is preempted (recompute: it
-re-enters the front of the queue and later prefills prompt + output again). The k for a step comes from the
-number of requests scheduled in it (vLLM's dynamic_sd_lookup[len(num_scheduled_tokens)]); the drafter proposes
-that many tokens at the end of the step, and the next step verifies them. Each request accepts a prefix of its
-drafts with per-position probabilities of its workload category and emits accepted + 1 tokens.
+Scheduling follows vLLM's V1 scheduler: running requests first, in admission order (decode: 1 + pending drafts;
+unfinished prefill: a chunk of what is left of the token budget), then waiting requests FCFS while
+max_num_seqs, the token budget and KV blocks allow (not in a step that preempted). When KV blocks run out the
+most recently admitted running request is preempted (recompute: it re-enters the front of the queue and later
+prefills prompt + output again). The k for a step comes from the number of requests scheduled in it (vLLM's
+dynamic_sd_lookup[len(num_scheduled_tokens)]); the drafter proposes that many tokens at the end of the step and
+the next step verifies them. Each request accepts a prefix of its drafts with per-position probabilities of its
+workload category and emits accepted + 1 tokens.
 
-Running requests live in slot arrays so a step costs a handful of numpy operations whatever the batch size.
-Stretches where the batch does not change (every running request decoding, nobody admissible) run as one
-vectorised window of up to `max_window` steps; the window ends at the first step in which a request finishes
-or a known arrival happens, so the result is the same as stepping one by one.
+Per-token work runs in a compiled kernel (kernel.py) over slot arrays; this module does the per-request
+events: admission, preemption, finishing, and the logs that records are built from.
 """
 
 from __future__ import annotations
@@ -27,64 +25,67 @@ from dataclasses import dataclass
 import numpy as np
 
 from serve_apps.policies import ResolvedSpeculation
-from serve_apps.sim.costs import step_seconds
+from serve_apps.sim import kernel
 from serve_apps.sim.profile import Profile
 from serve_apps.sim.request import RequestRecord, SimRequest
 
 I64 = np.int64
+_LOG_CAPACITY = 1 << 18
+_STEP_CAPACITY = 1 << 14
+_STEP_INT_COLUMNS = (
+    "batch_size", "num_prefill", "k", "batched_tokens", "kv_tokens", "drafted", "accepted", "waiting", "running",
+    "preempted",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class StepOutcome:
-    """What one call to run_steps did. emitted[j, i] = tokens request uids[i] got at the end of step j."""
+    """What one call to run_steps did: when its last step ended, who got tokens, who finished.
+
+    log_rows is a view of the engine's buffer: read it before the next run_steps call.
+    """
 
     end: float
-    step_ends: np.ndarray
-    uids: np.ndarray
-    emitted: np.ndarray
+    steps: int
+    log_rows: np.ndarray  # request-step rows of these steps: uid, step, drafted, accepted, emitted
     finished: list[SimRequest]
 
-
-class _Chunks:
-    """Append-only columns kept as a list of chunks, concatenated on demand."""
-
-    def __init__(self, columns: tuple[str, ...]) -> None:
-        self.columns = columns
-        self._chunks: dict[str, list[np.ndarray]] = {c: [] for c in columns}
-        self.count = 0  # rows
-        self.appends = 0  # chunks
-
-    def append(self, **data: np.ndarray) -> None:
-        for name in self.columns:
-            self._chunks[name].append(data[name])
-        self.count += len(data[self.columns[0]])
-        self.appends += 1
-
-    def column(self, name: str, first_chunk: int = 0) -> np.ndarray:
-        chunks = self._chunks[name][first_chunk:]
-        return np.concatenate(chunks) if chunks else np.zeros(0, dtype=I64)
+    def tokens_by_uid(self) -> dict[int, int]:
+        if not len(self.log_rows):
+            return {}
+        uids, inverse = np.unique(self.log_rows[:, 0], return_inverse=True)
+        counts = np.bincount(inverse, weights=self.log_rows[:, 4]).astype(I64)
+        return {int(u): int(c) for u, c in zip(uids, counts, strict=True) if c}
 
 
-class StepTable(_Chunks):
+class StepTable:
     """Every executed engine step: the per-engine timeline (batch size against executed k over time)."""
 
-    COLUMNS = (
-        "start", "end", "batch_size", "num_prefill", "k", "batched_tokens", "kv_tokens",
-        "drafted", "accepted", "waiting", "running", "preempted",
-    )  # fmt: skip
+    COLUMNS = ("start", "end", *_STEP_INT_COLUMNS)
 
     def __init__(self) -> None:
-        super().__init__(self.COLUMNS)
-        self._cache: dict[str, tuple[int, np.ndarray]] = {}
+        self._floats: list[np.ndarray] = []
+        self._ints: list[np.ndarray] = []
+        self.count = 0
 
-    def column(self, name: str, first_chunk: int = 0) -> np.ndarray:
-        if first_chunk:
-            return super().column(name, first_chunk)
-        cached = self._cache.get(name)
-        if cached is None or cached[0] != self.appends:
-            cached = (self.appends, super().column(name))
-            self._cache[name] = cached
-        return cached[1]
+    def append(self, floats: np.ndarray, ints: np.ndarray) -> None:
+        self._floats.append(floats)
+        self._ints.append(ints)
+        self.count += len(floats)
+
+    def _merged(self) -> tuple[np.ndarray, np.ndarray]:
+        if len(self._floats) != 1:
+            self._floats = [np.concatenate(self._floats) if self._floats else np.zeros((0, 2))]
+            self._ints = [
+                np.concatenate(self._ints) if self._ints else np.zeros((0, len(_STEP_INT_COLUMNS)), dtype=I64)
+            ]
+        return self._floats[0], self._ints[0]
+
+    def column(self, name: str) -> np.ndarray:
+        floats, ints = self._merged()
+        if name in ("start", "end"):
+            return floats[:, 0 if name == "start" else 1]
+        return ints[:, _STEP_INT_COLUMNS.index(name)]
 
     def as_dict(self) -> dict[str, np.ndarray]:
         return {c: self.column(c) for c in self.COLUMNS}
@@ -108,35 +109,47 @@ class EngineCore:
         self.max_k = speculation.num_speculative_tokens
         self.k_table = np.asarray(speculation.k_table(self.limits.max_num_seqs), dtype=I64)
         self.max_window = max_window
-        self.rng = np.random.default_rng(seed)
         self.total_blocks = self.limits.kv_cache_tokens // self.limits.block_size
-        self.free_blocks = self.total_blocks
         self.waiting: deque[SimRequest] = deque()
-        self.steps = StepTable()
-        self.log = _Chunks(("uid", "step", "drafted", "accepted", "emitted"))
         self.num_preemptions = 0
         self._categories: dict[str, int] = {}
         self._cdf = np.zeros((0, self.max_k + 1))
         self._avail = np.zeros(0)
         self._next_uid = 0
-        # Slot arrays for running requests; `run` lists occupied slots in scheduling (admission) order.
+        self._costs, self._draft_kind = _cost_vector(profile, self.speculative)
+        self._rng = np.array([(seed * 0x2545F4914F6CDD1D + 1) % 2**64], dtype=np.uint64)
+        # Running requests, compact and in scheduling (admission) order: entries [0, n_run).
+        # Rows (kernel.COMPUTED ... kernel.UID): tokens in the KV cache, tokens emitted, tokens to emit, tokens to
+        # prefill before decoding, drafts to verify next step, KV blocks held, workload category, request uid.
         n = self.limits.max_num_seqs
-        self.s_computed = np.zeros(n, dtype=I64)
-        self.s_output = np.zeros(n, dtype=I64)
-        self.s_target = np.zeros(n, dtype=I64)
-        self.s_goal = np.zeros(n, dtype=I64)  # tokens to prefill before decoding
-        self.s_pending = np.zeros(n, dtype=I64)  # drafts proposed last step, verified next step
-        self.s_blocks = np.zeros(n, dtype=I64)
-        self.s_cat = np.zeros(n, dtype=I64)
-        self.s_uid = np.zeros(n, dtype=I64)
-        self.s_request: list[SimRequest | None] = [None] * n
-        self.free_slots = list(range(n - 1, -1, -1))
-        self.run = np.zeros(0, dtype=I64)
+        self.n_run = 0
+        self.state = np.zeros((kernel.STATE_ROWS, n), dtype=I64)
+        self.r_first_token = np.full(n, np.nan)
+        self._need_room = False
+        self._by_uid: dict[int, SimRequest] = {}
+        self._counters = np.array([self.total_blocks, 0, 0], dtype=I64)  # free blocks, steps, log rows used
+        self._log_buffer = np.zeros((max(_LOG_CAPACITY, 2 * n * max_window), 5), dtype=I64)
+        self._log_chunks: list[np.ndarray] = []
+        self._step_floats = np.zeros((_STEP_CAPACITY, 2))
+        self._step_ints = np.zeros((_STEP_CAPACITY, len(_STEP_INT_COLUMNS)), dtype=I64)
+        self._steps_buffered = 0
+        self._table = StepTable()
+        self._finished = np.zeros((n, 2), dtype=I64)
+        self._finished_at = np.zeros((n, 2))  # finish time, first-token time
 
     # --- requests -------------------------------------------------------------------------------------------
     @property
+    def free_blocks(self) -> int:
+        return int(self._counters[0])
+
+    @property
     def running(self) -> list[SimRequest]:
-        return [r for r in (self.s_request[s] for s in self.run) if r is not None]
+        return [self._by_uid[int(u)] for u in self.state[kernel.UID, : self.n_run]]
+
+    @property
+    def steps(self) -> StepTable:
+        self._flush_steps()
+        return self._table
 
     def add_request(self, request: SimRequest) -> None:
         if request.prompt_tokens < 1 or request.max_tokens < 1:
@@ -152,17 +165,15 @@ class EngineCore:
         self.waiting.append(request)
 
     def has_work(self) -> bool:
-        return bool(self.waiting) or len(self.run) > 0
+        return bool(self.waiting) or self.n_run > 0
 
     def abort(self, request: SimRequest) -> None:
         if request in self.waiting:
             self.waiting.remove(request)
             return
-        for slot in self.run:
-            if self.s_request[slot] is request:
-                self._vacate(int(slot))
-                self.run = self.run[self.run != slot]
-                return
+        positions = np.flatnonzero(self.state[kernel.UID, : self.n_run] == request.uid)
+        if len(positions):
+            self._remove_running(int(positions[0]))
 
     def _category_index(self, category: str) -> int:
         index = self._categories.get(category)
@@ -173,7 +184,7 @@ class EngineCore:
         survive = np.cumprod([acceptance.prob(i) for i in range(self.max_k)]) if self.max_k else np.zeros(0)
         pmf_ge = np.concatenate([[1.0], survive])
         pmf = pmf_ge - np.concatenate([pmf_ge[1:], [0.0]])
-        self._cdf = np.vstack([self._cdf, np.cumsum(pmf)[None, :]])
+        self._cdf = np.ascontiguousarray(np.vstack([self._cdf, np.cumsum(pmf)[None, :]]))
         self._avail = np.append(self._avail, acceptance.draft_availability)
         index = self._categories[category] = len(self._categories)
         return index
@@ -181,268 +192,138 @@ class EngineCore:
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.limits.block_size)
 
-    def _occupy(self, request: SimRequest, now: float) -> int:
-        slot = self.free_slots.pop()
-        self.s_request[slot] = request
-        self.s_computed[slot] = 0
-        self.s_output[slot] = request.output
-        self.s_target[slot] = request.target_tokens
-        self.s_goal[slot] = request.prompt_tokens + request.output  # after a preemption: recompute the output too
-        self.s_pending[slot] = 0
-        self.s_blocks[slot] = 0
-        self.s_cat[slot] = self._categories[request.category]
-        self.s_uid[slot] = request.uid
-        if request.first_scheduled is None:
-            request.first_scheduled = now
-            request.first_chunk = self.log.appends
-        return slot
-
-    def _vacate(self, slot: int) -> SimRequest:
-        request = self.s_request[slot]
-        assert request is not None
-        request.output = int(self.s_output[slot])
-        request.computed = int(self.s_computed[slot])
-        self.free_blocks += int(self.s_blocks[slot])
-        self.s_blocks[slot] = 0
-        self.s_request[slot] = None
-        self.free_slots.append(slot)
+    def _remove_running(self, position: int) -> SimRequest:
+        """Take the request at `position` out of the running arrays, freeing its KV blocks."""
+        state = self.state
+        request = self._by_uid.pop(int(state[kernel.UID, position]))
+        request.output = int(state[kernel.OUTPUT, position])
+        request.computed = int(state[kernel.COMPUTED, position])
+        if request.first_token is None and not np.isnan(self.r_first_token[position]):
+            request.first_token = float(self.r_first_token[position])
+        self._counters[0] += state[kernel.BLOCKS, position]
+        n = self.n_run
+        state[:, position : n - 1] = state[:, position + 1 : n]
+        self.r_first_token[position : n - 1] = self.r_first_token[position + 1 : n]
+        self.n_run = n - 1
         return request
 
     # --- stepping -------------------------------------------------------------------------------------------
-    def run_steps(self, now: float, *, next_arrival: float = math.inf, max_steps: int | None = None) -> StepOutcome:
-        """Run one scheduling step, or a window of identical-batch decode steps; return what happened."""
-        limit = self.max_window if max_steps is None else max_steps
-        run = self.run
-        if limit > 1 and len(run) and not (self.s_computed[run] < self.s_goal[run]).any():
-            if not self.waiting or len(run) >= self.limits.max_num_seqs:
-                # Each step emits >= 1 token per request, so the first finish comes within min(remaining) steps;
-                # a step lasts at least its draft-free cost, which bounds the steps before the next arrival.
-                limit = min(limit, int((self.s_target[run] - self.s_output[run]).min()))
-                if math.isfinite(next_arrival):
-                    kv = int(self.s_computed[run].sum())
-                    shortest = float(
-                        step_seconds(
-                            self.profile, kv_tokens=np.array([kv]), batched_tokens=np.array([len(run)]),
-                            k=0, batch_size=len(run), speculative=False,
-                        )[0]
-                    )  # fmt: skip
-                    limit = min(limit, max(1, math.ceil((next_arrival - now) / shortest) + 1))
-                if limit > 1 and self._room_for(limit):
-                    return self._decode_window(now, next_arrival, limit)
-        return self._single_step(now)
+    def run_steps(
+        self,
+        now: float,
+        *,
+        next_arrival: float = math.inf,
+        max_steps: int | None = None,
+        stop_on_finish: bool = False,
+    ) -> StepOutcome:
+        """Run engine steps from `now` until a known arrival is due, a request event needs Python, or max_steps.
 
-    def _room_for(self, n: int) -> bool:
-        """Enough free KV blocks for every running request to take n full-length steps."""
-        run = self.run
-        k_max = max(self.max_k, int(self.s_pending[run].max()))
-        tokens = self.s_computed[run] + n * (k_max + 1) + k_max
-        extra = -(-tokens // self.limits.block_size) - self.s_blocks[run]
-        return int(np.maximum(extra, 0).sum()) <= self.free_blocks
-
-    def _k_for(self, batch_size: int) -> int:
-        return int(self.k_table[min(batch_size, self.limits.max_num_seqs)]) if self.speculative else 0
-
-    def _sample_prefix(self, cat: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
-        """Accepted-prefix lengths among max_k drafts: shape (steps, requests)."""
-        if self.max_k == 0:
-            return np.zeros(shape, dtype=I64)
-        u = self.rng.random(shape)
-        cdf = self._cdf[cat]  # (B, max_k + 1)
-        prefix: np.ndarray = (u[..., None] >= cdf[None, :, : self.max_k]).sum(axis=-1)
-        return prefix
-
-    def _propose(self, cat: np.ndarray, k: int, shape: tuple[int, ...]) -> np.ndarray:
-        if k == 0:
-            return np.zeros(shape, dtype=I64)
-        available = self.rng.random(shape) < self._avail[cat]
-        return np.where(available, k, 0)
-
-    def _schedule(self, now: float) -> tuple[np.ndarray, np.ndarray, int]:
-        """Pick this step's requests and their token counts; grow their KV; admit from the queue."""
-        run = self.run
-        budget = self.limits.max_num_batched_tokens
-        bs = self.limits.block_size
-        prefilling = self.s_computed[run] < self.s_goal[run]
-        want = np.where(prefilling, self.s_goal[run] - self.s_computed[run], 1 + self.s_pending[run])
-        extra = np.maximum(-(-(self.s_computed[run] + want) // bs) - self.s_blocks[run], 0)
-        preempted = 0
-        if want.sum() <= budget and extra.sum() <= self.free_blocks:
-            tokens = want
-            self.s_blocks[run] += extra
-            self.free_blocks -= int(extra.sum())
-        else:
-            tokens, preempted = self._schedule_constrained(budget)
-            run = self.run
-        budget -= int(tokens.sum())
-        if preempted == 0 and self.waiting:
-            admitted: list[int] = []
-            admitted_tokens: list[int] = []
-            while self.waiting and len(run) + len(admitted) < self.limits.max_num_seqs and budget > 0:
-                request = self.waiting[0]
-                chunk = min(request.prompt_tokens + request.output, budget)
-                blocks = self._blocks_for(chunk)
-                if blocks > self.free_blocks:
-                    break
-                self.waiting.popleft()
-                slot = self._occupy(request, now)
-                self.s_blocks[slot] = blocks
-                self.free_blocks -= blocks
-                admitted.append(slot)
-                admitted_tokens.append(chunk)
-                budget -= chunk
-            if admitted:
-                self.run = run = np.concatenate([run, np.asarray(admitted, dtype=I64)])
-                tokens = np.concatenate([tokens, np.asarray(admitted_tokens, dtype=I64)])
-        return run, tokens, preempted
-
-    def _schedule_constrained(self, budget: int) -> tuple[np.ndarray, int]:
-        """The slow path, request by request in priority order: token budget exhausted or KV cache full."""
-        order = [int(s) for s in self.run]
-        tokens: dict[int, int] = {}
-        preempted = 0
-        i = 0
-        while i < len(order):
-            slot = order[i]
-            computed, goal = int(self.s_computed[slot]), int(self.s_goal[slot])
-            want = min(goal - computed, budget) if computed < goal else 1 + int(self.s_pending[slot])
-            if want <= 0 or want > budget:
-                tokens[slot] = 0
-                i += 1
-                continue
-            while True:
-                extra = self._blocks_for(computed + want) - int(self.s_blocks[slot])
-                if extra <= self.free_blocks:
-                    self.free_blocks -= max(extra, 0)
-                    self.s_blocks[slot] += max(extra, 0)
-                    tokens[slot] = want
-                    budget -= want
-                    i += 1
-                    break
-                victim = order.pop()  # lowest priority: the most recently admitted
-                self._preempt(victim)
-                preempted += 1
-                if victim == slot:
-                    break
-        self.run = np.asarray(order, dtype=I64)
-        return np.asarray([tokens[s] for s in order], dtype=I64), preempted
-
-    def _preempt(self, slot: int) -> None:
-        request = self._vacate(slot)
-        request.computed = 0
-        request.preemptions += 1
-        self.num_preemptions += 1
-        self.waiting.appendleft(request)
-
-    def _single_step(self, now: float) -> StepOutcome:
-        run, tokens, preempted = self._schedule(now)
-        scheduled = tokens > 0
-        if not scheduled.all():
-            run, tokens = run[scheduled], tokens[scheduled]
-        batch = len(run)
-        if batch == 0:
-            return StepOutcome(now, np.zeros(0), np.zeros(0, dtype=I64), np.zeros((0, 0), dtype=I64), [])
-        k = self._k_for(batch)
-        computed = self.s_computed[run]
-        decoding = computed >= self.s_goal[run]
-        cat = self.s_cat[run]
-        drafted = np.where(decoding, self.s_pending[run], 0)
-        batched = int(tokens.sum())
-        kv = int(computed.sum()) + batched
-        duration = float(
-            step_seconds(
-                self.profile, kv_tokens=np.array([kv]), batched_tokens=np.array([batched]),
-                k=k, batch_size=batch, speculative=self.speculative,
-            )[0]
+        A finish ends the call when requests are waiting (a slot is free) or when stop_on_finish is set (a
+        closed-loop driver replaces finished requests at once).
+        """
+        limit = min(self.max_window if max_steps is None else max_steps, _STEP_CAPACITY)
+        if self._steps_buffered + limit > _STEP_CAPACITY:
+            self._flush_steps()
+        if self._counters[2] + limit * self.limits.max_num_seqs > len(self._log_buffer):
+            self._flush_log()
+        preempted = self._make_room() if self._need_room else 0
+        if preempted == 0:
+            self._admit(now)
+        log_start = int(self._counters[2])
+        n = self.n_run
+        reason, steps, n_done, end, n_after = kernel.run_steps(
+            n, self.state, self.r_first_token, self._counters, self._rng,
+            self._cdf, self._avail, self.k_table, self._costs, self._draft_kind, self.max_k,
+            self.limits.max_num_batched_tokens, self.limits.block_size,
+            now, next_arrival, limit, stop_on_finish or bool(self.waiting), len(self.waiting),
+            self._step_floats[self._steps_buffered :], self._step_ints[self._steps_buffered :],
+            self._log_buffer, self._finished, self._finished_at,
         )  # fmt: skip
-        end = now + duration
-        accepted = np.minimum(self._sample_prefix(cat, (1, batch))[0], drafted)
-        remaining = self.s_target[run] - self.s_output[run]
-        new_computed = np.where(decoding, computed + 1 + accepted, computed + tokens)
-        # Decoders emit accepted + 1; a prefill emits its first token when its last chunk completes.
-        emitted = np.where(decoding, np.minimum(1 + accepted, remaining), new_computed >= self.s_goal[run])
-        self.s_computed[run] = new_computed
-        self.s_output[run] += emitted
-        decoding_next = new_computed >= self.s_goal[run]
-        self.s_pending[run] = np.where(decoding_next, self._propose(cat, k, (batch,)), 0)
-        step = self.steps.count
-        self.steps.append(
-            start=np.array([now]), end=np.array([end]), batch_size=np.array([batch]),
-            num_prefill=np.array([batch - int(decoding.sum())]), k=np.array([k]),
-            batched_tokens=np.array([batched]), kv_tokens=np.array([kv]),
-            drafted=np.array([int(drafted.sum())]), accepted=np.array([int(accepted.sum())]),
-            waiting=np.array([len(self.waiting)]), running=np.array([len(self.run)]),
-            preempted=np.array([preempted]),
-        )  # fmt: skip
-        uids = self.s_uid[run]
-        self.log.append(uid=uids, step=np.full(batch, step, dtype=I64), drafted=drafted, accepted=accepted,
-                        emitted=emitted.astype(I64))  # fmt: skip
-        first = np.flatnonzero(~decoding & decoding_next)
-        for slot in run[first]:
-            request = self.s_request[slot]
-            if request is not None and request.first_token is None:
-                request.first_token = end
-        finished = self._retire(run, end)
-        return StepOutcome(end, np.array([end]), uids, emitted[None, :].astype(I64), finished)
-
-    def _decode_window(self, now: float, next_arrival: float, n: int) -> StepOutcome:
-        run = self.run
-        batch = len(run)
-        k = self._k_for(batch)
-        cat = self.s_cat[run]
-        remaining = self.s_target[run] - self.s_output[run]
-        drafted = np.empty((n, batch), dtype=I64)
-        drafted[0] = self.s_pending[run]
-        drafted[1:] = self._propose(cat, k, (n - 1, batch))
-        accepted = np.minimum(self._sample_prefix(cat, (n, batch)), drafted)
-        gained = 1 + accepted
-        cum = np.cumsum(gained, axis=0)
-        # A request finishes in the first step where its cumulative output reaches what it has left.
-        done = cum >= remaining
-        finish_step = np.where(done.any(axis=0), done.argmax(axis=0), n)
-        batched = batch + drafted.sum(axis=1)
-        kv = int(self.s_computed[run].sum()) + np.concatenate([[0], cum.sum(axis=1)[:-1]]) + batched
-        durations = step_seconds(
-            self.profile, kv_tokens=kv, batched_tokens=batched, k=k, batch_size=batch, speculative=self.speculative
-        )
-        ends = now + np.cumsum(durations)
-        last = min(int(finish_step.min()), n - 1)
-        if next_arrival < ends[last]:
-            last = min(last, int(np.searchsorted(ends, next_arrival, side="left")))
-        m = last + 1
-        ends = ends[:m]
-        drafted, accepted, gained, cum = drafted[:m], accepted[:m], gained[:m], cum[:m]
-        # Tokens past a request's target are not emitted (it stops mid-acceptance).
-        emitted = np.minimum(cum, remaining) - np.minimum(cum - gained, remaining)
-        first_step = self.steps.count
-        self.steps.append(
-            start=np.concatenate([[now], ends[:-1]]), end=ends, batch_size=np.full(m, batch),
-            num_prefill=np.zeros(m, dtype=I64), k=np.full(m, k), batched_tokens=batched[:m], kv_tokens=kv[:m],
-            drafted=drafted.sum(axis=1), accepted=accepted.sum(axis=1),
-            waiting=np.full(m, len(self.waiting)), running=np.full(m, batch), preempted=np.zeros(m, dtype=I64),
-        )  # fmt: skip
-        uids = self.s_uid[run]
-        self.log.append(
-            uid=np.tile(uids, m), step=np.repeat(np.arange(first_step, first_step + m, dtype=I64), batch),
-            drafted=drafted.ravel(), accepted=accepted.ravel(), emitted=emitted.ravel(),
-        )  # fmt: skip
-        self.s_computed[run] += gained.sum(axis=0)
-        self.s_output[run] += emitted.sum(axis=0)
-        self.s_pending[run] = self._propose(cat, k, (batch,))
-        finished = self._retire(run, float(ends[-1]))
-        return StepOutcome(float(ends[-1]), ends, uids, emitted, finished)
-
-    def _retire(self, run: np.ndarray, end: float) -> list[SimRequest]:
-        done = self.s_output[run] >= self.s_target[run]
-        if not done.any():
-            return []
-        finished = []
-        for slot in run[done]:
-            request = self._vacate(int(slot))
-            request.finished_at = end
+        self._need_room = reason == kernel.STOP_NEED_BLOCKS
+        if steps:
+            self._step_ints[self._steps_buffered, -1] = preempted
+            self._steps_buffered += steps
+        finished: list[SimRequest] = []
+        for (uid, output), (when, first_token) in zip(self._finished[:n_done], self._finished_at[:n_done], strict=True):
+            request = self._by_uid.pop(int(uid))
+            request.output = int(output)
+            request.first_token = float(first_token)
+            request.finished_at = float(when)
             request.finish_reason = "length" if request.output >= request.max_tokens else "stop"
             finished.append(request)
-        self.run = self.run[~np.isin(self.run, run[done])]
-        return finished
+        self.n_run = n_after
+        rows = self._log_buffer[log_start : self._counters[2]]
+        if steps == 0 and (preempted or self._need_room):
+            return self.run_steps(now, next_arrival=next_arrival, max_steps=max_steps, stop_on_finish=stop_on_finish)
+        return StepOutcome(end=end, steps=steps, log_rows=rows, finished=finished)
+
+    def _wants(self) -> tuple[np.ndarray, np.ndarray]:
+        n = self.n_run
+        computed, goal = self.state[kernel.COMPUTED, :n], self.state[kernel.GOAL, :n]
+        want = np.where(computed < goal, goal - computed, 1 + self.state[kernel.PENDING, :n])
+        extra = np.maximum(-(-(computed + want) // self.limits.block_size) - self.state[kernel.BLOCKS, :n], 0)
+        return want, extra
+
+    def _make_room(self) -> int:
+        """Preempt from the back of the running list until this step's KV growth fits (vLLM's recompute mode)."""
+        preempted = 0
+        while self.n_run:
+            _, extra = self._wants()
+            if int(extra.sum()) <= self._counters[0]:
+                break
+            request = self._remove_running(self.n_run - 1)
+            request.computed = 0
+            request.preemptions += 1
+            self.num_preemptions += 1
+            self.waiting.appendleft(request)
+            preempted += 1
+        return preempted
+
+    def _admit(self, now: float) -> None:
+        if not self.waiting or self.n_run >= self.limits.max_num_seqs:
+            return
+        want, extra = self._wants()
+        budget = self.limits.max_num_batched_tokens - int(want.sum())
+        free = int(self._counters[0]) - int(extra.sum())
+        while self.waiting and self.n_run < self.limits.max_num_seqs and budget > 0:
+            request = self.waiting[0]
+            goal = request.prompt_tokens + request.output  # after a preemption: recompute the output too
+            chunk = min(goal, budget)
+            blocks = self._blocks_for(chunk)
+            if blocks > free:
+                break
+            self.waiting.popleft()
+            i = self.n_run
+            self.state[:, i] = (
+                0,
+                request.output,
+                request.target_tokens,
+                goal,
+                0,
+                0,
+                self._categories[request.category],
+                request.uid,
+            )
+            self.r_first_token[i] = np.nan if request.first_token is None else request.first_token
+            self._by_uid[request.uid] = request
+            self.n_run = i + 1
+            if request.first_scheduled is None:
+                request.first_scheduled = now
+                request.first_chunk = len(self._log_chunks)
+            budget -= chunk
+            free -= blocks
+
+    def _flush_log(self) -> None:
+        used = int(self._counters[2])
+        if used:
+            self._log_chunks.append(self._log_buffer[:used].copy())
+            self._counters[2] = 0
+
+    def _flush_steps(self) -> None:
+        if self._steps_buffered:
+            n = self._steps_buffered
+            self._table.append(self._step_floats[:n].copy(), self._step_ints[:n].copy())
+            self._steps_buffered = 0
 
     # --- records --------------------------------------------------------------------------------------------
     def record_for(self, request: SimRequest) -> RequestRecord:
@@ -455,22 +336,27 @@ class EngineCore:
         for request in requests:
             if not request.finished:
                 raise ValueError(f"request {request.request_id} has not finished")
+        self._flush_log()
         first_chunk = min(r.first_chunk for r in requests)
-        uid = self.log.column("uid", first_chunk)
+        chunks = self._log_chunks[first_chunk:]
+        log = np.concatenate(chunks) if chunks else np.zeros((0, 5), dtype=I64)
         wanted = np.fromiter((r.uid for r in requests), dtype=I64, count=len(requests))
-        mask = np.isin(uid, wanted)
-        uid = uid[mask]
-        order = np.argsort(uid, kind="stable")  # rows are appended in time order; stable keeps it per request
-        uid = uid[order]
-        cols = {c: self.log.column(c, first_chunk)[mask][order] for c in ("step", "drafted", "accepted", "emitted")}
-        ends = self.steps.column("end")
-        batch_sizes = self.steps.column("batch_size")
-        ks = self.steps.column("k")
-        bounds = np.searchsorted(uid, wanted, side="left"), np.searchsorted(uid, wanted, side="right")
+        log = log[np.isin(log[:, 0], wanted)]
+        log = log[np.argsort(log[:, 0], kind="stable")]  # rows are in time order; stable keeps it per request
+        table = self.steps
+        steps = log[:, 1]
+        emitted = log[:, 4]
+        # Whole-log columns first; each record then takes contiguous slices of them.
+        token_times = np.repeat(table.column("end")[steps], emitted)
+        step_batch = table.column("batch_size")[steps]
+        step_k = table.column("k")[steps]
+        drafted = np.ascontiguousarray(log[:, 2])
+        accepted = np.ascontiguousarray(log[:, 3])
+        row_bounds = np.searchsorted(log[:, 0], wanted, side="left"), np.searchsorted(log[:, 0], wanted, side="right")
+        token_bounds = np.concatenate([[0], np.cumsum(emitted)])
         records = []
         for i, request in enumerate(requests):
-            lo, hi = int(bounds[0][i]), int(bounds[1][i])
-            steps = cols["step"][lo:hi]
+            lo, hi = int(row_bounds[0][i]), int(row_bounds[1][i])
             assert request.first_scheduled is not None and request.first_token is not None
             assert request.finished_at is not None and request.finish_reason is not None
             records.append(
@@ -486,12 +372,29 @@ class EngineCore:
                     first_token=request.first_token,
                     finished=request.finished_at,
                     preemptions=request.preemptions,
-                    token_times=np.repeat(ends[steps], cols["emitted"][lo:hi]),
-                    step_batch_size=batch_sizes[steps].astype(I64),
-                    step_k=ks[steps].astype(I64),
-                    step_drafted=cols["drafted"][lo:hi],
-                    step_accepted=cols["accepted"][lo:hi],
+                    token_times=token_times[token_bounds[lo] : token_bounds[hi]],
+                    step_batch_size=step_batch[lo:hi],
+                    step_k=step_k[lo:hi],
+                    step_drafted=drafted[lo:hi],
+                    step_accepted=accepted[lo:hi],
                     num_spec_tokens=self.max_k,
                 )
             )
         return records
+
+
+def _cost_vector(profile: Profile, speculative: bool) -> tuple[np.ndarray, int]:
+    v, d = profile.verify, profile.draft
+    costs = np.zeros(10)
+    costs[kernel.C_V_KV], costs[kernel.C_V_BATCHED], costs[kernel.C_V_FIXED] = (
+        v.per_kv_token,
+        v.per_batched_token,
+        v.fixed,
+    )
+    costs[kernel.C_D_KV], costs[kernel.C_D_TOKEN], costs[kernel.C_D_FIXED] = d.per_kv_token, d.per_draft_token, d.fixed
+    costs[kernel.C_D_FRACTION] = d.fraction
+    costs[kernel.C_IDLE_FIXED], costs[kernel.C_IDLE_REQ] = d.idle_fixed, d.idle_per_request
+    costs[kernel.C_OVERHEAD] = profile.step_overhead
+    if not speculative:
+        return costs, kernel.DRAFT_NONE
+    return costs, kernel.DRAFT_MODEL if d.kind == "model" else kernel.DRAFT_FRACTION

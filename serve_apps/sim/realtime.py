@@ -85,7 +85,7 @@ class RealtimeEngine:
                 continue
             start = max(self.engine_now(), self._engine_time)
             outcome = self.core.run_steps(start, max_steps=1)
-            if outcome.end == start:
+            if outcome.steps == 0:
                 # Queued work that cannot be scheduled yet; look again shortly.
                 await asyncio.sleep(0.001 * self.time_scale)
                 continue
@@ -96,9 +96,9 @@ class RealtimeEngine:
                 await asyncio.sleep(delay)
             else:
                 self.max_lag = max(self.max_lag, -delay)
-            for uid, count in zip(outcome.uids.tolist(), outcome.emitted.sum(axis=0).tolist(), strict=True):
+            for uid, count in outcome.tokens_by_uid().items():
                 queue = self._queues.get(uid)
-                if queue is not None and count:
+                if queue is not None:
                     queue.put_nowait(TokenBatch(count=count, time=end_wall))
             for record, request in zip(self.core.records_for(outcome.finished), outcome.finished, strict=True):
                 queue = self._queues.get(request.uid)

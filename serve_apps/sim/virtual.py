@@ -32,7 +32,7 @@ def run_open_loop(core: EngineCore, arrivals: Sequence[SimRequest], *, stop_at: 
             continue
         next_arrival = pending[i].arrival if i < len(pending) else math.inf
         outcome = core.run_steps(now, next_arrival=next_arrival)
-        if outcome.end == now:
+        if outcome.steps == 0:
             # Nothing fit (e.g. the KV cache is full of waiting work): wait for the next arrival.
             if i == len(pending):
                 raise RuntimeError("simulated engine is stuck: work queued but nothing can be scheduled")
@@ -59,8 +59,8 @@ def run_closed_loop(
         core.add_request(make_request(issued, now))
         issued += 1
     while core.has_work():
-        outcome = core.run_steps(now)
-        if outcome.end == now:
+        outcome = core.run_steps(now, stop_on_finish=issued < total_requests)
+        if outcome.steps == 0:
             raise RuntimeError("simulated engine is stuck: work queued but nothing can be scheduled")
         now = outcome.end
         for request in outcome.finished:
