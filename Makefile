@@ -30,7 +30,7 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/specdrill simulate sweep --profile llama3.1-8b-h100-eagle \
 		--policies off,fixed:3,dynamic:3:1-64=3,65-128=1,129-512=0 \
-		--rates 5,20,40,60,80,100 --duration 120 --workload reasoning
+		--rates 5,20,40,55,70 --duration 120 --workload chat
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -134,8 +134,11 @@ class EngineCore:
         self._step_ints = np.zeros((_STEP_CAPACITY, len(_STEP_INT_COLUMNS)), dtype=I64)
         self._steps_buffered = 0
         self._table = StepTable()
-        self._finished = np.zeros((n, 2), dtype=I64)
-        self._finished_at = np.zeros((n, 2))  # finish time, first-token time
+        self._finished = np.zeros((2 * n + 1, 2), dtype=I64)
+        self._finished_at = np.zeros((2 * n + 1, 2))  # finish time, first-token time
+        self._staged = np.zeros((kernel.STATE_ROWS, n), dtype=I64)
+        self._staged_first_token = np.full(n, np.nan)
+        self._admit_time = np.zeros(n)
 
     # --- requests -------------------------------------------------------------------------------------------
     @property
@@ -227,18 +230,33 @@ class EngineCore:
         if self._counters[2] + limit * self.limits.max_num_seqs > len(self._log_buffer):
             self._flush_log()
         preempted = self._make_room() if self._need_room else 0
-        if preempted == 0:
-            self._admit(now)
+        # Stage the head of the queue (no admission in a step that preempted, as in vLLM); a few more than the
+        # free seats so requests finishing inside the call can be replaced without coming back here.
+        n_staged = 0 if preempted else min(len(self.waiting), self.limits.max_num_seqs - self.n_run + 8,
+                                           self.limits.max_num_seqs)  # fmt: skip
+        for q in range(n_staged):
+            request = self.waiting[q]
+            self._staged[:, q] = (
+                0, request.output, request.target_tokens, request.prompt_tokens + request.output, 0, 0,
+                self._categories[request.category], request.uid,
+            )  # fmt: skip
+            self._staged_first_token[q] = np.nan if request.first_token is None else request.first_token
         log_start = int(self._counters[2])
-        n = self.n_run
-        reason, steps, n_done, end, n_after = kernel.run_steps(
-            n, self.state, self.r_first_token, self._counters, self._rng,
-            self._cdf, self._avail, self.k_table, self._costs, self._draft_kind, self.max_k,
+        reason, steps, n_done, end, n_after, n_admitted = kernel.run_steps(
+            self.n_run, self.state, self.r_first_token,
+            self._staged, self._staged_first_token, n_staged, self._admit_time,
+            self._counters, self._rng, self._cdf, self._avail, self.k_table, self._costs, self._draft_kind,
             self.limits.max_num_batched_tokens, self.limits.block_size,
-            now, next_arrival, limit, stop_on_finish or bool(self.waiting), len(self.waiting),
+            now, next_arrival, limit, stop_on_finish, len(self.waiting),
             self._step_floats[self._steps_buffered :], self._step_ints[self._steps_buffered :],
             self._log_buffer, self._finished, self._finished_at,
         )  # fmt: skip
+        for q in range(n_admitted):
+            request = self.waiting.popleft()
+            self._by_uid[request.uid] = request
+            if request.first_scheduled is None:
+                request.first_scheduled = float(self._admit_time[q])
+                request.first_chunk = len(self._log_chunks)
         self._need_room = reason == kernel.STOP_NEED_BLOCKS
         if steps:
             self._step_ints[self._steps_buffered, -1] = preempted
@@ -278,40 +296,6 @@ class EngineCore:
             self.waiting.appendleft(request)
             preempted += 1
         return preempted
-
-    def _admit(self, now: float) -> None:
-        if not self.waiting or self.n_run >= self.limits.max_num_seqs:
-            return
-        want, extra = self._wants()
-        budget = self.limits.max_num_batched_tokens - int(want.sum())
-        free = int(self._counters[0]) - int(extra.sum())
-        while self.waiting and self.n_run < self.limits.max_num_seqs and budget > 0:
-            request = self.waiting[0]
-            goal = request.prompt_tokens + request.output  # after a preemption: recompute the output too
-            chunk = min(goal, budget)
-            blocks = self._blocks_for(chunk)
-            if blocks > free:
-                break
-            self.waiting.popleft()
-            i = self.n_run
-            self.state[:, i] = (
-                0,
-                request.output,
-                request.target_tokens,
-                goal,
-                0,
-                0,
-                self._categories[request.category],
-                request.uid,
-            )
-            self.r_first_token[i] = np.nan if request.first_token is None else request.first_token
-            self._by_uid[request.uid] = request
-            self.n_run = i + 1
-            if request.first_scheduled is None:
-                request.first_scheduled = now
-                request.first_chunk = len(self._log_chunks)
-            budget -= chunk
-            free -= blocks
 
     def _flush_log(self) -> None:
         used = int(self._counters[2])

@@ -63,6 +63,10 @@ def run_steps(
     n_run: int,
     state: np.ndarray,  # int64 (STATE_ROWS, max_num_seqs)
     first_token: np.ndarray,  # float64 (max_num_seqs,), NaN until the first token
+    staged: np.ndarray,  # int64 (STATE_ROWS, S): the head of the waiting queue, admissible in FCFS order
+    staged_first_token: np.ndarray,  # float64 (S,)
+    n_staged: int,
+    admit_time: np.ndarray,  # float64 (S,): out, when each admitted staged request was first scheduled
     counters: np.ndarray,  # [free_blocks, steps so far, log rows used]
     rng: np.ndarray,
     cdf: np.ndarray,
@@ -70,28 +74,32 @@ def run_steps(
     k_table: np.ndarray,
     costs: np.ndarray,
     draft_kind: int,
-    max_k: int,
     budget_per_step: int,
     block_size: int,
     now: float,
     next_arrival: float,
     max_steps: int,
-    stop_when_slot_frees: bool,
-    waiting: int,
+    stop_on_finish: bool,
+    waiting: int,  # requests waiting, staged ones included
     steps_out: np.ndarray,  # float64 (max_steps, 2): start, end
     steps_int: np.ndarray,  # int64 (max_steps, 9): batch, prefill, k, batched, kv, drafted, accepted, waiting, running
     log: np.ndarray,  # int64 (capacity, 5): uid, step, drafted, accepted, emitted
-    finished: np.ndarray,  # int64 (n_run, 2): uid, output
-    finished_at: np.ndarray,  # float64 (n_run, 2): finish time, first-token time
-) -> tuple[int, int, int, float, int]:
-    """Returns (reason, steps run, requests finished, engine time, n_run after compaction)."""
+    finished: np.ndarray,  # int64 (n, 2): uid, output
+    finished_at: np.ndarray,  # float64 (n, 2): finish time, first-token time
+) -> tuple[int, int, int, float, int, int]:
+    """Returns (reason, steps run, requests finished, engine time, n_run after compaction, staged admitted)."""
     computed, output, target, goal = state[COMPUTED], state[OUTPUT], state[TARGET], state[GOAL]
     pending, blocks, cat, uid = state[PENDING], state[BLOCKS], state[CAT], state[UID]
+    capacity = state.shape[1]
     n_steps = 0
     n_done = 0
+    n_cur = n_run
+    admitted = 0
     t = now
-    tokens = np.zeros(n_run, dtype=np.int64)
-    alive = np.ones(n_run, dtype=np.bool_)
+    tokens = np.zeros(capacity, dtype=np.int64)
+    alive = np.zeros(capacity, dtype=np.bool_)
+    alive[:n_run] = True
+    live = n_run
     reason = STOP_MAX_STEPS
     while n_steps < max_steps:
         # --- schedule: running requests in order; budget first, then KV blocks for what they write ---
@@ -99,7 +107,7 @@ def run_steps(
         batch = 0
         n_prefill = 0
         extra_total = 0
-        for i in range(n_run):
+        for i in range(n_cur):
             tokens[i] = 0
             if not alive[i]:
                 continue
@@ -117,11 +125,44 @@ def run_steps(
             tokens[i] = want
             budget -= want
             batch += 1
-        if batch == 0:
-            reason = STOP_NOTHING_SCHEDULABLE if n_steps == 0 else STOP_IDLE
-            break
         if extra_total > counters[0]:
             reason = STOP_NEED_BLOCKS
+            break
+        # --- admit from the queue head while seats, budget and KV blocks allow (vLLM: after running ones) ---
+        while admitted < n_staged and live < capacity and budget > 0:
+            chunk = min(staged[GOAL, admitted], budget)
+            need = (chunk + block_size - 1) // block_size
+            if extra_total + need > counters[0]:
+                break
+            if n_cur == capacity:  # compact finished entries away to make room at the end
+                j = 0
+                for i in range(n_cur):
+                    if alive[i]:
+                        if j != i:
+                            for row in range(STATE_ROWS):
+                                state[row, j] = state[row, i]
+                            first_token[j] = first_token[i]
+                            tokens[j] = tokens[i]
+                            alive[j] = True
+                        j += 1
+                for i in range(j, n_cur):
+                    alive[i] = False
+                    tokens[i] = 0
+                n_cur = j
+            for row in range(STATE_ROWS):
+                state[row, n_cur] = staged[row, admitted]
+            first_token[n_cur] = staged_first_token[admitted]
+            alive[n_cur] = True
+            tokens[n_cur] = chunk
+            admit_time[admitted] = t
+            extra_total += need
+            budget -= chunk
+            batch += 1
+            n_cur += 1
+            live += 1
+            admitted += 1
+        if batch == 0:
+            reason = STOP_NOTHING_SCHEDULABLE if n_steps == 0 else STOP_IDLE
             break
         if counters[2] + batch > log.shape[0]:
             reason = STOP_MAX_STEPS
@@ -130,7 +171,7 @@ def run_steps(
         batched = 0
         kv = 0
         drafted_sum = 0
-        for i in range(n_run):
+        for i in range(n_cur):
             if tokens[i] == 0:
                 continue
             need = (computed[i] + tokens[i] + block_size - 1) // block_size - blocks[i]
@@ -149,7 +190,7 @@ def run_steps(
         accepted_sum = 0
         freed = False
         row = counters[2]
-        for i in range(n_run):
+        for i in range(n_cur):
             if tokens[i] == 0:
                 continue
             emitted = 0
@@ -180,6 +221,7 @@ def run_steps(
             row += 1
             if output[i] >= target[i]:
                 alive[i] = False
+                live -= 1
                 pending[i] = 0
                 finished[n_done, 0] = uid[i]
                 finished[n_done, 1] = output[i]
@@ -203,27 +245,27 @@ def run_steps(
         steps_int[n_steps, 4] = kv
         steps_int[n_steps, 5] = drafted_sum
         steps_int[n_steps, 6] = accepted_sum
-        steps_int[n_steps, 7] = waiting
-        steps_int[n_steps, 8] = n_run - n_done
+        steps_int[n_steps, 7] = waiting - admitted
+        steps_int[n_steps, 8] = live
         counters[1] += 1
         n_steps += 1
         t = end
         if next_arrival <= t:
             reason = STOP_ARRIVAL
             break
-        if freed and stop_when_slot_frees:
+        if freed and (stop_on_finish or (admitted == n_staged and waiting > n_staged)):
             reason = STOP_SLOT_FREED
             break
-        if n_done == n_run:
+        if live == 0 and admitted == n_staged:
             reason = STOP_IDLE
             break
     # --- compact: drop finished requests, keep the order of the rest ---
     j = 0
-    for i in range(n_run):
+    for i in range(n_cur):
         if alive[i]:
             if j != i:
                 for row in range(STATE_ROWS):
                     state[row, j] = state[row, i]
                 first_token[j] = first_token[i]
             j += 1
-    return reason, n_steps, n_done, t, j
+    return reason, n_steps, n_done, t, j, admitted
