@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
 from loadshapes.mixes import BUILTIN_WORKLOADS, builtin_workload
@@ -186,16 +187,13 @@ def sweep_cmd(
     workload = _workload(workload_name, profile)
     topology = _topology(topology_text)
     slo = Slo(ttft=ttft_slo, tpot=tpot_slo)
-    points = sweep(
-        profile,
-        parsed,
-        rates=rate_list,
-        duration=duration,
-        workload=workload,
-        seed=seed,
-        slo=slo,
-        topology=topology,
-    )
+    progress_console = Console(stderr=True)
+    with Progress(console=progress_console, transient=True, disable=not progress_console.is_terminal) as progress:
+        task = progress.add_task("simulating", total=len(rate_list) * len(parsed))
+        points = sweep(
+            profile, parsed, rates=rate_list, duration=duration, workload=workload, seed=seed, slo=slo,
+            topology=topology, on_point=lambda _: progress.advance(task),
+        )  # fmt: skip
     if as_json:
         click.echo(
             json.dumps(

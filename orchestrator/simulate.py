@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from loadshapes.arrivals import poisson_arrivals
 from loadshapes.mixes import Workload
+from orchestrator.logs import get_logger
 from orchestrator.metrics import Slo, WindowSummary, summarize_window
 from serve_apps.policies import SINGLE, OffPolicy, Topology
 from serve_apps.policies import Policy as PolicyT
@@ -18,6 +19,7 @@ from serve_apps.sim.request import SimRequest
 from serve_apps.sim.virtual import run_closed_loop, run_open_loop
 
 AnyPolicy = PolicyT  # the discriminated union of policy models
+log = get_logger(__name__)
 
 
 def make_requests(workload: Workload, arrivals: np.ndarray, *, seed: int, prefix: str = "req") -> list[SimRequest]:
@@ -127,6 +129,7 @@ def sweep(
     topology: Topology = SINGLE,
     warmup_fraction: float = 0.1,
     drain: float | None = None,
+    on_point: Callable[[SweepPoint], None] | None = None,
 ) -> list[SweepPoint]:
     """Open-loop Poisson traffic per rate; every policy sees the same arrivals and requests (common numbers)."""
     points = []
@@ -138,13 +141,18 @@ def sweep(
             requests = make_requests(workload, arrivals, seed=seed * 1000 + r_index + 7)
             core = EngineCore(profile, policy.resolve(topology), seed=seed)
             run = run_open_loop(core, requests, stop_at=duration + (duration if drain is None else drain))
-            points.append(
-                SweepPoint(
-                    rate=rate,
-                    policy=policy.label,
-                    topology=topology.label,
-                    summary=summarize_window(run.records, start=start, end=duration, arrived=in_window, slo=slo),
-                    preemptions=core.num_preemptions,
-                )
+            point = SweepPoint(
+                rate=rate,
+                policy=policy.label,
+                topology=topology.label,
+                summary=summarize_window(run.records, start=start, end=duration, arrived=in_window, slo=slo),
+                preemptions=core.num_preemptions,
             )
+            log.info(
+                "sweep.point", rate=rate, policy=point.policy, goodput=round(point.summary.goodput, 3),
+                engine_steps=core.steps.count,
+            )  # fmt: skip
+            points.append(point)
+            if on_point is not None:
+                on_point(point)
     return points
