@@ -1,0 +1,83 @@
+"""An arm: one speculation policy on one topology, served by one kind of engine."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SimulatedEngineConfig(_Strict):
+    kind: Literal["simulated"] = "simulated"
+    profile: str = "llama3.1-8b-h100-eagle"
+    time_scale: float = Field(default=1.0, gt=0)
+    seed: int = 0
+    max_model_len: int = Field(default=8192, ge=16)
+
+
+class VllmEngineConfig(_Strict):
+    """Engine args for vLLM's AsyncLLM; engine_kwargs passes any other AsyncEngineArgs field through."""
+
+    kind: Literal["vllm"] = "vllm"
+    model: str
+    served_model_name: str | None = None
+    dtype: str = "auto"
+    max_model_len: int | None = Field(default=None, ge=16)
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    enforce_eager: bool = False
+    seed: int = 0
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("engine_kwargs")
+    @classmethod
+    def _not_owned_by_arm(cls, v: dict[str, Any]) -> dict[str, Any]:
+        owned = {"speculative_config", "data_parallel_size", "tensor_parallel_size", "model"}
+        clash = sorted(owned & set(v))
+        if clash:
+            raise ValueError(f"engine_kwargs may not set {', '.join(clash)}: the arm's policy and topology do")
+        return v
+
+
+EngineConfig = Annotated[SimulatedEngineConfig | VllmEngineConfig, Field(discriminator="kind")]
+
+
+class Resources(_Strict):
+    """What each engine of the arm reserves in the Ray cluster; GPUs are placed with a placement group."""
+
+    cpus_per_engine: float = Field(default=0.5, gt=0)
+    gpus_per_engine: float = Field(default=0.0, ge=0)
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+
+
+class ArmSpec(_Strict):
+    name: str
+    policy: Annotated[OffPolicy | FixedPolicy | DynamicPolicy, Field(discriminator="kind")]
+    topology: Topology = Topology()
+    engine: EngineConfig
+    resources: Resources = Resources()
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError(f"arm name {v!r} must be lowercase letters, digits and '-' (it becomes a URL path)")
+        return v
+
+    @property
+    def route_prefix(self) -> str:
+        return f"/{self.name}"
+
+    @property
+    def served_model_name(self) -> str:
+        if isinstance(self.engine, VllmEngineConfig):
+            return self.engine.served_model_name or self.engine.model
+        return f"sim-{self.engine.profile}"
