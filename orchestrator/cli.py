@@ -13,6 +13,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from loadshapes.mixes import BUILTIN_WORKLOADS, builtin_workload
+from orchestrator.campaign import Campaign, CampaignError, load_campaign
 from orchestrator.logs import configure_logging
 from orchestrator.metrics import Slo
 from orchestrator.simulate import FixedBatchPoint, SweepPoint, fixed_batch, sweep
@@ -243,6 +244,45 @@ def _print_sweep(points: Sequence[SweepPoint]) -> None:
     console = _console()
     console.print(table)
     console.print("* goodput within 1% of the best at that rate")
+
+
+@cli.command("deploy")
+@click.argument("campaign_file", type=click.Path(dir_okay=False))
+@click.option("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a running local one)")
+@click.option("--timeout", "timeout_s", type=float, default=None, help="seconds to wait for every arm")
+def deploy_cmd(campaign_file: str, address: str | None, timeout_s: float | None) -> None:
+    """Bring up every arm of a campaign on Ray Serve; print JSON mapping arm name -> base URL."""
+    from orchestrator.deploy import DeployError, deploy
+
+    campaign = _campaign(campaign_file)
+    try:
+        urls = deploy(campaign, address=address, timeout_s=timeout_s)
+    except DeployError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(urls, indent=2))
+
+
+@cli.command("teardown")
+@click.argument("campaign_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a running local one)")
+def teardown_cmd(campaign_file: str | None, address: str | None) -> None:
+    """Delete a campaign's arms (or, without a file, every Serve application)."""
+    from orchestrator.deploy import DeployError, teardown
+
+    campaign = _campaign(campaign_file) if campaign_file else None
+    try:
+        deleted = teardown(campaign, address=address)
+    except DeployError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps({"deleted": deleted}))
+
+
+def _campaign(path: str) -> Campaign:
+    try:
+        return load_campaign(path)
+    except CampaignError as exc:
+        _fail(str(exc))
+        raise
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -33,5 +33,5 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
-    configure_logging()
+    # Lazy: the logger binds to whatever configure_logging() set up by the time it first logs.
     return structlog.get_logger(name)  # type: ignore[no-any-return]

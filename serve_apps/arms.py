@@ -36,6 +36,8 @@ class VllmEngineConfig(_Strict):
     enforce_eager: bool = False
     seed: int = 0
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+    # Environment of the engine's replica (e.g. VLLM_CPU_KVCACHE_SPACE on CPU machines).
+    env: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("engine_kwargs")
     @classmethod
@@ -56,10 +58,13 @@ class Resources(_Strict):
     cpus_per_engine: float = Field(default=0.5, gt=0)
     gpus_per_engine: float = Field(default=0.0, ge=0)
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    # At most this many of the arm's engines on one node (Serve's max_replicas_per_node): 1 spreads them out.
+    max_engines_per_node: int | None = Field(default=None, ge=1)
 
 
 class ArmSpec(_Strict):
     name: str
+    campaign: str = "default"
     policy: Annotated[OffPolicy | FixedPolicy | DynamicPolicy, Field(discriminator="kind")]
     topology: Topology = Topology()
     engine: EngineConfig
@@ -73,8 +78,12 @@ class ArmSpec(_Strict):
         return v
 
     @property
+    def app_name(self) -> str:
+        return f"{self.campaign}.{self.name}"
+
+    @property
     def route_prefix(self) -> str:
-        return f"/{self.name}"
+        return f"/{self.campaign}/{self.name}"
 
     @property
     def served_model_name(self) -> str:

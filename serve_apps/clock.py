@@ -14,3 +14,8 @@ _MONO_ANCHOR = time.monotonic()
 
 def now() -> float:
     return _EPOCH_ANCHOR + (time.monotonic() - _MONO_ANCHOR)
+
+
+def from_monotonic(ts: float) -> float:
+    """A time.monotonic() reading from any process on this host (CLOCK_MONOTONIC is system-wide) on our clock."""
+    return _EPOCH_ANCHOR + (ts - _MONO_ANCHOR)

@@ -58,9 +58,8 @@ class CompletionRequest(_Common):
 
     @model_validator(mode="after")
     def _one_prompt(self) -> CompletionRequest:
-        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str):
-            if len(self.prompt) != 1:
-                raise ValueError("one prompt per request")
+        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str) and len(self.prompt) != 1:
+            raise ValueError("one prompt per request")
         return self
 
     def prompt_text(self) -> str | None:

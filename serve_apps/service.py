@@ -48,9 +48,7 @@ class ArmService:
     def models(self) -> dict[str, Any]:
         return {
             "object": "list",
-            "data": [
-                {"id": self.arm.served_model_name, "object": "model", "created": 0, "owned_by": "specdrill"}
-            ],
+            "data": [{"id": self.arm.served_model_name, "object": "model", "created": 0, "owned_by": "specdrill"}],
         }
 
     def info(self) -> dict[str, Any]:
@@ -81,10 +79,12 @@ class ArmService:
             where = ".".join(str(p) for p in err["loc"]) or "body"
             raise RequestError(f"{where}: {err['msg']}") from None
         if req.model is not None and req.model != self.arm.served_model_name:
-            raise RequestError(f"model {req.model!r} is not served here; this arm serves {self.arm.served_model_name!r}")
+            raise RequestError(
+                f"model {req.model!r} is not served here; this arm serves {self.arm.served_model_name!r}"
+            )
         rid = request_id or f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         hints = req.specdrill
-        text = req.prompt_text() if isinstance(req, ChatCompletionRequest) else req.prompt_text()
+        text = req.prompt_text()
         ids = None if isinstance(req, ChatCompletionRequest) else req.prompt_token_ids()
         inp = GenerationInput(
             request_id=rid,
@@ -93,6 +93,7 @@ class ArmService:
             max_tokens=req.token_limit or DEFAULT_MAX_TOKENS,
             ignore_eos=req.ignore_eos,
             seed=req.seed,
+            temperature=1.0 if req.temperature is None else req.temperature,
             category=(hints.category if hints and hints.category else "chat"),
             prompt_tokens_hint=hints.prompt_tokens if hints else None,
             output_tokens_hint=hints.output_tokens if hints else None,

@@ -15,6 +15,7 @@ class GenerationInput:
     max_tokens: int
     ignore_eos: bool = False
     seed: int | None = None
+    temperature: float = 1.0
     # Hints for the simulated engine (the `specdrill` body extension); real engines ignore them.
     category: str = "chat"
     prompt_tokens_hint: int | None = None

