@@ -56,6 +56,7 @@ def deploy(campaign: Campaign, *, address: str | None = None, timeout_s: float |
     arms = campaign.arms()
     connect(address)
     serve.start(http_options={"host": campaign.serve.host, "port": campaign.serve.port})
+    _check_listening(campaign)
     timeout = timeout_s or (900.0 if isinstance(campaign.engine, VllmEngineConfig) else 180.0)
     names = [arm.app_name for arm in arms]
     try:
@@ -72,6 +73,20 @@ def deploy(campaign: Campaign, *, address: str | None = None, timeout_s: float |
         raise
     log.info("deploy.done", apps=names)
     return urls
+
+
+def _check_listening(campaign: Campaign) -> None:
+    """Serve keeps the HTTP address it started with; refuse a campaign that asks for another one."""
+    from ray.serve.context import _get_global_client
+
+    client = _get_global_client()
+    assert client is not None  # serve.start() just ran
+    config = client.http_config
+    if (config.host, config.port) != (campaign.serve.host, campaign.serve.port):
+        raise DeployError(
+            f"Serve already listens on {config.host}:{config.port}, the campaign asks for "
+            f"{campaign.serve.host}:{campaign.serve.port}: use that address or shut Serve down first"
+        )
 
 
 def _wait_running(names: Sequence[str], *, deadline: float) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
 
@@ -76,6 +76,19 @@ class ArmSpec(_Strict):
         if not _NAME.match(v):
             raise ValueError(f"arm name {v!r} must be lowercase letters, digits and '-' (it becomes a URL path)")
         return v
+
+    @model_validator(mode="after")
+    def _placement_is_expressible(self) -> ArmSpec:
+        multi_gpu = self.resources.gpus_per_engine > 0 and (
+            self.topology.tensor_parallel_size > 1
+            or (self.engine.kind == "vllm" and self.topology.kind == "data_parallel")
+        )
+        if multi_gpu and self.resources.max_engines_per_node is not None:
+            raise ValueError(
+                "resources.max_engines_per_node cannot apply to engines spanning several GPUs (Ray Serve places "
+                "those with placement groups); use resources.placement_strategy"
+            )
+        return self
 
     @property
     def app_name(self) -> str:

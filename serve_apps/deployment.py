@@ -49,7 +49,9 @@ def _has_dist(name: str) -> bool:
 @serve.deployment(max_ongoing_requests=1024)
 @serve.ingress(app)
 class ArmDeployment:
-    def __init__(self, arm_json: str) -> None:
+    # Async constructor: the replica only counts as running once its engine has started (a vLLM engine that
+    # fails to start fails the deployment with vLLM's message instead of failing the first request).
+    async def __init__(self, arm_json: str) -> None:  # type: ignore[misc]
         arm = ArmSpec.model_validate_json(arm_json)
         context = serve.get_replica_context()
         replica_id = context.replica_id.unique_id
@@ -60,14 +62,8 @@ class ArmDeployment:
         )
         engine = build_engine(arm, engine_id=f"{arm.name}/{replica_id}", seed_offset=zlib.crc32(replica_id.encode()))
         self.service = ArmService(arm, engine, placement, _versions())
-        self._metrics_task: asyncio.Task[None] | None = None
-        self._started = False
-
-    async def _ensure_started(self) -> None:
-        if not self._started:
-            await self.service.engine.start()
-            self._started = True
-            self._metrics_task = asyncio.get_running_loop().create_task(self._publish_metrics())
+        await engine.start()
+        self._metrics_task = asyncio.get_running_loop().create_task(self._publish_metrics())
 
     async def _publish_metrics(self) -> None:
         from ray.util.metrics import Gauge
@@ -86,7 +82,6 @@ class ArmDeployment:
 
     async def _generate(self, request: Request, *, chat: bool) -> Any:
         received = now()
-        await self._ensure_started()
         try:
             body = await request.json()
         except ValueError:
@@ -121,12 +116,10 @@ class ArmDeployment:
 
     @app.get("/health")
     async def health(self) -> dict[str, str]:
-        await self._ensure_started()
         return {"status": "ok"}
 
     @app.get("/specdrill/info")
     async def info(self) -> dict[str, Any]:
-        await self._ensure_started()
         return self.service.info()
 
     @app.get("/specdrill/timeline")
@@ -153,11 +146,14 @@ def build_arm_app(arm: ArmSpec) -> serve.Application:
     options: dict[str, Any] = {"name": arm.name, "num_replicas": replicas, "ray_actor_options": actor}
     if res.gpus_per_engine > 0:
         actor["num_gpus"] = res.gpus_per_engine
+    if res.gpus_per_engine > 0 and workers > 1:
+        # An engine spanning several GPUs (TP, or vLLM's DP group) is gang-scheduled: one placement group per
+        # replica, its first bundle for the replica, the rest for vLLM's workers.
         bundles = [{"CPU": res.cpus_per_engine, "GPU": res.gpus_per_engine}]
         bundles += [{"GPU": res.gpus_per_engine} for _ in range(workers - 1)]
         options["placement_group_bundles"] = bundles
         options["placement_group_strategy"] = res.placement_strategy
-    if res.max_engines_per_node is not None:
+    elif res.max_engines_per_node is not None:
         options["max_replicas_per_node"] = res.max_engines_per_node
     application: serve.Application = ArmDeployment.options(**options).bind(  # type: ignore[attr-defined]
         arm.model_dump_json()

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from orchestrator.campaign import Campaign
-from orchestrator.deploy import deploy, teardown
+from orchestrator.deploy import deploy
 from serve_apps.policies import parse_policy
 from tests.ray_helpers import free_port, local_ray
 
@@ -265,3 +265,13 @@ def test_bad_campaign_is_refused_before_anything_deploys(cluster: dict[str, Any]
     assert result.returncode == 2
     assert result.stderr.strip().startswith("specdrill: error: campaign")
     assert "must start at 1" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_campaign_on_another_port_is_refused(cluster: dict[str, Any]) -> None:
+    from orchestrator.deploy import DeployError
+
+    other = Campaign.model_validate(
+        {**_campaign(free_port(), name="porttest"), "arms": [{"policy": "off", "topology": "single"}]}
+    )
+    with pytest.raises(DeployError, match=f"already listens on 127.0.0.1:{cluster['port']}"):
+        deploy(other)
