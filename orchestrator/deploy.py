@@ -98,8 +98,7 @@ def _wait_running(names: Sequence[str], *, deadline: float) -> None:
         states = {name: apps[name].status if name in apps else ApplicationStatus.NOT_STARTED for name in names}
         failed = [n for n, s in states.items() if s in (ApplicationStatus.DEPLOY_FAILED, ApplicationStatus.UNHEALTHY)]
         if failed:
-            message = apps[failed[0]].message.strip().splitlines()
-            raise DeployError(f"arm {failed[0]} failed to deploy: {message[-1] if message else 'no message'}")
+            raise DeployError(f"arm {failed[0]} failed to deploy: {_failure(apps[failed[0]])}")
         if all(s == ApplicationStatus.RUNNING for s in states.values()):
             return
         if time.monotonic() > deadline:
@@ -109,6 +108,17 @@ def _wait_running(names: Sequence[str], *, deadline: float) -> None:
                 "(not enough CPUs/GPUs in the cluster for their resources?)"
             )
         time.sleep(0.5)
+
+
+def _failure(app: Any) -> str:
+    """The most specific line Serve has: a deployment's message (the replica's exception) over the app's."""
+    messages = [d.message for d in app.deployments.values() if d.message] + [app.message]
+    for message in messages:
+        lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+        errors = [line for line in lines if "rror" in line and not line.startswith("For further information")]
+        if errors or lines:
+            return (errors or lines)[-1][:500]
+    return "no message"
 
 
 def warm_up(url: str, arm: ArmSpec, *, deadline: float) -> dict[str, Any]:

@@ -72,7 +72,8 @@ def _complete(url: str, *, max_tokens: int = 48, stream: bool = False) -> dict[s
     }  # fmt: skip
     if stream:
         chunks = list(client.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs))
-        assert "".join(c.choices[0].text for c in chunks if c.choices)
+        # A random-weight model may well emit special tokens that detokenize to nothing: count chunks, not text.
+        assert sum(1 for c in chunks if c.choices) >= 2
         return chunks[-1].model_dump()
     return client.completions.create(**kwargs).model_dump()
 

@@ -95,17 +95,19 @@ class VllmEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
 
         cfg = self.config
+        speculative = self.arm.policy.to_vllm_speculative_config()
         kwargs: dict[str, Any] = {
             "model": cfg.model,
             "dtype": cfg.dtype,
             "enforce_eager": cfg.enforce_eager,
             "seed": cfg.seed,
-            "speculative_config": self.arm.policy.to_vllm_speculative_config(),
+            "speculative_config": speculative,
             "data_parallel_size": self.arm.topology.data_parallel_size,
             "tensor_parallel_size": self.arm.topology.tensor_parallel_size,
-            "per_request_spec_decode_metrics": "detailed",
             "disable_log_stats": False,
         }
+        if speculative is not None:  # vLLM refuses per-request spec metrics without speculation
+            kwargs["per_request_spec_decode_metrics"] = "detailed"
         if cfg.served_model_name:
             kwargs["served_model_name"] = cfg.served_model_name
         if cfg.max_model_len is not None:
