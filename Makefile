@@ -8,7 +8,7 @@ PIP_EXTRA := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.specdrill-installed
 
-.PHONY: venv test demo lint bench clean
+.PHONY: venv test demo lint bench bench-clients clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,5 +39,14 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_simulator.py
 
+# GuideLLM lives in its own venv (its dependencies differ from vLLM's); torch==2.13.0 keeps it on the CPU build.
+GUIDELLM_VENV := .venv-guidellm
+$(GUIDELLM_VENV)/bin/guidellm:
+	$(PYTHON) -m venv $(GUIDELLM_VENV)
+	$(GUIDELLM_VENV)/bin/pip install $(PIP_EXTRA) torch==2.13.0 guidellm==0.8.1
+
+bench-clients: $(STAMP) $(GUIDELLM_VENV)/bin/guidellm
+	$(BIN)/python benchmarks/bench_arm_clients.py --guidellm $(GUIDELLM_VENV)/bin/guidellm
+
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(GUIDELLM_VENV)
