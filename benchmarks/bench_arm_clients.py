@@ -21,10 +21,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.campaign import Campaign  # noqa: E402
-from orchestrator.deploy import deploy  # noqa: E402
-from tests.ray_helpers import free_port, local_ray  # noqa: E402
-from tests.tiny_model import build_tiny_llama  # noqa: E402
+from orchestrator.campaign import Campaign
+from orchestrator.deploy import deploy
+from tests.ray_helpers import free_port, local_ray
+from tests.tiny_model import build_tiny_llama
 
 MODEL = "sim-llama3.1-8b-h100-eagle"
 
@@ -46,7 +46,9 @@ def openai_closed_loop(url: str, requests: int, concurrency: int) -> dict[str, A
         results = list(pool.map(one, range(requests)))
     wall = time.perf_counter() - t0
     client_e2e = [r[0] for r in results]
-    server_e2e = [r[1]["specdrill"]["timestamps"]["done"] - r[1]["specdrill"]["timestamps"]["received"] for r in results]
+    server_e2e = [
+        r[1]["specdrill"]["timestamps"]["done"] - r[1]["specdrill"]["timestamps"]["received"] for r in results
+    ]
     return {
         "requests": requests,
         "completed": sum(r[1]["usage"]["completion_tokens"] == 32 for r in results),
@@ -72,7 +74,11 @@ def guidellm_open_loop(guidellm: str, url: str, tokenizer_dir: str, rate: float,
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds * 10 + 300, check=False)
-    result: dict[str, Any] = {"command": " ".join(cmd), "returncode": proc.returncode, "wall_s": time.perf_counter() - t0}
+    result: dict[str, Any] = {
+        "command": " ".join(cmd),
+        "returncode": proc.returncode,
+        "wall_s": time.perf_counter() - t0,
+    }
     if proc.returncode != 0 or not out.exists():
         result["stderr_tail"] = proc.stderr[-2000:]
         return result

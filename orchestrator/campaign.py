@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from serve_apps.arms import ArmSpec, EngineConfig, Resources, SimulatedEngineConfig
+from serve_apps.config_io import first_error, load_yaml_model
 from serve_apps.policies import PolicyError, Topology, parse_policy
 from serve_apps.sim.profile import load_profile
 
@@ -126,10 +126,7 @@ class Campaign(_Strict):
                 try:
                     arms.append(ArmSpec.model_validate(data))
                 except ValidationError as exc:
-                    err = exc.errors()[0]
-                    where = ".".join(str(p) for p in err["loc"])
-                    msg = err["msg"].removeprefix("Value error, ")
-                    raise ValueError(f"policies.{policy_name} on topologies.{topo_name}: {where}: {msg}") from None
+                    raise ValueError(f"policies.{policy_name} on topologies.{topo_name}: {first_error(exc)}") from None
         return arms
 
 
@@ -137,16 +134,4 @@ def load_campaign(path: str | Path) -> Campaign:
     p = Path(path)
     if not p.is_file():
         raise CampaignError(f"campaign file {p} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise CampaignError(f"campaign {p}: not valid YAML ({exc})".replace("\n", " ")) from None
-    if not isinstance(data, dict):
-        raise CampaignError(f"campaign {p}: expected a mapping at the top level")
-    try:
-        return Campaign.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "campaign"
-        msg = err["msg"].removeprefix("Value error, ")
-        raise CampaignError(f"campaign {p}: {where}: {msg}") from None
+    return load_yaml_model(p.read_text(), Campaign, origin=f"campaign {p}", error=CampaignError)

@@ -112,7 +112,7 @@ def _wait_running(names: Sequence[str], *, deadline: float) -> None:
 
 def _failure(app: Any) -> str:
     """The most specific line Serve has: a deployment's message (the replica's exception) over the app's."""
-    messages = [d.message for d in app.deployments.values() if d.message] + [app.message]
+    messages: list[str] = [str(d.message) for d in app.deployments.values() if d.message] + [str(app.message)]
     for message in messages:
         lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
         errors = [line for line in lines if "rror" in line and not line.startswith("For further information")]

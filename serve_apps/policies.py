@@ -298,12 +298,11 @@ def parse_policy(
 def policy_from_dict(data: Any, *, where: str = "policy") -> OffPolicy | FixedPolicy | DynamicPolicy:
     from pydantic import ValidationError
 
+    from serve_apps.config_io import first_error
+
     try:
         return POLICY_ADAPTER.validate_python(data)
     except PolicyError as exc:
         raise PolicyError(f"{where}: {exc}") from None
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"][1:])
-        msg = err["msg"].removeprefix("Value error, ")
-        raise PolicyError(f"{where}: {loc + ': ' if loc else ''}{msg}") from None
+        raise PolicyError(f"{where}: {first_error(exc, skip_loc=1)}") from None

@@ -59,6 +59,25 @@ def step_cost(costs: np.ndarray, draft_kind: int, kv: float, batched: float, k: 
 
 
 @njit(cache=True)
+def compact(state: np.ndarray, first_token: np.ndarray, alive: np.ndarray, tokens: np.ndarray, n: int) -> int:
+    """Drop finished entries from [0, n), keeping the order of the rest; returns how many remain."""
+    j = 0
+    for i in range(n):
+        if alive[i]:
+            if j != i:
+                for row in range(STATE_ROWS):
+                    state[row, j] = state[row, i]
+                first_token[j] = first_token[i]
+                tokens[j] = tokens[i]
+                alive[j] = True
+            j += 1
+    for i in range(j, n):
+        alive[i] = False
+        tokens[i] = 0
+    return j
+
+
+@njit(cache=True)
 def run_steps(
     n_run: int,
     state: np.ndarray,  # int64 (STATE_ROWS, max_num_seqs)
@@ -135,20 +154,7 @@ def run_steps(
             if extra_total + need > counters[0]:
                 break
             if n_cur == capacity:  # compact finished entries away to make room at the end
-                j = 0
-                for i in range(n_cur):
-                    if alive[i]:
-                        if j != i:
-                            for row in range(STATE_ROWS):
-                                state[row, j] = state[row, i]
-                            first_token[j] = first_token[i]
-                            tokens[j] = tokens[i]
-                            alive[j] = True
-                        j += 1
-                for i in range(j, n_cur):
-                    alive[i] = False
-                    tokens[i] = 0
-                n_cur = j
+                n_cur = compact(state, first_token, alive, tokens, n_cur)
             for row in range(STATE_ROWS):
                 state[row, n_cur] = staged[row, admitted]
             first_token[n_cur] = staged_first_token[admitted]
@@ -259,13 +265,4 @@ def run_steps(
         if live == 0 and admitted == n_staged:
             reason = STOP_IDLE
             break
-    # --- compact: drop finished requests, keep the order of the rest ---
-    j = 0
-    for i in range(n_cur):
-        if alive[i]:
-            if j != i:
-                for row in range(STATE_ROWS):
-                    state[row, j] = state[row, i]
-                first_token[j] = first_token[i]
-            j += 1
-    return reason, n_steps, n_done, t, j, admitted
+    return reason, n_steps, n_done, t, compact(state, first_token, alive, tokens, n_cur), admitted

@@ -11,8 +11,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from serve_apps.config_io import load_yaml_model
 
 PROFILE_DIR = "profiles"
 
@@ -124,15 +125,4 @@ def load_profile(name_or_path: str) -> Profile:
             )
         text = resource.read_text()
         origin = name_or_path
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"profile {origin}: not valid YAML ({exc})".replace("\n", " ")) from None
-    if not isinstance(data, dict):
-        raise ProfileError(f"profile {origin}: expected a mapping at the top level")
-    try:
-        return Profile.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise ProfileError(f"profile {origin}: {where}: {err['msg']}") from None
+    return load_yaml_model(text, Profile, origin=f"profile {origin}", error=ProfileError)
