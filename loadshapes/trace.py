@@ -1,0 +1,174 @@
+"""The trace: one Parquet row per scheduled request, errors included. This module is the schema's one home.
+
+Files are Hive-partitioned by arm and shape (`ROOT/arm=.../shape=.../part-*.parquet`), written atomically
+(a temporary name, then a rename), to a local path or any pyarrow filesystem URI. Read them back with
+`read_traces(root)`, or point DuckDB / Polars / pandas at ROOT with Hive partitioning.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+SCHEMA_VERSION = "1"
+PARTITION_COLUMNS = ("arm", "shape")
+
+_FIELDS: list[pa.Field] = [
+    pa.field("campaign", pa.string(), nullable=False),
+    pa.field("run", pa.string(), nullable=False),
+    pa.field("arm", pa.string(), nullable=False),
+    pa.field("policy", pa.string()),
+    pa.field("topology", pa.string()),
+    pa.field("shape", pa.string(), nullable=False),
+    pa.field("phase", pa.string()),
+    pa.field("worker", pa.int32()),
+    pa.field("request_id", pa.string(), nullable=False),
+    pa.field("category", pa.string()),
+    # Client times: epoch nanoseconds on specdrill's monotonic-anchored clock.
+    pa.field("scheduled_ns", pa.int64(), nullable=False),
+    pa.field("sent_ns", pa.int64()),
+    pa.field("first_token_ns", pa.int64()),
+    pa.field("done_ns", pa.int64()),
+    pa.field("send_lateness_ns", pa.int64()),
+    pa.field("prompt_tokens", pa.int32()),
+    pa.field("output_tokens", pa.int32()),
+    # Latencies count from the SCHEDULED time (no coordinated omission).
+    pa.field("ttft_s", pa.float64()),
+    pa.field("e2e_s", pa.float64()),
+    pa.field("tpot_s", pa.float64()),
+    pa.field("itl_p50_s", pa.float64()),
+    pa.field("itl_p99_s", pa.float64()),
+    pa.field("itl_max_s", pa.float64()),
+    pa.field("token_times_ns", pa.list_(pa.int64())),
+    # Server telemetry (the response's `specdrill` object and metrics.speculative_decoding).
+    pa.field("queue_wait_s", pa.float64()),
+    pa.field("server_received_ns", pa.int64()),
+    pa.field("server_first_scheduled_ns", pa.int64()),
+    pa.field("server_first_token_ns", pa.int64()),
+    pa.field("server_done_ns", pa.int64()),
+    pa.field("step_batch_size", pa.list_(pa.int32())),
+    pa.field("step_k", pa.list_(pa.int16())),
+    pa.field("per_step_drafted", pa.list_(pa.int16())),
+    pa.field("per_step_accepted", pa.list_(pa.int16())),
+    pa.field("mean_acceptance_length", pa.float64()),
+    pa.field("resolved_speculative_config", pa.string()),  # JSON, as the engine reported it
+    pa.field("schedule_dropped", pa.bool_()),
+    pa.field("replica_id", pa.string()),
+    pa.field("engine_id", pa.string()),
+    pa.field("node_id", pa.string()),
+    pa.field("status", pa.string(), nullable=False),  # ok | error | timeout | cancelled
+    pa.field("error_class", pa.string()),
+    pa.field("error_message", pa.string()),
+]
+TRACE_SCHEMA = pa.schema(_FIELDS, metadata={b"specdrill.trace_schema_version": SCHEMA_VERSION.encode()})
+FILE_SCHEMA = pa.schema(
+    [f for f in _FIELDS if f.name not in PARTITION_COLUMNS], metadata=TRACE_SCHEMA.metadata
+)  # partition values live in the path, as Hive partitioning expects
+COLUMNS = tuple(f.name for f in _FIELDS)
+
+
+def to_ns(seconds: float | None) -> int | None:
+    return None if seconds is None else round(seconds * 1e9)
+
+
+def _filesystem(root: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in root:
+        fs, path = pafs.FileSystem.from_uri(root)
+        return fs, str(path)
+    return pafs.LocalFileSystem(), root
+
+
+class TraceWriter:
+    """Buffers rows and writes part files per (arm, shape); flushes every `flush_rows` rows or `flush_s` seconds.
+
+    Thread-safe; `close()` flushes what is left. Every appended row reaches a file: nothing measured is dropped.
+    """
+
+    def __init__(self, root: str, *, writer_id: str, flush_rows: int = 1000, flush_s: float = 5.0) -> None:
+        self.fs, self.base = _filesystem(root)
+        self.root = root
+        self.writer_id = writer_id
+        self.flush_rows = flush_rows
+        self.flush_s = flush_s
+        self._rows: list[Mapping[str, Any]] = []
+        self._lock = threading.Lock()
+        self._last_flush = time.monotonic()
+        self._parts = 0
+        self.rows_written = 0
+        self.files: list[str] = []
+
+    def append(self, row: Mapping[str, Any]) -> None:
+        unknown = set(row) - set(COLUMNS)
+        if unknown:
+            raise ValueError(f"trace row has columns the schema does not: {', '.join(sorted(unknown))}")
+        with self._lock:
+            self._rows.append(row)
+            due = len(self._rows) >= self.flush_rows or time.monotonic() - self._last_flush >= self.flush_s
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            rows, self._rows = self._rows, []
+            self._last_flush = time.monotonic()
+        if not rows:
+            return
+        groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        for row in rows:
+            groups.setdefault((str(row["arm"]), str(row["shape"])), []).append(row)
+        for (arm, shape), group in groups.items():
+            self._write_part(arm, shape, group)
+
+    def _write_part(self, arm: str, shape: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        table = pa.Table.from_pylist(
+            [{name: row.get(name) for name in FILE_SCHEMA.names} for row in rows], schema=FILE_SCHEMA
+        )
+        directory = f"{self.base}/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}"
+        self.fs.create_dir(directory, recursive=True)
+        with self._lock:
+            self._parts += 1
+            part = self._parts
+        name = f"part-{self.writer_id}-{part:06d}-{uuid.uuid4().hex[:8]}.parquet"
+        temporary = f"{directory}/.tmp-{name}"
+        with self.fs.open_output_stream(temporary) as sink:
+            pq.write_table(table, sink, compression="zstd")
+        self.fs.move(temporary, f"{directory}/{name}")
+        with self._lock:
+            self.rows_written += len(rows)
+            self.files.append(f"{directory}/{name}")
+
+    def close(self) -> None:
+        self.flush()
+
+
+def read_traces(root: str, *, columns: Sequence[str] | None = None) -> pa.Table:
+    fs, base = _filesystem(root)
+    dataset = ds.dataset(
+        base,
+        filesystem=fs,
+        format="parquet",
+        partitioning=ds.partitioning(pa.schema([TRACE_SCHEMA.field(c) for c in PARTITION_COLUMNS]), flavor="hive"),
+        exclude_invalid_files=True,
+        ignore_prefixes=[".tmp-", "."],
+    )
+    table = dataset.to_table(columns=list(columns) if columns else None)
+    return table.replace_schema_metadata(TRACE_SCHEMA.metadata)
+
+
+def schema_version(path: str) -> str:
+    metadata = pq.read_schema(path).metadata or {}
+    return str(metadata.get(b"specdrill.trace_schema_version", b"").decode())
+
+
+def dumps_config(config: Any) -> str | None:
+    return None if config is None else json.dumps(config, sort_keys=True)

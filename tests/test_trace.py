@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from loadshapes.trace import COLUMNS, SCHEMA_VERSION, TRACE_SCHEMA, TraceWriter, read_traces, schema_version, to_ns
+
+
+def row(i: int, *, arm: str = "dyn-single", shape: str = "ramp", status: str = "ok") -> dict[str, Any]:
+    return {
+        "campaign": "c", "run": "r1", "arm": arm, "policy": "dynamic", "topology": "single", "shape": shape,
+        "phase": "ramp", "worker": i % 3, "request_id": f"req-{i}", "category": "chat",
+        "scheduled_ns": to_ns(1_800_000_000 + i), "sent_ns": to_ns(1_800_000_000 + i + 0.001),
+        "first_token_ns": to_ns(1_800_000_000 + i + 0.05) if status == "ok" else None,
+        "done_ns": to_ns(1_800_000_000 + i + 0.5), "send_lateness_ns": 1_000_000,
+        "prompt_tokens": 12, "output_tokens": 32 if status == "ok" else 0, "ttft_s": 0.05, "e2e_s": 0.5,
+        "token_times_ns": [to_ns(1_800_000_000 + i + 0.05 + j * 0.01) for j in range(4)],
+        "step_k": [3, 3, 1, 0], "step_batch_size": [1, 2, 5, 70], "per_step_drafted": [3, 3, 1],
+        "per_step_accepted": [2, 1, 0], "resolved_speculative_config": '{"method": "eagle"}',
+        "schedule_dropped": False, "status": status,
+        "error_class": None if status == "ok" else "ReadTimeout", "error_message": None if status == "ok" else "x",
+    }  # fmt: skip
+
+
+def test_round_trip_with_hive_partitions(tmp_path: Path) -> None:
+    writer = TraceWriter(str(tmp_path / "traces"), writer_id="w0", flush_rows=7, flush_s=3600)
+    rows = [row(i, arm="dyn-single" if i % 2 else "off-single", shape="ramp" if i < 10 else "quiet") for i in range(25)]
+    rows.append(row(99, status="error"))
+    for r in rows:
+        writer.append(r)
+    writer.close()
+    assert writer.rows_written == len(rows)
+    table = read_traces(str(tmp_path / "traces"))
+    assert table.num_rows == len(rows)  # rows == requests scheduled, errors included
+    assert set(table.column_names) == set(COLUMNS)
+    by_id = {r["request_id"]: r for r in table.to_pylist()}
+    original = rows[3]
+    assert {k: by_id["req-3"][k] for k in original} == original
+    assert by_id["req-99"]["status"] == "error" and by_id["req-99"]["first_token_ns"] is None
+    parts = sorted(p.relative_to(tmp_path / "traces").parts[:2] for p in (tmp_path / "traces").rglob("*.parquet"))
+    assert ("arm=dyn-single", "shape=ramp") in parts and ("arm=off-single", "shape=quiet") in parts
+    assert not list((tmp_path / "traces").rglob(".tmp-*"))  # atomic: no temporary files left
+    one = next((tmp_path / "traces").rglob("*.parquet"))
+    assert schema_version(str(one)) == SCHEMA_VERSION
+    assert "arm" not in pq.read_schema(one).names  # partition values live in the path
+    assert read_traces(str(tmp_path / "traces")).schema.metadata == TRACE_SCHEMA.metadata
+
+
+def test_flushes_by_rows_and_by_time(tmp_path: Path) -> None:
+    writer = TraceWriter(str(tmp_path), writer_id="w1", flush_rows=5, flush_s=3600)
+    for i in range(12):
+        writer.append(row(i))
+    assert writer.rows_written == 10
+    writer.close()
+    assert writer.rows_written == 12
+    timed = TraceWriter(str(tmp_path / "t"), writer_id="w2", flush_rows=10**6, flush_s=0.0)
+    timed.append(row(1))
+    assert timed.rows_written == 1
+
+
+def test_unknown_columns_are_refused(tmp_path: Path) -> None:
+    writer = TraceWriter(str(tmp_path), writer_id="w")
+    with pytest.raises(ValueError, match="columns the schema does not: latency_ms"):
+        writer.append({**row(1), "latency_ms": 3})
+
+
+def test_concurrent_appends_lose_nothing(tmp_path: Path) -> None:
+    writer = TraceWriter(str(tmp_path), writer_id="w", flush_rows=13, flush_s=3600)
+
+    def work(offset: int) -> None:
+        for i in range(200):
+            writer.append(row(offset + i))
+
+    threads = [threading.Thread(target=work, args=(k * 1000,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    writer.close()
+    table = read_traces(str(tmp_path))
+    assert table.num_rows == 800 and len(set(table.column("request_id").to_pylist())) == 800
