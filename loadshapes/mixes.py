@@ -104,3 +104,102 @@ def builtin_workload(name: str) -> Workload:
         return BUILTIN_WORKLOADS[name]
     except KeyError:
         raise ValueError(f"unknown workload {name!r}; built in: {', '.join(BUILTIN_WORKLOADS)}") from None
+
+
+class MixEntry(_Strict):
+    workload: str | Workload
+    weight: float = Field(gt=0)
+
+    def resolved(self) -> Workload:
+        return builtin_workload(self.workload) if isinstance(self.workload, str) else self.workload
+
+
+class RequestSpec(BaseModel):
+    """One request to send: the body's prompt and limits, and the category that travels with it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    category: str
+    prompt: str
+    prompt_tokens: int = Field(ge=1)
+    max_tokens: int = Field(ge=1)
+    output_tokens: int | None = Field(default=None, ge=1)  # where the (simulated) model stops
+    ignore_eos: bool = False
+
+    def body_hints(self) -> dict[str, int | str]:
+        """The `specdrill` body extension: what a simulated engine cannot read from text."""
+        hints: dict[str, int | str] = {"category": self.category, "prompt_tokens": self.prompt_tokens}
+        if self.output_tokens is not None:
+            hints["output_tokens"] = self.output_tokens
+        return hints
+
+
+class RequestMix(_Strict):
+    """Weighted workload categories, or a user's JSONL dataset (one RequestSpec per line), sampled with a seed."""
+
+    entries: list[MixEntry] = Field(default_factory=list)
+    dataset: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RequestMix:
+        if bool(self.entries) == bool(self.dataset):
+            raise ValueError("a request mix has either entries (weighted workloads) or a dataset file, not both")
+        for i, entry in enumerate(self.entries):
+            if isinstance(entry.workload, str) and entry.workload not in BUILTIN_WORKLOADS:
+                raise ValueError(
+                    f"entries.{i}: unknown workload {entry.workload!r}; built in: {', '.join(BUILTIN_WORKLOADS)}"
+                )
+        return self
+
+    def sample(self, n: int, *, seed: int) -> list[RequestSpec]:
+        from loadshapes.prompts import PROMPT_BUILDERS
+
+        rng = np.random.default_rng(seed)
+        if self.dataset is not None:
+            specs = load_jsonl(self.dataset)
+            return [specs[i] for i in rng.integers(0, len(specs), size=n)]
+        workloads = [e.resolved() for e in self.entries]
+        weights = np.array([e.weight for e in self.entries])
+        picks = rng.choice(len(workloads), size=n, p=weights / weights.sum())
+        out: list[RequestSpec] = []
+        for index in picks:
+            w = workloads[int(index)]
+            prompts, outputs = w.sample(rng, 1)
+            builder = PROMPT_BUILDERS.get(w.category, PROMPT_BUILDERS["chat"])
+            out.append(
+                RequestSpec(
+                    category=w.category,
+                    prompt=builder(int(prompts[0]), rng),
+                    prompt_tokens=int(prompts[0]),
+                    max_tokens=w.max_tokens,
+                    output_tokens=None if w.ignore_eos else int(outputs[0]),
+                    ignore_eos=w.ignore_eos,
+                )
+            )
+        return out
+
+
+def load_jsonl(path: str) -> list[RequestSpec]:
+    """A user dataset: one JSON object per line with category, prompt, max_tokens (prompt_tokens defaults to the
+    prompt's word count)."""
+    import json
+
+    from pydantic import ValidationError
+
+    specs: list[RequestSpec] = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+                if isinstance(data, dict) and "prompt_tokens" not in data and isinstance(data.get("prompt"), str):
+                    data["prompt_tokens"] = max(1, len(data["prompt"].split()))
+                specs.append(RequestSpec.model_validate(data))
+            except (json.JSONDecodeError, ValidationError) as exc:
+                detail = str(exc).splitlines()[0] if isinstance(exc, json.JSONDecodeError) else exc.errors()[0]
+                if isinstance(detail, dict):
+                    detail = f"{'.'.join(str(p) for p in detail['loc'])}: {detail['msg']}"
+                raise ValueError(f"{path}:{number}: {detail}") from None
+    if not specs:
+        raise ValueError(f"{path}: no requests in the dataset")
+    return specs
