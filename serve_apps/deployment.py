@@ -87,17 +87,18 @@ class ArmDeployment:
         except ValueError:
             return JSONResponse(error_body("body: not valid JSON"), status_code=400)
         try:
-            inp, stream, include_usage, _ = self.service.parse(
-                body, chat=chat, request_id=request.headers.get("x-request-id")
-            )
+            parsed = self.service.parse(body, chat=chat, request_id=request.headers.get("x-request-id"))
         except RequestError as exc:
             return JSONResponse(error_body(str(exc)), status_code=400)
         # Serve's proxy echoes the client's x-request-id header itself; the same id is used in all telemetry.
         try:
-            if stream:
-                events = self.service.stream(inp, chat=chat, include_usage=include_usage, received=received)
+            if parsed.stream:
+                events = self.service.stream(
+                    parsed.inp, chat=chat, include_usage=parsed.include_usage, received=received,
+                    continuous_usage=parsed.continuous_usage,
+                )  # fmt: skip
                 return StreamingResponse(events, media_type="text/event-stream")
-            result = await self.service.complete(inp, chat=chat, received=received)
+            result = await self.service.complete(parsed.inp, chat=chat, received=received)
         except ValueError as exc:
             return JSONResponse(error_body(str(exc)), status_code=400)
         return JSONResponse(result)

@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
     include_usage: bool = False
+    # vLLM's extension: cumulative usage on every chunk, so a client can count the tokens each chunk carries.
+    continuous_usage_stats: bool = False
 
 
 class SpecdrillHints(BaseModel):
@@ -51,6 +53,12 @@ class _Common(BaseModel):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def continuous_usage(self) -> bool:
+        return bool(
+            self.stream_options and self.stream_options.include_usage and self.stream_options.continuous_usage_stats
+        )
 
 
 class CompletionRequest(_Common):

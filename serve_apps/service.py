@@ -27,6 +27,14 @@ class RequestError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    inp: GenerationInput
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Placement:
     replica_id: str
     node_id: str
@@ -68,8 +76,8 @@ class ArmService:
             "versions": self.versions,
         }
 
-    def parse(self, body: Any, *, chat: bool, request_id: str | None) -> tuple[GenerationInput, bool, bool, str]:
-        """Validate a request body: (engine input, stream, include_usage, request id)."""
+    def parse(self, body: Any, *, chat: bool, request_id: str | None) -> ParsedRequest:
+        """Validate a request body into what the engine and the response writer need."""
         try:
             req: CompletionRequest | ChatCompletionRequest = (
                 ChatCompletionRequest.model_validate(body) if chat else CompletionRequest.model_validate(body)
@@ -98,7 +106,7 @@ class ArmService:
             prompt_tokens_hint=hints.prompt_tokens if hints else None,
             output_tokens_hint=hints.output_tokens if hints else None,
         )
-        return inp, req.stream, req.include_usage, rid
+        return ParsedRequest(inp, req.stream, req.include_usage, req.continuous_usage)
 
     def telemetry(self, result: GenerationResult, *, request_id: str, received: float) -> dict[str, Any]:
         return {
@@ -145,7 +153,7 @@ class ArmService:
         }
 
     async def stream(
-        self, inp: GenerationInput, *, chat: bool, include_usage: bool, received: float
+        self, inp: GenerationInput, *, chat: bool, include_usage: bool, received: float, continuous_usage: bool = False
     ) -> AsyncIterator[str]:
         """Server-sent events as OpenAI sends them; the last data chunk carries usage, metrics and telemetry."""
         created = int(time.time())
@@ -167,9 +175,14 @@ class ArmService:
             return {**base, "choices": [choice]}
 
         first = True
+        produced = 0
         async for event in self.engine.generate(inp):
             if isinstance(event, TextDelta):
-                yield _sse(chunk(event.text, None, first=first))
+                produced += event.tokens
+                payload = chunk(event.text, None, first=first)
+                if continuous_usage:
+                    payload["usage"] = usage(event.prompt_tokens, produced)
+                yield _sse(payload)
                 first = False
                 continue
             extra = {

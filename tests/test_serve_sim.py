@@ -275,3 +275,19 @@ def test_a_campaign_on_another_port_is_refused(cluster: dict[str, Any]) -> None:
     )
     with pytest.raises(DeployError, match=f"already listens on 127.0.0.1:{cluster['port']}"):
         deploy(other)
+
+
+def test_continuous_usage_counts_the_tokens_of_every_chunk(cluster: dict[str, Any]) -> None:
+    """vLLM's continuous_usage_stats: cumulative usage on every chunk, so multi-token chunks can be split."""
+    client = _client(cluster["urls"]["fixed3-single"])
+    stream = client.completions.create(
+        model=MODEL, prompt="a b c d", max_tokens=40, stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True}, extra_body={"ignore_eos": True},
+    )  # fmt: skip
+    chunks = [c.model_dump() for c in stream]
+    cumulative = [c["usage"]["completion_tokens"] for c in chunks if c.get("usage") and c["choices"]]
+    assert cumulative == sorted(cumulative) and cumulative[-1] == 40
+    per_chunk = [b - a for a, b in zip([0, *cumulative], cumulative, strict=False)]
+    assert max(per_chunk) > 1  # speculation delivers several tokens per step
+    assert all(c["usage"]["prompt_tokens"] == 4 for c in chunks if c.get("usage"))
+    assert chunks[-1]["usage"]["completion_tokens"] == 40 and chunks[-1]["choices"] == []

@@ -27,6 +27,7 @@ class TextDelta:
     text: str
     tokens: int
     time: float  # server clock when produced
+    prompt_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,10 @@ class SimulatedEngine:
         produced = 0
         async for item in self._realtime.generate(sim):
             if isinstance(item, TokenBatch):
-                yield TextDelta(text=simulated_text(produced, item.count), tokens=item.count, time=item.time)
+                yield TextDelta(
+                    text=simulated_text(produced, item.count), tokens=item.count, time=item.time,
+                    prompt_tokens=prompt_tokens,
+                )  # fmt: skip
                 produced += item.count
             elif isinstance(item, Finished):
                 r = item.record

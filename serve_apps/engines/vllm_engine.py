@@ -170,7 +170,7 @@ class VllmEngine:
                 now = clock.now()
                 first_token = first_token if first_token is not None else now
                 completion_tokens += n
-                yield TextDelta(text=completion.text, tokens=n, time=now)
+                yield TextDelta(text=completion.text, tokens=n, time=now, prompt_tokens=len(out.prompt_token_ids or []))
             if out.finished:
                 done = clock.now()
                 stats = out.metrics
