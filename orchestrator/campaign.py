@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from serve_apps.arms import ArmSpec, EngineConfig, Resources, SimulatedEngineConfig
 from serve_apps.config_io import first_error, load_yaml_model
-from serve_apps.policies import PolicyError, Topology, parse_policy
+from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topology
 from serve_apps.sim.profile import load_profile
 
 
@@ -25,26 +25,17 @@ class _Strict(BaseModel):
 
 
 class ServeConfig(_Strict):
-    host: str = "127.0.0.1"
+    host: str = Field(default="127.0.0.1", min_length=1)
     port: int = Field(default=8000, ge=1, le=65535)
-
-    @field_validator("host")
-    @classmethod
-    def _loopback_by_default(cls, v: str) -> str:
-        if not v:
-            raise ValueError("host must not be empty")
-        return v
 
 
 def _topology(value: Any) -> Any:
-    """'single' | 'replicas:N' | 'data_parallel:N' | {kind, size, tensor_parallel_size}."""
+    """The short form (parse_topology) or a mapping {kind, size, tensor_parallel_size}."""
     if isinstance(value, str):
-        if value == "single":
-            return {"kind": "single"}
-        kind, _, size = value.partition(":")
-        if kind in {"replicas", "data_parallel"} and size.isdigit():
-            return {"kind": kind, "size": int(size)}
-        raise ValueError(f"topology {value!r}: expected single, replicas:N, data_parallel:N or a mapping")
+        try:
+            return parse_topology(value)
+        except ValueError as exc:
+            raise ValueError(f"{exc} or a mapping") from None
     return value
 
 

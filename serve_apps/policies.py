@@ -72,6 +72,16 @@ class Topology(_Strict):
 SINGLE = Topology()
 
 
+def parse_topology(text: str) -> Topology:
+    """The short form: 'single' | 'replicas:N' | 'data_parallel:N'."""
+    if text == "single":
+        return Topology()
+    kind, _, size = text.partition(":")
+    if kind in {"replicas", "data_parallel"} and size.isdigit():
+        return Topology(kind=kind, size=int(size))  # type: ignore[arg-type]
+    raise ValueError(f"topology {text!r}: expected single, replicas:N or data_parallel:N")
+
+
 class ResolvedSpeculation(_Strict):
     """The speculative config an engine really runs with, after vLLM has finalised it."""
 

@@ -14,7 +14,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from serve_apps import clock
 from serve_apps.arms import ArmSpec
 from serve_apps.engines.base import Engine, GenerationInput, GenerationResult, TextDelta
 from serve_apps.openai_protocol import ChatCompletionRequest, CompletionRequest, usage
@@ -208,7 +207,3 @@ def schedule_dropped(configured: dict[str, Any] | None, resolved: dict[str, Any]
 
 def _sse(payload: dict[str, Any]) -> str:
     return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
-
-
-def now() -> float:
-    return clock.now()

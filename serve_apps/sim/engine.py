@@ -200,7 +200,6 @@ class EngineCore:
         state = self.state
         request = self._by_uid.pop(int(state[kernel.UID, position]))
         request.output = int(state[kernel.OUTPUT, position])
-        request.computed = int(state[kernel.COMPUTED, position])
         if request.first_token is None and not np.isnan(self.r_first_token[position]):
             request.first_token = float(self.r_first_token[position])
         self._counters[0] += state[kernel.BLOCKS, position]
@@ -275,22 +274,21 @@ class EngineCore:
             return self.run_steps(now, next_arrival=next_arrival, max_steps=max_steps, stop_on_finish=stop_on_finish)
         return StepOutcome(end=end, steps=steps, log_rows=rows, finished=finished)
 
-    def _wants(self) -> tuple[np.ndarray, np.ndarray]:
+    def _blocks_needed(self) -> int:
+        """KV blocks the running requests would add this step (whole remaining prefill, or 1 + drafts)."""
         n = self.n_run
         computed, goal = self.state[kernel.COMPUTED, :n], self.state[kernel.GOAL, :n]
         want = np.where(computed < goal, goal - computed, 1 + self.state[kernel.PENDING, :n])
         extra = np.maximum(-(-(computed + want) // self.limits.block_size) - self.state[kernel.BLOCKS, :n], 0)
-        return want, extra
+        return int(extra.sum())
 
     def _make_room(self) -> int:
         """Preempt from the back of the running list until this step's KV growth fits (vLLM's recompute mode)."""
         preempted = 0
         while self.n_run:
-            _, extra = self._wants()
-            if int(extra.sum()) <= self._counters[0]:
+            if self._blocks_needed() <= self._counters[0]:
                 break
             request = self._remove_running(self.n_run - 1)
-            request.computed = 0
             request.preemptions += 1
             self.num_preemptions += 1
             self.waiting.appendleft(request)

@@ -24,7 +24,6 @@ class SimRequest:
 
     uid: int = -1  # engine-assigned, keys the engine's request-step log
     output: int = 0
-    computed: int = 0  # tokens in the KV cache when it last left a slot (0 after a preemption)
     preemptions: int = 0
     first_chunk: int = 0  # first request-step log chunk that can hold this request's rows
     first_scheduled: float | None = None
