@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-if TYPE_CHECKING:
-    from loadshapes.shapes import _Shape as _ShapeLike
+from loadshapes.shapes import Replay
+from loadshapes.shapes import _Shape as _ShapeLike
 
 
 def poisson_arrivals(rate: float, duration: float, *, seed: int, start: float = 0.0) -> np.ndarray:
@@ -48,10 +46,13 @@ def shape_arrivals(shape: _ShapeLike, *, process: str = "poisson", seed: int, cv
 
     Unit-rate renewal events in operational time s are mapped through the inverse of Lambda(t), the integral of
     the shape's rate; for linear segments the inverse is closed-form. With process="poisson" this is an
-    inhomogeneous Poisson process with intensity rate(t).
+    inhomogeneous Poisson process with intensity rate(t). A `replay` shape gives its file's offsets as they are
+    (process, seed and cv do not apply).
     """
     if not shape.open_loop:
         raise ValueError(f"shape {shape.kind!r} is closed loop: it has users, not arrival times")
+    if isinstance(shape, Replay):
+        return shape.offsets().copy()
     total = float(shape.expected_requests)
     rng = np.random.default_rng(seed)
     chunks: list[np.ndarray] = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 import numpy as np
@@ -151,18 +153,23 @@ class RequestMix(_Strict):
         return self
 
     def sample(self, n: int, *, seed: int) -> list[RequestSpec]:
+        return self.at(range(n), seed=seed)
+
+    def at(self, indices: Iterable[int], *, seed: int) -> list[RequestSpec]:
+        """Request number i of the seeded sequence, for each i: any worker can build its own share, and request i
+        is the same whatever the split (every arm and every worker sees identical requests)."""
         from loadshapes.prompts import PROMPT_BUILDERS
 
-        rng = np.random.default_rng(seed)
         if self.dataset is not None:
-            specs = load_jsonl(self.dataset)
-            return [specs[i] for i in rng.integers(0, len(specs), size=n)]
+            specs = _cached_jsonl(self.dataset)
+            return [specs[int(np.random.default_rng([seed, i]).integers(0, len(specs)))] for i in indices]
         workloads = [e.resolved() for e in self.entries]
         weights = np.array([e.weight for e in self.entries])
-        picks = rng.choice(len(workloads), size=n, p=weights / weights.sum())
+        cumulative = np.cumsum(weights / weights.sum())
         out: list[RequestSpec] = []
-        for index in picks:
-            w = workloads[int(index)]
+        for i in indices:
+            rng = np.random.default_rng([seed, i])
+            w = workloads[min(int(np.searchsorted(cumulative, rng.random(), side="right")), len(workloads) - 1)]
             prompts, outputs = w.sample(rng, 1)
             builder = PROMPT_BUILDERS.get(w.category, PROMPT_BUILDERS["chat"])
             out.append(
@@ -176,6 +183,11 @@ class RequestMix(_Strict):
                 )
             )
         return out
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_jsonl(path: str) -> list[RequestSpec]:
+    return load_jsonl(path)
 
 
 def load_jsonl(path: str) -> list[RequestSpec]:

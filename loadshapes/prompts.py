@@ -25,8 +25,13 @@ _CODE = (
 
 
 def _fill(words: list[str], target: int, rng: np.random.Generator, filler: tuple[str, ...]) -> str:
-    while len(words) < target:
-        words.extend(str(rng.choice(filler)).split())
+    if len(words) < target:
+        # One draw for all the filler (every filler phrase has >= 1 word), not one per phrase: prompts are built
+        # for every scheduled request ahead of the run.
+        for index in rng.integers(0, len(filler), size=target - len(words)):
+            words.extend(filler[index].split())
+            if len(words) >= target:
+                break
     return " ".join(words[:target])
 
 

@@ -88,41 +88,19 @@ def _filesystem(root: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), root
 
 
-class TraceWriter:
-    """Buffers rows and writes part files per (arm, shape); flushes every `flush_rows` rows or `flush_s` seconds.
+class PartWriter:
+    """Writes rows as part files, one per (arm, shape) group; no buffering and no locks, so a caller may run it
+    on a worker thread (the load worker does, off its event loop)."""
 
-    Thread-safe; `close()` flushes what is left. Every appended row reaches a file: nothing measured is dropped.
-    """
-
-    def __init__(self, root: str, *, writer_id: str, flush_rows: int = 1000, flush_s: float = 5.0) -> None:
+    def __init__(self, root: str, *, writer_id: str) -> None:
         self.fs, self.base = _filesystem(root)
         self.root = root
         self.writer_id = writer_id
-        self.flush_rows = flush_rows
-        self.flush_s = flush_s
-        self._rows: list[Mapping[str, Any]] = []
-        self._lock = threading.Lock()
-        self._last_flush = time.monotonic()
-        self._parts = 0
+        self.parts = 0
         self.rows_written = 0
         self.files: list[str] = []
 
-    def append(self, row: Mapping[str, Any]) -> None:
-        unknown = set(row) - set(COLUMNS)
-        if unknown:
-            raise ValueError(f"trace row has columns the schema does not: {', '.join(sorted(unknown))}")
-        with self._lock:
-            self._rows.append(row)
-            due = len(self._rows) >= self.flush_rows or time.monotonic() - self._last_flush >= self.flush_s
-        if due:
-            self.flush()
-
-    def flush(self) -> None:
-        with self._lock:
-            rows, self._rows = self._rows, []
-            self._last_flush = time.monotonic()
-        if not rows:
-            return
+    def write(self, rows: Sequence[Mapping[str, Any]]) -> None:
         groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
         for row in rows:
             groups.setdefault((str(row["arm"]), str(row["shape"])), []).append(row)
@@ -135,17 +113,61 @@ class TraceWriter:
         )
         directory = f"{self.base}/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}"
         self.fs.create_dir(directory, recursive=True)
-        with self._lock:
-            self._parts += 1
-            part = self._parts
-        name = f"part-{self.writer_id}-{part:06d}-{uuid.uuid4().hex[:8]}.parquet"
+        self.parts += 1
+        name = f"part-{self.writer_id}-{self.parts:06d}-{uuid.uuid4().hex[:8]}.parquet"
         temporary = f"{directory}/.tmp-{name}"
         with self.fs.open_output_stream(temporary) as sink:
             pq.write_table(table, sink, compression="zstd")
         self.fs.move(temporary, f"{directory}/{name}")
+        self.rows_written += len(rows)
+        self.files.append(f"{directory}/{name}")
+
+
+def check_row(row: Mapping[str, Any]) -> None:
+    unknown = set(row) - set(COLUMNS)
+    if unknown:
+        raise ValueError(f"trace row has columns the schema does not: {', '.join(sorted(unknown))}")
+
+
+class TraceWriter:
+    """Buffers rows and writes part files per (arm, shape); flushes every `flush_rows` rows or `flush_s` seconds.
+
+    Thread-safe; `close()` flushes what is left. Every appended row reaches a file: nothing measured is dropped.
+    """
+
+    def __init__(self, root: str, *, writer_id: str, flush_rows: int = 1000, flush_s: float = 5.0) -> None:
+        self.parts = PartWriter(root, writer_id=writer_id)
+        self.root = root
+        self.flush_rows = flush_rows
+        self.flush_s = flush_s
+        self._rows: list[Mapping[str, Any]] = []
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._last_flush = time.monotonic()
+
+    @property
+    def rows_written(self) -> int:
+        return self.parts.rows_written
+
+    @property
+    def files(self) -> list[str]:
+        return self.parts.files
+
+    def append(self, row: Mapping[str, Any]) -> None:
+        check_row(row)
         with self._lock:
-            self.rows_written += len(rows)
-            self.files.append(f"{directory}/{name}")
+            self._rows.append(row)
+            due = len(self._rows) >= self.flush_rows or time.monotonic() - self._last_flush >= self.flush_s
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            rows, self._rows = self._rows, []
+            self._last_flush = time.monotonic()
+        if rows:
+            with self._write_lock:
+                self.parts.write(rows)
 
     def close(self) -> None:
         self.flush()

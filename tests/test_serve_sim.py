@@ -291,3 +291,35 @@ def test_continuous_usage_counts_the_tokens_of_every_chunk(cluster: dict[str, An
     assert max(per_chunk) > 1  # speculation delivers several tokens per step
     assert all(c["usage"]["prompt_tokens"] == 4 for c in chunks if c.get("usage"))
     assert chunks[-1]["usage"]["completion_tokens"] == 40 and chunks[-1]["choices"] == []
+
+
+def test_load_workers_on_ray_write_one_row_per_request(cluster: dict[str, Any], tmp_path: Path) -> None:
+    from loadshapes.mixes import MixEntry, RequestMix
+    from loadshapes.plan import Target, WorkerPlan, open_loop_schedule
+    from loadshapes.shapes import Quiet
+    from loadshapes.trace import read_traces
+    from orchestrator.load_workers import run_load
+
+    root = tmp_path / "traces"
+    plans = [
+        WorkerPlan(
+            campaign="simtest", run="r1", arm="dyn-single", policy=SCHEDULE, topology="single", shape_name="quiet",
+            shape=Quiet(rate=12, duration_s=3), mix=RequestMix(entries=[MixEntry(workload="chat", weight=1)]),
+            target=Target(base_url=cluster["urls"]["dyn-single"], model=MODEL), trace_root=str(root),
+            worker=w, workers=2, seed=7,
+        )
+        for w in range(2)
+    ]  # fmt: skip
+    summaries = run_load(plans, cpus_per_worker=0.5, workdir=str(tmp_path / "w"))
+    table = read_traces(str(root))
+    expected = sorted(plans[0].request_id(p.index) for plan in plans for p in open_loop_schedule(plan))
+    assert sum(s.scheduled for s in summaries) == len(expected) == table.num_rows > 20
+    assert sorted(table.column("request_id").to_pylist()) == expected
+    assert set(table.column("status").to_pylist()) == {"ok"}
+    assert {s.start_ns for s in summaries} == {summaries[0].start_ns}  # one common start
+    assert all(s.node_id for s in summaries)
+    rows = table.to_pylist()
+    assert all(r["step_k"] and len(r["step_k"]) == len(r["step_batch_size"]) for r in rows)
+    assert all(r["queue_wait_s"] is not None and r["server_received_ns"] >= r["sent_ns"] - 5_000_000 for r in rows)
+    assert all(len(r["token_times_ns"]) == r["output_tokens"] for r in rows)
+    assert {json.loads(r["resolved_speculative_config"])["num_speculative_tokens"] for r in rows} == {3}

@@ -1,0 +1,359 @@
+"""The Locust side of a load worker: an open-loop (or closed-loop) OpenAI streaming client writing trace rows.
+
+The orchestrator starts it in a subprocess of a Ray actor (orchestrator/load_workers.py); it also runs by hand:
+
+    SPECDRILL_LOAD_PLAN=plan.yaml locust -f loadshapes/locustfile.py --headless
+
+Open loop: one dispatcher user sends every planned request at its scheduled time in a greenlet of its own,
+whether or not earlier ones have finished, so a stalled server shows in the latency of everything scheduled
+during the stall (no coordinated omission). Latency counts from the scheduled time and send lateness is recorded.
+Results come from the trace rows written here, never from Locust's statistics.
+
+Import this only in a Locust process: Locust monkey-patches the interpreter with gevent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import gevent
+import gevent.pool
+import numpy as np
+import yaml
+from gevent.lock import BoundedSemaphore
+from geventhttpclient.response import HTTPParseError
+from locust import FastHttpUser, LoadTestShape, User, events, task
+from locust.contrib.fasthttp import FastHttpSession
+
+from loadshapes.plan import Planned, WorkerPlan, closed_loop_users, open_loop_schedule
+from loadshapes.sse import StreamError, StreamResult, latency_columns, telemetry_columns
+from loadshapes.trace import PartWriter
+from serve_apps.clock import now_ns
+
+
+class RequestTimeout(Exception):
+    pass
+
+
+def _load_plan() -> WorkerPlan:
+    path = os.environ.get("SPECDRILL_LOAD_PLAN")
+    if not path:
+        sys.exit("SPECDRILL_LOAD_PLAN is not set: point it at a load plan (YAML or JSON, see README)")
+    text = Path(path).read_text(encoding="utf-8")
+    data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    return WorkerPlan.model_validate(data)
+
+
+class WorkerState:
+    """Everything one worker process measures; every planned request ends as exactly one row."""
+
+    def __init__(self, plan: WorkerPlan) -> None:
+        self.plan = plan
+        self.schedule: list[Planned] = open_loop_schedule(plan) if plan.shape.open_loop else []
+        self.writer = PartWriter(
+            plan.trace_root, writer_id=f"{plan.arm}-{plan.shape_name}-r{plan.repeat}-w{plan.worker}"
+        )
+        self.rows: list[dict[str, Any]] = []
+        self.write_lock = BoundedSemaphore(1)
+        self.in_flight: dict[int, tuple[Planned | None, int]] = {}
+        self.greenlets = gevent.pool.Group()
+        self.lateness_ns: list[int] = []
+        self.start_ns: int | None = plan.start_ns
+        self.end_ns: int | None = None
+        self.finished = False
+        self.sent = 0
+        self.max_in_flight_seen = 0
+        self.closed_loop_counter = 0
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
+        if plan.target.api_key_env:
+            key = os.environ.get(plan.target.api_key_env)
+            if not key:
+                sys.exit(f"target.api_key_env: environment variable {plan.target.api_key_env} is not set")
+            headers["Authorization"] = f"Bearer {key}"
+        self.headers = headers
+        if plan.ready_file:
+            Path(plan.ready_file).write_text(str(len(self.schedule)), encoding="utf-8")
+
+    def wait_for_start(self) -> int:
+        if self.start_ns is None:
+            if self.plan.go_file:
+                go = Path(self.plan.go_file)
+                while not go.exists():
+                    gevent.sleep(0.005)
+                self.start_ns = int(go.read_text(encoding="utf-8"))
+            else:
+                self.start_ns = now_ns() + 500_000_000
+        self.end_ns = self.start_ns + round(self.plan.shape.duration * 1e9)
+        return self.start_ns
+
+    # --- rows -------------------------------------------------------------------------------------------------
+    def base_row(self, index: int, scheduled_ns: int, phase: str | None, category: str | None) -> dict[str, Any]:
+        plan = self.plan
+        return {
+            "campaign": plan.campaign,
+            "run": plan.run,
+            "arm": plan.arm,
+            "policy": plan.policy,
+            "topology": plan.topology,
+            "shape": plan.shape_name,
+            "phase": phase,
+            "worker": plan.worker,
+            "request_id": plan.request_id(index),
+            "category": category,
+            "scheduled_ns": scheduled_ns,
+        }
+
+    def record(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        if len(self.rows) >= self.plan.flush_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        with self.write_lock:
+            rows, self.rows = self.rows, []
+            if rows:
+                # Encoding Parquet off the event loop: a 1000-row flush inline would delay sends by milliseconds.
+                gevent.get_hub().threadpool.apply(self.writer.write, (rows,))
+
+    def flush_periodically(self) -> None:
+        while not self.finished:
+            gevent.sleep(self.plan.flush_s)
+            self.flush()
+
+    # --- one request ------------------------------------------------------------------------------------------
+    def send(self, client: FastHttpSession, index: int, item: Planned | None, scheduled_ns: int) -> None:
+        sent_ns = now_ns()
+        self.in_flight[index] = (item, scheduled_ns)
+        self.max_in_flight_seen = max(self.max_in_flight_seen, len(self.in_flight))
+        self.lateness_ns.append(sent_ns - scheduled_ns)
+        self.sent += 1
+        spec = item.spec if item else None
+        result = StreamResult()
+        status, error_class, error_message, done_ns = "ok", None, None, None
+        try:
+            with gevent.Timeout(self.plan.request_timeout_s, RequestTimeout):
+                body = item.body if item else b""
+                headers = {**self.headers, "x-request-id": self.plan.request_id(index)}
+                path = self.plan.target.path
+                # FastHttpSession sends bytes as they are; its annotation says str.
+                response = client.request("POST", path, data=body, headers=headers, stream=True, name=path)  # type: ignore[arg-type]
+                error = getattr(response, "error", None)
+                if error is not None:
+                    code = getattr(error, "code", 0) or getattr(response, "status_code", 0)
+                    if code:
+                        raise StreamError(f"http_{code}", f"HTTP {code}: {_short(_body_text(response))}")
+                    raise error
+                raw = response._response
+                assert raw is not None
+                while True:
+                    try:
+                        line = raw.readline(b"\n")
+                    except (OSError, HTTPParseError) as exc:  # the connection broke mid-body
+                        raise StreamError(
+                            "truncated_stream", f"{type(exc).__name__} after {len(result.token_times_ns)} tokens: {exc}"
+                        ) from None
+                    t_ns = now_ns()
+                    if not line:
+                        break
+                    result.feed(line, t_ns)
+                done_ns = now_ns()
+                result.check_complete()
+        except gevent.GreenletExit:
+            raise  # cancelled at stop: the stop path writes the row
+        except StreamError as exc:
+            status, error_class, error_message = "error", exc.kind, str(exc)
+        except RequestTimeout:
+            status, error_class = "timeout", "timeout"
+            error_message = f"no complete response within {self.plan.request_timeout_s} s"
+        except Exception as exc:
+            status, error_class, error_message = "error", type(exc).__name__, _short(str(exc) or repr(exc))
+        if self.in_flight.pop(index, None) is None:
+            return  # already written as cancelled
+        row = self.base_row(
+            index, scheduled_ns, item.phase if item else self.closed_loop_phase(), spec.category if spec else None
+        )
+        row.update(
+            sent_ns=sent_ns,
+            done_ns=done_ns,
+            send_lateness_ns=sent_ns - scheduled_ns,
+            prompt_tokens=result.prompt_tokens,
+            output_tokens=result.output_tokens,
+            token_times_ns=result.token_times_ns if self.plan.store_token_times else None,
+            status=status,
+            error_class=error_class,
+            error_message=error_message,
+            **latency_columns(scheduled_ns, result, done_ns),
+            **telemetry_columns(result),
+        )
+        self.record(row)
+
+    def closed_loop_phase(self) -> str:
+        return self.plan.shape.phases()[0].name
+
+    # --- stop -------------------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Cancel what is still in flight (one `cancelled` row each), write every buffered row and the summary."""
+        if self.finished:
+            return
+        self.finished = True
+        cancelled = dict(self.in_flight)
+        self.in_flight.clear()
+        self.greenlets.kill(block=True, timeout=5)
+        stop_ns = now_ns()
+        for index, (item, scheduled_ns) in sorted(cancelled.items()):
+            row = self.base_row(
+                index,
+                scheduled_ns,
+                item.phase if item else self.closed_loop_phase(),
+                item.spec.category if item else None,
+            )
+            waited = (stop_ns - scheduled_ns) / 1e9
+            row.update(
+                status="cancelled",
+                error_class="drain_timeout",
+                error_message=f"still in flight {waited:.1f} s after its scheduled send when the worker stopped",
+            )
+            self.rows.append(row)
+        if self.plan.shape.open_loop:
+            for item in self.schedule[self.sent :]:  # never sent (the worker was stopped early)
+                scheduled = (self.start_ns or stop_ns) + round(item.offset_s * 1e9)
+                row = self.base_row(item.index, scheduled, item.phase, item.spec.category)
+                row.update(
+                    status="cancelled", error_class="not_sent", error_message="the worker stopped before its send time"
+                )
+                self.rows.append(row)
+        self.flush()
+        if self.plan.summary_file:
+            Path(self.plan.summary_file).write_text(json.dumps(self.summary()), encoding="utf-8")
+
+    def summary(self) -> dict[str, Any]:
+        lateness = np.asarray(self.lateness_ns, dtype=np.int64) / 1e9
+        p50, p99, top = np.percentile(lateness, [50, 99, 100]) if lateness.size else (0.0, 0.0, 0.0)
+        return {
+            "worker": self.plan.worker,
+            "arm": self.plan.arm,
+            "shape": self.plan.shape_name,
+            "repeat": self.plan.repeat,
+            "scheduled": len(self.schedule) if self.plan.shape.open_loop else self.sent,
+            "sent": self.sent,
+            "rows_written": self.writer.rows_written,
+            "files": self.writer.files,
+            "start_ns": self.start_ns,
+            "lateness_p50_s": float(p50),
+            "lateness_p99_s": float(p99),
+            "lateness_max_s": float(top),
+            "saturated": bool(float(p99) > self.plan.lateness_bound_s),
+            "max_in_flight": self.max_in_flight_seen,
+        }
+
+
+def _body_text(response: Any) -> str:
+    try:
+        return str(response.text or "")
+    except Exception:  # the body of an error response is best effort
+        return ""
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+PLAN = _load_plan()
+STATE = WorkerState(PLAN)
+
+
+class _SpecdrillUser(FastHttpUser):
+    abstract = True
+    host = PLAN.target.base_url
+    concurrency = PLAN.max_in_flight
+    network_timeout = PLAN.request_timeout_s
+    connection_timeout = 30.0
+    max_retries = 0
+
+
+class OpenLoopDispatcher(_SpecdrillUser):
+    """Sends the plan's schedule: each request at its time, in its own greenlet."""
+
+    fixed_count = 1
+
+    @task
+    def dispatch(self) -> None:
+        state = STATE
+        start = state.wait_for_start()
+        spin_ns = round(PLAN.spin_s * 1e9)
+        for item in state.schedule:
+            if state.finished:
+                return
+            due = start + round(item.offset_s * 1e9)
+            delay = due - now_ns()
+            if delay > spin_ns:
+                gevent.sleep((delay - spin_ns) / 1e9)
+            while now_ns() < due:
+                gevent.sleep(0)  # poll the loop (other greenlets run) for sub-millisecond send accuracy
+            state.greenlets.spawn(state.send, self.client, item.index, item, due)
+        state.greenlets.join(timeout=PLAN.drain_s)
+        state.stop()
+        while True:
+            gevent.sleep(1)  # the shape ends the run
+
+
+class ClosedLoopUser(_SpecdrillUser):
+    """CLOSED LOOP: sends its next request as soon as the previous one ends, until the shape's duration."""
+
+    @task
+    def loop(self) -> None:
+        state = STATE
+        state.wait_for_start()
+        assert state.end_ns is not None
+        while now_ns() < state.end_ns and not state.finished:
+            index = PLAN.worker + PLAN.workers * state.closed_loop_counter
+            state.closed_loop_counter += 1
+            spec = PLAN.mix.at([index], seed=PLAN.traffic_seed("requests"))[0]
+            item = Planned(index, 0.0, state.closed_loop_phase(), spec, _request_body(spec))
+            scheduled = now_ns()
+            state.send(self.client, index, item, scheduled)
+        while True:
+            gevent.sleep(1)
+
+
+def _request_body(spec: Any) -> bytes:
+    from loadshapes.plan import request_body
+
+    return request_body(PLAN, spec)
+
+
+class PlanShape(LoadTestShape):
+    """Locust's view of the plan: one dispatcher for an open-loop shape (the arrival times are in the plan),
+    this worker's share of the users for a closed-loop one. Ends the run when the plan is done."""
+
+    def tick(self) -> tuple[int, float, list[type[User]] | None] | None:
+        state = STATE
+        if state.finished:
+            return None
+        if PLAN.shape.open_loop:
+            return 1, 1.0, [OpenLoopDispatcher]
+        users = closed_loop_users(PLAN)
+        if users == 0:
+            state.stop()
+            return None
+        if state.end_ns is not None and now_ns() >= state.end_ns + round(PLAN.drain_s * 1e9):
+            state.stop()
+            return None
+        if state.end_ns is not None and now_ns() >= state.end_ns and not state.in_flight:
+            state.stop()
+            return None
+        return users, float(users), [ClosedLoopUser]
+
+
+@events.test_start.add_listener  # type: ignore[untyped-decorator]
+def _start_flusher(**_: Any) -> None:
+    gevent.spawn(STATE.flush_periodically)
+
+
+@events.quitting.add_listener  # type: ignore[untyped-decorator]
+def _write_everything(**_: Any) -> None:
+    STATE.stop()

@@ -1,0 +1,124 @@
+"""What one load worker sends: the plan (pydantic, a file the worker reads) and the schedule built from it.
+
+Every arm gets the same traffic: arrival times and request contents depend on (seed, shape, repeat) only, never
+on the arm or on how many workers split it. Request i has id `{arm}:{shape}:{repeat}:{i}` so the report can pair
+request i across arms.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from loadshapes.arrivals import shape_arrivals, worker_share
+from loadshapes.mixes import RequestMix, RequestSpec
+from loadshapes.shapes import Shape
+
+
+class Target(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    base_url: str  # up to the arm's prefix, e.g. http://127.0.0.1:8000/demo/off
+    model: str
+    endpoint: Literal["completions", "chat"] = "completions"
+    api_key_env: str | None = None  # the NAME of an environment variable; keys never enter plans or traces
+
+    @property
+    def path(self) -> str:
+        return "/v1/chat/completions" if self.endpoint == "chat" else "/v1/completions"
+
+
+class WorkerPlan(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    campaign: str
+    run: str
+    arm: str
+    policy: str | None = None
+    topology: str | None = None
+    shape_name: str
+    shape: Shape
+    repeat: int = Field(default=0, ge=0)
+    mix: RequestMix
+    seed: int = 0
+    process: Literal["poisson", "gamma", "constant"] = "poisson"
+    cv: float = Field(default=1.0, gt=0)
+    worker: int = Field(default=0, ge=0)
+    workers: int = Field(default=1, ge=1)
+    target: Target
+    trace_root: str
+    start_ns: int | None = None  # the common start (epoch ns); None: wait for a go file, or start on launch
+    go_file: str | None = None  # the orchestrator writes the common start time here once every worker is ready
+    ready_file: str | None = None
+    summary_file: str | None = None
+    flush_rows: int = Field(default=1000, ge=1)
+    flush_s: float = Field(default=5.0, gt=0)
+    lateness_bound_s: float = Field(default=0.005, gt=0)  # p99 send lateness above this: generator saturated
+    drain_s: float = Field(default=120.0, ge=0)  # after the last send, how long in-flight requests may finish
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    max_in_flight: int = Field(default=4096, ge=1)
+    spin_s: float = Field(default=0.001, ge=0)  # wait the last stretch before a send by polling, not a timer
+    store_token_times: bool = True
+    store_prompts: bool = False
+
+    @model_validator(mode="after")
+    def _worker_in_range(self) -> WorkerPlan:
+        if self.worker >= self.workers:
+            raise ValueError(f"worker {self.worker} outside 0..{self.workers - 1}")
+        return self
+
+    def traffic_seed(self, purpose: str) -> int:
+        """Depends on the seed, shape and repeat only: paired traffic across arms."""
+        key = zlib.crc32(f"{purpose}:{self.shape_name}:{self.repeat}".encode())
+        return int(np.random.SeedSequence([self.seed, key]).generate_state(1)[0])
+
+    def request_id(self, index: int) -> str:
+        return f"{self.arm}:{self.shape_name}:{self.repeat}:{index}"
+
+
+@dataclass(frozen=True)
+class Planned:
+    index: int
+    offset_s: float
+    phase: str
+    spec: RequestSpec
+    body: bytes
+
+
+def request_body(plan: WorkerPlan, spec: RequestSpec) -> bytes:
+    body: dict[str, object] = {
+        "model": plan.target.model,
+        "max_tokens": spec.max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "specdrill": spec.body_hints(),
+    }
+    if spec.ignore_eos:
+        body["ignore_eos"] = True
+    if plan.target.endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": spec.prompt}]
+    else:
+        body["prompt"] = spec.prompt
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def open_loop_schedule(plan: WorkerPlan) -> list[Planned]:
+    """This worker's share of the shape's arrivals, in send order, with bodies built ahead of the run."""
+    offsets = shape_arrivals(plan.shape, process=plan.process, seed=plan.traffic_seed("arrivals"), cv=plan.cv)
+    indices = worker_share(np.arange(len(offsets)), plan.worker, plan.workers)
+    mine = offsets[indices]
+    phases = plan.shape.phase_at(mine) if len(mine) else np.array([], dtype=str)
+    specs = plan.mix.at((int(i) for i in indices), seed=plan.traffic_seed("requests"))
+    return [
+        Planned(int(i), float(t), str(p), s, request_body(plan, s))
+        for i, t, p, s in zip(indices, mine, phases, specs, strict=True)
+    ]
+
+
+def closed_loop_users(plan: WorkerPlan) -> int:
+    """This worker's share of a closed-loop shape's users (round-robin, so the total is exact)."""
+    users = int(getattr(plan.shape, "users", 0))
+    return len(range(plan.worker, users, plan.workers))

@@ -1,0 +1,149 @@
+"""Reading an OpenAI streaming response: token times per token, usage, and the server's telemetry.
+
+Pure (no I/O): the load worker feeds each SSE line with the time it arrived and turns the result into a trace
+row. A chunk may carry several tokens (speculative decoding accepts drafts in bursts); with vLLM's
+`continuous_usage_stats` every chunk says the cumulative completion tokens, so each token gets the time of the
+chunk that delivered it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from loadshapes.trace import dumps_config, to_ns
+
+
+class StreamError(Exception):
+    """The response broke the OpenAI streaming protocol; `kind` becomes the trace row's error_class."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class StreamResult:
+    token_times_ns: list[int] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    finish_reason: str | None = None
+    telemetry: dict[str, Any] | None = None
+    spec_metrics: dict[str, Any] | None = None
+    done: bool = False  # saw `data: [DONE]`
+    counted_by_usage: bool = False
+
+    @property
+    def first_token_ns(self) -> int | None:
+        return self.token_times_ns[0] if self.token_times_ns else None
+
+    def feed(self, line: bytes | str, t_ns: int) -> None:
+        text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
+        text = text.strip()
+        if not text or text.startswith(":") or not text.startswith("data:"):
+            return  # blank separators, comments, event/id fields
+        data = text[5:].strip()
+        if data == "[DONE]":
+            self.done = True
+            return
+        try:
+            payload = json.loads(data)
+        except json.JSONDecodeError:
+            raise StreamError("invalid_json", f"undecodable SSE data: {data[:120]!r}") from None
+        if not isinstance(payload, dict):
+            raise StreamError("invalid_json", f"SSE data is not an object: {data[:120]!r}")
+        if "error" in payload:
+            error = payload["error"]
+            message = error.get("message") if isinstance(error, dict) else error
+            raise StreamError("server_error", f"error event in stream: {message}")
+        self._absorb(payload, t_ns)
+
+    def _absorb(self, payload: dict[str, Any], t_ns: int) -> None:
+        usage = payload.get("usage")
+        choices = payload.get("choices") or []
+        new_tokens = 0
+        if isinstance(usage, dict):
+            self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
+            completion = usage.get("completion_tokens")
+            if isinstance(completion, int):
+                if choices:  # a content chunk with continuous usage: cumulative count
+                    self.counted_by_usage = True
+                    new_tokens = max(0, completion - len(self.token_times_ns))
+                self.output_tokens = completion
+        if choices:
+            choice = choices[0]
+            if not self.counted_by_usage and _has_text(choice):
+                new_tokens = 1  # without usage per chunk, one token per non-empty delta is all we can know
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        if new_tokens:
+            self.token_times_ns.extend([t_ns] * new_tokens)
+        if "specdrill" in payload:
+            self.telemetry = payload["specdrill"]
+        metrics = payload.get("metrics")
+        if isinstance(metrics, dict) and metrics.get("speculative_decoding") is not None:
+            self.spec_metrics = metrics["speculative_decoding"]
+
+    def check_complete(self) -> None:
+        if not self.done:
+            raise StreamError("truncated_stream", "the stream ended before data: [DONE]")
+        if self.output_tokens is None:
+            raise StreamError("missing_usage", "the stream carried no usage (stream_options.include_usage)")
+
+
+def _has_text(choice: dict[str, Any]) -> bool:
+    if "delta" in choice:
+        return bool((choice.get("delta") or {}).get("content"))
+    return bool(choice.get("text"))
+
+
+def latency_columns(scheduled_ns: int, result: StreamResult, done_ns: int | None) -> dict[str, Any]:
+    """TTFT and end-to-end count from the SCHEDULED send time; per-token latency from the token times."""
+    times = np.asarray(result.token_times_ns, dtype=np.int64)
+    columns: dict[str, Any] = {
+        "first_token_ns": result.first_token_ns,
+        "ttft_s": (times[0] - scheduled_ns) / 1e9 if times.size else None,
+        "e2e_s": (done_ns - scheduled_ns) / 1e9 if done_ns is not None else None,
+        "tpot_s": None,
+        "itl_p50_s": None,
+        "itl_p99_s": None,
+        "itl_max_s": None,
+    }
+    if times.size > 1:
+        gaps = np.diff(times) / 1e9
+        p50, p99 = np.percentile(gaps, [50, 99])
+        columns.update(
+            tpot_s=float(times[-1] - times[0]) / 1e9 / (times.size - 1),
+            itl_p50_s=float(p50),
+            itl_p99_s=float(p99),
+            itl_max_s=float(gaps.max()),
+        )
+    return columns
+
+
+def telemetry_columns(result: StreamResult) -> dict[str, Any]:
+    """The server's `specdrill` object and vLLM's metrics.speculative_decoding, flattened into trace columns."""
+    tel = result.telemetry or {}
+    stamps = tel.get("timestamps") or {}
+    executed = tel.get("executed") or {}
+    spec = result.spec_metrics or {}
+    return {
+        "queue_wait_s": tel.get("queue_wait_s"),
+        "server_received_ns": to_ns(stamps.get("received")),
+        "server_first_scheduled_ns": to_ns(stamps.get("first_scheduled")),
+        "server_first_token_ns": to_ns(stamps.get("first_token")),
+        "server_done_ns": to_ns(stamps.get("done")),
+        "step_batch_size": executed.get("step_batch_size"),
+        "step_k": executed.get("step_k"),
+        "per_step_drafted": spec.get("per_step_drafted"),
+        "per_step_accepted": spec.get("per_step_accepted"),
+        "mean_acceptance_length": spec.get("mean_acceptance_length"),
+        "resolved_speculative_config": dumps_config(tel.get("resolved_speculative_config")) if tel else None,
+        "schedule_dropped": tel.get("schedule_dropped"),
+        "replica_id": tel.get("replica_id"),
+        "engine_id": tel.get("engine_id"),
+        "node_id": tel.get("node_id"),
+    }

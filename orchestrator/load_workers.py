@@ -1,0 +1,196 @@
+"""Load workers: Locust processes driven by Ray actors spread over the cluster, all starting at one instant.
+
+Locust monkey-patches the interpreter with gevent, which breaks Ray in the same process (see
+shared notes), so each actor runs `locust -f loadshapes/locustfile.py --headless` as a child process and talks to
+it through files: the plan, a ready file (the schedule is built), a go file (the common start time, written
+once every worker is ready) and a summary. The child dies with the actor (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from loadshapes.plan import WorkerPlan
+from orchestrator.logs import get_logger
+from serve_apps.clock import now_ns
+
+log = get_logger(__name__)
+LOCUSTFILE = Path(__file__).resolve().parent.parent / "loadshapes" / "locustfile.py"
+
+
+class WorkerSummary(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    worker: int
+    arm: str
+    shape: str
+    repeat: int
+    scheduled: int
+    sent: int
+    rows_written: int
+    files: list[str]
+    start_ns: int | None
+    lateness_p50_s: float
+    lateness_p99_s: float
+    lateness_max_s: float
+    saturated: bool
+    max_in_flight: int
+    node_id: str | None = None
+    exit_code: int | None = None
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no orphaned load when the actor is killed
+
+
+class LocustProcess:
+    """One Locust child process running one plan; usable without Ray (tests, a single machine)."""
+
+    def __init__(self, plan: WorkerPlan, workdir: str | None = None) -> None:
+        self.dir = Path(workdir or tempfile.mkdtemp(prefix="specdrill-worker-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tag = f"{plan.arm}-{plan.shape_name}-r{plan.repeat}-w{plan.worker}"
+        files = {
+            "ready_file": str(self.dir / f"{tag}.ready"),
+            "summary_file": str(self.dir / f"{tag}.summary.json"),
+        }
+        if plan.start_ns is None:
+            files["go_file"] = str(self.dir / f"{tag}.go")
+        self.plan = plan.model_copy(update=files)
+        self.plan_path = self.dir / f"{tag}.plan.json"
+        self.plan_path.write_text(self.plan.model_dump_json(), encoding="utf-8")
+        self.log_path = self.dir / f"{tag}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, env: dict[str, str] | None = None) -> None:
+        environment = {**os.environ, **(env or {}), "SPECDRILL_LOAD_PLAN": str(self.plan_path)}
+        environment.pop("LOCUST_SKIP_MONKEY_PATCH", None)
+        command = [
+            sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", self.plan.target.base_url,
+            "--loglevel", "WARNING", "--only-summary", "--stop-timeout", "5",
+        ]  # fmt: skip
+        with open(self.log_path, "wb") as log_file:
+            self.process = subprocess.Popen(
+                command, stdout=log_file, stderr=subprocess.STDOUT, env=environment, preexec_fn=_die_with_parent
+            )
+
+    def wait_ready(self, timeout_s: float) -> int:
+        assert self.plan.ready_file is not None
+        ready = Path(self.plan.ready_file)
+        deadline = time.monotonic() + timeout_s
+        while not ready.exists():
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"load worker exited before it was ready: {self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"load worker not ready within {timeout_s:.0f} s: {self.log_tail()}")
+            time.sleep(0.02)
+        return int(ready.read_text(encoding="utf-8") or 0)
+
+    def go(self, start_ns: int) -> None:
+        assert self.plan.go_file is not None
+        temporary = Path(self.plan.go_file + ".tmp")
+        temporary.write_text(str(start_ns), encoding="utf-8")
+        temporary.rename(self.plan.go_file)  # atomic: the worker never reads half a number
+
+    def wait(self, timeout_s: float) -> WorkerSummary:
+        assert self.process is not None and self.plan.summary_file is not None
+        try:
+            code = self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGINT)  # Locust's quit path writes every row and the summary
+            try:
+                code = self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                code = self.process.wait()
+        summary = Path(self.plan.summary_file)
+        if not summary.exists():
+            raise RuntimeError(f"load worker exited with {code} and no summary: {self.log_tail()}")
+        return WorkerSummary.model_validate({**json.loads(summary.read_text(encoding="utf-8")), "exit_code": code})
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return "(no log)"
+        return " | ".join(text.strip().splitlines()[-lines:])
+
+
+class LoadWorker:
+    """The Ray actor around one LocustProcess (`ray.remote(LoadWorker)`; see `run_load`)."""
+
+    def __init__(self, plan_json: str, workdir: str | None = None, env: dict[str, str] | None = None) -> None:
+        self.process = LocustProcess(WorkerPlan.model_validate_json(plan_json), workdir)
+        self.process.start(env)
+
+    def node_id(self) -> str:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+    def wait_ready(self, timeout_s: float) -> int:
+        return self.process.wait_ready(timeout_s)
+
+    def go(self, start_ns: int) -> None:
+        self.process.go(start_ns)
+
+    def wait(self, timeout_s: float) -> dict[str, Any]:
+        summary = self.process.wait(timeout_s)
+        return summary.model_copy(update={"node_id": self.node_id()}).model_dump()
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def start_at(processes: Sequence[Any], lead_s: float) -> int:
+    start = now_ns() + round(lead_s * 1e9)
+    for process in processes:
+        process.go(start)
+    return start
+
+
+def run_load(
+    plans: Sequence[WorkerPlan],
+    *,
+    cpus_per_worker: float = 1.0,
+    ready_timeout_s: float = 300.0,
+    lead_s: float = 1.0,
+    env: dict[str, str] | None = None,
+    workdir: str | None = None,
+) -> list[WorkerSummary]:
+    """Run plans (one per worker) on Ray actors spread over the nodes, with one common start time."""
+    import ray
+
+    actor_class: Any = ray.remote(LoadWorker).options(num_cpus=cpus_per_worker, scheduling_strategy="SPREAD")
+    actors: list[Any] = [actor_class.remote(plan.model_dump_json(), workdir, env) for plan in plans]
+    try:
+        ray.get([a.wait_ready.remote(ready_timeout_s) for a in actors])
+        start = now_ns() + round(lead_s * 1e9)
+        ray.get([a.go.remote(start) for a in actors])
+        log.info("load started", workers=len(actors), start_ns=start)
+        longest = max(p.shape.duration + p.drain_s for p in plans) + lead_s + 60
+        summaries = ray.get([a.wait.remote(longest) for a in actors])
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    return [WorkerSummary.model_validate(s) for s in summaries]

@@ -1,0 +1,218 @@
+"""The load worker (Locust in a child process) against the null streaming server: open loop, errors as rows."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+
+from loadshapes.mixes import MixEntry, RequestMix
+from loadshapes.null_server import NullConfig, NullServer, ServerThread
+from loadshapes.plan import Target, WorkerPlan, open_loop_schedule
+from loadshapes.shapes import Concurrency, Quiet, Step
+from loadshapes.sse import StreamError, StreamResult, latency_columns
+from loadshapes.trace import read_traces
+from orchestrator.load_workers import LocustProcess, WorkerSummary
+from serve_apps.clock import now_ns
+
+CHAT = RequestMix(entries=[MixEntry(workload="chat", weight=1)])
+
+
+def _plan(url: str, root: Path, **extra: Any) -> WorkerPlan:
+    fields: dict[str, Any] = {
+        "campaign": "t", "run": "r1", "arm": "a", "shape_name": "s", "shape": Quiet(rate=20, duration_s=2),
+        "mix": CHAT, "target": Target(base_url=url, model="null"), "trace_root": str(root), "drain_s": 10,
+        **extra,
+    }  # fmt: skip
+    return WorkerPlan.model_validate(fields)
+
+
+def _run(plan: WorkerPlan, workdir: Path, *, lead_s: float = 0.5, timeout_s: float = 60) -> WorkerSummary:
+    process = LocustProcess(plan, str(workdir))
+    process.start()
+    try:
+        process.wait_ready(60)
+        process.go(now_ns() + round(lead_s * 1e9))
+        return process.wait(timeout_s)
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def server() -> Iterator[ServerThread]:
+    thread = ServerThread(NullServer(NullConfig(chunks=4, tokens_per_chunk=1)))
+    yield thread
+    thread.stop()
+
+
+def _configure(server: ServerThread, **changes: Any) -> None:
+    request = urllib.request.Request(
+        server.url + "/null/config", data=json.dumps(changes).encode(), headers={"Content-Type": "application/json"}
+    )
+    urllib.request.urlopen(request, timeout=5).read()
+
+
+# --- pure parts -----------------------------------------------------------------------------------------------
+
+
+def test_multi_token_chunks_give_every_token_its_arrival_time() -> None:
+    result = StreamResult()
+    t0 = 1_000_000_000
+    chunks = [(3, t0 + 10_000_000), (4, t0 + 30_000_000), (1, t0 + 50_000_000)]  # cumulative usage 3, 7, 8
+    total = 0
+    for tokens, t in chunks:
+        total += tokens
+        usage = {"prompt_tokens": 5, "completion_tokens": total}
+        result.feed(
+            f'data: {{"choices":[{{"index":0,"text":"x","finish_reason":null}}],"usage":{json.dumps(usage)}}}', t
+        )
+    result.feed(
+        'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":8},"specdrill":{"queue_wait_s":0.25}}',
+        t0 + 51_000_000,
+    )
+    result.feed("data: [DONE]", t0 + 52_000_000)
+    result.check_complete()
+    assert result.token_times_ns == [t0 + 10_000_000] * 3 + [t0 + 30_000_000] * 4 + [t0 + 50_000_000]
+    assert result.output_tokens == 8 and result.prompt_tokens == 5 and result.telemetry == {"queue_wait_s": 0.25}
+    columns = latency_columns(t0, result, t0 + 52_000_000)
+    assert columns["ttft_s"] == pytest.approx(0.010)  # from the scheduled time t0
+    assert columns["tpot_s"] == pytest.approx(0.040 / 7)  # 8 tokens, 7 gaps, 40 ms from first to last
+    assert columns["itl_max_s"] == pytest.approx(0.020) and columns["itl_p50_s"] == 0.0
+    assert columns["e2e_s"] == pytest.approx(0.052)
+
+
+def test_chat_deltas_without_usage_count_one_token_each() -> None:
+    result = StreamResult()
+    result.feed('data: {"choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}]}', 1)
+    result.feed('data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}', 2)
+    result.feed('data: {"choices":[{"index":0,"delta":{"content":" there"},"finish_reason":"stop"}]}', 3)
+    assert result.token_times_ns == [2, 3] and result.finish_reason == "stop"
+    with pytest.raises(StreamError, match="before data: \\[DONE\\]"):
+        result.check_complete()
+    result.feed("data: [DONE]", 4)
+    with pytest.raises(StreamError) as missing:
+        result.check_complete()
+    assert missing.value.kind == "missing_usage"
+    with pytest.raises(StreamError) as bad:
+        result.feed("data: {oops", 5)
+    assert bad.value.kind == "invalid_json"
+
+
+def test_schedule_is_the_same_for_any_split_and_any_arm(tmp_path: Path) -> None:
+    shape = Step(rates=[5, 40, 10], step_s=3)
+    whole = open_loop_schedule(_plan("http://127.0.0.1:1", tmp_path, shape=shape, seed=3))
+    parts = [
+        item
+        for w in range(3)
+        for item in open_loop_schedule(
+            _plan("http://127.0.0.1:1", tmp_path, shape=shape, seed=3, worker=w, workers=3, arm="b")
+        )
+    ]  # fmt: skip
+    assert sorted((p.index, p.offset_s, p.spec, p.phase) for p in parts) == [
+        (p.index, p.offset_s, p.spec, p.phase) for p in whole
+    ]
+    other_seed = open_loop_schedule(_plan("http://127.0.0.1:1", tmp_path, shape=shape, seed=4))
+    assert [p.offset_s for p in other_seed] != [p.offset_s for p in whole]
+
+
+# --- the Locust process ---------------------------------------------------------------------------------------
+
+
+def test_open_loop_rows_equal_requests_and_tokens_are_counted(server: ServerThread, tmp_path: Path) -> None:
+    _configure(server, chunks=5, tokens_per_chunk=3, chunk_delay_s=0.01)
+    plan = _plan(server.url, tmp_path / "traces", shape=Quiet(rate=30, duration_s=2), workers=2, worker=1, flush_rows=7)
+    summary = _run(plan, tmp_path / "w")
+    table = read_traces(str(tmp_path / "traces"))
+    expected = open_loop_schedule(plan)
+    assert summary.scheduled == len(expected) == table.num_rows == summary.rows_written > 10
+    assert sorted(table.column("request_id").to_pylist()) == sorted(plan.request_id(p.index) for p in expected)
+    assert set(table.column("status").to_pylist()) == {"ok"}
+    assert set(table.column("output_tokens").to_pylist()) == {15}
+    assert all(len(t) == 15 for t in table.column("token_times_ns").to_pylist())
+    tpot = np.array(table.column("tpot_s").to_pylist())
+    assert np.all(tpot > 0.01 * 4 / 14 * 0.9)  # 4 chunk gaps of >= 10 ms over 14 token gaps
+    assert set(table.column("worker").to_pylist()) == {1}
+    assert table.column("phase").unique().to_pylist() == ["quiet"]
+    scheduled = np.array(table.column("scheduled_ns").to_pylist())
+    offsets = np.sort(scheduled - summary.start_ns) / 1e9
+    np.testing.assert_allclose(offsets, sorted(p.offset_s for p in expected), atol=1e-6)
+    assert sorted(server.server.received_ids) == sorted(table.column("request_id").to_pylist())
+
+
+def test_no_coordinated_omission_when_the_server_stalls(server: ServerThread, tmp_path: Path) -> None:
+    # 40 req/s for 3 s; the server holds everything that arrives in [1.0 s, 2.0 s) until 2.0 s.
+    plan = _plan(server.url, tmp_path / "traces", shape=Quiet(rate=40, duration_s=3), process="constant")
+    process = LocustProcess(plan, str(tmp_path / "w"))
+    process.start()
+    try:
+        process.wait_ready(60)
+        start = now_ns() + 1_000_000_000
+        stall_from = (start + 1_000_000_000) / 1e9
+        process.go(start)
+        time.sleep(max(0.0, stall_from - time.time()))  # switch the stall on at 1.0 s
+        _configure(server, stall_until=(start + 2_000_000_000) / 1e9)
+        summary = process.wait(60)
+    finally:
+        process.stop()
+    table = read_traces(str(tmp_path / "traces"))
+    assert table.num_rows == summary.scheduled >= 119  # 40 req/s, constant gaps, for 3 s
+    offset = (np.array(table.column("scheduled_ns").to_pylist()) - start) / 1e9
+    e2e = np.array(table.column("e2e_s").to_pylist())
+    lateness = np.array(table.column("send_lateness_ns").to_pylist()) / 1e9
+    during = (offset > 1.05) & (offset < 1.95)
+    assert during.sum() >= 30
+    # Sent on schedule although nothing came back during the stall ...
+    assert np.percentile(lateness[during], 90) < 0.05
+    # ... so each carries the rest of the stall in its latency, counted from its scheduled time.
+    np.testing.assert_array_less(2.0 - offset[during] - 0.05, e2e[during])
+    assert np.median(e2e[offset < 0.9]) < 0.1 and np.median(e2e[offset > 2.1]) < 0.1
+
+
+@pytest.mark.parametrize(
+    ("fault", "status", "error_class"),
+    [
+        ("http_500", "error", "http_500"),
+        ("truncated", "error", "truncated_stream"),
+        ("invalid_json", "error", "invalid_json"),
+        ("no_usage", "error", "missing_usage"),
+        ("hang", "timeout", "timeout"),
+    ],
+)
+def test_faults_become_classified_rows(
+    server: ServerThread, tmp_path: Path, fault: str, status: str, error_class: str
+) -> None:
+    _configure(server, fault=fault)
+    plan = _plan(server.url, tmp_path / "traces", shape=Quiet(rate=10, duration_s=1), request_timeout_s=1.0)
+    summary = _run(plan, tmp_path / "w")
+    table = read_traces(str(tmp_path / "traces"))
+    assert table.num_rows == summary.scheduled > 0
+    assert set(table.column("status").to_pylist()) == {status}
+    assert set(table.column("error_class").to_pylist()) == {error_class}
+    assert pc.all(pc.is_valid(table.column("error_message"))).as_py()
+
+
+def test_unfinished_requests_are_cancelled_rows_at_the_drain_limit(server: ServerThread, tmp_path: Path) -> None:
+    _configure(server, fault="hang")
+    plan = _plan(server.url, tmp_path / "traces", shape=Quiet(rate=10, duration_s=1), drain_s=0.5)
+    summary = _run(plan, tmp_path / "w")
+    table = read_traces(str(tmp_path / "traces"))
+    assert table.num_rows == summary.scheduled > 0
+    assert set(table.column("status").to_pylist()) == {"cancelled"}
+    assert set(table.column("error_class").to_pylist()) == {"drain_timeout"}
+
+
+def test_closed_loop_users_send_back_to_back(server: ServerThread, tmp_path: Path) -> None:
+    _configure(server, chunks=2, chunk_delay_s=0.05)
+    plan = _plan(server.url, tmp_path / "traces", shape=Concurrency(users=3, duration_s=1.5))
+    summary = _run(plan, tmp_path / "w")
+    table = read_traces(str(tmp_path / "traces"))
+    assert table.num_rows == summary.sent and 3 * 1.5 / 0.05 * 0.5 < table.num_rows < 3 * 1.5 / 0.05 * 1.3
+    assert summary.max_in_flight <= 3
+    assert len(set(table.column("request_id").to_pylist())) == table.num_rows
