@@ -25,9 +25,10 @@ import gevent.pool
 import numpy as np
 import yaml
 from gevent.lock import BoundedSemaphore
+from geventhttpclient import URL, HTTPClient
 from geventhttpclient.response import HTTPParseError
-from locust import FastHttpUser, LoadTestShape, User, events, task
-from locust.contrib.fasthttp import FastHttpSession
+from locust import LoadTestShape, User, events, task
+from locust.env import Environment
 
 from loadshapes.plan import Planned, WorkerPlan, closed_loop_users, open_loop_schedule
 from loadshapes.sse import StreamError, StreamResult, latency_columns, telemetry_columns
@@ -68,6 +69,10 @@ class WorkerState:
         self.sent = 0
         self.max_in_flight_seen = 0
         self.closed_loop_counter = 0
+        self.statuses: dict[str, int] = {}
+        self.good = 0
+        self.k_sum = 0
+        self.k_steps = 0
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
         if plan.target.api_key_env:
             key = os.environ.get(plan.target.api_key_env)
@@ -75,6 +80,13 @@ class WorkerState:
                 sys.exit(f"target.api_key_env: environment variable {plan.target.api_key_env} is not set")
             headers["Authorization"] = f"Bearer {key}"
         self.headers = headers
+        url = URL(plan.target.base_url)
+        self.request_uri = url.path.rstrip("/") + plan.target.path
+        self.http = HTTPClient(
+            url.host, url.port, concurrency=plan.max_in_flight, connection_timeout=30.0,
+            network_timeout=plan.request_timeout_s, ssl=url.scheme == "https",
+        )  # fmt: skip
+        self.environment: Environment | None = None
         if plan.ready_file:
             Path(plan.ready_file).write_text(str(len(self.schedule)), encoding="utf-8")
 
@@ -91,23 +103,34 @@ class WorkerState:
         return self.start_ns
 
     # --- rows -------------------------------------------------------------------------------------------------
-    def base_row(self, index: int, scheduled_ns: int, phase: str | None, category: str | None) -> dict[str, Any]:
+    def base_row(self, index: int, scheduled_ns: int, item: Planned | None) -> dict[str, Any]:
         plan = self.plan
         return {
+            "prompt_sha256": item.prompt_sha256 if item else None,
+            "prompt": item.spec.prompt if item and plan.store_prompts else None,
             "campaign": plan.campaign,
             "run": plan.run,
             "arm": plan.arm,
             "policy": plan.policy,
             "topology": plan.topology,
             "shape": plan.shape_name,
-            "phase": phase,
+            "phase": item.phase if item else self.closed_loop_phase(),
             "worker": plan.worker,
             "request_id": plan.request_id(index),
-            "category": category,
+            "category": item.spec.category if item else None,
             "scheduled_ns": scheduled_ns,
         }
 
     def record(self, row: dict[str, Any]) -> None:
+        self.statuses[row["status"]] = self.statuses.get(row["status"], 0) + 1
+        if row["status"] == "ok":
+            if self.plan.meets_slo(row["category"], row["ttft_s"], row["tpot_s"], row["e2e_s"]):
+                self.good += 1
+            if row.get("step_k"):
+                self.k_sum += sum(row["step_k"])
+                self.k_steps += len(row["step_k"])
+        if not self.plan.write_trace:
+            return
         self.rows.append(row)
         if len(self.rows) >= self.plan.flush_rows:
             self.flush()
@@ -124,11 +147,26 @@ class WorkerState:
             gevent.sleep(self.plan.flush_s)
             self.flush()
 
+    def report_progress(self) -> None:
+        if not self.plan.progress_file:
+            return
+        path = Path(self.plan.progress_file)
+        while not self.finished:
+            gevent.sleep(1.0)
+            counters = {
+                "sent": self.sent, "in_flight": len(self.in_flight), "statuses": self.statuses, "good": self.good,
+                "k_sum": self.k_sum, "k_steps": self.k_steps, "t_ns": now_ns(),
+            }  # fmt: skip
+            temporary = path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(counters), encoding="utf-8")
+            temporary.replace(path)
+
     # --- one request ------------------------------------------------------------------------------------------
-    def send(self, client: FastHttpSession, index: int, item: Planned | None, scheduled_ns: int) -> None:
+    def send(self, index: int, item: Planned | None, scheduled_ns: int) -> None:
         sent_ns = now_ns()
         self.in_flight[index] = (item, scheduled_ns)
-        self.max_in_flight_seen = max(self.max_in_flight_seen, len(self.in_flight))
+        if len(self.in_flight) > self.max_in_flight_seen:
+            self.max_in_flight_seen = len(self.in_flight)
         self.lateness_ns.append(sent_ns - scheduled_ns)
         self.sent += 1
         spec = item.spec if item else None
@@ -136,30 +174,28 @@ class WorkerState:
         status, error_class, error_message, done_ns = "ok", None, None, None
         try:
             with gevent.Timeout(self.plan.request_timeout_s, RequestTimeout):
-                body = item.body if item else b""
                 headers = {**self.headers, "x-request-id": self.plan.request_id(index)}
-                path = self.plan.target.path
-                # FastHttpSession sends bytes as they are; its annotation says str.
-                response = client.request("POST", path, data=body, headers=headers, stream=True, name=path)  # type: ignore[arg-type]
-                error = getattr(response, "error", None)
-                if error is not None:
-                    code = getattr(error, "code", 0) or getattr(response, "status_code", 0)
-                    if code:
-                        raise StreamError(f"http_{code}", f"HTTP {code}: {_short(_body_text(response))}")
-                    raise error
-                raw = response._response
-                assert raw is not None
+                try:
+                    response = self.http.request(
+                        "POST", self.request_uri, body=item.body if item else b"", headers=headers
+                    )
+                except (OSError, HTTPParseError) as exc:
+                    raise StreamError("connection_error", f"{type(exc).__name__}: {exc}") from None
+                if response.status_code != 200:
+                    code = response.status_code
+                    text = response.read().decode("utf-8", "replace")
+                    raise StreamError(f"http_{code}", f"HTTP {code}: {_short(text)}")
                 while True:
                     try:
-                        line = raw.readline(b"\n")
+                        line = response.readline(b"\n")
                     except (OSError, HTTPParseError) as exc:  # the connection broke mid-body
+                        tokens = len(result.token_times_ns)
                         raise StreamError(
-                            "truncated_stream", f"{type(exc).__name__} after {len(result.token_times_ns)} tokens: {exc}"
+                            "truncated_stream", f"{type(exc).__name__} after {tokens} tokens: {exc}"
                         ) from None
-                    t_ns = now_ns()
                     if not line:
                         break
-                    result.feed(line, t_ns)
+                    result.feed(line, now_ns())
                 done_ns = now_ns()
                 result.check_complete()
         except gevent.GreenletExit:
@@ -173,9 +209,10 @@ class WorkerState:
             status, error_class, error_message = "error", type(exc).__name__, _short(str(exc) or repr(exc))
         if self.in_flight.pop(index, None) is None:
             return  # already written as cancelled
-        row = self.base_row(
-            index, scheduled_ns, item.phase if item else self.closed_loop_phase(), spec.category if spec else None
-        )
+        self.report_to_locust(sent_ns, done_ns, error_message)
+        row = self.base_row(index, scheduled_ns, item)
+        if result.prompt_tokens is None and spec is not None:
+            result.prompt_tokens = spec.prompt_tokens  # what was asked for, when the server did not say
         row.update(
             sent_ns=sent_ns,
             done_ns=done_ns,
@@ -191,6 +228,16 @@ class WorkerState:
         )
         self.record(row)
 
+    def report_to_locust(self, sent_ns: int, done_ns: int | None, error: str | None) -> None:
+        """Locust's own statistics, for its console and web UI only: no result is computed from them."""
+        if self.environment is None:
+            return
+        elapsed_ms = ((done_ns or now_ns()) - sent_ns) / 1e6
+        self.environment.events.request.fire(  # type: ignore[no-untyped-call]
+            request_type="POST", name=self.plan.target.path, response_time=elapsed_ms, response_length=0,
+            exception=RuntimeError(error) if error else None, context={},
+        )  # fmt: skip
+
     def closed_loop_phase(self) -> str:
         return self.plan.shape.phases()[0].name
 
@@ -205,12 +252,7 @@ class WorkerState:
         self.greenlets.kill(block=True, timeout=5)
         stop_ns = now_ns()
         for index, (item, scheduled_ns) in sorted(cancelled.items()):
-            row = self.base_row(
-                index,
-                scheduled_ns,
-                item.phase if item else self.closed_loop_phase(),
-                item.spec.category if item else None,
-            )
+            row = self.base_row(index, scheduled_ns, item)
             waited = (stop_ns - scheduled_ns) / 1e9
             row.update(
                 status="cancelled",
@@ -221,7 +263,7 @@ class WorkerState:
         if self.plan.shape.open_loop:
             for item in self.schedule[self.sent :]:  # never sent (the worker was stopped early)
                 scheduled = (self.start_ns or stop_ns) + round(item.offset_s * 1e9)
-                row = self.base_row(item.index, scheduled, item.phase, item.spec.category)
+                row = self.base_row(item.index, scheduled, item)
                 row.update(
                     status="cancelled", error_class="not_sent", error_message="the worker stopped before its send time"
                 )
@@ -248,31 +290,27 @@ class WorkerState:
             "lateness_max_s": float(top),
             "saturated": bool(float(p99) > self.plan.lateness_bound_s),
             "max_in_flight": self.max_in_flight_seen,
+            "statuses": self.statuses,
         }
-
-
-def _body_text(response: Any) -> str:
-    try:
-        return str(response.text or "")
-    except Exception:  # the body of an error response is best effort
-        return ""
 
 
 def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+# Parquet rows are encoded on a worker thread; with the default 5 ms GIL switch interval that thread would hold
+# the sender up to 5 ms at a time. 0.2 ms keeps send lateness well under a millisecond.
+sys.setswitchinterval(0.0002)
 PLAN = _load_plan()
 STATE = WorkerState(PLAN)
 
 
-class _SpecdrillUser(FastHttpUser):
+class _SpecdrillUser(User):
+    """Locust manages these users; their HTTP goes through the worker's one geventhttpclient pool (FastHttpUser's
+    library, without its per-request bookkeeping: the worker needs every microsecond for send accuracy)."""
+
     abstract = True
     host = PLAN.target.base_url
-    concurrency = PLAN.max_in_flight
-    network_timeout = PLAN.request_timeout_s
-    connection_timeout = 30.0
-    max_retries = 0
 
 
 class OpenLoopDispatcher(_SpecdrillUser):
@@ -294,7 +332,7 @@ class OpenLoopDispatcher(_SpecdrillUser):
                 gevent.sleep((delay - spin_ns) / 1e9)
             while now_ns() < due:
                 gevent.sleep(0)  # poll the loop (other greenlets run) for sub-millisecond send accuracy
-            state.greenlets.spawn(state.send, self.client, item.index, item, due)
+            state.greenlets.spawn(state.send, item.index, item, due)
         state.greenlets.join(timeout=PLAN.drain_s)
         state.stop()
         while True:
@@ -315,7 +353,7 @@ class ClosedLoopUser(_SpecdrillUser):
             spec = PLAN.mix.at([index], seed=PLAN.traffic_seed("requests"))[0]
             item = Planned(index, 0.0, state.closed_loop_phase(), spec, _request_body(spec))
             scheduled = now_ns()
-            state.send(self.client, index, item, scheduled)
+            state.send(index, item, scheduled)
         while True:
             gevent.sleep(1)
 
@@ -350,8 +388,10 @@ class PlanShape(LoadTestShape):
 
 
 @events.test_start.add_listener  # type: ignore[untyped-decorator]
-def _start_flusher(**_: Any) -> None:
+def _start_flusher(environment: Environment, **_: Any) -> None:
+    STATE.environment = environment
     gevent.spawn(STATE.flush_periodically)
+    gevent.spawn(STATE.report_progress)
 
 
 @events.quitting.add_listener  # type: ignore[untyped-decorator]

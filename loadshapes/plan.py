@@ -7,6 +7,7 @@ request i across arms.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zlib
 from dataclasses import dataclass
@@ -62,6 +63,10 @@ class WorkerPlan(BaseModel):
     max_in_flight: int = Field(default=4096, ge=1)
     spin_s: float = Field(default=0.001, ge=0)  # wait the last stretch before a send by polling, not a timer
     store_token_times: bool = True
+    progress_file: str | None = None  # live counters, rewritten every second (the actor turns them into metrics)
+    # Deadlines for the live goodput counter, by category ("*" for the rest): {"ttft_s", "tpot_s", "e2e_s"}.
+    slo: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+    write_trace: bool = True  # False only to measure what writing the trace costs (benchmarks/bench_loadgen.py)
     store_prompts: bool = False
 
     @model_validator(mode="after")
@@ -75,6 +80,14 @@ class WorkerPlan(BaseModel):
         key = zlib.crc32(f"{purpose}:{self.shape_name}:{self.repeat}".encode())
         return int(np.random.SeedSequence([self.seed, key]).generate_state(1)[0])
 
+    def meets_slo(self, category: str | None, ttft: float | None, tpot: float | None, e2e: float | None) -> bool:
+        deadlines = self.slo.get(category or "*") or self.slo.get("*") or {}
+        for name, value in (("ttft_s", ttft), ("tpot_s", tpot), ("e2e_s", e2e)):
+            limit = deadlines.get(name)
+            if limit is not None and (value is None or value > limit):
+                return False
+        return True
+
     def request_id(self, index: int) -> str:
         return f"{self.arm}:{self.shape_name}:{self.repeat}:{index}"
 
@@ -86,6 +99,10 @@ class Planned:
     phase: str
     spec: RequestSpec
     body: bytes
+
+    @property
+    def prompt_sha256(self) -> str:
+        return hashlib.sha256(self.spec.prompt.encode()).hexdigest()
 
 
 def request_body(plan: WorkerPlan, spec: RequestSpec) -> bytes:

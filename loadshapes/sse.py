@@ -8,11 +8,10 @@ chunk that delivered it.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from loadshapes.trace import dumps_config, to_ns
 
@@ -41,8 +40,13 @@ class StreamResult:
         return self.token_times_ns[0] if self.token_times_ns else None
 
     def feed(self, line: bytes | str, t_ns: int) -> None:
-        text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
-        text = text.strip()
+        if isinstance(line, bytes):
+            if len(line) <= 2:
+                return  # the blank line between events
+            if self._content_chunk_fast(line, t_ns):
+                return
+            line = line.decode("utf-8", "replace")
+        text = line.strip()
         if not text or text.startswith(":") or not text.startswith("data:"):
             return  # blank separators, comments, event/id fields
         data = text[5:].strip()
@@ -60,6 +64,46 @@ class StreamResult:
             message = error.get("message") if isinstance(error, dict) else error
             raise StreamError("server_error", f"error event in stream: {message}")
         self._absorb(payload, t_ns)
+
+    def _content_chunk_fast(self, line: bytes, t_ns: int) -> bool:
+        """A content chunk with cumulative usage, read without decoding JSON (most lines of a stream are these).
+
+        Safe on raw bytes: inside a JSON string a quote is always escaped, so these patterns only match keys.
+        Anything else (the final chunk with telemetry, errors, chunks without usage) takes the JSON path.
+        """
+        if not line.startswith(b'data: {"') or b'"choices":[{' not in line:
+            return False
+        if b'"specdrill"' in line or b'"metrics"' in line or b'"error"' in line:
+            return False
+        at = line.rfind(b'"completion_tokens":')
+        if at < 0:
+            return False
+        start = at + 20
+        end = start
+        while end < len(line) and 48 <= line[end] <= 57:
+            end += 1
+        if end == start:
+            return False
+        completion = int(line[start:end])
+        self.counted_by_usage = True
+        new_tokens = completion - len(self.token_times_ns)
+        if new_tokens > 0:
+            self.token_times_ns.extend([t_ns] * new_tokens)
+        self.output_tokens = completion
+        if self.prompt_tokens is None:
+            p = line.rfind(b'"prompt_tokens":')
+            if p >= 0:
+                q = p + 16
+                r = q
+                while r < len(line) and 48 <= line[r] <= 57:
+                    r += 1
+                if r > q:
+                    self.prompt_tokens = int(line[q:r])
+        f = line.find(b'"finish_reason":"')
+        if f >= 0:
+            g = line.find(b'"', f + 17)
+            self.finish_reason = line[f + 17 : g].decode()
+        return True
 
     def _absorb(self, payload: dict[str, Any], t_ns: int) -> None:
         usage = payload.get("usage")
@@ -102,26 +146,33 @@ def _has_text(choice: dict[str, Any]) -> bool:
 
 def latency_columns(scheduled_ns: int, result: StreamResult, done_ns: int | None) -> dict[str, Any]:
     """TTFT and end-to-end count from the SCHEDULED send time; per-token latency from the token times."""
-    times = np.asarray(result.token_times_ns, dtype=np.int64)
+    times = result.token_times_ns
     columns: dict[str, Any] = {
-        "first_token_ns": result.first_token_ns,
-        "ttft_s": (times[0] - scheduled_ns) / 1e9 if times.size else None,
+        "first_token_ns": times[0] if times else None,
+        "ttft_s": (times[0] - scheduled_ns) / 1e9 if times else None,
         "e2e_s": (done_ns - scheduled_ns) / 1e9 if done_ns is not None else None,
         "tpot_s": None,
         "itl_p50_s": None,
         "itl_p99_s": None,
         "itl_max_s": None,
     }
-    if times.size > 1:
-        gaps = np.diff(times) / 1e9
-        p50, p99 = np.percentile(gaps, [50, 99])
+    if len(times) > 1:
+        gaps = sorted(b - a for a, b in itertools.pairwise(times))
         columns.update(
-            tpot_s=float(times[-1] - times[0]) / 1e9 / (times.size - 1),
-            itl_p50_s=float(p50),
-            itl_p99_s=float(p99),
-            itl_max_s=float(gaps.max()),
+            tpot_s=(times[-1] - times[0]) / 1e9 / (len(times) - 1),
+            itl_p50_s=_quantile(gaps, 0.5) / 1e9,
+            itl_p99_s=_quantile(gaps, 0.99) / 1e9,
+            itl_max_s=gaps[-1] / 1e9,
         )
     return columns
+
+
+def _quantile(ordered: list[int], q: float) -> float:
+    """numpy's default (linear) quantile of a sorted list, without numpy's per-call overhead (once per request)."""
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def telemetry_columns(result: StreamResult) -> dict[str, Any]:

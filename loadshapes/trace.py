@@ -34,6 +34,8 @@ _FIELDS: list[pa.Field] = [
     pa.field("worker", pa.int32()),
     pa.field("request_id", pa.string(), nullable=False),
     pa.field("category", pa.string()),
+    pa.field("prompt_sha256", pa.string()),  # the prompt itself only with the campaign's store_prompts: true
+    pa.field("prompt", pa.string()),
     # Client times: epoch nanoseconds on specdrill's monotonic-anchored clock.
     pa.field("scheduled_ns", pa.int64(), nullable=False),
     pa.field("sent_ns", pa.int64()),

@@ -1,15 +1,19 @@
-"""The campaign file: what to deploy (engine, policies, topologies) and where Serve listens.
+"""The campaign file: what to deploy (engine, policies, topologies), the traffic (shapes, request mix, load
+workers), what counts as good (SLOs), what must hold (gates), and where the run goes (output).
 
-This is the minimal schema the deploy step needs; traffic, phases and the report extend it.
+Strict: an unknown key is an error naming it and its path.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from loadshapes.mixes import MixEntry, RequestMix
+from loadshapes.shapes import Shape
 from serve_apps.arms import ArmSpec, EngineConfig, Resources, SimulatedEngineConfig
 from serve_apps.config_io import first_error, load_yaml_model
 from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topology
@@ -44,6 +48,62 @@ class ArmSelection(_Strict):
     topology: str
 
 
+class Deadlines(_Strict):
+    """A request is good (counts toward goodput) when it meets every deadline that is set."""
+
+    ttft_s: float | None = Field(default=None, gt=0)
+    tpot_s: float | None = Field(default=None, gt=0)
+    e2e_s: float | None = Field(default=None, gt=0)
+
+
+class SloConfig(_Strict):
+    ttft_s: float | None = Field(default=2.0, gt=0)
+    tpot_s: float | None = Field(default=0.05, gt=0)
+    e2e_s: float | None = Field(default=None, gt=0)
+    per_category: dict[str, Deadlines] = Field(default_factory=dict)  # overrides, deadline by deadline
+
+    def for_category(self, category: str) -> Deadlines:
+        override = self.per_category.get(category)
+        base = Deadlines(ttft_s=self.ttft_s, tpot_s=self.tpot_s, e2e_s=self.e2e_s)
+        if override is None:
+            return base
+        return base.model_copy(update={k: v for k, v in override.model_dump().items() if v is not None})
+
+
+class LoadConfig(_Strict):
+    """The load workers: how many (Ray actors spread over the nodes), how they send, when a run is invalid."""
+
+    workers: int = Field(default=1, ge=1, le=256)
+    cpus_per_worker: float = Field(default=0.5, gt=0)
+    process: Literal["poisson", "gamma", "constant"] = "poisson"
+    cv: float = Field(default=1.0, gt=0)  # burstiness of gamma arrivals
+    endpoint: Literal["completions", "chat"] = "completions"
+    lateness_bound_s: float = Field(default=0.005, gt=0)
+    drain_s: float = Field(default=120.0, ge=0)
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    max_in_flight: int = Field(default=4096, ge=1)
+    store_token_times: bool = True
+    ready_timeout_s: float = Field(default=300.0, gt=0)
+
+
+class WarmupConfig(_Strict):
+    requests: int = Field(default=4, ge=0)  # sent to each arm after deploy, before any measured unit
+
+
+class GateConfig(_Strict):
+    """What makes `specdrill run` / `report` exit non-zero."""
+
+    dynamic_follows_schedule: bool = True  # a dynamic arm whose executed k does not follow its schedule fails
+    min_follow_fraction: float = Field(default=0.9, gt=0, le=1)
+    fail_on_schedule_dropped: bool = False
+    fail_on_saturated_generator: bool = False
+    max_recovery_s: float | None = Field(default=None, gt=0)  # cross_and_recover: k must switch within this
+
+
+def _default_mix() -> RequestMix:
+    return RequestMix(entries=[MixEntry(workload="chat", weight=1.0)])
+
+
 class Campaign(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")
     engine: EngineConfig
@@ -53,6 +113,32 @@ class Campaign(_Strict):
     serve: ServeConfig = ServeConfig()
     # Which (policy, topology) pairs become arms; default: every policy on every topology.
     arms_only: list[ArmSelection] | None = Field(default=None, alias="arms", min_length=1)
+    shapes: dict[str, Shape] = Field(default_factory=dict)
+    mix: RequestMix = Field(default_factory=_default_mix)
+    slo: SloConfig = SloConfig()
+    warmup: WarmupConfig = WarmupConfig()
+    repeats: int = Field(default=1, ge=1, le=100)
+    seed: int = 0
+    output: str | None = None  # the run directory or URI; default runs/<name>
+    load: LoadConfig = LoadConfig()
+    gates: GateConfig = GateConfig()
+    store_prompts: bool = False  # traces keep prompt hashes unless this is set
+
+    @field_validator("shapes", mode="before")
+    @classmethod
+    def _shape_names(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            for key in v:
+                if not isinstance(key, str) or not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,40}", key):
+                    raise ValueError(f"shape name {key!r}: lower-case letters, digits, - and _ only")
+        return v
+
+    def output_dir(self) -> str:
+        return self.output or f"runs/{self.name}"
+
+    def require_traffic(self) -> None:
+        if not self.shapes:
+            raise CampaignError("shapes: a campaign needs at least one shape to run")
 
     @field_validator("policies", "topologies", mode="before")
     @classmethod

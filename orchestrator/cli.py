@@ -276,6 +276,50 @@ def teardown_cmd(campaign_file: str | None, address: str | None) -> None:
     click.echo(json.dumps({"deleted": deleted}))
 
 
+@cli.command("run")
+@click.argument("campaign_file", type=click.Path(dir_okay=False))
+@click.option("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a running local one)")
+@click.option("--output", default=None, help="run directory or URI (overrides the campaign's output)")
+@click.option("--no-report", is_flag=True, help="collect traces only; `specdrill report RUN_DIR` later")
+def run_cmd(campaign_file: str, address: str | None, output: str | None, no_report: bool) -> None:
+    """Run a campaign: every arm x shape x repeat, traces to the run directory, then the report."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from orchestrator.deploy import DeployError
+    from orchestrator.run import Unit, run_campaign, units_of
+
+    campaign = _campaign(campaign_file)
+    if output:
+        campaign = campaign.model_copy(update={"output": output})
+    try:
+        campaign.require_traffic()
+    except CampaignError as exc:
+        _fail(str(exc))
+    total = sum(len(units_of(campaign, arm)) for arm in campaign.arms())
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} units"),
+        TimeElapsedColumn(), console=_console(), transient=False,
+    ) as progress:  # fmt: skip
+        task = progress.add_task(f"campaign {campaign.name}", total=total)
+
+        def on_unit(unit: Unit, event: str) -> None:
+            if event == "start":
+                progress.update(task, description=f"{unit.arm} / {unit.shape} / repeat {unit.repeat}")
+            else:
+                progress.advance(task)
+
+        try:
+            store, manifest = run_campaign(campaign, address=address, on_unit=on_unit)
+        except (DeployError, CampaignError) as exc:
+            raise click.ClickException(str(exc)) from None
+        progress.update(task, completed=total, description=f"campaign {campaign.name}: done")
+    click.echo(f"run {manifest['run']}: traces in {store.traces}")
+    if not no_report:
+        from orchestrator.report import report_and_exit
+
+        report_and_exit(store.root)
+
+
 def _campaign(path: str) -> Campaign:
     try:
         return load_campaign(path)

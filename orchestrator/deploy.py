@@ -48,12 +48,19 @@ def base_url(campaign: Campaign, arm: ArmSpec) -> str:
     return f"http://{campaign.serve.host}:{campaign.serve.port}{arm.route_prefix}"
 
 
-def deploy(campaign: Campaign, *, address: str | None = None, timeout_s: float | None = None) -> dict[str, str]:
+def deploy(
+    campaign: Campaign,
+    *,
+    address: str | None = None,
+    timeout_s: float | None = None,
+    only: Sequence[str] | None = None,
+) -> dict[str, str]:
+    """Deploy the campaign's arms (or only the named ones) and return {arm name: base URL}."""
     from ray import serve
 
     from serve_apps.deployment import build_arm_app
 
-    arms = campaign.arms()
+    arms = [arm for arm in campaign.arms() if only is None or arm.name in only]
     connect(address)
     serve.start(http_options={"host": campaign.serve.host, "port": campaign.serve.port})
     _check_listening(campaign)

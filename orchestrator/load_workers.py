@@ -15,8 +15,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,25 +47,33 @@ class WorkerSummary(BaseModel):
     lateness_max_s: float
     saturated: bool
     max_in_flight: int
+    statuses: dict[str, int]  # rows by status, as the worker counted them
     node_id: str | None = None
     exit_code: int | None = None
 
 
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no orphaned load when the actor is killed
+def _child_setup(cpu: int | None) -> Callable[[], None]:
+    def setup() -> None:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no orphaned load when the actor is killed
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
+
+    return setup
 
 
 class LocustProcess:
     """One Locust child process running one plan; usable without Ray (tests, a single machine)."""
 
-    def __init__(self, plan: WorkerPlan, workdir: str | None = None) -> None:
+    def __init__(self, plan: WorkerPlan, workdir: str | None = None, *, cpu: int | None = None) -> None:
+        self.cpu = cpu
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="specdrill-worker-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         tag = f"{plan.arm}-{plan.shape_name}-r{plan.repeat}-w{plan.worker}"
         files = {
             "ready_file": str(self.dir / f"{tag}.ready"),
             "summary_file": str(self.dir / f"{tag}.summary.json"),
+            "progress_file": str(self.dir / f"{tag}.progress.json"),
         }
         if plan.start_ns is None:
             files["go_file"] = str(self.dir / f"{tag}.go")
@@ -83,7 +92,7 @@ class LocustProcess:
         ]  # fmt: skip
         with open(self.log_path, "wb") as log_file:
             self.process = subprocess.Popen(
-                command, stdout=log_file, stderr=subprocess.STDOUT, env=environment, preexec_fn=_die_with_parent
+                command, stdout=log_file, stderr=subprocess.STDOUT, env=environment, preexec_fn=_child_setup(self.cpu)
             )
 
     def wait_ready(self, timeout_s: float) -> int:
@@ -128,6 +137,14 @@ class LocustProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
 
+    def progress(self) -> dict[str, Any] | None:
+        assert self.plan.progress_file is not None
+        try:
+            data: dict[str, Any] = json.loads(Path(self.plan.progress_file).read_text(encoding="utf-8"))
+            return data
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
     def log_tail(self, lines: int = 15) -> str:
         try:
             text = self.log_path.read_text(encoding="utf-8", errors="replace")
@@ -136,12 +153,55 @@ class LocustProcess:
         return " | ".join(text.strip().splitlines()[-lines:])
 
 
+class LiveMetrics:
+    """The worker's progress counters as Ray metrics (the metrics export port; Ray's dashboard and Prometheus):
+    in flight, completions by status, goodput and executed k over the last second, tagged by arm and shape."""
+
+    def __init__(self) -> None:
+        from ray.util.metrics import Counter, Gauge
+
+        tags = ("arm", "shape", "worker")
+        self.in_flight = Gauge("specdrill_load_in_flight", "requests sent and not finished", tag_keys=tags)
+        self.completions = Counter(
+            "specdrill_load_completions", "finished requests by status", tag_keys=(*tags, "status")
+        )
+        self.goodput = Gauge("specdrill_load_goodput", "requests per second meeting the SLO", tag_keys=tags)
+        self.executed_k = Gauge("specdrill_load_executed_k", "mean executed k of finished requests", tag_keys=tags)
+        self.last: dict[str, Any] | None = None
+
+    def update(self, progress: dict[str, Any], tags: dict[str, str]) -> None:
+        self.in_flight.set(progress["in_flight"], tags=tags)
+        last = self.last or {"statuses": {}, "good": 0, "k_sum": 0, "k_steps": 0, "t_ns": progress["t_ns"] - 10**9}
+        for status, count in progress["statuses"].items():
+            delta = count - last["statuses"].get(status, 0)
+            if delta > 0:
+                self.completions.inc(delta, tags={**tags, "status": status})
+        seconds = max((progress["t_ns"] - last["t_ns"]) / 1e9, 1e-3)
+        self.goodput.set((progress["good"] - last["good"]) / seconds, tags=tags)
+        steps = progress["k_steps"] - last["k_steps"]
+        if steps > 0:
+            self.executed_k.set((progress["k_sum"] - last["k_sum"]) / steps, tags=tags)
+        self.last = progress
+
+
 class LoadWorker:
     """The Ray actor around one LocustProcess (`ray.remote(LoadWorker)`; see `run_load`)."""
 
     def __init__(self, plan_json: str, workdir: str | None = None, env: dict[str, str] | None = None) -> None:
-        self.process = LocustProcess(WorkerPlan.model_validate_json(plan_json), workdir)
+        plan = WorkerPlan.model_validate_json(plan_json)
+        self.process = LocustProcess(plan, workdir)
         self.process.start(env)
+        self.tags = {"arm": plan.arm, "shape": plan.shape_name, "worker": str(plan.worker)}
+        self._stop = threading.Event()
+        self._publisher = threading.Thread(target=self._publish, daemon=True)
+        self._publisher.start()
+
+    def _publish(self) -> None:
+        metrics = LiveMetrics()
+        while not self._stop.wait(1.0):
+            progress = self.process.progress()
+            if progress is not None and progress != metrics.last:
+                metrics.update(progress, self.tags)
 
     def node_id(self) -> str:
         import ray
@@ -156,9 +216,11 @@ class LoadWorker:
 
     def wait(self, timeout_s: float) -> dict[str, Any]:
         summary = self.process.wait(timeout_s)
+        self._stop.set()
         return summary.model_copy(update={"node_id": self.node_id()}).model_dump()
 
     def stop(self) -> None:
+        self._stop.set()
         self.process.stop()
 
 

@@ -304,13 +304,22 @@ def test_load_workers_on_ray_write_one_row_per_request(cluster: dict[str, Any], 
     plans = [
         WorkerPlan(
             campaign="simtest", run="r1", arm="dyn-single", policy=SCHEDULE, topology="single", shape_name="quiet",
-            shape=Quiet(rate=12, duration_s=3), mix=RequestMix(entries=[MixEntry(workload="chat", weight=1)]),
+            shape=Quiet(rate=10, duration_s=8), mix=RequestMix(entries=[MixEntry(workload="chat", weight=1)]),
             target=Target(base_url=cluster["urls"]["dyn-single"], model=MODEL), trace_root=str(root),
             worker=w, workers=2, seed=7,
         )
         for w in range(2)
     ]  # fmt: skip
-    summaries = run_load(plans, cpus_per_worker=0.5, workdir=str(tmp_path / "w"))
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(run_load, plans, cpus_per_worker=0.5, workdir=str(tmp_path / "w"))
+        metrics = ""
+        while not running.done() and "specdrill_load_completions" not in metrics:
+            time.sleep(1)
+            with urllib.request.urlopen(f"http://127.0.0.1:{cluster['metrics_port']}/metrics") as response:
+                metrics = response.read().decode()
+        summaries = running.result()
+    # Live progress reached Ray's metrics port while the load ran.
+    assert "specdrill_load_completions" in metrics and 'arm="dyn-single"' in metrics
     table = read_traces(str(root))
     expected = sorted(plans[0].request_id(p.index) for plan in plans for p in open_loop_schedule(plan))
     assert sum(s.scheduled for s in summaries) == len(expected) == table.num_rows > 20

@@ -1,0 +1,268 @@
+"""Load-generator capacity and trace cost, measured against one null streaming server in one run.
+
+Server (loadshapes.null_server, uvloop) pinned to one core, each client pinned to the other; Poisson arrivals.
+- raw: a minimal asyncio + aiohttp open-loop client (the baseline); its capacity is the highest rate of the
+  ladder it holds (>= 97% of the target rate completed, no errors).
+- specdrill: our Locust load worker at 90% of the raw client's capacity (target: >= 90% of the raw rate, p99
+  send lateness <= 1 ms), then its own ladder.
+- trace cost: the worker at one rate with trace writing on and off (target: <= 2% apart).
+- guidellm (if installed: `make bench-clients` builds .venv-guidellm) at the same rate: its dispatch lateness.
+
+    .venv/bin/python benchmarks/bench_loadgen.py [--seconds 15] [--ladder 500,1000,1500,2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from loadshapes.mixes import Fixed, MixEntry, RequestMix, Workload  # noqa: E402
+from loadshapes.plan import Target, WorkerPlan  # noqa: E402
+from loadshapes.shapes import Sustained  # noqa: E402
+from loadshapes.trace import read_traces  # noqa: E402
+from orchestrator.load_workers import LocustProcess  # noqa: E402
+from serve_apps.clock import now_ns  # noqa: E402
+
+SERVER_CPU, CLIENT_CPU = 1, 0
+TINY = RequestMix(
+    entries=[
+        MixEntry(
+            workload=Workload(
+                name="tiny", category="chat", prompt_tokens=Fixed(value=16), output_tokens=Fixed(value=16), max_tokens=16
+            ),
+            weight=1,
+        )
+    ]
+)
+
+
+def start_server(port: int) -> subprocess.Popen[bytes]:
+    cmd = ["taskset", "-c", str(SERVER_CPU), sys.executable, "-m", "loadshapes.null_server", "--port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent.parent)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/null/stats", timeout=1).read()
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("null server did not start")
+
+
+def received(port: int) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/null/stats", timeout=5) as response:
+        return int(json.loads(response.read())["received"])
+
+
+# --- the baseline: a minimal asyncio + aiohttp open-loop client -----------------------------------------------
+
+RAW_CLIENT = r"""
+import asyncio, json, sys, time
+import aiohttp, numpy as np
+try:
+    import uvloop; uvloop.install()
+except ImportError:
+    pass
+url, rate, seconds, seed = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+body = json.dumps({"model": "null", "prompt": "x " * 16, "max_tokens": 16, "stream": True,
+                   "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).encode()
+offsets = np.cumsum(np.random.default_rng(seed).exponential(1 / rate, int(rate * seconds * 1.5)))
+offsets = offsets[offsets < seconds]
+late, ok, errors = [], 0, 0
+async def one(session, due):
+    global ok, errors
+    late.append(time.monotonic() - due)
+    try:
+        async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+            async for line in r.content:
+                pass
+        ok += 1
+    except Exception:
+        errors += 1
+async def main():
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        start = time.monotonic() + 0.5
+        tasks = []
+        for t in offsets:
+            due = start + t
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(session, due)))
+        await asyncio.wait(tasks, timeout=30)
+asyncio.run(main())
+lat = np.array(late)
+print(json.dumps({"scheduled": len(offsets), "ok": ok, "errors": errors,
+                  "lateness_p50_s": float(np.percentile(lat, 50)), "lateness_p99_s": float(np.percentile(lat, 99))}))
+"""
+
+
+def raw_client(port: int, rate: float, seconds: float) -> dict[str, Any]:
+    cmd = ["taskset", "-c", str(CLIENT_CPU), sys.executable, "-c", RAW_CLIENT,
+           f"http://127.0.0.1:{port}/v1/completions", str(rate), str(seconds), "0"]  # fmt: skip
+    before = received(port)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120, check=True)
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    result["server_received"] = received(port) - before
+    result["achieved_rate"] = result["ok"] / seconds
+    return result
+
+
+# --- specdrill's load worker ----------------------------------------------------------------------------------
+
+
+def specdrill_worker(port: int, rate: float, seconds: float, *, trace: bool = True) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="bench-loadgen-"))
+    plan = WorkerPlan(
+        campaign="bench", run="r", arm="null", shape_name="sustained", shape=Sustained(rate=rate, duration_s=seconds),
+        mix=TINY, target=Target(base_url=f"http://127.0.0.1:{port}", model="null"), trace_root=str(work / "traces"),
+        drain_s=30, write_trace=trace,
+    )  # fmt: skip
+    process = LocustProcess(plan, str(work / "w"), cpu=CLIENT_CPU)
+    process.start()
+    try:
+        process.wait_ready(120)
+        process.go(now_ns() + 500_000_000)
+        summary = process.wait(seconds + 120)
+    finally:
+        process.stop()
+    result: dict[str, Any] = {
+        "scheduled": summary.scheduled,
+        "lateness_p50_s": summary.lateness_p50_s,
+        "lateness_p99_s": summary.lateness_p99_s,
+        "saturated": summary.saturated,
+        "rows_written": summary.rows_written,
+    }
+    result.update(ok=summary.statuses.get("ok", 0), errors=summary.sent - summary.statuses.get("ok", 0))
+    if trace:  # the rows on disk, not the worker's count, are the result
+        table = read_traces(str(work / "traces"), columns=["status"])
+        result.update(ok=sum(1 for s in table.column("status").to_pylist() if s == "ok"), rows=table.num_rows)
+    result["achieved_rate"] = result["ok"] / seconds
+    return result
+
+
+def holds(result: dict[str, Any], rate: float, seconds: float) -> bool:
+    return bool(result["ok"] >= 0.97 * rate * seconds and result.get("errors", 0) == 0)
+
+
+# --- GuideLLM ---------------------------------------------------------------------------------------------------
+
+
+def guidellm(binary: str, port: int, rate: float, seconds: float, tokenizer_dir: str) -> dict[str, Any]:
+    out = Path(tempfile.mkdtemp(prefix="guidellm")) / "report.json"
+    cmd = [
+        "taskset", "-c", str(CLIENT_CPU), binary, "run",
+        "--backend", f"kind=openai_http,target=http://127.0.0.1:{port},model=null",
+        "--profile", f"kind=poisson,rate={rate}",
+        "--constraint", f"kind=max_duration,seconds={seconds}",
+        "--data", "kind=synthetic_text,prompt_tokens=16,output_tokens=16",
+        "--tokenizer", f"kind=huggingface_auto,model={tokenizer_dir}",
+        "--output", f"kind=json,path={out}", "--disable-console-interactive",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds * 20 + 300, check=False)
+    if proc.returncode != 0 or not out.exists():
+        return {"error": proc.stderr[-1500:]}
+    return guidellm_lateness(json.loads(out.read_text()), seconds)
+
+
+def guidellm_lateness(report: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """Dispatch lateness from GuideLLM's per-request timings: actual request start minus targeted start."""
+    late: list[float] = []
+    ok = 0
+    for request in _walk_requests(report):
+        info = request.get("info") or request.get("scheduler_info") or {}
+        timings = info.get("timings") or info.get("request_timings") or request.get("timings") or {}
+        target = timings.get("targeted_start") or info.get("targeted_start_time")
+        started = timings.get("request_start") or timings.get("resolve_start") or info.get("worker_start")
+        if target and started:
+            late.append(float(started) - float(target))
+        if request.get("_status") == "successful":
+            ok += 1
+    result: dict[str, Any] = {"ok": ok, "achieved_rate": ok / seconds, "timed_requests": len(late)}
+    if late:
+        result.update(
+            lateness_p50_s=float(np.percentile(late, 50)), lateness_p99_s=float(np.percentile(late, 99))
+        )
+    return result
+
+
+def _walk_requests(report: dict[str, Any]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for benchmark in report.get("benchmarks", []):
+        requests = benchmark.get("requests") or {}
+        for status in ("successful", "errored", "incomplete"):
+            for request in requests.get(status) or []:
+                found.append({**request, "_status": status})
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--ladder", default="250,500,1000,1500,2000")
+    parser.add_argument("--trace-rate", type=float, default=500.0)
+    parser.add_argument("--guidellm", default=".venv-guidellm/bin/guidellm")
+    parser.add_argument("--port", type=int, default=8731)
+    args = parser.parse_args()
+    ladder = [float(x) for x in args.ladder.split(",")]
+    seconds = args.seconds
+    server = start_server(args.port)
+    results: dict[str, Any] = {"seconds": seconds, "cpus": {"server": SERVER_CPU, "client": CLIENT_CPU}}
+    try:
+        raw = {rate: raw_client(args.port, rate, seconds) for rate in ladder}
+        results["raw"] = raw
+        raw_capacity = max((r for r in ladder if holds(raw[r], r, seconds)), default=ladder[0])
+        target = 0.9 * raw_capacity
+        ours_at_target = specdrill_worker(args.port, target, seconds)
+        ours = {rate: specdrill_worker(args.port, rate, seconds) for rate in ladder}
+        results["specdrill"] = ours
+        our_capacity = max((r for r in ladder if holds(ours[r], r, seconds)), default=0.0)
+        with_trace = specdrill_worker(args.port, args.trace_rate, seconds, trace=True)
+        without_trace = specdrill_worker(args.port, args.trace_rate, seconds, trace=False)
+        results["summary"] = {
+            "raw_capacity_req_s": raw_capacity,
+            "specdrill_capacity_req_s": our_capacity,
+            "target_rate_req_s": target,
+            "specdrill_at_target_rate_req_s": ours_at_target["achieved_rate"],
+            "rate_ratio_vs_raw_capacity": ours_at_target["achieved_rate"] / raw_capacity,
+            "specdrill_at_target_lateness_p99_ms": 1e3 * ours_at_target["lateness_p99_s"],
+            "raw_at_capacity_lateness_p99_ms": 1e3 * raw[raw_capacity]["lateness_p99_s"],
+            "trace_cost": {
+                "rate": args.trace_rate,
+                "with_trace_lateness_p99_ms": 1e3 * with_trace["lateness_p99_s"],
+                "without_trace_lateness_p99_ms": 1e3 * without_trace["lateness_p99_s"],
+                "with_trace_req_s": with_trace["achieved_rate"],
+                "without_trace_req_s": without_trace["achieved_rate"],
+                "throughput_difference": 1 - with_trace["achieved_rate"] / without_trace["achieved_rate"],
+            },
+        }
+        if Path(args.guidellm).exists():
+            from tests.tiny_model import build_tiny_llama
+
+            tokenizer = str(build_tiny_llama(Path(tempfile.gettempdir()) / "specdrill-tiny-llama"))
+            results["guidellm"] = guidellm(args.guidellm, args.port, target, seconds, tokenizer)
+        else:
+            results["guidellm"] = f"not installed at {args.guidellm} (make bench-clients builds it)"
+    finally:
+        server.kill()
+    print(json.dumps(results, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

