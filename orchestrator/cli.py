@@ -86,9 +86,42 @@ def cli(log_level: str) -> None:
     configure_logging(log_level)
 
 
-@cli.group()
+class _SimulateGroup(click.Group):
+    """`specdrill simulate CAMPAIGN.yaml` runs a campaign in virtual time; the named subcommands stay."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            return "campaign", self.commands["campaign"], args
+        return super().resolve_command(ctx, args)
+
+
+@cli.group(cls=_SimulateGroup)
 def simulate() -> None:
-    """Offline runs on the calibrated simulated engine (virtual time)."""
+    """Offline runs on the calibrated simulated engine (virtual time): `specdrill simulate CAMPAIGN.yaml`
+    runs a whole campaign (same traces and report as `specdrill run`); fixed-batch and sweep are experiments."""
+
+
+@simulate.command("campaign")
+@click.argument("campaign_file", type=click.Path(dir_okay=False))
+@click.option("--output", default=None, help="run directory or URI (overrides the campaign's output)")
+@click.option("--no-report", is_flag=True, help="traces only; `specdrill report RUN_DIR` later")
+def simulate_campaign_cmd(campaign_file: str, output: str | None, no_report: bool) -> None:
+    """A campaign in virtual time on the simulated engine: no Ray, no HTTP, the same run directory."""
+    from orchestrator.simulate_campaign import simulate_campaign
+
+    campaign = _campaign(campaign_file)
+    try:
+        store, manifest = simulate_campaign(campaign, output=output)
+    except CampaignError as exc:
+        _fail(str(exc))
+        raise
+    click.echo(f"run {manifest['run']} (virtual time): traces in {store.traces}")
+    if not no_report:
+        from orchestrator.report import report_and_exit
+
+        report_and_exit(store.root)
 
 
 @simulate.command("fixed-batch")

@@ -140,7 +140,7 @@ def _version(package: str) -> str | None:
         return None
 
 
-def open_run(campaign: Campaign, store: RunStore) -> dict[str, Any]:
+def open_run(campaign: Campaign, store: RunStore, *, mode: str = "real") -> dict[str, Any]:
     """The manifest of the run in this directory, created on first use; a different campaign is refused."""
     print_ = campaign.model_dump(mode="json", by_alias=True)
     if store.exists(MANIFEST):
@@ -149,6 +149,11 @@ def open_run(campaign: Campaign, store: RunStore) -> dict[str, Any]:
             raise CampaignError(
                 f"output: {store.root} holds a run of a different campaign (fingerprint {manifest.get('fingerprint')}"
                 f" != {fingerprint(campaign)}); set another output or delete it"
+            )
+        if manifest.get("mode", "real") != mode:
+            raise CampaignError(
+                f"output: {store.root} holds a {manifest.get('mode', 'real')}-time run of this campaign; "
+                f"a {mode}-time run needs another output"
             )
         manifest["resumed"] = manifest.get("resumed", 0) + 1
         return manifest
@@ -166,6 +171,7 @@ def open_run(campaign: Campaign, store: RunStore) -> dict[str, Any]:
         "arms": {},
         "units": {},
         "resumed": 0,
+        "mode": mode,
     }
 
 
@@ -318,7 +324,7 @@ def run_campaign(
         url = urls[arm.name]
         try:
             telemetry = warm(url, arm, campaign.warmup.requests)
-            manifest["arms"][arm.name] = _arm_entry(arm, url, telemetry)
+            manifest["arms"][arm.name] = arm_entry(arm, url, telemetry)
             store.write_json(MANIFEST, manifest)
             since: dict[str, int] = {}
             for unit in pending:
@@ -338,7 +344,7 @@ def run_campaign(
     return store, manifest
 
 
-def _arm_entry(arm: ArmSpec, url: str, telemetry: dict[str, Any]) -> dict[str, Any]:
+def arm_entry(arm: ArmSpec, url: str, telemetry: dict[str, Any]) -> dict[str, Any]:
     return {
         "policy": arm.policy.model_dump(mode="json"),
         "policy_label": arm.policy.label,
