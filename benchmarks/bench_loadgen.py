@@ -14,7 +14,6 @@ Server (loadshapes.null_server, uvloop) pinned to one core, each client pinned t
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import subprocess
@@ -29,19 +28,23 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loadshapes.mixes import Fixed, MixEntry, RequestMix, Workload  # noqa: E402
-from loadshapes.plan import Target, WorkerPlan  # noqa: E402
-from loadshapes.shapes import Sustained  # noqa: E402
-from loadshapes.trace import read_traces  # noqa: E402
-from orchestrator.load_workers import LocustProcess  # noqa: E402
-from serve_apps.clock import now_ns  # noqa: E402
+from loadshapes.mixes import Fixed, MixEntry, RequestMix, Workload
+from loadshapes.plan import Target, WorkerPlan
+from loadshapes.shapes import Sustained
+from loadshapes.trace import read_traces
+from orchestrator.load_workers import LocustProcess
+from serve_apps.clock import now_ns
 
 SERVER_CPU, CLIENT_CPU = 1, 0
 TINY = RequestMix(
     entries=[
         MixEntry(
             workload=Workload(
-                name="tiny", category="chat", prompt_tokens=Fixed(value=16), output_tokens=Fixed(value=16), max_tokens=16
+                name="tiny",
+                category="chat",
+                prompt_tokens=Fixed(value=16),
+                output_tokens=Fixed(value=16),
+                max_tokens=16,
             ),
             weight=1,
         )
@@ -196,9 +199,7 @@ def guidellm_lateness(report: dict[str, Any], seconds: float) -> dict[str, Any]:
             ok += 1
     result: dict[str, Any] = {"ok": ok, "achieved_rate": ok / seconds, "timed_requests": len(late)}
     if late:
-        result.update(
-            lateness_p50_s=float(np.percentile(late, 50)), lateness_p99_s=float(np.percentile(late, 99))
-        )
+        result.update(lateness_p50_s=float(np.percentile(late, 50)), lateness_p99_s=float(np.percentile(late, 99)))
     return result
 
 

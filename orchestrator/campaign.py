@@ -98,6 +98,7 @@ class GateConfig(_Strict):
     fail_on_schedule_dropped: bool = False
     fail_on_saturated_generator: bool = False
     max_recovery_s: float | None = Field(default=None, gt=0)  # cross_and_recover: k must switch within this
+    exempt_arms: list[str] = Field(default_factory=list)  # reported, never failing (e.g. a known DP fallback)
 
 
 def _default_mix() -> RequestMix:

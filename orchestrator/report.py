@@ -1,7 +1,383 @@
-"""`specdrill report RUN_DIR`: the operating map, the executed-policy verdict, report.html and summary.json."""
+"""`specdrill report RUN_DIR`: the operating map, the executed-policy verdict, report.html and summary.json.
+
+Reads only what the run wrote (manifest, unit markers, traces, step timelines) and the pure analysis in
+orchestrator/analysis; prints the map, writes the files, and exits non-zero when a gate fails.
+"""
 
 from __future__ import annotations
 
+import itertools
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+from pydantic import BaseModel, ConfigDict
+from rich.console import Console
+from rich.table import Table
+
+from loadshapes.trace import PARTITION_COLUMNS
+from orchestrator.analysis import (
+    FRAME_COLUMNS,
+    VERIFY_COLUMNS,
+    ArmInfo,
+    BandSet,
+    OperatingMap,
+    SloDeadlines,
+    Slos,
+    VerificationReport,
+    VerifySettings,
+    auto_rate_bands,
+    batch_bands,
+    operating_maps,
+    read_trace_columns,
+    request_frame,
+    verify_executed_policy,
+)
+from orchestrator.analysis.results import Verdict
+from orchestrator.campaign import Campaign
+from orchestrator.report_html import ReportData, render_report_html
+from orchestrator.run import MANIFEST, RunStore, UnitResult
+from serve_apps.arms import VllmEngineConfig
+from serve_apps.policies import DynamicPolicy
+
+EXIT_GATE_FAILED = 3
+
+
+class GateResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    gate: str
+    arm: str | None
+    passed: bool
+    message: str
+
+
+class Summary(BaseModel):
+    """summary.json: everything the report concluded, for machines."""
+
+    model_config = ConfigDict(frozen=True)
+    campaign: str
+    run: str
+    mode: str
+    generated: str
+    units: list[UnitResult]
+    maps: list[OperatingMap]
+    verification: VerificationReport
+    gates: list[GateResult]
+    headline: list[str]
+    saturated_units: list[str]
+    passed: bool
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    store: RunStore
+    manifest: dict[str, Any]
+    campaign: Campaign
+    units: list[UnitResult]
+    arms: list[ArmInfo]
+    run_starts: dict[tuple[str, str, str, int], int]
+
+
+def load_run(run_dir: str) -> RunInputs:
+    store = RunStore(run_dir)
+    if not store.exists(MANIFEST):
+        raise FileNotFoundError(f"{run_dir}: no {MANIFEST} (not a specdrill run directory)")
+    manifest = store.read_json(MANIFEST)
+    campaign = Campaign.model_validate(manifest["campaign"])
+    units = [
+        UnitResult.model_validate(store.read_json(store.unit_marker(u)))
+        for arm in campaign.arms()
+        for u in _units(campaign, arm.name)
+        if store.is_complete(u)
+    ]
+    max_num_seqs = _max_num_seqs(campaign)
+    arms = [
+        ArmInfo.from_policy(arm.name, arm.policy, topology=arm.topology, max_num_seqs=max_num_seqs)
+        for arm in campaign.arms()
+        if arm.name in {u.unit.arm for u in units}
+    ]
+    run_starts = {(u.unit.arm, u.unit.shape, manifest["run"], u.unit.repeat): u.start_ns for u in units}
+    return RunInputs(store, manifest, campaign, units, arms, run_starts)
+
+
+def _units(campaign: Campaign, arm: str) -> list[Any]:
+    from orchestrator.run import Unit
+
+    return [Unit(arm=arm, shape=s, repeat=r) for s in campaign.shapes for r in range(campaign.repeats)]
+
+
+def _max_num_seqs(campaign: Campaign) -> int:
+    if isinstance(campaign.engine, VllmEngineConfig) and campaign.engine.max_num_seqs:
+        return campaign.engine.max_num_seqs
+    return 512  # vLLM's default, and the simulated profiles'
+
+
+def slos_of(campaign: Campaign) -> Slos:
+    """The campaign's deadlines (per-category overrides deadline by deadline) in the analysis' terms."""
+    slo = campaign.slo
+    return Slos(
+        ttft_s=slo.ttft_s,
+        tpot_s=slo.tpot_s,
+        e2e_s=slo.e2e_s,
+        per_category={c: SloDeadlines(**slo.for_category(c).model_dump()) for c in slo.per_category},
+    )
+
+
+def schedule_bands(campaign: Campaign) -> BandSet:
+    """Batch-size bands on the boundaries of the campaign's dynamic schedules, so each band has one k."""
+    edges: set[int] = set()
+    for arm in campaign.arms():
+        if isinstance(arm.policy, DynamicPolicy):
+            edges.update(start for start, _, _ in arm.policy.schedule)
+            edges.update(end + 1 for _, end, _ in arm.policy.schedule)
+    if not edges:
+        return batch_bands()
+    limit = _max_num_seqs(campaign)
+    cuts = [*sorted(e for e in edges | {1} if 1 <= e <= limit), limit + 1]
+    return batch_bands([(low, high - 1) for low, high in itertools.pairwise(cuts)])
+
+
+def build_summary(inputs: RunInputs) -> tuple[Summary, pa.Table | None]:
+    campaign, manifest = inputs.campaign, inputs.manifest
+    columns = sorted(set(FRAME_COLUMNS) | set(VERIFY_COLUMNS))
+    table = read_trace_columns(inputs.store.traces, columns)
+    table = _only_complete_units(table, inputs.units)
+    shapes = dict(campaign.shapes)
+    frame = request_frame(table, shapes=shapes, run_starts=inputs.run_starts)
+    rates = frame.offered_rate[np.isfinite(frame.offered_rate)]
+    band_sets = [schedule_bands(campaign)]
+    if rates.size:
+        band_sets.append(auto_rate_bands(rates))
+    maps = operating_maps(frame, inputs.arms, slos_of(campaign), band_sets)
+    verification = verify_executed_policy(
+        table,
+        inputs.arms,
+        shapes=shapes,
+        bands=band_sets[0],
+        settings=VerifySettings(
+            switch_bound_s=campaign.gates.max_recovery_s or VerifySettings().switch_bound_s,
+        ),
+        run_starts=inputs.run_starts,
+    )
+    gates = evaluate_gates(campaign, inputs.arms, verification, inputs.units)
+    saturated = [u.unit.key for u in inputs.units if u.saturated]
+    summary = Summary(
+        campaign=campaign.name,
+        run=manifest["run"],
+        mode=manifest.get("mode", "real"),
+        generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        units=inputs.units,
+        maps=maps,
+        verification=verification,
+        gates=gates,
+        headline=headline(maps, verification, inputs.arms),
+        saturated_units=saturated,
+        passed=all(g.passed for g in gates),
+    )
+    return summary, read_timelines(inputs.store)
+
+
+def _only_complete_units(table: pa.Table, units: list[UnitResult]) -> pa.Table:
+    """Rows of a partial unit (a run interrupted mid-unit) are not evidence yet: the rerun redoes the unit."""
+    import pyarrow.compute as pc
+
+    complete = {(u.unit.arm, u.unit.shape) for u in units}
+    keep = pc.is_in(
+        pc.binary_join_element_wise(pc.cast(table["arm"], pa.string()), pc.cast(table["shape"], pa.string()), "/"),
+        value_set=pa.array([f"{a}/{s}" for a, s in complete], pa.string()),
+    )
+    return table.filter(keep)
+
+
+def read_timelines(store: RunStore) -> pa.Table | None:
+    if not store.exists("timelines"):
+        return None
+    dataset = ds.dataset(
+        f"{store.base}/timelines",
+        filesystem=store.fs,
+        format="parquet",
+        partitioning=ds.partitioning(pa.schema([(c, pa.string()) for c in PARTITION_COLUMNS]), flavor="hive"),
+        ignore_prefixes=[".tmp-", "."],
+    )
+    fragments = []
+    for fragment in dataset.get_fragments():
+        name = fragment.path.rsplit("/", 1)[-1]
+        repeat = int(name.removeprefix("r").removesuffix(".parquet"))
+        part = fragment.to_table(schema=dataset.schema)
+        fragments.append(part.append_column("repeat", pa.array([repeat] * part.num_rows, pa.int64())))
+    return pa.concat_tables(fragments) if fragments else None
+
+
+def evaluate_gates(
+    campaign: Campaign, arms: list[ArmInfo], verification: VerificationReport, units: list[UnitResult]
+) -> list[GateResult]:
+    gates = campaign.gates
+    results: list[GateResult] = []
+    by_name = {a.arm: a for a in verification.arms}
+    for arm in arms:
+        checked = by_name.get(arm.name)
+        if checked is None:
+            continue
+        exempt = arm.name in gates.exempt_arms
+        if gates.dynamic_follows_schedule and arm.kind == "dynamic":
+            follows = (
+                checked.passed
+                and checked.match_fraction is not None
+                and checked.match_fraction >= gates.min_follow_fraction
+            )
+            reason = "; ".join(f.message for f in checked.findings if not f.passed) or "executed k follows the schedule"
+            results.append(
+                GateResult(
+                    gate="dynamic_follows_schedule",
+                    arm=arm.name,
+                    passed=follows or exempt,
+                    message=f"{arm.name}: {reason}"
+                    + (" (exempt: reported, not failed)" if exempt and not follows else ""),
+                )
+            )
+        if gates.fail_on_schedule_dropped:
+            dropped = [f for f in checked.findings if "dropped" in f.check and not f.passed]
+            results.append(
+                GateResult(
+                    gate="schedule_dropped", arm=arm.name, passed=not dropped or exempt,
+                    message=dropped[0].message if dropped else f"{arm.name}: schedule not dropped",
+                )
+            )  # fmt: skip
+    if gates.max_recovery_s is not None:
+        for timing in verification.switch_timings:
+            results.append(
+                GateResult(
+                    gate="recovery",
+                    arm=timing.arm,
+                    passed=timing.passed or timing.arm in gates.exempt_arms,
+                    message=timing.message,
+                )
+            )
+    if gates.fail_on_saturated_generator:
+        for unit in units:
+            if unit.saturated:
+                results.append(
+                    GateResult(
+                        gate="generator_saturated", arm=unit.unit.arm, passed=False,
+                        message=f"{unit.unit.key}: load generator saturated (p99 send lateness "
+                        f"{unit.lateness_p99_s * 1e3:.1f} ms)",
+                    )
+                )  # fmt: skip
+    return results
+
+
+def headline(maps: list[OperatingMap], verification: VerificationReport, arms: list[ArmInfo]) -> list[str]:
+    """The few lines an operator reads first: crossovers, then every failed verification finding."""
+    lines: list[str] = []
+    for operating_map in maps:
+        for crossover in operating_map.crossovers:
+            lines.append(f"[{operating_map.measure}] {crossover.message}")
+    for checked in verification.arms:
+        lines.extend(f.message for f in checked.findings if not f.passed)
+    lines.extend(t.message for t in verification.switch_timings)
+    return lines
+
+
+# --- output -------------------------------------------------------------------------------------------------
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:.0f}"
+
+
+def _speedup(cell: Any) -> str:
+    if cell.speedup is None:
+        return "baseline"
+    ratio = cell.speedup.tpot
+    if ratio.point is None:
+        return "n/a"
+    colour = {Verdict.HELPS: "green", Verdict.HURTS: "red"}.get(cell.speedup.verdict, "yellow")
+    low = f"{ratio.low:.2f}" if ratio.low is not None else "?"
+    high = f"{ratio.high:.2f}" if ratio.high is not None else "?"
+    return f"[{colour}]{ratio.point:.2f}x [{low},{high}] {cell.speedup.verdict.value.replace('_', ' ')}[/{colour}]"
+
+
+def map_table(operating_map: OperatingMap) -> Table:
+    title = f"operating map by {operating_map.measure.replace('_', ' ')} ({operating_map.unit})"
+    table = Table(title=title, show_lines=True)
+    table.add_column("band")
+    for arm in operating_map.arms:
+        table.add_column(arm)
+    cells = {(c.band_index, c.arm): c for c in operating_map.cells}
+    for i, band in enumerate(operating_map.bands):
+        row = [band.label]
+        for arm in operating_map.arms:
+            cell = cells.get((i, arm))
+            if cell is None or cell.requests == 0:
+                row.append("-")
+                continue
+            good = "-" if cell.goodput_rps is None else f"{cell.goodput_rps:.1f}/s"
+            k = "-" if cell.mean_executed_k is None else f"{cell.mean_executed_k:.2f}"
+            latency = f"TPOT p50 {_ms(cell.tpot_s.p50)} ms, TTFT p50 {_ms(cell.ttft_s.p50)} ms"
+            row.append(f"n={cell.requests} goodput {good}\n{latency}\nk {k}  {_speedup(cell)}")
+        table.add_row(*row)
+    return table
+
+
+def print_report(summary: Summary, console: Console) -> None:
+    for operating_map in summary.maps:
+        console.print(map_table(operating_map))
+    console.print("[bold]executed policy[/bold]")
+    for checked in summary.verification.arms:
+        mark = "[green]PASS[/green]" if checked.passed else "[red]FAIL[/red]"
+        share = "-" if checked.match_fraction is None else f"{checked.match_fraction:.0%}"
+        console.print(
+            f"  {mark} {checked.arm} ({checked.kind}, {checked.topology}): k as configured in {share} of steps"
+        )
+        for finding in checked.findings:
+            if not finding.passed:
+                console.print(f"       {finding.message}")
+    for timing in summary.verification.switch_timings:
+        mark = "[green]PASS[/green]" if timing.passed else "[red]FAIL[/red]"
+        console.print(f"  {mark} {timing.message}")
+    if summary.saturated_units:
+        console.print(f"[yellow]load generator saturated in: {', '.join(summary.saturated_units)}[/yellow]")
+    for gate in summary.gates:
+        if not gate.passed:
+            console.print(f"[red]gate {gate.gate} failed[/red]: {gate.message}")
+    console.print("[green]all gates pass[/green]" if summary.passed else "[red]a gate failed[/red]")
+
+
+def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
+    inputs = load_run(run_dir)
+    summary, timelines = build_summary(inputs)
+    store = inputs.store
+    store.write_json("summary.json", summary.model_dump(mode="json"))
+    html = render_report_html(
+        ReportData(
+            title=f"specdrill report: {summary.campaign}",
+            run=summary.run,
+            campaign=summary.campaign,
+            generated=summary.generated,
+            manifest=inputs.manifest,
+            maps=summary.maps,
+            verification=summary.verification,
+            timelines=timelines,
+            unit_starts={u.unit.key: u.start_ns for u in inputs.units},
+            shapes=dict(inputs.campaign.shapes),
+            headline=summary.headline,
+            saturated_units=summary.saturated_units,
+            gate_failures=[g.message for g in summary.gates if not g.passed],
+        )
+    )
+    with store.fs.open_output_stream(f"{store.base}/report.html") as sink:
+        sink.write(html.encode())
+    if console is not None:
+        print_report(summary, console)
+        console.print(f"report: {store.root}/report.html  summary: {store.root}/summary.json")
+    return summary
+
 
 def report_and_exit(run_dir: str) -> None:
-    raise NotImplementedError(run_dir)
+    summary = write_report(run_dir, console=Console(width=200))
+    if not summary.passed:
+        sys.exit(EXIT_GATE_FAILED)

@@ -1,0 +1,337 @@
+"""report.html on hand-built results: content, escaping, well-formed HTML and SVG, and a headless-browser load."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from loadshapes.shapes import CrossAndRecover, Quiet
+from orchestrator.analysis import (
+    ArmVerification,
+    BandKCheck,
+    Crossover,
+    Finding,
+    MapCell,
+    MapSettings,
+    OperatingMap,
+    Quantiles,
+    RatioCI,
+    Speedup,
+    SwitchTiming,
+    Verdict,
+    VerificationReport,
+    batch_bands,
+    rate_bands,
+)
+from orchestrator.report_html import MAX_POINTS, ReportData, render_report_html
+
+START_NS = 1_700_000_000 * 10**9
+ARMS = ["off", "fixed-k3", "dyn-dp2"]
+TITLE = "specdrill report: demo & test"
+CROSS = CrossAndRecover(
+    quiet_rate=1, peak_rate=20, boundary_rate=8, quiet_s=10, rise_s=10, hold_s=20, fall_s=10, boundary="batch64"
+)
+# Per band, per non-baseline arm: (TPOT speedup point, verdict); None: no cell at all.
+SPEEDUPS: dict[str, list[tuple[float | None, Verdict] | None]] = {
+    "fixed-k3": [(1.62, Verdict.HELPS), (1.01, Verdict.NO_DIFFERENCE), (0.81, Verdict.HURTS)],
+    "dyn-dp2": [(1.4, Verdict.HELPS), (None, Verdict.INSUFFICIENT_DATA), None],
+}
+
+
+def _q(p50: float) -> Quantiles:
+    return Quantiles(p50=p50, p90=p50 * 1.5, p99=p50 * 2.5)
+
+
+def _speedup(point: float | None, verdict: Verdict) -> Speedup:
+    low, high = (None, None) if point is None else (point * 0.93, point * 1.07)
+    tpot = RatioCI(point=point, low=low, high=high, verdict=verdict)
+    goodput = RatioCI(point=1.05, low=0.98, high=1.12, verdict=Verdict.NO_DIFFERENCE)
+    return Speedup(
+        baseline="off", paired=True, pairs=180, tpot=tpot, goodput=goodput, verdict=verdict, message=f"{verdict}"
+    )
+
+
+def _cell(band: str, index: int, arm: str, speedup: Speedup | None) -> MapCell:
+    tpot = 0.02 * (1 + index) / (speedup.tpot.point or 1 if speedup else 1)
+    return MapCell(
+        band=band, band_index=index, arm=arm, requests=200, completed=198, error_rate=0.01, clock_s=60.0,
+        throughput_rps=3.3 * (index + 1), goodput_rps=3.1 * (index + 1), goodput_fraction=0.94,
+        ttft_s=_q(0.08 * (index + 1)), tpot_s=_q(tpot), e2e_s=_q(2.5), queue_wait_s=_q(0.004 * index),
+        steps=5000, mean_executed_k=0.0 if arm == "off" else 3.0 - index, acceptance_length=2.1,
+        acceptance_length_by_category={"chat": 2.0, "code": None}, speedup=speedup,
+    )  # fmt: skip
+
+
+def _map(measure: str) -> OperatingMap:
+    bands = batch_bands([(1, 8), (9, 64), (65, 256)]) if measure == "batch_size" else rate_bands([0, 2, 8, 50])
+    cells = []
+    for i, band in enumerate(bands.bands):
+        cells.append(_cell(band.label, i, "off", None))
+        for arm, per_band in SPEEDUPS.items():
+            entry = per_band[i]
+            if entry is not None:
+                cells.append(_cell(band.label, i, arm, _speedup(*entry)))
+    return OperatingMap(
+        measure=bands.measure, unit=bands.unit, bands=list(bands.bands), baseline="off", arms=ARMS, cells=cells,
+        crossovers=[
+            Crossover(arm="fixed-k3", band=bands.bands[1].label, band_index=1, message="fixed-k3 stops helping"),
+            Crossover(arm="dyn-dp2", band=None, band_index=None, message="dyn-dp2 helps in every band with data"),
+        ],
+        unbanded={"off": 0, "fixed-k3": 3, "dyn-dp2": 0}, settings=MapSettings(),
+    )  # fmt: skip
+
+
+def _verification() -> VerificationReport:
+    fixed = ArmVerification(
+        arm="fixed-k3", kind="fixed", topology="single", steps=12000, match_fraction=0.999,
+        bands=[BandKCheck(band="1-8", steps=4000, configured_k=[3], executed_k={"3": 0.999, "0": 0.001},
+                          mean_executed_k=2.997, match_fraction=0.999, passed=True)],
+        findings=[Finding(check="executed_k", arm="fixed-k3", passed=True, message="k=3 on 99.9% of steps")],
+        passed=True,
+    )  # fmt: skip
+    dyn = ArmVerification(
+        arm="dyn-dp2", kind="dynamic", topology="data_parallel2", steps=9000, match_fraction=0.41,
+        bands=[BandKCheck(band="65-256", steps=3000, configured_k=[1, 0], executed_k={"3": 1.0},
+                          mean_executed_k=3.0, match_fraction=0.0, passed=False)],
+        findings=[Finding(check="schedule_dropped", arm="dyn-dp2", passed=False, band="65-256",
+                          message="vLLM dropped the per-batch-size schedule under data parallelism: ran k=3")],
+        passed=False,
+    )  # fmt: skip
+    timing = SwitchTiming(
+        arm="fixed-k3", shape="cross", run="demo-run", repeat=0, reference="shape", crossed_up_s=14.2,
+        switched_s=15.0, switch_lag_s=0.8, crossed_down_s=46.0, recovered_s=47.1, recovery_s=1.1, quiet_k=3,
+        loaded_k=1, bound_s=5.0, passed=True, message="switched within 0.8 s",
+    )  # fmt: skip
+    return VerificationReport(arms=[fixed, dyn], switch_timings=[timing], passed=False)
+
+
+def _timelines() -> pa.Table:
+    """fixed-k3: one engine, 6000 steps (bucketed); dyn-dp2: two engines, 400 steps each."""
+    rng = np.random.default_rng(0)
+    columns: dict[str, list[object]] = {c: [] for c in ("arm", "shape", "repeat", "engine_id", "start_ns", "end_ns")}
+    ints: dict[str, list[int]] = {c: [] for c in ("batch_size", "k", "drafted", "accepted", "waiting", "num_prefill")}
+    for arm, engines, steps in (("fixed-k3", 1, 6000), ("dyn-dp2", 2, 400)):
+        for engine in range(engines):
+            starts = np.sort(rng.uniform(0, CROSS.duration, steps))
+            batch = np.maximum(1, (CROSS.rate_at(starts) * 6 + rng.normal(0, 2, steps)).astype(int))
+            k = np.where(batch > 64, 1, 3)
+            for s, b, kk in zip(starts, batch, k, strict=True):
+                columns["arm"].append(arm)
+                columns["shape"].append("cross")
+                columns["repeat"].append(0)
+                columns["engine_id"].append(f"{arm}-e{engine}")
+                columns["start_ns"].append(START_NS + int(s * 1e9))
+                columns["end_ns"].append(START_NS + int((s + 0.01) * 1e9))
+                for name, value in (("batch_size", b), ("k", kk), ("drafted", b * kk), ("accepted", b * kk // 2),
+                                    ("waiting", 0), ("num_prefill", 1)):  # fmt: skip
+                    ints[name].append(int(value))
+    return pa.table(
+        {
+            "arm": pa.array(columns["arm"], pa.string()),
+            "shape": pa.array(columns["shape"], pa.string()),
+            "repeat": pa.array(columns["repeat"], pa.int64()),
+            "engine_id": pa.array(columns["engine_id"], pa.string()),
+            "start_ns": pa.array(columns["start_ns"], pa.int64()),
+            "end_ns": pa.array(columns["end_ns"], pa.int64()),
+            **{name: pa.array(values, pa.int32()) for name, values in ints.items()},
+        }
+    )
+
+
+def _manifest() -> dict[str, object]:
+    config = {"method": "ngram", "num_speculative_tokens": 3}
+    schedule = {**config, "num_speculative_tokens_per_batch_size": [[1, 64, 3], [65, 512, 1]]}
+    return {
+        "run": "demo-run",
+        "host": {"hostname": "box", "python": "3.11.9"},
+        "versions": {"specdrill": "0.1.0", "vllm": None},
+        "mode": "virtual",
+        "arms": {
+            "off": {"policy_label": "off", "topology_label": "single", "engine_kind": "sim",
+                    "resolved_speculative_config": None, "schedule_dropped": False},
+            "fixed-k3": {"policy_label": "fixed:ngram:k3", "topology_label": "single", "engine_kind": "sim",
+                         "resolved_speculative_config": config, "schedule_dropped": False},
+            "dyn-dp2": {"policy_label": "dynamic:ngram", "topology_label": "data_parallel2", "engine_kind": "sim",
+                        "configured_speculative_config": schedule, "resolved_speculative_config": config,
+                        "schedule_dropped": True},
+        },
+    }  # fmt: skip
+
+
+def _data(**overrides: object) -> ReportData:
+    fields: dict[str, object] = {
+        "title": TITLE,
+        "run": "demo-run",
+        "campaign": "demo",
+        "generated": "2025-01-01 12:00:00 UTC",
+        "manifest": _manifest(),
+        "maps": [_map("batch_size"), _map("offered_rate")],
+        "verification": _verification(),
+        "timelines": _timelines(),
+        "unit_starts": {"fixed-k3/cross/r0": START_NS, "dyn-dp2/cross/r0": START_NS},
+        "shapes": {"cross": CROSS, "quiet": Quiet(rate=1, duration_s=10)},
+        "headline": ["Data-parallel fallback: <dyn-dp2> ran k=3 & ignored its schedule"],
+        "saturated_units": ["fixed-k3/cross/r0"],
+        "gate_failures": ["executed policy: dyn-dp2 does not match its schedule"],
+    }
+    fields.update(overrides)
+    return ReportData(**fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def page() -> str:
+    return render_report_html(_data())
+
+
+SVG_BLOCK = re.compile(r"<svg\b.*?</svg>", re.S)
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+class _TagBalance(HTMLParser):
+    """Counts start/end tags outside SVG's self-closing elements; records mismatches."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        pass  # <line .../> and friends
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
+            return
+        self.stack.pop()
+
+
+def test_contains_sections_arms_and_verdicts(page: str) -> None:
+    for arm in ARMS:
+        assert arm in page
+    for text in ("helps", "hurts", "no difference", "insufficient data", "baseline", "no data"):
+        assert text in page
+    for text in ("gates FAIL", "executed policy mismatch", "Load generator saturated", "Gate failures",
+                 "fixed-k3 stops helping", "Switch timings", "switched within 0.8 s", "fixed:ngram:k3",
+                 "data_parallel2", "k=3 99.9%", "1.62x", "0.81x", "seconds since unit start", "batch64"):  # fmt: skip
+        assert text in page, text
+    assert "&quot;num_speculative_tokens&quot;: 3" in page  # the resolved config, as JSON
+    assert page.startswith("<!DOCTYPE html>")
+
+
+def test_one_svg_per_chart(page: str) -> None:
+    maps, units = 2, 2
+    assert page.count("<svg") == maps * 3 + units  # heatmap and two band charts per map; one per timeline
+    assert page.count("crossing batch64") == units  # the CrossAndRecover shape's dashed lines are named
+
+
+def test_no_script_and_nothing_external(page: str) -> None:
+    lowered = page.lower()
+    assert "<script" not in lowered
+    assert "javascript:" not in lowered
+    assert not re.search(r"<[^>]+\son\w+=", page)  # no event handlers
+    assert "https://" not in lowered and "url(" not in lowered and "<img" not in lowered and "<link" not in lowered
+    assert set(re.findall(r"http://[^\"' ]+", page)) == {"http://www.w3.org/2000/svg"}
+
+
+def test_text_is_escaped(page: str) -> None:
+    assert "<dyn-dp2>" not in page
+    assert "&lt;dyn-dp2&gt; ran k=3 &amp; ignored" in page
+    assert "<title>specdrill report: demo &amp; test</title>" in page
+
+
+def test_html_tags_balance(page: str) -> None:
+    parser = _TagBalance()
+    parser.feed(page)
+    parser.close()
+    assert parser.errors == []
+    assert parser.stack == []
+
+
+def test_svg_blocks_are_well_formed_xml(page: str) -> None:
+    blocks = SVG_BLOCK.findall(page)
+    assert blocks
+    for block in blocks:
+        root = ET.fromstring(block)
+        assert root.tag == "{http://www.w3.org/2000/svg}svg"
+        assert root.get("viewBox")
+
+
+def test_heatmap_colours_follow_the_speedup(page: str) -> None:
+    heatmap = SVG_BLOCK.findall(page)[0]
+    fills = {
+        title.split(":")[0]: rect.get("fill")
+        for rect in ET.fromstring(heatmap).iter("{http://www.w3.org/2000/svg}rect")
+        if (title := rect.findtext("{http://www.w3.org/2000/svg}title"))
+    }
+    assert fills["fixed-k3 @ 1-8"] == "#1a9850"  # 1.62x: full green
+    red = fills["fixed-k3 @ 65-256"] or ""
+    assert int(red[1:3], 16) > int(red[3:5], 16)  # 0.81x: red dominates
+    assert fills["off @ 1-8"] == fills["dyn-dp2 @ 9-64"] == fills["dyn-dp2 @ 65-256"] == "#d9d9d9"
+
+
+def test_long_timelines_are_downsampled(page: str) -> None:
+    shown = dict(re.findall(r"(\d+ steps on \d+ engines?), shown as (\d+) time buckets", page))
+    assert MAX_POINTS * 0.9 < int(shown["6000 steps on 1 engine"]) <= MAX_POINTS  # non-empty buckets only
+    assert 300 < int(shown["800 steps on 2 engines"]) <= 400  # two engines: bucketed to one series
+    for block in SVG_BLOCK.findall(page)[-2:]:
+        for path in ET.fromstring(block).iter("{http://www.w3.org/2000/svg}path"):
+            assert (path.get("d") or "").count("V") <= MAX_POINTS
+    assert len(page) < 400_000
+
+
+def _x_ticks(page: str, unit: str) -> list[float]:
+    """The time-axis tick labels of one unit's timeline chart (the row of labels below the plot)."""
+    (block,) = (b for b in SVG_BLOCK.findall(page) if f"time: {unit}" in b)
+    texts = list(ET.fromstring(block).iter("{http://www.w3.org/2000/svg}text"))
+    row = max(float(t.get("y") or 0) for t in texts if (t.text or "").replace(".", "").isdigit())
+    return [float(t.text or "") for t in texts if float(t.get("y") or 0) == row]
+
+
+def test_unit_start_sets_the_time_origin(page: str) -> None:
+    assert CROSS.duration <= max(_x_ticks(page, "fixed-k3/cross/r0")) <= 70  # a 60 s shape, steps just past it
+    shifted = render_report_html(_data(unit_starts={"fixed-k3/cross/r0": START_NS - 100 * 10**9}))
+    assert max(_x_ticks(shifted, "fixed-k3/cross/r0")) >= 160  # the steps now start 100 s into the unit
+    late = render_report_html(_data(unit_starts={"fixed-k3/cross/r0": START_NS + 30 * 10**9}))
+    assert re.search(r"fixed-k3/cross/r0: 6000 steps on 1 engine, shown as \d+ time buckets \(mean k, max batch "
+                     r"size\); \d{4} steps before the unit&#x27;s start not shown", late)  # fmt: skip
+
+
+def test_empty_run_renders() -> None:
+    empty = VerificationReport(arms=[], switch_timings=[], passed=True)
+    text = render_report_html(
+        _data(maps=[], verification=empty, timelines=None, manifest={}, headline=[], saturated_units=[],
+              gate_failures=[])
+    )  # fmt: skip
+    assert "gates pass" in text and "executed policy verified" in text
+    assert "No engine timelines in this run." in text and "No arms in the manifest." in text
+    assert "<svg" not in text
+
+
+def test_chromium_loads_the_page(page: str, tmp_path: Path) -> None:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("chromium is not on PATH")
+    path = tmp_path / "report.html"
+    path.write_text(page, encoding="utf-8")
+    result = subprocess.run(
+        [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
+         "--enable-logging=stderr", "--v=0", "--dump-dom", path.as_uri()],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "specdrill report: demo &amp; test" in result.stdout
+    assert "<svg" in result.stdout
+    bad = [line for line in result.stderr.splitlines() if "Uncaught" in line or "CONSOLE" in line]
+    assert bad == []
