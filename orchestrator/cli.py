@@ -353,6 +353,46 @@ def run_cmd(campaign_file: str, address: str | None, output: str | None, no_repo
         report_and_exit(store.root)
 
 
+@cli.command("report")
+@click.argument("run_dir")
+@click.option("--no-gate-exit", is_flag=True, help="exit 0 even when a gate fails (the report still says so)")
+def report_cmd(run_dir: str, no_gate_exit: bool) -> None:
+    """The operating map and executed-policy verdict of a run: terminal tables, report.html, summary.json."""
+    from orchestrator.report import EXIT_GATE_FAILED, write_report
+
+    try:
+        summary = write_report(run_dir, console=Console(width=200))
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+        raise
+    if not summary.passed and not no_gate_exit:
+        sys.exit(EXIT_GATE_FAILED)
+
+
+@cli.command("recommend")
+@click.argument("run_dir")
+def recommend_cmd(run_dir: str) -> None:
+    """Per batch band, the k with the best goodput: a vLLM speculative_config and a campaign that rehearses it."""
+    import yaml
+
+    from orchestrator.recommend import recommend, vllm_snippet
+    from orchestrator.report import build_summary, load_run
+
+    try:
+        inputs = load_run(run_dir)
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+        raise
+    summary, _ = build_summary(inputs)
+    recommendation, rehearsal = recommend(summary, inputs.campaign, run_dir)
+    inputs.store.write_json("recommendation.json", recommendation.model_dump(mode="json"))
+    with inputs.store.fs.open_output_stream(f"{inputs.store.base}/recommended-campaign.yaml") as sink:
+        sink.write(yaml.safe_dump(rehearsal, sort_keys=False).encode())
+    click.echo(recommendation.message)
+    click.echo(vllm_snippet(recommendation), nl=False)
+    click.echo(f"rehearse it: specdrill run {inputs.store.root}/recommended-campaign.yaml")
+
+
 def _campaign(path: str) -> Campaign:
     try:
         return load_campaign(path)

@@ -1,0 +1,107 @@
+"""Load bands: ranges of engine batch size or of offered arrival rate that the operating map is cut into."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Literal, Self
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, model_validator
+
+DEFAULT_BATCH_RANGES: tuple[tuple[int, int], ...] = ((1, 8), (9, 32), (33, 64), (65, 128), (129, 256), (257, 512))
+
+
+class Band(BaseModel):
+    """Holds values with low <= value < high; high None: no upper bound (JSON has no infinity)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    label: str
+    low: float
+    high: float | None
+
+    @property
+    def upper(self) -> float:
+        return math.inf if self.high is None else self.high
+
+
+class BandSet(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    measure: Literal["batch_size", "offered_rate"]
+    unit: str
+    bands: tuple[Band, ...]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if not self.bands:
+            raise ValueError("a band set needs at least one band")
+        for band in self.bands:
+            if not band.low < band.upper:
+                raise ValueError(f"band {band.label}: low {band.low} must be below high {band.high}")
+        for before, after in itertools.pairwise(self.bands):
+            if after.low < before.upper:
+                raise ValueError(f"bands {before.label} and {after.label} overlap or are out of order")
+        return self
+
+    def assign(self, values: np.ndarray) -> np.ndarray:
+        """Band index per value; -1 outside every band (and for NaN)."""
+        lows = np.array([b.low for b in self.bands])
+        highs = np.array([b.upper for b in self.bands])
+        index = np.searchsorted(lows, values, side="right") - 1
+        inside = (index >= 0) & (values < highs[np.maximum(index, 0)])
+        codes: np.ndarray = np.where(inside, index, -1).astype(np.int64)
+        return codes
+
+
+def batch_bands(ranges: Sequence[tuple[int, int]] = DEFAULT_BATCH_RANGES) -> BandSet:
+    """Inclusive batch-size ranges, e.g. (1, 8), (9, 32)."""
+    return BandSet(
+        measure="batch_size",
+        unit="requests per engine step",
+        bands=tuple(Band(label=f"{lo}-{hi}", low=lo, high=hi + 1) for lo, hi in ranges),
+    )
+
+
+def _label(value: float) -> str:
+    return f"{value:g}" if math.isfinite(value) else "inf"
+
+
+def _rate_band(low: float, high: float) -> Band:
+    if math.isinf(high):
+        return Band(label=f"{_label(low)}+", low=low, high=None)
+    return Band(label=f"{_label(low)}-{_label(high)}", low=low, high=high)
+
+
+def rate_bands(edges: Sequence[float]) -> BandSet:
+    """Consecutive edges in req/s: [e0, e1), [e1, e2), ...; end with math.inf for an open top band."""
+    if len(edges) < 2:
+        raise ValueError("rate bands need at least two edges")
+    for low, high in itertools.pairwise(edges):
+        if not low < high:
+            raise ValueError(f"rate band edges must increase: {_label(low)} then {_label(high)}")
+    return BandSet(
+        measure="offered_rate",
+        unit="req/s",
+        bands=tuple(_rate_band(lo, hi) for lo, hi in itertools.pairwise(edges)),
+    )
+
+
+def _round_down(value: float) -> float:
+    """To two significant digits, downwards, so a band edge reads like a number someone would pick."""
+    if value <= 0:
+        return 0.0
+    scale = 10 ** (math.floor(math.log10(value)) - 1)
+    return float(math.floor(value / scale) * scale)
+
+
+def auto_rate_bands(rates: np.ndarray, count: int = 5) -> BandSet:
+    """Edges at quantiles of the offered rates (equal request counts per band), rounded; an open top band."""
+    finite = rates[np.isfinite(rates) & (rates > 0)]
+    if not len(finite):
+        raise ValueError("no offered rates to band: pass shapes or offered_rate to the request frame")
+    # Quantiles from a strided sample: exact enough for band edges, cheap on 10 million rows.
+    sample = finite[:: max(1, len(finite) // 200_000)]
+    quantiles = np.quantile(sample, np.linspace(0, 1, count + 1)[1:-1])
+    inner = sorted({_round_down(float(q)) for q in quantiles} - {0.0})
+    return rate_bands([0.0, *inner, math.inf])

@@ -1,0 +1,63 @@
+"""Block bootstrap of ratio estimators from per-block totals.
+
+Requests close in time share queue state, so they are resampled in time blocks (each run cut into equal slices
+of its clock; a cell's blocks are the slices its requests fall in), not one by one. A statistic that is a
+function of column totals then costs (samples x blocks) per cell, and the block totals of every cell come from
+one bincount per column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def run_blocks(run: np.ndarray, offset_s: np.ndarray, span_s: np.ndarray, blocks_per_run: int) -> np.ndarray:
+    """Per row, run * blocks_per_run + which of its run's equal time slices it was scheduled in."""
+    with np.errstate(divide="ignore"):
+        per_second = np.where(span_s > 0, blocks_per_run / span_s, 0.0)
+    block = np.minimum((offset_s * per_second[run]).astype(np.int64), blocks_per_run - 1)
+    instant = span_s[run] == 0 if (span_s == 0).any() else None
+    if instant is not None:
+        # A run whose requests share one instant has no time order to keep: spread its rows over the blocks.
+        block[instant] = np.flatnonzero(instant) % blocks_per_run
+    codes: np.ndarray = run * blocks_per_run + block
+    return codes
+
+
+def block_totals(codes: np.ndarray, columns: Sequence[np.ndarray], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """((size, columns) sums per block code, rows per block code); rows with code `size` are left out."""
+    counts = np.bincount(codes, minlength=size + 1)[:size]
+    totals = np.stack([np.bincount(codes, weights=col, minlength=size + 1)[:size] for col in columns], axis=1)
+    return totals, counts
+
+
+def merge_blocks(totals: np.ndarray, max_blocks: int) -> np.ndarray:
+    """At most `max_blocks` rows, each the sum of neighbouring blocks, to bound the resampling cost."""
+    if len(totals) <= max_blocks:
+        return totals
+    width = -(-len(totals) // max_blocks)
+    padded = np.zeros((width * -(-len(totals) // width), totals.shape[1]))
+    padded[: len(totals)] = totals
+    merged: np.ndarray = padded.reshape(-1, width, totals.shape[1]).sum(axis=1)
+    return merged
+
+
+def resampled_totals(totals: np.ndarray, samples: int, rng: np.random.Generator) -> np.ndarray:
+    """(samples, columns): column totals of `samples` resamples of the blocks (rows of `totals`), with replacement."""
+    blocks = len(totals)
+    picks = rng.integers(0, blocks, size=(samples, blocks)) + blocks * np.arange(samples)[:, None]
+    times_drawn = np.bincount(picks.ravel(), minlength=samples * blocks).reshape(samples, blocks)
+    resampled: np.ndarray = times_drawn.astype(np.float64) @ totals
+    return resampled
+
+
+def interval(values: np.ndarray, confidence: float, max_undefined: float = 0.05) -> tuple[float, float] | None:
+    """Percentile interval, or None when too many resamples leave the statistic undefined."""
+    finite = values[np.isfinite(values)]
+    if len(finite) < (1 - max_undefined) * len(values) or not len(finite):
+        return None
+    tail = 50 * (1 - confidence)
+    low, high = np.percentile(finite, [tail, 100 - tail])
+    return float(low), float(high)

@@ -1,0 +1,141 @@
+"""Each row's place on its run's clock, and the offered arrival rate there.
+
+A run of one shape on one arm is the rows sharing (arm, shape, run, repeat). Its clock starts at the start the
+caller passes for it, else at its first scheduled request (the schedule's first arrival, a fraction of a second
+after the real start at any non-trivial rate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from loadshapes.shapes import _Shape as ShapeLike
+from orchestrator.analysis.parallel import run_parallel
+from orchestrator.analysis.request_ids import ParsedIds, parse_request_ids
+
+RunKey = tuple[str, str, str, int]  # arm, shape, run, repeat (-1: the id did not name one)
+
+
+@dataclass(frozen=True)
+class Codes:
+    """A string column as integer codes into `names`; -1 for null."""
+
+    names: tuple[str, ...]
+    codes: np.ndarray
+
+
+def encode(column: pa.ChunkedArray | pa.Array) -> Codes:
+    encoded = column if pa.types.is_dictionary(column.type) else pc.dictionary_encode(column)
+    chunked = encoded if isinstance(encoded, pa.ChunkedArray) else pa.chunked_array([encoded])
+    chunked = chunked.unify_dictionaries()
+    if chunked.num_chunks == 0:
+        return Codes(names=(), codes=np.zeros(0, dtype=np.int32))
+    names = tuple(str(v) for v in chunked.chunk(0).dictionary.to_pylist())
+    codes = np.concatenate([c.indices.fill_null(-1).to_numpy() for c in chunked.chunks]).astype(np.int32)
+    return Codes(names=names, codes=codes)
+
+
+@dataclass(frozen=True)
+class RunClock:
+    arm: Codes
+    shape: Codes
+    ids: ParsedIds
+    run: np.ndarray  # per row: index into `runs`
+    runs: tuple[RunKey, ...]
+    offset_s: np.ndarray  # per row: scheduled time, seconds since its run's start
+    start_ns: np.ndarray  # per run
+    span_s: np.ndarray  # per run: first to last scheduled request
+    rows: np.ndarray  # per run
+
+
+def _run_groups(fields: list[tuple[np.ndarray, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct keys, run per row) for rows keyed by small codes; a counting pass over a dense key space."""
+    key = np.zeros(len(fields[0][0]), dtype=np.int64)
+    for values, size in fields:
+        key *= size
+        key += values
+    domain = int(np.prod([size for _, size in fields]))
+    if domain > 4 * len(key) + 4096:
+        present, run = np.unique(key, return_inverse=True)
+        return present, run
+    present = np.flatnonzero(np.bincount(key, minlength=domain))
+    remap = np.zeros(domain, dtype=np.int64)
+    remap[present] = np.arange(len(present))
+    return present, remap[key]
+
+
+def run_clock(table: pa.Table, *, run_starts: Mapping[RunKey, int] | None = None) -> RunClock:
+    ids, arm, shape, run, scheduled = run_parallel(
+        lambda: parse_request_ids(table["request_id"]),
+        lambda: encode(table["arm"]),
+        lambda: encode(table["shape"]),
+        lambda: encode(table["run"]),
+        lambda: table["scheduled_ns"].to_numpy().astype(np.int64, copy=False),
+    )
+    # Null / unparsed values are code -1: shift every field by one so they form their own slot.
+    fields = [
+        (arm.codes + 1, len(arm.names) + 1),
+        (shape.codes + 1, len(shape.names) + 1),
+        (run.codes + 1, len(run.names) + 1),
+        (ids.repeat + 1, int(ids.repeat.max(initial=-1)) + 2),
+    ]
+    present, group = _run_groups(fields)
+    decoded = []
+    rest = present.copy()
+    for _, size in reversed(fields):
+        decoded.append(rest % size - 1)
+        rest //= size
+    repeat_c, run_c, shape_c, arm_c = decoded
+
+    def name(names: tuple[str, ...], code: int) -> str:
+        return names[code] if code >= 0 else ""
+
+    runs = tuple(
+        (name(arm.names, int(a)), name(shape.names, int(s)), name(run.names, int(r)), int(p))
+        for a, s, r, p in zip(arm_c, shape_c, run_c, repeat_c, strict=True)
+    )
+    first = np.full(len(present), np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(len(present), np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(first, group, scheduled)
+    np.maximum.at(last, group, scheduled)
+    start = first.copy()
+    for i, run_key in enumerate(runs):
+        if run_starts and run_key in run_starts:
+            start[i] = run_starts[run_key]
+    offset_s = (scheduled - start[group]).astype(np.float64)
+    offset_s /= 1e9
+    return RunClock(
+        arm=arm,
+        shape=shape,
+        ids=ids,
+        run=group,
+        runs=runs,
+        offset_s=offset_s,
+        start_ns=start,
+        span_s=(last - first) / 1e9,
+        rows=np.bincount(group, minlength=len(present)),
+    )
+
+
+def offered_rates_at(clock: RunClock, shapes: Mapping[str, ShapeLike]) -> np.ndarray:
+    """Requests per second the shape offered at each row's scheduled time; NaN for shapes not given."""
+    rates = np.full(len(clock.offset_s), np.nan)
+    for code, shape_name in enumerate(clock.shape.names):
+        shape = shapes.get(shape_name)
+        if shape is None or not shape.open_loop:
+            continue
+        rows = np.flatnonzero(clock.shape.codes == code)
+        rates[rows] = shape.rate_at(clock.offset_s[rows])
+    return rates
+
+
+def offered_rates(
+    table: pa.Table, shapes: Mapping[str, ShapeLike], *, run_starts: Mapping[RunKey, int] | None = None
+) -> np.ndarray:
+    """Per row: the offered arrival rate (req/s) of its shape at its scheduled time; NaN where unknown."""
+    return offered_rates_at(run_clock(table, run_starts=run_starts), shapes)

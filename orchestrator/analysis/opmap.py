@@ -1,0 +1,227 @@
+"""The operating map: for every load band and arm, what users got, and whether the arm beat the baseline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from orchestrator.analysis.arms import ArmInfo, baseline_arm
+from orchestrator.analysis.bands import BandSet
+from orchestrator.analysis.bootstrap import block_totals, run_blocks
+from orchestrator.analysis.frame import RequestFrame
+from orchestrator.analysis.groups import group_rows
+from orchestrator.analysis.pairing import baseline_partners
+from orchestrator.analysis.parallel import run_parallel
+from orchestrator.analysis.results import Crossover, MapCell, MapSettings, OperatingMap, Quantiles, Verdict
+from orchestrator.analysis.slo import Slos, met_slo
+from orchestrator.analysis.speedup import CLOCK, MET, CellBlocks, pair_stats, request_stats, speedup
+
+# Per-request columns summed per (cell, time block): the first four are request_stats', the speedup's inputs.
+OK, STEPS, K_SUM, SPEC_STEPS, ACCEPTED = range(4, 9)
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """Everything that does not depend on the bands, computed once for all of a frame's maps."""
+
+    additive: list[np.ndarray]  # per request, the columns above
+    pairs: list[np.ndarray]  # per request, pair_stats with its baseline copy (zeros without one)
+    partners: np.ndarray  # the baseline's row of the same request, -1 if none
+    latencies: list[np.ndarray]  # ttft, tpot, e2e of completed requests (NaN otherwise), queue wait
+    run_blocks: np.ndarray  # bootstrap block of each request within its run
+    codes: list[int]  # each configured arm's code in the frame, -1 when it has no rows
+    base: ArmInfo
+    base_code: int
+
+
+def _float(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
+def _quantiles(row: np.ndarray) -> Quantiles:
+    return Quantiles(p50=_float(row[0]), p90=_float(row[1]), p99=_float(row[2]))
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return float(numerator / denominator) if denominator > 0 else None
+
+
+def _shared(frame: RequestFrame, arms: Sequence[ArmInfo], slos: Slos, settings: MapSettings) -> _Shared:
+    unknown = sorted(set(frame.arm.names) - {a.name for a in arms})
+    if unknown:
+        raise ValueError(f"trace has arms with no ArmInfo: {', '.join(unknown)}")
+    base = baseline_arm(list(arms))
+    codes = [frame.arm.names.index(a.name) if a.name in frame.arm.names else -1 for a in arms]
+    base_code = codes[list(arms).index(base)]
+    met = met_slo(
+        ok=frame.ok,
+        ttft=frame.ttft,
+        tpot=frame.tpot,
+        e2e=frame.e2e,
+        category=frame.category.codes,
+        categories=frame.category.names,
+        slos=slos,
+    )
+    stats = request_stats(frame, met)
+    partners = baseline_partners(frame, base_code) if base_code >= 0 else np.full(len(frame), -1, dtype=np.int64)
+    finished = np.where(frame.ok, 1.0, np.nan)
+    return _Shared(
+        # As float64 once: bincount converts its weights on every call otherwise, and every map calls it.
+        additive=[
+            *stats,
+            *(c.astype(np.float64) for c in (frame.ok, frame.steps, frame.k_sum, frame.spec_steps, frame.accepted)),
+        ],
+        pairs=pair_stats(stats, partners),
+        partners=partners,
+        latencies=[frame.ttft * finished, frame.tpot * finished, frame.e2e * finished, frame.queue_wait],
+        run_blocks=run_blocks(frame.run, frame.offset_s, frame.run_span_s, settings.blocks),
+        codes=codes,
+        base=base,
+        base_code=base_code,
+    )
+
+
+def band_codes(frame: RequestFrame, bands: BandSet) -> np.ndarray:
+    measure = frame.typical_batch if bands.measure == "batch_size" else frame.offered_rate
+    return bands.assign(measure)
+
+
+def crossover(arm: str, verdicts: Sequence[tuple[str, int, Verdict]]) -> Crossover:
+    """The lowest band where the verdict stops being 'helps'; bands without enough data are skipped."""
+    judged = [(label, i, v) for label, i, v in verdicts if v is not Verdict.INSUFFICIENT_DATA]
+    if not judged:
+        return Crossover(arm=arm, band=None, band_index=None, message=f"{arm}: no band with enough data")
+    for position, (label, i, v) in enumerate(judged):
+        if v is not Verdict.HELPS:
+            said = v.value.replace("_", " ")
+            if position == 0:
+                message = f"{arm}: does not help even at the lowest load ({label}: {said})"
+            else:
+                message = f"{arm}: helps up to {judged[position - 1][0]}, stops at {label} ({said})"
+            return Crossover(arm=arm, band=label, band_index=i, message=message)
+    return Crossover(arm=arm, band=None, band_index=None, message=f"{arm}: helps in every band with data")
+
+
+def _one_map(
+    frame: RequestFrame, arms: Sequence[ArmInfo], shared: _Shared, bands: BandSet, settings: MapSettings
+) -> OperatingMap:
+    n_arms, n_bands = len(frame.arm.names), len(bands.bands)
+    n_cells = n_arms * n_bands
+    band = band_codes(frame, bands)
+    cell_of = np.where((band >= 0) & (frame.arm.codes >= 0), band * n_arms + frame.arm.codes, -1)
+    banded = cell_of >= 0
+
+    # Sums per (cell, time block) of every additive column: the bootstrap's blocks, and summed up, the cells'.
+    per_cell = len(frame.run_span_s) * settings.blocks
+    size = n_cells * per_cell
+    blocks = np.where(banded, cell_of * per_cell + shared.run_blocks, size)
+    totals, counts = block_totals(blocks, shared.additive, size)
+    cell_totals = totals.reshape(n_cells, per_cell, -1).sum(axis=1)
+    requests = counts.reshape(n_cells, per_cell).sum(axis=1)
+    partner_in_band = shared.partners >= 0
+    partner_in_band[partner_in_band] = band[shared.partners[partner_in_band]] == band[partner_in_band]
+    in_band_pair = partner_in_band & banded & (frame.arm.codes != shared.base_code)
+    pair_totals, pair_counts = block_totals(np.where(in_band_pair, blocks, size), shared.pairs, size)
+
+    n_categories = len(frame.category.names) + 1  # + no category
+    by_category = np.where(banded, cell_of * n_categories + frame.category.codes + 1, n_cells * n_categories)
+    category_totals, _ = block_totals(
+        by_category, [shared.additive[SPEC_STEPS], shared.additive[ACCEPTED]], n_cells * n_categories
+    )
+    spec_by_category = category_totals[:, 0].reshape(n_cells, n_categories)
+    accepted_by_category = category_totals[:, 1].reshape(n_cells, n_categories)
+    category_names = ["(none)", *frame.category.names]
+    ttft, tpot, e2e, queue_wait = group_rows(cell_of, n_cells).quantiles_of(shared.latencies)
+
+    def blocks_of(totals: np.ndarray, counts: np.ndarray, cell: int, columns: int) -> CellBlocks:
+        span = slice(cell * per_cell, (cell + 1) * per_cell)
+        present = counts[span] > 0
+        return CellBlocks(totals=totals[span, :columns][present], rows=int(counts[span].sum()))
+
+    cells: list[MapCell] = []
+    verdicts: dict[str, list[tuple[str, int, Verdict]]] = {a.name: [] for a in arms if a is not shared.base}
+    for b, spec_band in enumerate(bands.bands):
+        for arm_position, (arm, code) in enumerate(zip(arms, shared.codes, strict=True)):
+            if code < 0:
+                continue
+            c = b * n_arms + code
+            cell_speedup = None
+            if arm is not shared.base:
+                cell_speedup = speedup(
+                    arm=blocks_of(totals, counts, c, CLOCK + 1),
+                    base=blocks_of(totals, counts, b * n_arms + shared.base_code, CLOCK + 1)
+                    if shared.base_code >= 0
+                    else CellBlocks(totals=np.zeros((0, CLOCK + 1)), rows=0),
+                    pairs=blocks_of(pair_totals, pair_counts, c, len(shared.pairs)),
+                    baseline=shared.base.name,
+                    settings=settings,
+                    rng=np.random.default_rng([settings.seed, b, arm_position]),
+                )
+                verdicts[arm.name].append((spec_band.label, b, cell_speedup.verdict))
+            t = cell_totals[c]
+            cells.append(
+                MapCell(
+                    band=spec_band.label,
+                    band_index=b,
+                    arm=arm.name,
+                    requests=int(requests[c]),
+                    completed=round(t[OK]),
+                    error_rate=_ratio(requests[c] - t[OK], requests[c]),
+                    clock_s=float(t[CLOCK]),
+                    throughput_rps=_ratio(t[OK], t[CLOCK]),
+                    goodput_rps=_ratio(t[MET], t[CLOCK]),
+                    goodput_fraction=_ratio(t[MET], requests[c]),
+                    ttft_s=_quantiles(ttft[c]),
+                    tpot_s=_quantiles(tpot[c]),
+                    e2e_s=_quantiles(e2e[c]),
+                    queue_wait_s=_quantiles(queue_wait[c]),
+                    steps=round(t[STEPS]),
+                    mean_executed_k=_ratio(t[K_SUM], t[STEPS]),
+                    acceptance_length=None if t[SPEC_STEPS] == 0 else float(1 + t[ACCEPTED] / t[SPEC_STEPS]),
+                    acceptance_length_by_category={
+                        name: float(1 + accepted_by_category[c, j] / spec_by_category[c, j])
+                        for j, name in enumerate(category_names)
+                        if spec_by_category[c, j] > 0
+                    },
+                    speedup=cell_speedup,
+                )
+            )
+    unbanded = np.bincount(frame.arm.codes[~banded & (frame.arm.codes >= 0)], minlength=n_arms)
+    return OperatingMap(
+        measure=bands.measure,
+        unit=bands.unit,
+        bands=list(bands.bands),
+        baseline=shared.base.name,
+        arms=[a.name for a, code in zip(arms, shared.codes, strict=True) if code >= 0],
+        cells=cells,
+        crossovers=[crossover(name, v) for name, v in verdicts.items()],
+        unbanded={name: int(unbanded[i]) for i, name in enumerate(frame.arm.names)},
+        settings=settings,
+    )
+
+
+def operating_maps(
+    frame: RequestFrame,
+    arms: Sequence[ArmInfo],
+    slos: Slos,
+    band_sets: Sequence[BandSet],
+    *,
+    settings: MapSettings | None = None,
+) -> list[OperatingMap]:
+    """One map per band set, sharing the band-independent work (SLO checks, pairing, latency columns)."""
+    chosen = settings or MapSettings()
+    shared = _shared(frame, arms, slos, chosen)
+    return run_parallel(*(lambda b=b: _one_map(frame, arms, shared, b, chosen) for b in band_sets))
+
+
+def operating_map(
+    frame: RequestFrame,
+    arms: Sequence[ArmInfo],
+    slos: Slos,
+    bands: BandSet,
+    *,
+    settings: MapSettings | None = None,
+) -> OperatingMap:
+    return operating_maps(frame, arms, slos, [bands], settings=settings)[0]

@@ -1,0 +1,159 @@
+"""The result models: what goes into summary.json. Every float is plain JSON; None where a value is undefined."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.analysis.bands import Band
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Verdict(StrEnum):
+    HELPS = "helps"
+    NO_DIFFERENCE = "no_difference"
+    HURTS = "hurts"
+    INSUFFICIENT_DATA = "insufficient_data"
+
+
+class Quantiles(_Result):
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+
+class RatioCI(_Result):
+    """A ratio where > 1 favours the arm, with its bootstrap interval."""
+
+    point: float | None
+    low: float | None
+    high: float | None
+    verdict: Verdict
+
+
+class Speedup(_Result):
+    baseline: str
+    paired: bool  # the same requests in both arms, compared request by request
+    pairs: int
+    tpot: RatioCI  # baseline per-token latency / the arm's (geometric means)
+    goodput: RatioCI  # the arm's goodput / the baseline's
+    verdict: Verdict
+    message: str
+
+
+class MapCell(_Result):
+    band: str
+    band_index: int
+    arm: str
+    requests: int
+    completed: int
+    error_rate: float | None  # not completed (error, timeout, cancelled) / requests
+    clock_s: float  # time on the clock the band lasted for this arm
+    throughput_rps: float | None  # completed requests per second of that time
+    goodput_rps: float | None  # completed within every SLO deadline, per second
+    goodput_fraction: float | None  # of the band's requests
+    ttft_s: Quantiles
+    tpot_s: Quantiles
+    e2e_s: Quantiles
+    queue_wait_s: Quantiles
+    steps: int
+    mean_executed_k: float | None  # per engine step the band's requests were in, k = 0 steps included
+    acceptance_length: float | None  # 1 + accepted drafts per drafting step
+    acceptance_length_by_category: dict[str, float | None]
+    speedup: Speedup | None  # None for the baseline arm
+
+
+class Crossover(_Result):
+    arm: str
+    band: str | None  # the lowest band where the arm stops helping; None if it helps in every band with data
+    band_index: int | None
+    message: str
+
+
+class MapSettings(_Result):
+    margin: float = Field(default=0.02, ge=0)  # helps: interval above 1 + margin; hurts: below 1 / (1 + margin)
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    bootstrap_samples: int = Field(default=1000, ge=100)
+    seed: int = 0
+    blocks: int = Field(default=200, ge=2)  # time blocks per run, and at most this many resampled per cell
+    min_requests: int = Field(default=20, ge=2)  # per arm and band, for a verdict
+    min_paired_share: float = Field(default=0.8, ge=0, le=1)  # pairs / smaller side, to compare pair by pair
+
+
+class OperatingMap(_Result):
+    measure: Literal["batch_size", "offered_rate"]
+    unit: str
+    bands: list[Band]
+    baseline: str
+    arms: list[str]
+    cells: list[MapCell]
+    crossovers: list[Crossover]
+    unbanded: dict[str, int]  # per arm: requests outside every band (no steps, no offered rate, out of range)
+    settings: MapSettings
+
+    def cell(self, band: str, arm: str) -> MapCell:
+        for c in self.cells:
+            if c.band == band and c.arm == arm:
+                return c
+        raise KeyError(f"no cell for band {band!r} and arm {arm!r}")
+
+
+class Finding(_Result):
+    check: str
+    arm: str
+    passed: bool
+    message: str  # one line, for a person
+    band: str | None = None
+
+
+class BandKCheck(_Result):
+    band: str
+    steps: int
+    configured_k: list[int]  # the k the arm's policy gives to the band's batch sizes
+    executed_k: dict[str, float]  # executed k -> share of the band's steps
+    mean_executed_k: float | None
+    match_fraction: float | None  # steps whose executed k is the configured k for that step's batch size
+    passed: bool
+
+
+class ArmVerification(_Result):
+    arm: str
+    kind: str
+    topology: str
+    steps: int
+    match_fraction: float | None
+    bands: list[BandKCheck]
+    findings: list[Finding]
+    passed: bool
+
+
+class SwitchTiming(_Result):
+    """On a cross_and_recover run: how long after the load crossed the boundary the executed k followed."""
+
+    arm: str
+    shape: str
+    run: str
+    repeat: int
+    reference: Literal["shape", "batch"]
+    crossed_up_s: float | None  # offsets in the run
+    switched_s: float | None
+    switch_lag_s: float | None
+    crossed_down_s: float | None
+    recovered_s: float | None
+    recovery_s: float | None
+    quiet_k: int | None
+    loaded_k: int | None
+    bound_s: float
+    passed: bool
+    message: str
+
+
+class VerificationReport(_Result):
+    arms: list[ArmVerification]
+    switch_timings: list[SwitchTiming]
+    passed: bool

@@ -1,0 +1,176 @@
+"""One arm against the baseline in one band: per-token latency and goodput ratios, bootstrap intervals, verdict.
+
+Per-token latency is compared as a ratio of geometric means (request by request when the same requests ran in
+both arms), so one stalled request cannot swing it; goodput as SLO-meeting completions per second of clock.
+Every ratio is a function of column totals, so it is computed from per-block totals (bootstrap.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from orchestrator.analysis.bootstrap import interval, merge_blocks, resampled_totals
+from orchestrator.analysis.frame import RequestFrame
+from orchestrator.analysis.results import MapSettings, RatioCI, Speedup, Verdict
+
+# Columns of the per-request statistics, and of the per-pair ones built from them.
+LOG_TPOT, TPOT_USABLE, MET, CLOCK = range(4)
+PAIR_COLUMNS = 6  # log tpot difference (base - arm), both usable, met arm, met base, clock arm, clock base
+
+
+def request_stats(frame: RequestFrame, met: np.ndarray) -> list[np.ndarray]:
+    usable = frame.ok & np.isfinite(frame.tpot) & (frame.tpot > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_tpot = np.where(usable, np.log(frame.tpot), 0.0)
+    return [log_tpot, usable.astype(np.float64), met.astype(np.float64), frame.clock_s]
+
+
+def pair_stats(stats: list[np.ndarray], partners: np.ndarray) -> list[np.ndarray]:
+    """Per request, its pair with the baseline's copy (`partners`: that row, -1 for none, whose values are 0)."""
+
+    def of_partner(column: np.ndarray) -> np.ndarray:
+        # A trailing 0 that partner -1 indexes: no branch per row.
+        gathered: np.ndarray = np.append(column, 0.0)[partners]
+        return gathered
+
+    both = stats[TPOT_USABLE] * of_partner(stats[TPOT_USABLE])
+    return [
+        (of_partner(stats[LOG_TPOT]) - stats[LOG_TPOT]) * both,
+        both,
+        stats[MET],
+        of_partner(stats[MET]),
+        stats[CLOCK],
+        of_partner(stats[CLOCK]),
+    ]
+
+
+@dataclass(frozen=True)
+class CellBlocks:
+    """One cell's non-empty time blocks: (blocks, columns) totals, the columns of request_stats or pair_stats."""
+
+    totals: np.ndarray
+    rows: int
+
+
+def verdict_for(low: float | None, high: float | None, margin: float) -> Verdict:
+    if low is None or high is None:
+        return Verdict.INSUFFICIENT_DATA
+    if low > 1 + margin:
+        return Verdict.HELPS
+    if high < 1 / (1 + margin):
+        return Verdict.HURTS
+    return Verdict.NO_DIFFERENCE
+
+
+def combined_verdict(tpot: Verdict, goodput: Verdict) -> Verdict:
+    """Faster tokens bought with lost goodput do not help; either ratio hurting is enough to hurt."""
+    both = {tpot, goodput}
+    if Verdict.HURTS in both:
+        return Verdict.HURTS
+    if Verdict.HELPS in both:
+        return Verdict.HELPS
+    if both == {Verdict.INSUFFICIENT_DATA}:
+        return Verdict.INSUFFICIENT_DATA
+    return Verdict.NO_DIFFERENCE
+
+
+def _divide(a: np.ndarray | float, b: np.ndarray | float) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        quotient: np.ndarray = np.asarray(np.divide(a, b), dtype=np.float64)
+    return quotient
+
+
+def _ratio(point: np.ndarray, draws: np.ndarray, settings: MapSettings, enough: bool) -> RatioCI:
+    value = float(point)
+    if not enough or not np.isfinite(value):
+        return RatioCI(
+            point=value if np.isfinite(value) else None, low=None, high=None, verdict=Verdict.INSUFFICIENT_DATA
+        )
+    bounds = interval(draws, settings.confidence)
+    low, high = bounds if bounds else (None, None)
+    return RatioCI(point=value, low=low, high=high, verdict=verdict_for(low, high, settings.margin))
+
+
+def _paired(pairs: CellBlocks, settings: MapSettings, rng: np.random.Generator) -> tuple[RatioCI, RatioCI]:
+    t = pairs.totals.sum(axis=0)
+    d = resampled_totals(merge_blocks(pairs.totals, settings.blocks), settings.bootstrap_samples, rng)
+    tpot = _ratio(
+        np.exp(_divide(t[0], t[1])), np.exp(_divide(d[:, 0], d[:, 1])), settings, bool(t[1] >= settings.min_requests)
+    )
+    goodput = _ratio(
+        _divide(_divide(t[2], t[4]), _divide(t[3], t[5])),
+        _divide(_divide(d[:, 2], d[:, 4]), _divide(d[:, 3], d[:, 5])),
+        settings,
+        pairs.rows >= settings.min_requests,
+    )
+    return tpot, goodput
+
+
+def _unpaired(
+    arm: CellBlocks, base: CellBlocks, settings: MapSettings, rng: np.random.Generator
+) -> tuple[RatioCI, RatioCI]:
+    a, b = arm.totals.sum(axis=0), base.totals.sum(axis=0)
+    a_draws = resampled_totals(merge_blocks(arm.totals, settings.blocks), settings.bootstrap_samples, rng)
+    b_draws = resampled_totals(merge_blocks(base.totals, settings.blocks), settings.bootstrap_samples, rng)
+
+    def tpot(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        ratio: np.ndarray = np.exp(
+            _divide(y[..., LOG_TPOT], y[..., TPOT_USABLE]) - _divide(x[..., LOG_TPOT], x[..., TPOT_USABLE])
+        )
+        return ratio
+
+    def goodput(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return _divide(_divide(x[..., MET], x[..., CLOCK]), _divide(y[..., MET], y[..., CLOCK]))
+
+    enough = min(a[TPOT_USABLE], b[TPOT_USABLE]) >= settings.min_requests
+    enough_rows = min(arm.rows, base.rows) >= settings.min_requests
+    return (
+        _ratio(tpot(a, b), tpot(a_draws, b_draws), settings, bool(enough)),
+        _ratio(goodput(a, b), goodput(a_draws, b_draws), settings, enough_rows),
+    )
+
+
+def _describe(ratio: RatioCI, what: str) -> str:
+    if ratio.point is None:
+        return f"{what} n/a"
+    if ratio.low is None or ratio.high is None:
+        return f"{what} {ratio.point:.2f}x (no interval: too few requests)"
+    return f"{what} {ratio.point:.2f}x [{ratio.low:.2f}, {ratio.high:.2f}]"
+
+
+def speedup(
+    *,
+    arm: CellBlocks,
+    base: CellBlocks,
+    pairs: CellBlocks,
+    baseline: str,
+    settings: MapSettings,
+    rng: np.random.Generator,
+) -> Speedup:
+    """Pair by pair when enough of the smaller side has its partner in the band, else side against side."""
+    smaller = min(arm.rows, base.rows)
+    paired = pairs.rows >= 2 and pairs.rows >= settings.min_paired_share * smaller
+    if paired:
+        tpot, goodput = _paired(pairs, settings, rng)
+    elif smaller:
+        tpot, goodput = _unpaired(arm, base, settings, rng)
+    else:
+        missing = RatioCI(point=None, low=None, high=None, verdict=Verdict.INSUFFICIENT_DATA)
+        tpot, goodput = missing, missing
+    verdict = combined_verdict(tpot.verdict, goodput.verdict)
+    how = f"{pairs.rows} pairs" if paired else "unpaired"
+    message = (
+        f"vs {baseline} ({how}): {_describe(tpot, 'per-token speedup')}, {_describe(goodput, 'goodput')}: "
+        f"{verdict.value.replace('_', ' ')}"
+    )
+    return Speedup(
+        baseline=baseline,
+        paired=paired,
+        pairs=pairs.rows if paired else 0,
+        tpot=tpot,
+        goodput=goodput,
+        verdict=verdict,
+        message=message,
+    )

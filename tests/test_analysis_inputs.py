@@ -1,0 +1,180 @@
+"""The analysis inputs: request ids, list columns, bands, run clocks, offered rates, SLOs. Also the hand-built
+trace tables the other analysis tests use."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from loadshapes.shapes import Ramp, Sustained
+from loadshapes.trace import TRACE_SCHEMA, TraceWriter, read_traces
+from orchestrator.analysis import (
+    FRAME_COLUMNS,
+    ArmInfo,
+    RequestFrame,
+    SloDeadlines,
+    Slos,
+    auto_rate_bands,
+    batch_bands,
+    offered_rates,
+    rate_bands,
+    read_trace_columns,
+    request_frame,
+)
+from orchestrator.analysis.lists import flat_list
+from orchestrator.analysis.request_ids import parse_request_ids
+from orchestrator.analysis.slo import met_slo
+from serve_apps.policies import DynamicPolicy, Topology
+
+START_NS = 1_800_000_000 * 10**9
+
+
+def trace_table(**columns: Sequence[Any] | np.ndarray) -> pa.Table:
+    """A trace table from the columns given (the rest null); ids default to {arm}:{shape}:0:{i} per arm."""
+    n = len(next(iter(columns.values())))
+    data: dict[str, Any] = {"campaign": ["c"] * n, "run": ["r1"] * n, "shape": ["s"] * n, "status": ["ok"] * n}
+    data.update({k: list(v) if isinstance(v, np.ndarray) else v for k, v in columns.items()})
+    if "request_id" not in data:
+        seen: dict[str, int] = {}
+        ids = []
+        for arm, shape in zip(data["arm"], data["shape"], strict=True):
+            ids.append(f"{arm}:{shape}:0:{seen.get(arm, 0)}")
+            seen[arm] = seen.get(arm, 0) + 1
+        data["request_id"] = ids
+    arrays = [pa.array(data[f.name], type=f.type) if f.name in data else pa.nulls(n, f.type) for f in TRACE_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA)
+
+
+def test_request_ids_pair_on_shape_repeat_and_index() -> None:
+    ids = pa.chunked_array(
+        [pa.array(["off:ramp:0:17", "dyn-a:ramp:12:123456789012"]), pa.array(["x:y:z:7", "no-colons", "a:b:3:"])]
+    )
+    parsed = parse_request_ids(ids)
+    assert parsed.repeat.tolist() == [0, 12, -1, -1, -1]
+    assert parsed.index.tolist() == [17, 123456789012, -1, -1, -1]
+    large = pa.array(["arm:shape:1:2", None, ":s:1:2", "off:ramp:-1:2"], pa.large_string()).slice(0)
+    parsed = parse_request_ids(large)
+    assert (parsed.repeat.tolist(), parsed.index.tolist()) == ([1, -1, 1, -1], [2, -1, 2, -1])
+
+
+def test_list_columns_flatten_with_nulls_and_slices() -> None:
+    lists = pa.array([[3, 1, 2], [], None, [5], [7, 7, 1, 9]], type=pa.list_(pa.int32()))
+    flat = flat_list(pa.chunked_array([lists.slice(0, 2), lists.slice(2)]))
+    assert flat.lengths.tolist() == [3, 0, 0, 1, 4]
+    assert flat.sums().tolist() == [6, 0, 0, 5, 24]
+    assert flat.parents().tolist() == [0, 0, 0, 3, 4, 4, 4, 4]
+    assert flat.positions().tolist() == [0, 1, 2, 0, 0, 1, 2, 3]
+
+
+def test_batch_bands_are_inclusive_ranges() -> None:
+    bands = batch_bands()
+    assert [b.label for b in bands.bands] == ["1-8", "9-32", "33-64", "65-128", "129-256", "257-512"]
+    values = np.array([0, 1, 8, 8.5, 9, 64, 64.9, 65, 512, 513, np.nan])
+    assert bands.assign(values).tolist() == [-1, 0, 0, 0, 1, 2, 2, 3, 5, -1, -1]
+    custom = batch_bands([(1, 4), (10, 20)])
+    assert custom.assign(np.array([4.0, 5.0, 10.0])).tolist() == [0, -1, 1]
+
+
+def test_rate_bands_and_automatic_edges() -> None:
+    bands = rate_bands([0, 10, 20, math.inf])
+    assert [b.label for b in bands.bands] == ["0-10", "10-20", "20+"]
+    assert bands.assign(np.array([0.0, 9.99, 10.0, 1e9])).tolist() == [0, 0, 1, 2]
+    rates = np.random.default_rng(0).uniform(1.0, 100.0, 10_000)
+    auto = auto_rate_bands(rates, count=4)
+    edges = [b.low for b in auto.bands]
+    assert edges[0] == 0 and auto.bands[-1].high is None
+    assert edges[1:] == [25.0, 50.0, 75.0]  # quartiles of U(1, 100): 25.75, 50.5, 75.25, rounded down
+    with pytest.raises(ValueError, match="edges must increase: 10 then 5"):
+        rate_bands([0, 10, 5])
+
+
+def test_offered_rate_from_the_shape_at_each_scheduled_time() -> None:
+    ramp = Ramp(rate_from=0, rate_to=100, duration_s=100)
+    offsets = np.array([0.0, 10.0, 50.0, 99.0])
+    table = trace_table(arm=["a"] * 4, shape=["ramp"] * 4, scheduled_ns=START_NS + (offsets * 1e9).astype(np.int64))
+    assert offered_rates(table, {"ramp": ramp}).tolist() == pytest.approx([0.0, 10.0, 50.0, 99.0])
+    # The run started 5 s before the first request: the caller knows, the trace does not.
+    late = offered_rates(table, {"ramp": ramp}, run_starts={("a", "ramp", "r1", 0): START_NS - 5 * 10**9})
+    assert late.tolist() == pytest.approx([5.0, 15.0, 55.0, 0.0])  # 104 s is past the ramp's end
+    assert np.isnan(offered_rates(table, {}).astype(float)).all()
+
+
+def test_each_request_stands_for_one_over_the_offered_rate_seconds() -> None:
+    steady = Sustained(rate=4, duration_s=50)
+    offsets = np.arange(200) / 4.0
+    table = trace_table(arm=["a"] * 200, shape=["s"] * 200, scheduled_ns=START_NS + (offsets * 1e9).astype(np.int64))
+    frame = request_frame(table, shapes={"s": steady})
+    assert frame.clock_s.sum() == pytest.approx(50.0)
+    unknown = request_frame(table)  # no shape: the run's own mean arrival rate stands in
+    assert unknown.clock_s.tolist() == pytest.approx([0.25] * 200)  # 199 gaps over 49.75 s: 4 req/s
+
+
+def test_slo_deadlines_per_category() -> None:
+    slos = Slos(ttft_s=1.0, tpot_s=0.05, per_category={"reasoning": SloDeadlines(ttft_s=3.0, tpot_s=None)})
+    met = met_slo(
+        ok=np.array([True, True, True, False, True, True]),
+        ttft=np.array([0.5, 2.0, 2.0, 0.1, 0.5, np.nan]),
+        tpot=np.array([0.01, 0.01, 0.5, 0.01, np.nan, 0.01]),
+        e2e=np.array([1.0] * 6),
+        category=np.array([1, 1, 0, 1, -1, 1]),
+        categories=("reasoning", "chat"),
+        slos=slos,
+    )
+    # chat: ttft 2.0 > 1.0 misses; reasoning: ttft 3 s allowed, no tpot deadline; failed requests never count;
+    # a one-token answer (no tpot) cannot miss the tpot deadline; a missing ttft misses a set deadline.
+    assert met.tolist() == [True, False, True, False, True, False]
+
+
+def test_arm_info_configured_k_table_and_fallback() -> None:
+    policy = DynamicPolicy(method="ngram", max_k=3, schedule=((1, 64, 3), (65, 128, 1), (200, 512, 0)))
+    arm = ArmInfo.from_policy("dyn", policy, topology=Topology(kind="data_parallel", size=2), max_num_seqs=512)
+    table = arm.k_table()
+    assert (table[1], table[64], table[65], table[150], table[200], table[512]) == (3, 3, 1, 1, 0, 0)
+    assert arm.expects_static_fallback and arm.topology == "data_parallel2" and not arm.baseline
+    with pytest.raises(ValueError, match="dynamic arm has max k"):
+        ArmInfo(name="x", kind="dynamic", k=3)
+
+
+def test_reading_for_analysis_gives_the_same_frame_as_read_traces(tmp_path: Path) -> None:
+    table = trace_table(
+        arm=["off", "dyn"] * 6,
+        shape=["ramp"] * 6 + ["quiet"] * 6,
+        category=["chat", "code", None] * 4,
+        status=["ok", "ok", "error"] * 4,
+        scheduled_ns=START_NS + np.arange(12) * 10**9,
+        ttft_s=np.linspace(0.1, 1.2, 12),
+        step_batch_size=[[1, 2], [3], []] * 4,
+        step_k=[[3, 3], [1], []] * 4,
+    )
+    writer = TraceWriter(str(tmp_path), writer_id="w", flush_rows=5)
+    for row in table.to_pylist():
+        writer.append(row)
+    writer.close()
+    ours = read_trace_columns(str(tmp_path), FRAME_COLUMNS)
+    assert pa.types.is_dictionary(ours["arm"].type) and pa.types.is_dictionary(ours["status"].type)
+    fast, plain = request_frame(ours), request_frame(read_traces(str(tmp_path), columns=list(FRAME_COLUMNS)))
+
+    def by_id(frame: RequestFrame) -> list[tuple[object, ...]]:
+        return sorted(
+            (frame.arm.names[a], frame.shape.names[s], i, ok, t, b, k)
+            for a, s, i, ok, t, b, k in zip(
+                frame.arm.codes,
+                frame.shape.codes,
+                frame.index,
+                frame.ok,
+                frame.ttft,
+                frame.steps,
+                frame.k_sum,
+                strict=True,
+            )
+        )
+
+    assert by_id(fast) == by_id(plain) and len(fast) == 12
+    with pytest.raises(ValueError, match="not trace columns: latency"):
+        read_trace_columns(str(tmp_path), ["arm", "latency"])

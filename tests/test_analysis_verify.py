@@ -1,0 +1,204 @@
+"""Executed-policy verification: planted faults are caught, correct arms pass, switch times are measured."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from loadshapes.shapes import CrossAndRecover
+from orchestrator.analysis import (
+    ArmInfo,
+    ArmVerification,
+    VerificationReport,
+    VerifySettings,
+    verify_executed_policy,
+)
+from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
+from tests.test_analysis_inputs import START_NS, trace_table
+
+SCHEDULE = ((1, 64, 3), (65, 128, 1), (129, 512, 0))
+DYNAMIC = DynamicPolicy(method="ngram", max_k=3, schedule=SCHEDULE)
+SINGLE = ArmInfo.from_policy("dyn", DYNAMIC)
+DP = ArmInfo.from_policy("dyn-dp", DYNAMIC, topology=Topology(kind="data_parallel", size=2))
+OFF = ArmInfo.from_policy("off", OffPolicy())
+FIXED = ArmInfo.from_policy("fixed", FixedPolicy(method="ngram", k=3))
+ALL_ZERO = ArmInfo.from_policy("dyn-k0", DynamicPolicy(method="ngram", max_k=3, schedule=((1, 512, 0),)))
+CONFIG = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": SCHEDULE})
+DROPPED = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": None})
+BATCHES = [[4, 10, 40], [60, 70, 100], [120, 150, 300], [8, 90, 200]]  # every schedule range, several times
+
+
+def _k(batch: int, table: np.ndarray) -> int:
+    return int(table[batch])
+
+
+def _rows(arm: ArmInfo, *, executed: Any, config: str | None = CONFIG, dropped: bool = False) -> dict[str, list[Any]]:
+    """One request per batch list; `executed(batch)` is the k each step ran."""
+    rows: dict[str, list[Any]] = {k: [] for k in ("arm", "scheduled_ns", "step_batch_size", "step_k",
+                                                  "per_step_drafted", "resolved_speculative_config",
+                                                  "schedule_dropped")}  # fmt: skip
+    for i, batches in enumerate(BATCHES * 5):
+        ks = [executed(b) for b in batches]
+        rows["arm"].append(arm.name)
+        rows["scheduled_ns"].append(START_NS + i * 10**9)
+        rows["step_batch_size"].append(batches)
+        rows["step_k"].append(ks)
+        rows["per_step_drafted"].append([k for k in ks if k > 0])
+        rows["resolved_speculative_config"].append(config)
+        rows["schedule_dropped"].append(dropped)
+    return rows
+
+
+def _verify(arm: ArmInfo, **kwargs: Any) -> ArmVerification:
+    report = verify_executed_policy(trace_table(**_rows(arm, **kwargs)), [arm])
+    (result,) = report.arms
+    return result
+
+
+def _finding(result: ArmVerification, check: str) -> tuple[bool, str]:
+    (finding,) = [f for f in result.findings if f.check == check]
+    return finding.passed, finding.message
+
+
+def test_a_correct_dynamic_arm_passes_every_check() -> None:
+    table = SINGLE.k_table()
+    result = _verify(SINGLE, executed=lambda b: _k(b, table))
+    assert result.passed and result.match_fraction == 1.0
+    assert {f.check for f in result.findings} == {
+        "identity", "executed_k", "schedule_dropped", "static_fallback", "schedule_switched"
+    }  # fmt: skip
+    bands = {b.band: b for b in result.bands}
+    assert bands["65-128"].configured_k == [1] and bands["65-128"].executed_k == {"1": 1.0}
+    assert bands["129-256"].configured_k == [0] and bands["1-8"].mean_executed_k == 3.0
+    assert (
+        _finding(result, "schedule_switched")[1]
+        == "dyn: executed k took {0, 1, 3} over batch sizes 4-300 (configured {0, 1, 3})"
+    )
+
+
+def test_the_data_parallel_fallback_is_caught() -> None:
+    result = _verify(DP, executed=lambda b: 3, config=DROPPED, dropped=True)
+    assert not result.passed
+    passed, message = _finding(result, "schedule_dropped")
+    assert not passed and "schedule_dropped on 20 of 20 requests" in message and "data parallelism" in message
+    passed, message = _finding(result, "static_fallback")
+    assert not passed
+    assert message == (
+        "dyn-dp: ran the static max k = 3 in 100.0% of the 35 steps where the schedule gives less: "
+        "vLLM's data-parallel fallback (topology data_parallel2)"
+    )
+    passed, message = _finding(result, "executed_k")
+    assert not passed and "worst band 65-128: configured {1}, executed k=3 100.0%" in message
+    assert {b.band: b.passed for b in result.bands} == {
+        "1-8": True, "9-32": True, "33-64": True, "65-128": False, "129-256": False, "257-512": False
+    }  # fmt: skip
+
+
+def test_the_resolved_config_alone_shows_a_dropped_schedule() -> None:
+    result = _verify(DP, executed=lambda b: 3, config=DROPPED, dropped=False)
+    passed, message = _finding(result, "schedule_dropped")
+    assert not passed and "resolved config has no num_speculative_tokens_per_batch_size" in message
+
+
+def test_a_schedule_that_never_switched_is_caught() -> None:
+    result = _verify(SINGLE, executed=lambda b: 1)
+    assert not result.passed
+    passed, message = _finding(result, "schedule_switched")
+    assert not passed
+    assert message == (
+        "dyn: the schedule never switched: executed k = 1 in all 60 steps although batch sizes 4-300 "
+        "configure k = {0, 1, 3}"
+    )
+    assert _finding(result, "static_fallback")[0]  # stuck at 1, not at the static max k
+    stuck_at_max = _verify(SINGLE, executed=lambda b: 3)
+    passed, message = _finding(stuck_at_max, "static_fallback")
+    assert not passed and message.endswith("the schedule was not applied")
+
+
+def test_off_and_dynamic_with_k0_are_told_apart() -> None:
+    off = _verify(OFF, executed=lambda b: 0, config=None)
+    assert off.passed
+    assert _finding(off, "identity")[1] == "off: really off: no speculative config, k = 0 in all 60 steps, no drafts"
+    k0 = _verify(ALL_ZERO, executed=lambda b: 0)
+    assert k0.passed
+    message = _finding(k0, "identity")[1]
+    assert message == "dyn-k0: dynamic, not off: the engine reports its speculative config; k = 0 in 100.0% of steps"
+    assert _finding(k0, "schedule_switched")[1].startswith("dyn-k0: not exercised")
+    posing_as_off = _verify(OFF, executed=lambda b: 0, config=CONFIG)
+    assert not posing_as_off.passed
+    assert (
+        "declared off, but the engine reports a speculative config on 20 requests" in posing_as_off.findings[0].message
+    )
+    no_config = _verify(ALL_ZERO, executed=lambda b: 0, config=None)
+    assert not no_config.passed and "it ran as off" in no_config.findings[0].message
+    fixed = _verify(FIXED, executed=lambda b: 3)
+    assert fixed.passed and {f.check for f in fixed.findings} == {"identity", "executed_k"}
+
+
+CROSS = CrossAndRecover(
+    quiet_rate=5, peak_rate=45, boundary_rate=25, quiet_s=20, rise_s=10, hold_s=20, fall_s=10
+)  # the rate passes 25 req/s at 25 s going up and at 55 s coming down
+
+
+def _cross_rows(arm: ArmInfo, *, up_at: float, down_at: float, follow: bool = True) -> dict[str, list[Any]]:
+    """One single-step request every 0.1 s; the batch is high in [up_at, down_at) and k follows it (or not)."""
+    table = arm.k_table()
+    times = np.arange(0, 75, 0.1)
+    batch = np.where((times >= up_at) & (times < down_at), 100, 10)
+    ns = START_NS + np.rint(times * 1e9).astype(np.int64)
+    return {
+        "arm": [arm.name] * len(times),
+        "shape": ["cross"] * len(times),
+        "scheduled_ns": ns,
+        "server_first_scheduled_ns": ns,
+        "server_done_ns": ns,
+        "step_batch_size": [[int(b)] for b in batch],
+        "step_k": [[int(table[b]) if follow else 3] for b in batch],
+        "resolved_speculative_config": [CONFIG] * len(times),
+    }
+
+
+def test_switch_and_recovery_times_on_cross_and_recover() -> None:
+    table = trace_table(**_cross_rows(SINGLE, up_at=28.0, down_at=59.0))
+    report = verify_executed_policy(table, [SINGLE], shapes={"cross": CROSS})
+    (timing,) = report.switch_timings
+    assert timing.crossed_up_s == pytest.approx(25.0) and timing.crossed_down_s == pytest.approx(55.0)
+    assert timing.switch_lag_s == pytest.approx(3.0) and timing.recovery_s == pytest.approx(4.0)
+    assert (timing.quiet_k, timing.loaded_k, timing.passed) == (3, 1, True)
+    assert timing.message == (
+        "dyn on cross (run r1, repeat 0): k 3 -> 1 3.0 s after the load crossed up at 25.0 s, back to 3 4.0 s "
+        "after it came down at 55.0 s (bound 10 s): pass"
+    )
+    tight = verify_executed_policy(table, [SINGLE], shapes={"cross": CROSS}, settings=VerifySettings(switch_bound_s=2))
+    assert not tight.switch_timings[0].passed and not tight.passed
+    by_batch = verify_executed_policy(
+        table, [SINGLE], shapes={"cross": CROSS}, settings=VerifySettings(reference="batch")
+    ).switch_timings[0]
+    # Against the telemetry's own crossing (the batch passing 64), a correct engine switches at once.
+    assert (by_batch.crossed_up_s, by_batch.switch_lag_s, by_batch.recovery_s) == (28.0, 0.0, 0.0)
+    report_json = json.loads(report.model_dump_json())
+    assert VerificationReport.model_validate(report_json) == report
+
+
+def test_a_schedule_that_never_switches_fails_the_timing() -> None:
+    table = trace_table(**_cross_rows(SINGLE, up_at=28.0, down_at=59.0, follow=False))
+    (timing,) = verify_executed_policy(table, [SINGLE], shapes={"cross": CROSS}).switch_timings
+    assert not timing.passed and timing.switch_lag_s is None
+    assert timing.message.endswith("executed k never changed from 3 after the load crossed up at 25.0 s")
+    quiet = trace_table(**_cross_rows(SINGLE, up_at=80.0, down_at=90.0))
+    (timing,) = verify_executed_policy(quiet, [SINGLE], shapes={"cross": CROSS}).switch_timings
+    assert timing.passed and "not exercised" in timing.message
+
+
+def test_steps_without_a_k_are_left_out_and_reported() -> None:
+    table = SINGLE.k_table()
+    rows = _rows(SINGLE, executed=lambda b: _k(b, table))
+    rows["step_k"][0] = rows["step_k"][0][:1]  # the engine reported fewer k than batch sizes
+    (result,) = verify_executed_policy(trace_table(**rows), [SINGLE]).arms
+    assert result.passed and result.steps == 58
+    assert _finding(result, "telemetry")[1] == (
+        "1 requests report step_k and step_batch_size of different lengths; only their common steps were checked"
+    )
