@@ -28,9 +28,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 
 demo: $(STAMP)
-	$(BIN)/specdrill simulate sweep --profile llama3.1-8b-h100-eagle \
-		--policies off,fixed:3,dynamic:3:1-64=3,65-128=1,129-512=0 \
-		--rates 5,20,40,55,70 --duration 120 --workload chat
+	infra/demo.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -155,7 +155,10 @@ def rehearsal_campaign(campaign: Campaign, recommendation: Recommendation, run_d
             "max_k": recommendation.num_speculative_tokens,
             "schedule": recommendation.schedule,
         }
-    topology = next(iter(data.get("topologies") or {"single": "single"}))
+    singles = [name for name, t in campaign.topologies.items() if t.data_parallel_size == 1]
+    topology = singles[0] if singles else "single"
+    if not singles:
+        data.setdefault("topologies", {})["single"] = "single"
     arms = [{"policy": a.policy_name, "topology": a.topology_name} for a in _single_arms(campaign)]
     if recommendation.speculative_config is not None:
         arms.append({"policy": "recommended", "topology": topology})
