@@ -138,8 +138,11 @@ class Campaign(_Strict):
         return self.output or f"runs/{self.name}"
 
     def require_traffic(self) -> None:
+        """What `run` and `simulate` need beyond what `deploy` does."""
         if not self.shapes:
             raise CampaignError("shapes: a campaign needs at least one shape to run")
+        if not any(arm.policy.kind == "off" for arm in self.arms()):
+            raise CampaignError("arms: no arm runs with speculation off; every speedup is measured against one")
 
     @field_validator("policies", "topologies", mode="before")
     @classmethod

@@ -1,0 +1,136 @@
+"""Campaign files, report, gates and recommend on virtual-time runs (fast, no Ray)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestrator.campaign import CampaignError, load_campaign
+
+BASE: dict[str, Any] = {
+    "name": "t",
+    "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
+    "policies": {"off": "off", "fixed3": "fixed:3", "dyn": "dynamic:3:1-4=3,5-12=1,13-512=0"},
+    "topologies": {"single": "single", "dp2": "data_parallel:2"},
+    "arms": [
+        {"policy": "off", "topology": "single"},
+        {"policy": "fixed3", "topology": "single"},
+        {"policy": "dyn", "topology": "single"},
+        {"policy": "dyn", "topology": "dp2"},
+    ],
+    "shapes": {
+        "ramp": {"kind": "ramp", "rate_from": 2, "rate_to": 30, "duration_s": 20},
+        "cross": {"kind": "cross_and_recover", "quiet_rate": 2, "peak_rate": 30, "boundary_rate": 12,
+                  "quiet_s": 5, "rise_s": 5, "hold_s": 10, "fall_s": 5},
+    },  # fmt: skip
+    "mix": {"entries": [{"workload": "chat", "weight": 1}]},
+}
+
+
+def _write(tmp_path: Path, data: dict[str, Any], name: str = "c.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from orchestrator.cli import main; main()", *args],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"shapes": {"q": {"kind": "quiet", "rate": 1, "duration_s": 5, "burst": 2}}}, "shapes.q.quiet.burst"),
+        ({"load": {"workers": 0}}, "load.workers"),
+        ({"slo": {"ttft": 1}}, "slo.ttft"),
+        ({"mix": {"entries": [{"workload": "poetry", "weight": 1}]}}, "unknown workload 'poetry'"),
+        ({"shapes": {"Bad Name": {"kind": "quiet", "rate": 1, "duration_s": 5}}}, "shape name 'Bad Name'"),
+        ({"gates": {"min_follow_fraction": 2}}, "gates.min_follow_fraction"),
+        ({"repeats": 0}, "repeats"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+def test_every_campaign_error_names_its_field(tmp_path: Path, change: dict[str, Any], message: str) -> None:
+    path = _write(tmp_path, {**BASE, **change})
+    with pytest.raises(CampaignError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        load_campaign(path)
+    result = _cli("simulate", str(path), "--output", str(tmp_path / "run"))
+    assert result.returncode == 2 and message.split(".")[0] in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()  # nothing started on error
+
+
+def test_a_campaign_without_shapes_or_baseline_cannot_run(tmp_path: Path) -> None:
+    path = _write(tmp_path, {k: v for k, v in BASE.items() if k != "shapes"})
+    result = _cli("simulate", str(path), "--output", str(tmp_path / "run"))
+    assert result.returncode == 2 and "shapes: a campaign needs at least one shape" in result.stderr
+    path = _write(tmp_path, {**BASE, "arms": [{"policy": "dyn", "topology": "single"}]})
+    result = _cli("simulate", str(path), "--output", str(tmp_path / "run"))
+    assert result.returncode == 2 and "no arm runs with speculation off" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture(scope="module")
+def virtual_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("virtual")
+    path = _write(root, {**BASE, "output": str(root / "run")})
+    result = _cli("simulate", str(path), "--no-report")
+    assert result.returncode == 0, result.stderr
+    return root / "run"
+
+
+def test_report_fails_the_gate_on_the_data_parallel_fallback(virtual_run: Path) -> None:
+    result = _cli("report", str(virtual_run))
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "gate dynamic_follows_schedule failed" in result.stdout and "dyn-dp2" in result.stdout
+    summary = json.loads((virtual_run / "summary.json").read_text())
+    failed = [g for g in summary["gates"] if not g["passed"]]
+    assert [g["arm"] for g in failed] == ["dyn-dp2"]
+    assert {m["measure"] for m in summary["maps"]} == {"batch_size", "offered_rate"}
+    html = (virtual_run / "report.html").read_text()
+    assert "<svg" in html and "dyn-dp2" in html and "<script" not in html
+    assert _cli("report", str(virtual_run), "--no-gate-exit").returncode == 0
+
+
+def test_exempt_arms_are_reported_not_failed(tmp_path: Path, virtual_run: Path) -> None:
+    manifest = json.loads((virtual_run / "manifest.json").read_text())
+    manifest["campaign"]["gates"] = {"exempt_arms": ["dyn-dp2"]}  # gates are not part of the fingerprint
+    (virtual_run / "manifest.json").write_text(json.dumps(manifest))
+    try:
+        result = _cli("report", str(virtual_run))
+        assert result.returncode == 0, result.stdout
+        assert "all gates pass" in result.stdout and "dropped the schedule" in result.stdout
+    finally:
+        manifest["campaign"]["gates"] = {}
+        (virtual_run / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_recommend_builds_a_valid_vllm_schedule_and_a_rehearsal(virtual_run: Path) -> None:
+    result = _cli("recommend", str(virtual_run))
+    assert result.returncode == 0, result.stderr
+    recommendation = json.loads((virtual_run / "recommendation.json").read_text())
+    assert "dyn-dp2" not in {b["arm"] for b in recommendation["bands"]}  # it did not run its policy
+    if recommendation["speculative_config"] is not None:
+        from serve_apps.policies import validate_schedule
+
+        validate_schedule([tuple(e) for e in recommendation["schedule"]])
+        assert "num_speculative_tokens_per_batch_size" in result.stdout
+    rehearsal = load_campaign(virtual_run / "recommended-campaign.yaml")
+    names = [a.name for a in rehearsal.arms()]
+    assert "dyn-dp2" not in names and "off-single" in names
+    assert rehearsal.output is not None and rehearsal.output.endswith("-recommended")
+
+
+def test_report_of_a_missing_run_is_one_line() -> None:
+    result = _cli("report", "/nonexistent/run")
+    assert result.returncode == 2 and "no manifest.json" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

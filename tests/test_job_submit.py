@@ -1,0 +1,94 @@
+"""End to end: `ray job submit ... -- specdrill run campaign.yaml` on a loopback Ray head, then resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from loadshapes.trace import read_traces
+from tests.ray_helpers import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+RAY = str(Path(sys.executable).parent / "ray")
+
+
+@pytest.fixture(scope="module")
+def ray_head() -> Iterator[dict[str, Any]]:
+    temp_dir = tempfile.mkdtemp(prefix="sdjob", dir="/tmp")
+    dashboard = free_port()
+    env = {
+        **os.environ,
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_AUTH_MODE": "token",
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    env.pop("RAY_ADDRESS", None)
+    start = [
+        RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={free_port()}",
+        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--num-cpus=8",
+        f"--temp-dir={temp_dir}", "--disable-usage-stats",
+    ]  # fmt: skip
+    subprocess.run(start, env=env, check=True, capture_output=True, timeout=120)
+    try:
+        yield {"env": env, "address": f"http://127.0.0.1:{dashboard}"}
+    finally:
+        subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120, check=False)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _submit(head: dict[str, Any], campaign: Path) -> subprocess.CompletedProcess[str]:
+    command = [RAY, "job", "submit", "--address", head["address"], "--working-dir", str(REPO),
+               "--", "specdrill", "run", str(campaign)]  # fmt: skip
+    return subprocess.run(command, env=head["env"], capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_job_submit_runs_the_campaign_and_a_rerun_resumes(ray_head: dict[str, Any], tmp_path: Path) -> None:
+    output = tmp_path / "run"
+    campaign = {
+        "name": "jobtest",
+        "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
+        "policies": {"off": "off", "fixed3": "fixed:3"},
+        "shapes": {
+            "first": {"kind": "quiet", "rate": 4, "duration_s": 3},
+            "second": {"kind": "ramp", "rate_from": 2, "rate_to": 8, "duration_s": 3},
+        },
+        "mix": {"entries": [{"workload": "chat", "weight": 1}]},
+        "output": str(output),
+        "load": {"workers": 1, "cpus_per_worker": 0.5, "drain_s": 20},
+        "serve": {"host": "127.0.0.1", "port": free_port()},
+    }
+    path = tmp_path / "campaign.yaml"
+    path.write_text(yaml.safe_dump(campaign))
+
+    first = _submit(ray_head, path)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "operating map by offered rate" in first.stdout and "succeeded" in first.stdout + first.stderr
+    manifest = json.loads((output / "manifest.json").read_text())
+    assert manifest["arms"]["fixed3-single"]["resolved_speculative_config"]["num_speculative_tokens"] == 3
+    scheduled = {k: v["scheduled"] for k, v in manifest["units"].items()}
+    table = read_traces(str(output / "traces"))
+    assert table.num_rows == sum(scheduled.values()) > 10
+    assert (output / "report.html").exists() and (output / "summary.json").exists()
+    assert list((output / "timelines").rglob("r0.parquet"))
+
+    # The first unit stays complete; the second looks interrupted (marker gone, its rows still there).
+    kept = output / "units/fixed3-single/first/r0.json"
+    kept_mtime = kept.stat().st_mtime_ns
+    (output / "units/fixed3-single/second/r0.json").unlink()
+    second = _submit(ray_head, path)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert kept.stat().st_mtime_ns == kept_mtime  # skipped, not rerun
+    again = read_traces(str(output / "traces"))
+    ids = again.column("request_id").to_pylist()
+    assert len(ids) == len(set(ids)) == sum(scheduled.values())  # the partial unit redone, no duplicated row
+    assert json.loads((output / "manifest.json").read_text())["resumed"] == 1
