@@ -40,6 +40,7 @@ class NullServer:
         self.received_ids: list[str] = []
         self.receive_times: list[float] = []
         self.closing = False
+        self.authorization: list[str | None] = []
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -62,6 +63,7 @@ class NullServer:
         self.receive_times.append(arrived)
         request_id = request.headers.get("x-request-id", f"null-{self.received}")
         self.received_ids.append(request_id)
+        self.authorization.append(request.headers.get("Authorization"))
         body = await request.json()
         cfg = self.config
         if cfg.stall_until > arrived:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from loadshapes.mixes import MixEntry, RequestMix
 from loadshapes.shapes import Shape
-from serve_apps.arms import ArmSpec, EngineConfig, Resources, SimulatedEngineConfig
+from serve_apps.arms import ArmSpec, EndpointEngineConfig, EngineConfig, Resources, SimulatedEngineConfig
 from serve_apps.config_io import first_error, load_yaml_model
 from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topology
 from serve_apps.sim.profile import load_profile
@@ -164,7 +164,15 @@ class Campaign(_Strict):
 
     @model_validator(mode="after")
     def _arms_valid(self) -> Campaign:
-        self.arms()  # every policy must parse against the engine, every arm name must be a valid slug
+        arms = self.arms()  # every policy must parse against the engine, every arm name must be a valid slug
+        if isinstance(self.engine, EndpointEngineConfig):
+            names = {a.name for a in arms}
+            missing = sorted(names - set(self.engine.urls))
+            if missing:
+                raise ValueError(f"engine.urls: no URL for arm {missing[0]} (arms: {', '.join(sorted(names))})")
+            extra = sorted(set(self.engine.urls) - names)
+            if extra:
+                raise ValueError(f"engine.urls.{extra[0]}: no such arm (arms: {', '.join(sorted(names))})")
         return self
 
     def _default_drafter(self) -> tuple[str, str | None]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from orchestrator.campaign import Campaign
 from orchestrator.logs import get_logger
-from serve_apps.arms import ArmSpec, VllmEngineConfig
+from serve_apps.arms import ArmSpec, EndpointEngineConfig, VllmEngineConfig
 
 log = get_logger(__name__)
 
@@ -61,6 +61,8 @@ def deploy(
     from serve_apps.deployment import build_arm_app
 
     arms = [arm for arm in campaign.arms() if only is None or arm.name in only]
+    if isinstance(campaign.engine, EndpointEngineConfig):
+        raise DeployError("engine kind endpoint: the servers run elsewhere; there is nothing to deploy")
     connect(address)
     serve.start(http_options={"host": campaign.serve.host, "port": campaign.serve.port})
     _check_listening(campaign)

@@ -41,7 +41,7 @@ from orchestrator.analysis.results import Verdict
 from orchestrator.campaign import Campaign
 from orchestrator.report_html import ReportData, render_report_html
 from orchestrator.run import MANIFEST, RunStore, UnitResult
-from serve_apps.arms import VllmEngineConfig
+from serve_apps.arms import EndpointEngineConfig, VllmEngineConfig
 from serve_apps.policies import DynamicPolicy
 
 EXIT_GATE_FAILED = 3
@@ -111,7 +111,7 @@ def _units(campaign: Campaign, arm: str) -> list[Any]:
 
 
 def _max_num_seqs(campaign: Campaign) -> int:
-    if isinstance(campaign.engine, VllmEngineConfig) and campaign.engine.max_num_seqs:
+    if isinstance(campaign.engine, VllmEngineConfig | EndpointEngineConfig) and campaign.engine.max_num_seqs:
         return campaign.engine.max_num_seqs
     return 512  # vLLM's default, and the simulated profiles'
 

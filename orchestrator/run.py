@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import socket
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
@@ -31,7 +33,7 @@ from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.deploy import connect, deploy, teardown_arms
 from orchestrator.load_workers import WorkerSummary, run_load
 from orchestrator.logs import get_logger
-from serve_apps.arms import ArmSpec
+from serve_apps.arms import ArmSpec, EndpointEngineConfig
 from serve_apps.clock import now_ns
 
 log = get_logger(__name__)
@@ -185,12 +187,14 @@ def units_of(campaign: Campaign, arm: ArmSpec) -> list[Unit]:
 
 def plans_for(campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: str, traces: str) -> list[WorkerPlan]:
     load = campaign.load
+    key_env = campaign.engine.api_key_env if isinstance(campaign.engine, EndpointEngineConfig) else None
     return [
         WorkerPlan(
             campaign=campaign.name, run=run, arm=arm.name, policy=arm.policy.label, topology=arm.topology.label,
             shape_name=unit.shape, shape=campaign.shapes[unit.shape], repeat=unit.repeat, mix=campaign.mix,
             seed=campaign.seed, process=load.process, cv=load.cv, worker=w, workers=load.workers,
-            target=Target(base_url=url, model=arm.served_model_name, endpoint=load.endpoint), trace_root=traces,
+            target=Target(base_url=url, model=arm.served_model_name, endpoint=load.endpoint, api_key_env=key_env),
+            trace_root=traces,
             lateness_bound_s=load.lateness_bound_s, drain_s=load.drain_s, request_timeout_s=load.request_timeout_s,
             max_in_flight=load.max_in_flight, store_token_times=load.store_token_times,
             store_prompts=campaign.store_prompts, slo=_plan_slo(campaign),
@@ -211,8 +215,13 @@ def fetch_timelines(url: str, *, engines: int, since: dict[str, int]) -> dict[st
     answered (or enough tries that a missing one is really missing)."""
     seen: dict[str, dict[str, list[Any]]] = {}
     for _ in range(max(4, 8 * engines)):
-        with urllib.request.urlopen(f"{url}/specdrill/timeline?since_step=0", timeout=60) as response:
-            data = json.loads(response.read())
+        try:
+            with urllib.request.urlopen(f"{url}/specdrill/timeline?since_step=0", timeout=60) as response:
+                data = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:  # not a specdrill arm (an endpoint campaign): no step timeline to collect
+                return {}
+            raise
         engine_id = str(data.pop("engine_id"))
         if engine_id not in seen:
             start = since.get(engine_id, 0)
@@ -254,17 +263,65 @@ def engines_of(arm: ArmSpec) -> int:
     return 1 if arm.topology.kind == "single" else arm.topology.size
 
 
-def warm(url: str, arm: ArmSpec, requests: int) -> dict[str, Any]:
+def auth_headers(campaign: Campaign) -> dict[str, str]:
+    """Only endpoint campaigns carry a key, read from the environment here and nowhere else."""
+    engine = campaign.engine
+    if isinstance(engine, EndpointEngineConfig) and engine.api_key_env:
+        key = os.environ.get(engine.api_key_env)
+        if not key:
+            raise CampaignError(f"engine.api_key_env: environment variable {engine.api_key_env} is not set")
+        return {"Authorization": f"Bearer {key}"}
+    return {}
+
+
+def warm(url: str, arm: ArmSpec, requests: int, headers: dict[str, str] | None = None) -> dict[str, Any]:
     """A few unmeasured requests; returns the last response's telemetry (what the arm says it runs)."""
     telemetry: dict[str, Any] = {}
-    for _ in range(requests):
+    for _ in range(max(requests, 1)):
         body = json.dumps({"model": arm.served_model_name, "prompt": "warm up " * 8, "max_tokens": 8}).encode()
         request = urllib.request.Request(
-            f"{url}/v1/completions", data=body, headers={"content-type": "application/json"}
+            f"{url}/v1/completions", data=body, headers={"content-type": "application/json", **(headers or {})}
         )
         with urllib.request.urlopen(request, timeout=120) as response:
             telemetry = json.loads(response.read()).get("specdrill", {})
     return telemetry
+
+
+def check_endpoints(campaign: Campaign) -> None:
+    """Before anything runs: every endpoint answers, or a one-line error names the unreachable one."""
+    engine = campaign.engine
+    if not isinstance(engine, EndpointEngineConfig):
+        return
+    headers = auth_headers(campaign)
+    for name, url in engine.urls.items():
+        request = urllib.request.Request(f"{url}/v1/models", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                response.read()
+        except urllib.error.HTTPError as exc:
+            raise CampaignError(f"engine.urls.{name}: {url} answered HTTP {exc.code} to /v1/models") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise CampaignError(f"engine.urls.{name}: {url} is unreachable ({reason})") from None
+
+
+def metrics_speculation(url: str, headers: dict[str, str]) -> dict[str, float]:
+    """Speculative-decoding counters from a server's Prometheus /metrics (vLLM: vllm:spec_decode_*)."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(f"{url}/metrics", headers=headers), timeout=10) as r:
+            text = r.read().decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError):
+        return {}
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or "spec_decode" not in line:
+            continue
+        name, _, value = line.rpartition(" ")
+        try:
+            found[name] = float(value)
+        except ValueError:
+            continue
+    return found
 
 
 def run_unit(
@@ -275,8 +332,13 @@ def run_unit(
         log.info("unit.partial_removed", unit=unit.key, files=removed)
     plans = plans_for(campaign, arm, unit, run=run, url=url, traces=store.traces)
     fetch_timelines(url, engines=engines_of(arm), since=since)  # skip steps from warm-up and earlier units
+    key_env = plans[0].target.api_key_env
+    secrets = {key_env: os.environ[key_env]} if key_env and key_env in os.environ else None
     summaries = run_load(
-        plans, cpus_per_worker=campaign.load.cpus_per_worker, ready_timeout_s=campaign.load.ready_timeout_s
+        plans,
+        cpus_per_worker=campaign.load.cpus_per_worker,
+        ready_timeout_s=campaign.load.ready_timeout_s,
+        env=secrets,  # to the worker processes' environment only: never in a plan, a trace or a log
     )
     steps = write_timeline(store, unit, fetch_timelines(url, engines=engines_of(arm), since=since))
     start = min(s.start_ns or 0 for s in summaries)
@@ -309,6 +371,7 @@ def run_campaign(
 ) -> tuple[RunStore, dict[str, Any]]:
     """Run every pending unit of every arm; returns the run store and the final manifest."""
     campaign.require_traffic()
+    check_endpoints(campaign)
     store = RunStore(campaign.output_dir())
     manifest = open_run(campaign, store)
     store.write_json(MANIFEST, manifest)
@@ -320,11 +383,16 @@ def run_campaign(
         if not pending:
             log.info("arm.complete", arm=arm.name)
             continue
-        urls = deploy(campaign, address=address, only=[arm.name])
-        url = urls[arm.name]
+        endpoint = isinstance(campaign.engine, EndpointEngineConfig)
+        url = campaign.engine.urls[arm.name] if isinstance(campaign.engine, EndpointEngineConfig) else None
+        if url is None:
+            url = deploy(campaign, address=address, only=[arm.name])[arm.name]
         try:
-            telemetry = warm(url, arm, campaign.warmup.requests)
+            headers = auth_headers(campaign)
+            telemetry = warm(url, arm, campaign.warmup.requests, headers)
             manifest["arms"][arm.name] = arm_entry(arm, url, telemetry)
+            if endpoint and not telemetry:
+                manifest["arms"][arm.name]["metrics_spec_decode"] = metrics_speculation(url, headers)
             store.write_json(MANIFEST, manifest)
             since: dict[str, int] = {}
             for unit in pending:
@@ -338,7 +406,8 @@ def run_campaign(
                 if on_unit:
                     on_unit(unit, "done")
         finally:
-            teardown_arms([arm.app_name])
+            if not endpoint:
+                teardown_arms([arm.app_name])
     manifest["finished_ns"] = now_ns()
     store.write_json(MANIFEST, manifest)
     return store, manifest

@@ -49,7 +49,30 @@ class VllmEngineConfig(_Strict):
         return v
 
 
-EngineConfig = Annotated[SimulatedEngineConfig | VllmEngineConfig, Field(discriminator="kind")]
+class EndpointEngineConfig(_Strict):
+    """Servers someone else runs (any OpenAI-compatible server, e.g. `vllm serve`): nothing is deployed. Each arm
+    name maps to its server's base URL; what the server runs is read from its responses' telemetry when it sends
+    one (a specdrill arm) and from its /metrics otherwise. The API key comes from the environment variable named
+    by `api_key_env` and never enters a file, a trace or a log."""
+
+    kind: Literal["endpoint"] = "endpoint"
+    model: str
+    urls: dict[str, str] = Field(min_length=1)  # arm name (policy-topology) -> base URL (before /v1)
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    max_num_seqs: int = Field(default=512, ge=1)
+
+    @field_validator("urls")
+    @classmethod
+    def _http_urls(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, url in v.items():
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"urls.{name}: {url!r} is not an http(s) URL")
+        return {name: url.rstrip("/") for name, url in v.items()}
+
+
+EngineConfig = Annotated[
+    SimulatedEngineConfig | VllmEngineConfig | EndpointEngineConfig, Field(discriminator="kind")
+]
 
 
 class Resources(_Strict):
@@ -102,4 +125,6 @@ class ArmSpec(_Strict):
     def served_model_name(self) -> str:
         if isinstance(self.engine, VllmEngineConfig):
             return self.engine.served_model_name or self.engine.model
+        if isinstance(self.engine, EndpointEngineConfig):
+            return self.engine.model
         return f"sim-{self.engine.profile}"

@@ -26,9 +26,11 @@ BASE: dict[str, Any] = {
     ],
     "shapes": {
         "ramp": {"kind": "ramp", "rate_from": 2, "rate_to": 30, "duration_s": 20},
-        "cross": {"kind": "cross_and_recover", "quiet_rate": 2, "peak_rate": 30, "boundary_rate": 12,
-                  "quiet_s": 5, "rise_s": 5, "hold_s": 10, "fall_s": 5},
-    },  # fmt: skip
+        "cross": dict(
+            kind="cross_and_recover", quiet_rate=2, peak_rate=30, boundary_rate=12, quiet_s=5, rise_s=5, hold_s=10,
+            fall_s=5,
+        ),
+    },
     "mix": {"entries": [{"workload": "chat", "weight": 1}]},
 }
 
@@ -134,3 +136,21 @@ def test_report_of_a_missing_run_is_one_line() -> None:
     result = _cli("report", "/nonexistent/run")
     assert result.returncode == 2 and "no manifest.json" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_unreachable_endpoint_is_a_clear_error_at_start(tmp_path: Path) -> None:
+    from tests.ray_helpers import free_port
+
+    campaign = {
+        "name": "ep",
+        "engine": {"kind": "endpoint", "model": "m", "urls": {"off-single": f"http://127.0.0.1:{free_port()}"}},
+        "policies": {"off": "off"},
+        "shapes": {"q": {"kind": "quiet", "rate": 1, "duration_s": 2}},
+        "output": str(tmp_path / "run"),
+    }
+    result = _cli("run", str(_write(tmp_path, campaign)))
+    assert result.returncode != 0 and "engine.urls.off-single" in result.stderr and "unreachable" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+    missing = {**campaign, "engine": {**campaign["engine"], "urls": {"other": "http://127.0.0.1:1"}}}
+    with pytest.raises(CampaignError, match="engine.urls: no URL for arm off-single"):
+        load_campaign(_write(tmp_path, missing, "m.yaml"))

@@ -216,3 +216,31 @@ def test_closed_loop_users_send_back_to_back(server: ServerThread, tmp_path: Pat
     assert table.num_rows == summary.sent and 3 * 1.5 / 0.05 * 0.5 < table.num_rows < 3 * 1.5 / 0.05 * 1.3
     assert summary.max_in_flight <= 3
     assert len(set(table.column("request_id").to_pylist())) == table.num_rows
+
+
+def test_api_key_reaches_the_server_and_nothing_else(server: ServerThread, tmp_path: Path) -> None:
+    secret = "sk-specdrill-test-" + "7" * 24
+    plan = _plan(server.url, tmp_path / "traces", shape=Quiet(rate=10, duration_s=1))
+    plan = plan.model_copy(update={"target": plan.target.model_copy(update={"api_key_env": "SPECDRILL_TEST_KEY"})})
+    process = LocustProcess(plan, str(tmp_path / "w"))
+    process.start(env={"SPECDRILL_TEST_KEY": secret})
+    try:
+        process.wait_ready(60)
+        process.go(now_ns() + 300_000_000)
+        summary = process.wait(60)
+    finally:
+        process.stop()
+    assert summary.statuses == {"ok": summary.scheduled} and summary.scheduled > 0
+    assert set(server.server.authorization) == {f"Bearer {secret}"}
+    for path in [*tmp_path.rglob("*")]:
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path  # plan, log, summary, traces
+
+
+def test_missing_api_key_stops_the_worker_with_one_line(server: ServerThread, tmp_path: Path) -> None:
+    plan = _plan(server.url, tmp_path / "traces", shape=Quiet(rate=10, duration_s=1))
+    plan = plan.model_copy(update={"target": plan.target.model_copy(update={"api_key_env": "SPECDRILL_NO_SUCH_KEY"})})
+    process = LocustProcess(plan, str(tmp_path / "w"))
+    process.start()
+    with pytest.raises(RuntimeError, match="SPECDRILL_NO_SUCH_KEY is not set"):
+        process.wait_ready(60)
