@@ -83,3 +83,35 @@ def test_concurrent_appends_lose_nothing(tmp_path: Path) -> None:
     writer.close()
     table = read_traces(str(tmp_path))
     assert table.num_rows == 800 and len(set(table.column("request_id").to_pylist())) == 800
+
+
+def test_a_writer_killed_mid_write_leaves_no_file_readers_see(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = tmp_path / "traces"
+    writer = TraceWriter(str(root), writer_id="before")
+    for i in range(50):
+        writer.append(row(i))
+    writer.close()
+    # A child writes part files in a loop; SIGKILL lands somewhere inside a write.
+    script = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+from tests.test_trace import row
+from loadshapes.trace import PartWriter
+w = PartWriter({str(root)!r}, writer_id="killed")
+print("go", flush=True)
+while True:
+    w.write([row(i) for i in range(20000)])
+"""
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline().strip() == "go"
+    time.sleep(1.5)
+    child.send_signal(signal.SIGKILL)
+    child.wait(10)
+    table = read_traces(str(root))  # no half-written file is visible: only complete parts are read
+    assert table.num_rows % 20000 == 50
+    assert all(not p.name.startswith("part-") or p.stat().st_size > 0 for p in root.rglob("*.parquet"))
