@@ -81,7 +81,7 @@ try:
 except ImportError:
     pass
 url, rate, seconds, seed = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-body = json.dumps({"model": "null", "prompt": "x " * 16, "max_tokens": 16, "stream": True,
+body = json.dumps({"model": "null-model", "prompt": "x " * 16, "max_tokens": 16, "stream": True,
                    "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).encode()
 offsets = np.cumsum(np.random.default_rng(seed).exponential(1 / rate, int(rate * seconds * 1.5)))
 offsets = offsets[offsets < seconds]
@@ -133,7 +133,7 @@ def specdrill_worker(port: int, rate: float, seconds: float, *, trace: bool = Tr
     work = Path(tempfile.mkdtemp(prefix="bench-loadgen-"))
     plan = WorkerPlan(
         campaign="bench", run="r", arm="null", shape_name="sustained", shape=Sustained(rate=rate, duration_s=seconds),
-        mix=TINY, target=Target(base_url=f"http://127.0.0.1:{port}", model="null"), trace_root=str(work / "traces"),
+        mix=TINY, target=Target(base_url=f"http://127.0.0.1:{port}", model="null-model"), trace_root=str(work / "traces"),
         drain_s=30, write_trace=trace,
     )  # fmt: skip
     process = LocustProcess(plan, str(work / "w"), cpu=CLIENT_CPU)
@@ -170,7 +170,7 @@ def guidellm(binary: str, port: int, rate: float, seconds: float, tokenizer_dir:
     out = Path(tempfile.mkdtemp(prefix="guidellm")) / "report.json"
     cmd = [
         "taskset", "-c", str(CLIENT_CPU), binary, "run",
-        "--backend", f"kind=openai_http,target=http://127.0.0.1:{port},model=null",
+        "--backend", f"kind=openai_http,target=http://127.0.0.1:{port},model=null-model",
         "--profile", f"kind=poisson,rate={rate}",
         "--constraint", f"kind=max_duration,seconds={seconds}",
         "--data", "kind=synthetic_text,prompt_tokens=16,output_tokens=16",

@@ -152,5 +152,5 @@ def test_an_unreachable_endpoint_is_a_clear_error_at_start(tmp_path: Path) -> No
     assert result.returncode != 0 and "engine.urls.off-single" in result.stderr and "unreachable" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
     missing = {**campaign, "engine": {**campaign["engine"], "urls": {"other": "http://127.0.0.1:1"}}}
-    with pytest.raises(CampaignError, match="engine.urls: no URL for arm off-single"):
+    with pytest.raises(CampaignError, match=r"engine\.urls: no URL for arm off-single"):
         load_campaign(_write(tmp_path, missing, "m.yaml"))
