@@ -220,7 +220,18 @@ def main() -> None:
     parser.add_argument("--trace-rate", type=float, default=500.0)
     parser.add_argument("--guidellm", default=".venv-guidellm/bin/guidellm")
     parser.add_argument("--port", type=int, default=8731)
+    parser.add_argument("--guidellm-only", type=float, default=None, help="only GuideLLM, at this rate")
     args = parser.parse_args()
+    if args.guidellm_only is not None:
+        from tests.tiny_model import build_tiny_llama
+
+        server = start_server(args.port)
+        try:
+            tokenizer = str(build_tiny_llama(Path(tempfile.gettempdir()) / "specdrill-tiny-llama"))
+            print(json.dumps(guidellm(args.guidellm, args.port, args.guidellm_only, args.seconds, tokenizer), indent=2))
+        finally:
+            server.kill()
+        return
     ladder = [float(x) for x in args.ladder.split(",")]
     seconds = args.seconds
     server = start_server(args.port)

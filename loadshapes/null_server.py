@@ -46,9 +46,17 @@ class NullServer:
         app = web.Application()
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.completions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
         app.router.add_post("/null/config", self.set_config)
         app.router.add_get("/null/stats", self.stats)
         return app
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "null-model", "object": "model"}]})
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
 
     async def set_config(self, request: web.Request) -> web.Response:
         self.config = NullConfig.model_validate({**self.config.model_dump(), **await request.json()})
