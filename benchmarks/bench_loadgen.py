@@ -133,8 +133,8 @@ def specdrill_worker(port: int, rate: float, seconds: float, *, trace: bool = Tr
     work = Path(tempfile.mkdtemp(prefix="bench-loadgen-"))
     plan = WorkerPlan(
         campaign="bench", run="r", arm="null", shape_name="sustained", shape=Sustained(rate=rate, duration_s=seconds),
-        mix=TINY, target=Target(base_url=f"http://127.0.0.1:{port}", model="null-model"), trace_root=str(work / "traces"),
-        drain_s=30, write_trace=trace,
+        mix=TINY, target=Target(base_url=f"http://127.0.0.1:{port}", model="null-model"),
+        trace_root=str(work / "traces"), drain_s=30, write_trace=trace,
     )  # fmt: skip
     process = LocustProcess(plan, str(work / "w"), cpu=CLIENT_CPU)
     process.start()
