@@ -50,6 +50,8 @@ class WorkerSummary(BaseModel):
     statuses: dict[str, int]  # rows by status, as the worker counted them
     node_id: str | None = None
     exit_code: int | None = None
+    lost: bool = False  # the worker died mid-run: its flushed rows are in the trace, the rest is missing
+    lost_reason: str | None = None
 
 
 def _child_setup(cpu: int | None) -> Callable[[], None]:
@@ -211,6 +213,9 @@ class LoadWorker:
     def wait_ready(self, timeout_s: float) -> int:
         return self.process.wait_ready(timeout_s)
 
+    def progress(self) -> dict[str, Any] | None:
+        return self.process.progress()
+
     def go(self, start_ns: int) -> None:
         self.process.go(start_ns)
 
@@ -231,6 +236,10 @@ def start_at(processes: Sequence[Any], lead_s: float) -> int:
     return start
 
 
+def actor_name(plan: WorkerPlan) -> str:
+    return f"specdrill-load-{plan.campaign}-{plan.arm}-{plan.shape_name}-r{plan.repeat}-w{plan.worker}"
+
+
 def run_load(
     plans: Sequence[WorkerPlan],
     *,
@@ -240,19 +249,45 @@ def run_load(
     env: dict[str, str] | None = None,
     workdir: str | None = None,
 ) -> list[WorkerSummary]:
-    """Run plans (one per worker) on Ray actors spread over the nodes, with one common start time."""
-    import ray
+    """Run plans (one per worker) on Ray actors spread over the nodes, with one common start time.
 
-    actor_class: Any = ray.remote(LoadWorker).options(num_cpus=cpus_per_worker, scheduling_strategy="SPREAD")
-    actors: list[Any] = [actor_class.remote(plan.model_dump_json(), workdir, env) for plan in plans]
+    A worker that dies mid-run (its node, its actor killed) does not stop the others: it comes back as a
+    summary with `lost=True`; the rows it had flushed stay in the trace, the rest is the unit's gap."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    actor_class: Any = ray.remote(LoadWorker)
+    actors: list[Any] = [
+        # max_concurrency: `progress` answers while `wait` blocks.
+        actor_class.options(
+            name=actor_name(plan), num_cpus=cpus_per_worker, scheduling_strategy="SPREAD", max_concurrency=4
+        ).remote(plan.model_dump_json(), workdir, env)
+        for plan in plans
+    ]
     try:
-        ray.get([a.wait_ready.remote(ready_timeout_s) for a in actors])
+        scheduled = ray.get([a.wait_ready.remote(ready_timeout_s) for a in actors])
         start = now_ns() + round(lead_s * 1e9)
         ray.get([a.go.remote(start) for a in actors])
         log.info("load started", workers=len(actors), start_ns=start)
         longest = max(p.shape.duration + p.drain_s for p in plans) + lead_s + 60
-        summaries = ray.get([a.wait.remote(longest) for a in actors])
+        pending = [a.wait.remote(longest) for a in actors]
+        summaries: list[WorkerSummary] = []
+        for plan, count, ref in zip(plans, scheduled, pending, strict=True):
+            try:
+                summaries.append(WorkerSummary.model_validate(ray.get(ref)))
+            except RayActorError as exc:
+                log.error("load worker lost", worker=plan.worker, arm=plan.arm, shape=plan.shape_name,
+                          error=str(exc).splitlines()[0])  # fmt: skip
+                summaries.append(lost_worker(plan, count, start, str(exc).splitlines()[0]))
     finally:
         for actor in actors:
             ray.kill(actor)
-    return [WorkerSummary.model_validate(s) for s in summaries]
+    return summaries
+
+
+def lost_worker(plan: WorkerPlan, scheduled: int, start_ns: int, reason: str) -> WorkerSummary:
+    return WorkerSummary(
+        worker=plan.worker, arm=plan.arm, shape=plan.shape_name, repeat=plan.repeat, scheduled=scheduled, sent=0,
+        rows_written=0, files=[], start_ns=start_ns, lateness_p50_s=0.0, lateness_p99_s=0.0, lateness_max_s=0.0,
+        saturated=False, max_in_flight=0, statuses={}, lost=True, lost_reason=reason,
+    )  # fmt: skip

@@ -69,6 +69,7 @@ class Summary(BaseModel):
     gates: list[GateResult]
     headline: list[str]
     saturated_units: list[str]
+    incomplete_units: list[str]  # a load worker was lost mid-run: "unit: N of M requests missing"
     passed: bool
 
 
@@ -176,6 +177,11 @@ def build_summary(inputs: RunInputs) -> tuple[Summary, pa.Table | None]:
         gates=gates,
         headline=headline(maps, verification, inputs.arms),
         saturated_units=saturated,
+        incomplete_units=[
+            f"{u.unit.key}: {u.missing} of {u.scheduled} requests missing (a load worker was lost)"
+            for u in inputs.units
+            if u.incomplete
+        ],
         passed=all(g.passed for g in gates),
     )
     return summary, read_timelines(inputs.store)
@@ -339,6 +345,8 @@ def print_report(summary: Summary, console: Console) -> None:
     for timing in summary.verification.switch_timings:
         mark = "[green]PASS[/green]" if timing.passed else "[red]FAIL[/red]"
         console.print(f"  {mark} {timing.message}")
+    for line in summary.incomplete_units:
+        console.print(f"[red]incomplete unit[/red] {line}")
     if summary.saturated_units:
         console.print(f"[yellow]load generator saturated in: {', '.join(summary.saturated_units)}[/yellow]")
     for gate in summary.gates:
@@ -364,7 +372,7 @@ def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
             timelines=timelines,
             unit_starts={u.unit.key: u.start_ns for u in inputs.units},
             shapes=dict(inputs.campaign.shapes),
-            headline=summary.headline,
+            headline=[*summary.incomplete_units, *summary.headline],
             saturated_units=summary.saturated_units,
             gate_failures=[g.message for g in summary.gates if not g.passed],
         )

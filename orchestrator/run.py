@@ -67,6 +67,8 @@ class UnitResult(BaseModel):
     lateness_p99_s: float
     workers: list[WorkerSummary]
     timeline_steps: int
+    incomplete: bool = False  # a load worker was lost: rows < scheduled, the gap is `missing`
+    missing: int = 0
 
 
 class RunStore:
@@ -342,24 +344,45 @@ def run_unit(
     )
     steps = write_timeline(store, unit, fetch_timelines(url, engines=engines_of(arm), since=since))
     start = min(s.start_ns or 0 for s in summaries)
+    rows = sum(s.rows_written for s in summaries if not s.lost)
+    if any(s.lost for s in summaries):
+        rows += rows_on_disk(store, unit, [s.worker for s in summaries if s.lost])
     result = UnitResult(
         unit=unit,
         start_ns=start,
         end_ns=now_ns(),
         duration_s=campaign.shapes[unit.shape].duration,
         scheduled=sum(s.scheduled for s in summaries),
-        rows=sum(s.rows_written for s in summaries),
+        rows=rows,
         saturated=any(s.saturated for s in summaries),
         lateness_p99_s=max(s.lateness_p99_s for s in summaries),
         workers=summaries,
         timeline_steps=steps,
+        incomplete=any(s.lost for s in summaries),
+        missing=sum(s.scheduled for s in summaries) - rows,
     )
-    if result.rows != result.scheduled:
+    if result.incomplete:
+        log.error("unit.incomplete", unit=unit.key, missing=result.missing, note="a load worker was lost")
+    elif result.rows != result.scheduled:
         log.warning("unit.rows_mismatch", unit=unit.key, rows=result.rows, scheduled=result.scheduled)
     if result.saturated:
         log.warning("unit.generator_saturated", unit=unit.key, lateness_p99_s=result.lateness_p99_s)
     store.write_json(store.unit_marker(unit), result.model_dump(mode="json"))
     return result
+
+
+def rows_on_disk(store: RunStore, unit: Unit, workers: Sequence[int]) -> int:
+    """Rows a lost worker had flushed before it died (its part files carry its writer id)."""
+    directory = f"{store.base}/traces/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
+    if store.fs.get_file_info(directory).type == FileType.NotFound:
+        return 0
+    prefixes = tuple(f"{unit.part_prefix}{w}-" for w in workers)
+    total = 0
+    for info in store.fs.get_file_info(FileSelector(directory)):
+        if info.base_name.startswith(prefixes):
+            with store.fs.open_input_file(info.path) as handle:
+                total += pq.ParquetFile(handle).metadata.num_rows
+    return total
 
 
 def run_campaign(

@@ -17,7 +17,8 @@ CRDS = Path(__file__).resolve().parent / "data" / "kuberay"
 
 
 def _schema(kind: str) -> dict[str, Any]:
-    crd = yaml.safe_load(gzip.open(CRDS / f"ray.io_{kind}.yaml.gz"))
+    with gzip.open(CRDS / f"ray.io_{kind}.yaml.gz") as handle:
+        crd = yaml.safe_load(handle)
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
     schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
     return schema

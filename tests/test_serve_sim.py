@@ -332,3 +332,49 @@ def test_load_workers_on_ray_write_one_row_per_request(cluster: dict[str, Any], 
     assert all(r["queue_wait_s"] is not None and r["server_received_ns"] >= r["sent_ns"] - 5_000_000 for r in rows)
     assert all(len(r["token_times_ns"]) == r["output_tokens"] for r in rows)
     assert {json.loads(r["resolved_speculative_config"])["num_speculative_tokens"] for r in rows} == {3}
+
+
+def test_a_load_worker_killed_mid_run_loses_only_its_unflushed_rows(cluster: dict[str, Any], tmp_path: Path) -> None:
+    import ray
+
+    from loadshapes.mixes import MixEntry, RequestMix
+    from loadshapes.plan import Target, WorkerPlan
+    from loadshapes.shapes import Quiet
+    from loadshapes.trace import read_traces
+    from orchestrator.load_workers import actor_name, run_load
+    from orchestrator.run import RunStore, Unit, rows_on_disk
+
+    root = tmp_path / "run"
+    plans = [
+        WorkerPlan(
+            campaign="simtest", run="r1", arm="off-single", shape_name="quiet", shape=Quiet(rate=8, duration_s=14),
+            mix=RequestMix(entries=[MixEntry(workload="chat", weight=1)]), flush_rows=5, flush_s=0.5,
+            target=Target(base_url=cluster["urls"]["off-single"], model=MODEL), trace_root=str(root / "traces"),
+            worker=w, workers=2, seed=3,
+        )
+        for w in range(2)
+    ]  # fmt: skip
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(run_load, plans, cpus_per_worker=0.5, workdir=str(tmp_path / "w"))
+        victim = None
+        deadline = time.monotonic() + 60
+        while victim is None and time.monotonic() < deadline:
+            try:
+                victim = ray.get_actor(actor_name(plans[1]))
+            except ValueError:
+                time.sleep(0.2)
+        assert victim is not None
+        progress = None
+        while time.monotonic() < deadline + 60 and (progress is None or progress["statuses"].get("ok", 0) < 12):
+            time.sleep(0.5)
+            progress = ray.get(victim.progress.remote())
+        ray.kill(victim)  # mid-run: some rows flushed (every 5), more still to come
+        summaries = running.result(timeout=120)
+    survivor, lost = summaries
+    assert not survivor.lost, survivor.lost_reason
+    assert lost.lost and lost.scheduled > 20
+    assert survivor.rows_written == survivor.scheduled  # the other worker finished its share
+    table = read_traces(str(root / "traces"))
+    flushed = rows_on_disk(RunStore(str(root)), Unit(arm="off-single", shape="quiet", repeat=0), [1])
+    assert 0 < flushed < lost.scheduled  # what it flushed survived; the rest is the gap
+    assert table.num_rows == survivor.rows_written + flushed
