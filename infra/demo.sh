@@ -10,6 +10,17 @@ campaign="${1:-campaigns/quickstart.yaml}"
 output="$here/runs/quickstart-$(date +%Y%m%d-%H%M%S)"
 infra/ray-up.sh "${SPECDRILL_DEMO_CPUS:-8}" "${SPECDRILL_RAY_TMP:-/tmp/specdrill-ray}"
 trap 'infra/ray-down.sh >/dev/null 2>&1 || true' EXIT
-ray job submit --address "http://127.0.0.1:${RAY_DASHBOARD_PORT:-8265}" --working-dir . \
-  -- specdrill run "$campaign" --output "$output"
+address="http://127.0.0.1:${RAY_DASHBOARD_PORT:-8265}"
+log="$(mktemp)"
+status=1
+for _ in $(seq 40); do   # the dashboard's job agent comes up a few seconds after `ray start`
+  set +e
+  ray job submit --address "$address" --working-dir . -- specdrill run "$campaign" --output "$output" 2>&1 | tee "$log"
+  status=${PIPESTATUS[0]}
+  set -e
+  grep -q "No available agent to submit job" "$log" || break
+  sleep 3
+done
+rm -f "$log"
+[ "$status" -eq 0 ] || exit "$status"
 echo "report: $output/report.html   traces: $output/traces   summary: $output/summary.json"

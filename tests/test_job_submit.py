@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,13 @@ def ray_head() -> Iterator[dict[str, Any]]:
 def _submit(head: dict[str, Any], campaign: Path) -> subprocess.CompletedProcess[str]:
     command = [RAY, "job", "submit", "--address", head["address"], "--working-dir", str(REPO),
                "--", "specdrill", "run", str(campaign)]  # fmt: skip
-    return subprocess.run(command, env=head["env"], capture_output=True, text=True, timeout=600, check=False)
+    deadline = time.monotonic() + 120
+    while True:
+        result = subprocess.run(command, env=head["env"], capture_output=True, text=True, timeout=600, check=False)
+        # Right after `ray start` the dashboard may not have a job agent yet (slow on a busy machine).
+        if "No available agent to submit job" not in result.stderr or time.monotonic() > deadline:
+            return result
+        time.sleep(3)
 
 
 def test_job_submit_runs_the_campaign_and_a_rerun_resumes(ray_head: dict[str, Any], tmp_path: Path) -> None:

@@ -307,13 +307,13 @@ def test_engine_kind_vllm_is_refused(tmp_path: Path) -> None:
 
 def test_closed_loop_keeps_its_users_busy_until_the_duration(tmp_path: Path) -> None:
     data = campaign_data(
-        tmp_path / "run", arms=[{"policy": "fixed3", "topology": "dp2"}],
+        tmp_path / "run", arms=[{"policy": "off", "topology": "single"}, {"policy": "fixed3", "topology": "dp2"}],
         shapes={"users": {"kind": "concurrency", "users": 5, "duration_s": 2}}, load={"workers": 2, "drain_s": 5},
     )  # fmt: skip
     store, _ = simulate_campaign(Campaign.model_validate(data))
     marker = UnitResult.model_validate(store.read_json(store.unit_marker(Unit(arm="fixed3-dp2", shape="users",
                                                                               repeat=0))))  # fmt: skip
-    rows = read_traces(store.traces)
+    rows = read_traces(store.traces).filter(pc.equal(pc.field("arm"), "fixed3-dp2"))
     assert rows.num_rows == marker.rows == marker.scheduled > 5
     assert set(rows["status"].to_pylist()) == {"ok"}
     index = [int(r.rsplit(":", 1)[1]) for r in rows["request_id"].to_pylist()]
