@@ -183,6 +183,8 @@ def test_no_coordinated_omission_when_the_server_stalls(server: ServerThread, tm
         ("invalid_json", "error", "invalid_json"),
         ("no_usage", "error", "missing_usage"),
         ("hang", "timeout", "timeout"),
+        ("reset", "error", "connection_error"),
+        ("http_429", "error", "http_429"),
     ],
 )
 def test_faults_become_classified_rows(
