@@ -1,21 +1,37 @@
 #!/usr/bin/env bash
-# A multi-node Ray on one machine: a head and 2 worker nodes on 127.0.0.1, each worker declaring fake GPUs, so
-# placement (arms on GPU nodes, load workers spread) can be rehearsed without a cluster.
-# Usage: infra/ray-multinode.sh [GPUS_PER_WORKER] [TEMP_DIR]      Stop it with: infra/ray-down.sh
+# A multi-node Ray on one machine: a head and 2 worker nodes, all on 127.0.0.1, each worker declaring fake
+# GPUs, to rehearse placement (arms on GPU nodes, load workers spread) without a cluster.
+# `ray start --address` cannot join a second node on loopback only (Linux swaps in the eth0 address), so the
+# nodes are started by ray.cluster_utils.Cluster, which keeps them on 127.0.0.1. Runs in the foreground until
+# Ctrl-C / SIGTERM, which stops all three nodes.
+# Usage: infra/ray-multinode.sh [GPUS_PER_WORKER] [TEMP_DIR]
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-ray_bin="${RAY_BIN:-$here/.venv/bin/ray}"
-gpus="${1:-2}"
-temp_dir="${2:-${SPECDRILL_RAY_TMP:-/tmp/specdrill-ray}}"
-port="${RAY_PORT:-6380}"
+python_bin="${PYTHON_BIN:-$here/.venv/bin/python}"
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0   # every Ray listener on 127.0.0.1
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
-mkdir -p "$temp_dir"
-"$ray_bin" start --head --node-ip-address=127.0.0.1 --port="$port" --dashboard-host=127.0.0.1 \
-  --dashboard-port="${RAY_DASHBOARD_PORT:-8265}" --num-cpus=4 --num-gpus=0 --temp-dir="$temp_dir" \
-  --resources='{"head": 1}' --disable-usage-stats
-for i in 1 2; do
-  "$ray_bin" start --address="127.0.0.1:$port" --node-ip-address=127.0.0.1 --num-cpus=4 --num-gpus="$gpus" \
-    --resources="{\"worker$i\": 1}" --disable-usage-stats
-done
-echo "RAY_ADDRESS=127.0.0.1:$port  dashboard: http://127.0.0.1:${RAY_DASHBOARD_PORT:-8265}  (3 nodes, ${gpus} fake GPUs per worker)"
+exec "$python_bin" - "${1:-2}" "${2:-${SPECDRILL_RAY_TMP:-/tmp/specdrill-ray}}" \
+  "${RAY_PORT:-6380}" "${RAY_DASHBOARD_PORT:-8265}" <<'PY'
+import signal, sys, threading
+from ray.cluster_utils import Cluster
+
+gpus, temp_dir, port, dashboard = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+cluster = Cluster(
+    initialize_head=True,
+    head_node_args={
+        "num_cpus": 4, "num_gpus": 0, "resources": {"head": 1}, "gcs_server_port": port, "node_ip_address": "127.0.0.1",
+        "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": dashboard,
+        "temp_dir": temp_dir,
+    },
+)
+for i in (1, 2):
+    cluster.add_node(num_cpus=4, num_gpus=gpus, resources={f"worker{i}": 1}, node_ip_address="127.0.0.1")
+cluster.wait_for_nodes()
+print(f"RAY_ADDRESS={cluster.address}  dashboard: http://127.0.0.1:{dashboard}  (3 nodes, {gpus} fake GPUs per worker)",
+      flush=True)
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+signal.signal(signal.SIGINT, lambda *_: stop.set())
+stop.wait()
+cluster.shutdown()
+PY
