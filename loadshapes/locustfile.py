@@ -32,7 +32,7 @@ from geventhttpclient.response import HTTPParseError
 from locust import LoadTestShape, User, events, task
 from locust.env import Environment
 
-from loadshapes.plan import Planned, WorkerPlan, closed_loop_users, open_loop_schedule
+from loadshapes.plan import Planned, WorkerPlan, closed_loop_users, open_loop_schedule, request_body
 from loadshapes.sse import StreamError, StreamResult, latency_columns, telemetry_columns
 from loadshapes.trace import PartWriter
 from serve_apps.clock import now_ns
@@ -363,17 +363,11 @@ class ClosedLoopUser(_SpecdrillUser):
             index = PLAN.worker + PLAN.workers * state.closed_loop_counter
             state.closed_loop_counter += 1
             spec = PLAN.mix.at([index], seed=PLAN.traffic_seed("requests"))[0]
-            item = Planned(index, 0.0, state.closed_loop_phase(), spec, _request_body(spec))
+            item = Planned(index, 0.0, state.closed_loop_phase(), spec, request_body(PLAN, spec))
             scheduled = now_ns()
             state.send(index, item, scheduled)
         while True:
             gevent.sleep(1)
-
-
-def _request_body(spec: Any) -> bytes:
-    from loadshapes.plan import request_body
-
-    return request_body(PLAN, spec)
 
 
 class PlanShape(LoadTestShape):

@@ -121,6 +121,10 @@ class PartWriter:
             for i in range(0, len(rows), _SLICE)
         ]
         table = pa.Table.from_batches(batches, schema=FILE_SCHEMA)
+        self.write_table(arm, shape, table)
+
+    def write_table(self, arm: str, shape: str, table: pa.Table) -> None:
+        """One part file (atomic: a temporary name, then a rename) from a table already in FILE_SCHEMA."""
         directory = f"{self.base}/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}"
         self.fs.create_dir(directory, recursive=True)
         self.parts += 1
@@ -129,7 +133,7 @@ class PartWriter:
         with self.fs.open_output_stream(temporary) as sink:
             pq.write_table(table, sink, compression="zstd")
         self.fs.move(temporary, f"{directory}/{name}")
-        self.rows_written += len(rows)
+        self.rows_written += table.num_rows
         self.files.append(f"{directory}/{name}")
 
 

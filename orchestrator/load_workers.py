@@ -229,13 +229,6 @@ class LoadWorker:
         self.process.stop()
 
 
-def start_at(processes: Sequence[Any], lead_s: float) -> int:
-    start = now_ns() + round(lead_s * 1e9)
-    for process in processes:
-        process.go(start)
-    return start
-
-
 def actor_name(plan: WorkerPlan) -> str:
     return f"specdrill-load-{plan.campaign}-{plan.arm}-{plan.shape_name}-r{plan.repeat}-w{plan.worker}"
 

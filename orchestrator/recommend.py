@@ -54,7 +54,7 @@ def select(campaign: Campaign, batch_map: OperatingMap, dropped: set[str]) -> li
     choices: list[BandChoice] = []
     for i, band in enumerate(batch_map.bands):
         low, high = int(band.low), int(band.upper - 1) if band.high is not None else 512
-        best: tuple[float, float, str, int] | None = None
+        best: tuple[float, float, str, int] | None = None  # (goodput, -TPOT p50, arm, k)
         candidates: dict[str, float | None] = {}
         for name, arm in arms.items():
             if name in dropped or name not in batch_map.arms:
@@ -68,30 +68,15 @@ def select(campaign: Campaign, batch_map: OperatingMap, dropped: set[str]) -> li
             key = (cell.goodput_rps or 0.0, -tpot, name, k)
             if best is None or key[:2] > best[:2]:
                 best = key
-        if best is None:
-            choices.append(
-                BandChoice(
-                    band=band.label,
-                    low=low,
-                    high=high,
-                    k=None,
-                    arm=None,
-                    goodput_rps=None,
-                    tpot_p50_s=None,
-                    candidates=candidates,
-                )
-            )
-            continue
-        goodput, neg_tpot, name, k = best
         choices.append(
             BandChoice(
                 band=band.label,
                 low=low,
                 high=high,
-                k=k,
-                arm=name,
-                goodput_rps=goodput,
-                tpot_p50_s=-neg_tpot,
+                k=best[3] if best else None,
+                arm=best[2] if best else None,
+                goodput_rps=best[0] if best else None,
+                tpot_p50_s=-best[1] if best else None,
                 candidates=candidates,
             )
         )

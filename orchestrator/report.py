@@ -40,7 +40,7 @@ from orchestrator.analysis import (
 from orchestrator.analysis.results import Verdict
 from orchestrator.campaign import Campaign
 from orchestrator.report_html import ReportData, render_report_html
-from orchestrator.run import MANIFEST, RunStore, UnitResult
+from orchestrator.run import MANIFEST, RunStore, UnitResult, units_of
 from serve_apps.arms import EndpointEngineConfig, VllmEngineConfig
 from serve_apps.policies import DynamicPolicy
 
@@ -92,7 +92,7 @@ def load_run(run_dir: str) -> RunInputs:
     units = [
         UnitResult.model_validate(store.read_json(store.unit_marker(u)))
         for arm in campaign.arms()
-        for u in _units(campaign, arm.name)
+        for u in units_of(campaign, arm)
         if store.is_complete(u)
     ]
     max_num_seqs = _max_num_seqs(campaign)
@@ -103,12 +103,6 @@ def load_run(run_dir: str) -> RunInputs:
     ]
     run_starts = {(u.unit.arm, u.unit.shape, manifest["run"], u.unit.repeat): u.start_ns for u in units}
     return RunInputs(store, manifest, campaign, units, arms, run_starts)
-
-
-def _units(campaign: Campaign, arm: str) -> list[Any]:
-    from orchestrator.run import Unit
-
-    return [Unit(arm=arm, shape=s, repeat=r) for s in campaign.shapes for r in range(campaign.repeats)]
 
 
 def _max_num_seqs(campaign: Campaign) -> int:

@@ -17,16 +17,13 @@ import hashlib
 import heapq
 import math
 import time
-import uuid
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 import serve_apps
 from loadshapes.mixes import RequestSpec
@@ -592,23 +589,6 @@ def _telemetry_columns(
     return out
 
 
-class TablePartWriter(PartWriter):
-    """PartWriter's part files (name, atomic rename), from a table built column by column instead of row dicts:
-    pa.Table.from_pylist would take most of a simulated hour's time."""
-
-    def write_table(self, arm: str, shape: str, table: pa.Table) -> None:
-        directory = f"{self.base}/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}"
-        self.fs.create_dir(directory, recursive=True)
-        self.parts += 1
-        name = f"part-{self.writer_id}-{self.parts:06d}-{uuid.uuid4().hex[:8]}.parquet"
-        temporary = f"{directory}/.tmp-{name}"
-        with self.fs.open_output_stream(temporary) as sink:
-            pq.write_table(table, sink, compression="zstd")
-        self.fs.move(temporary, f"{directory}/{name}")
-        self.rows_written += table.num_rows
-        self.files.append(f"{directory}/{name}")
-
-
 # --- timelines and summaries ----------------------------------------------------------------------------------
 def timelines(
     run: UnitRun, engines: Sequence[VirtualEngine], *, start_ns: int, scale: float
@@ -705,7 +685,7 @@ def simulate_unit(
     )  # fmt: skip
     table = trace_table(ctx, outcome, model.engines)
     # The writer id of load worker 0, so RunStore.remove_partial finds these files when the unit is redone.
-    writer = TablePartWriter(store.traces, writer_id=f"{unit.arm}-{unit.shape}-r{unit.repeat}-w0")
+    writer = PartWriter(store.traces, writer_id=f"{unit.arm}-{unit.shape}-r{unit.repeat}-w0")
     if table.num_rows:
         writer.write_table(unit.arm, unit.shape, table)
     steps = write_timeline(store, unit, timelines(outcome, model.engines, start_ns=start_ns, scale=model.time_scale))
