@@ -24,8 +24,11 @@ cluster = Cluster(
         "temp_dir": temp_dir,
     },
 )
+# Each node unpacks job working dirs into its own folder: on a shared one, a worker node's agent re-extracts the
+# package (remove, then unzip) under the running job driver's feet.
 for i in (1, 2):
-    cluster.add_node(num_cpus=4, num_gpus=gpus, resources={f"worker{i}": 1}, node_ip_address="127.0.0.1")
+    cluster.add_node(num_cpus=4, num_gpus=gpus, resources={f"worker{i}": 1}, node_ip_address="127.0.0.1",
+                     runtime_env_dir_name=f"runtime_resources_worker{i}")
 cluster.wait_for_nodes()
 print(f"RAY_ADDRESS={cluster.address}  dashboard: http://127.0.0.1:{dashboard}  (3 nodes, {gpus} fake GPUs per worker)",
       flush=True)
