@@ -10,6 +10,8 @@ from typing import Literal, Self
 import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from orchestrator.analysis.slices import by_slices
+
 DEFAULT_BATCH_RANGES: tuple[tuple[int, int], ...] = ((1, 8), (9, 32), (33, 64), (65, 128), (129, 256), (257, 512))
 
 
@@ -46,11 +48,15 @@ class BandSet(BaseModel):
 
     def assign(self, values: np.ndarray) -> np.ndarray:
         """Band index per value; -1 outside every band (and for NaN)."""
-        lows = np.array([b.low for b in self.bands])
-        highs = np.array([b.upper for b in self.bands])
-        index = np.searchsorted(lows, values, side="right") - 1
-        inside = (index >= 0) & (values < highs[np.maximum(index, 0)])
-        codes: np.ndarray = np.where(inside, index, -1).astype(np.int64)
+        # Edges low0, high0, low1, high1, ... (ordered, as the bands may not overlap): a value lies in band i
+        # exactly when 2i + 1 edges are at or below it, so one binary search per value places it, gaps included.
+        edges = np.array([edge for b in self.bands for edge in (b.low, b.upper)])
+
+        def band(rows: slice) -> list[np.ndarray]:
+            position = np.searchsorted(edges, values[rows], side="right")
+            return [np.where(position & 1, position >> 1, -1)]
+
+        (codes,) = by_slices(len(values), band, [np.int32])
         return codes
 
 

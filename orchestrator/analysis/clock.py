@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from loadshapes.shapes import _Shape as ShapeLike
 from orchestrator.analysis.parallel import run_parallel
 from orchestrator.analysis.request_ids import ParsedIds, parse_request_ids
+from orchestrator.analysis.slices import by_slices, row_slices
 
 RunKey = tuple[str, str, str, int]  # arm, shape, run, repeat (-1: the id did not name one)
 
@@ -36,7 +37,11 @@ def encode(column: pa.ChunkedArray | pa.Array) -> Codes:
     if chunked.num_chunks == 0:
         return Codes(names=(), codes=np.zeros(0, dtype=np.int32))
     names = tuple(str(v) for v in chunked.chunk(0).dictionary.to_pylist())
-    codes = np.concatenate([c.indices.fill_null(-1).to_numpy() for c in chunked.chunks]).astype(np.int32)
+    codes = np.empty(len(chunked), dtype=np.int32)
+    start = 0
+    for chunk in chunked.chunks:
+        codes[start : start + len(chunk)] = chunk.indices.fill_null(-1).to_numpy()
+        start += len(chunk)
     return Codes(names=names, codes=codes)
 
 
@@ -54,19 +59,31 @@ class RunClock:
 
 
 def _run_groups(fields: list[tuple[np.ndarray, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct keys, run per row) for rows keyed by small codes; a counting pass over a dense key space."""
-    key = np.zeros(len(fields[0][0]), dtype=np.int64)
-    for values, size in fields:
-        key *= size
-        key += values
+    """(distinct keys, run per row) for rows keyed by small codes; a counting pass over a dense key space.
+
+    Field values are codes with -1 for null, each shifted by one so nulls form their own slot."""
+
+    def keys(rows: slice) -> np.ndarray:
+        key = np.zeros(rows.stop - rows.start, dtype=np.int64)
+        for values, size in fields:
+            key *= size
+            key += values[rows]
+            key += 1
+        return key
+
+    rows = len(fields[0][0])
     domain = int(np.prod([size for _, size in fields]))
-    if domain > 4 * len(key) + 4096:
-        present, run = np.unique(key, return_inverse=True)
+    if domain > 4 * rows + 4096:
+        present, run = np.unique(keys(slice(0, rows)), return_inverse=True)
         return present, run
-    present = np.flatnonzero(np.bincount(key, minlength=domain))
+    seen = np.zeros(domain, dtype=np.int64)
+    for part in row_slices(rows):
+        seen += np.bincount(keys(part), minlength=domain)
+    present = np.flatnonzero(seen)
     remap = np.zeros(domain, dtype=np.int64)
     remap[present] = np.arange(len(present))
-    return present, remap[key]
+    (group,) = by_slices(rows, lambda part: [remap[keys(part)]], [np.int64])
+    return present, group
 
 
 def run_clock(table: pa.Table, *, run_starts: Mapping[RunKey, int] | None = None) -> RunClock:
@@ -79,10 +96,10 @@ def run_clock(table: pa.Table, *, run_starts: Mapping[RunKey, int] | None = None
     )
     # Null / unparsed values are code -1: shift every field by one so they form their own slot.
     fields = [
-        (arm.codes + 1, len(arm.names) + 1),
-        (shape.codes + 1, len(shape.names) + 1),
-        (run.codes + 1, len(run.names) + 1),
-        (ids.repeat + 1, int(ids.repeat.max(initial=-1)) + 2),
+        (arm.codes, len(arm.names) + 1),
+        (shape.codes, len(shape.names) + 1),
+        (run.codes, len(run.names) + 1),
+        (ids.repeat, int(ids.repeat.max(initial=-1)) + 2),
     ]
     present, group = _run_groups(fields)
     decoded = []
@@ -107,8 +124,9 @@ def run_clock(table: pa.Table, *, run_starts: Mapping[RunKey, int] | None = None
     for i, run_key in enumerate(runs):
         if run_starts and run_key in run_starts:
             start[i] = run_starts[run_key]
-    offset_s = (scheduled - start[group]).astype(np.float64)
-    offset_s /= 1e9
+    (offset_s,) = by_slices(
+        len(scheduled), lambda rows: [(scheduled[rows] - start[group[rows]]).astype(np.float64) / 1e9], [np.float64]
+    )
     return RunClock(
         arm=arm,
         shape=shape,
@@ -129,7 +147,7 @@ def offered_rates_at(clock: RunClock, shapes: Mapping[str, ShapeLike]) -> np.nda
         shape = shapes.get(shape_name)
         if shape is None or not shape.open_loop:
             continue
-        rows = np.flatnonzero(clock.shape.codes == code)
+        rows = clock.shape.codes == code
         rates[rows] = shape.rate_at(clock.offset_s[rows])
     return rates
 

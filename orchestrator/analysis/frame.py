@@ -16,8 +16,10 @@ import pyarrow as pa
 
 from loadshapes.shapes import _Shape as ShapeLike
 from orchestrator.analysis.clock import Codes, RunClock, RunKey, encode, offered_rates_at, run_clock
-from orchestrator.analysis.lists import flat_list
+from orchestrator.analysis.columns import float_column
+from orchestrator.analysis.lists import list_sums
 from orchestrator.analysis.parallel import run_parallel
+from orchestrator.analysis.slices import by_slices
 
 FRAME_COLUMNS = (
     "arm",
@@ -36,6 +38,7 @@ FRAME_COLUMNS = (
     "per_step_drafted",
     "per_step_accepted",
 )
+_LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_wait_s")
 # A ramp from zero would let one early request stand for minutes of clock: each request stands for at most
 # the gap its run's mean rate would leave, times this.
 _MAX_CLOCK_STRETCH = 20.0
@@ -68,45 +71,39 @@ class RequestFrame:
         return len(self.ok)
 
 
-def _floats(table: pa.Table, name: str) -> np.ndarray:
-    values: np.ndarray = table[name].to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-    return values
-
-
-def _mean(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        means: np.ndarray = np.where(counts > 0, sums / counts, np.nan)
-    return means
-
-
 def clock_seconds(clock: RunClock, offered_rate: np.ndarray) -> np.ndarray:
     """Each request stands for 1/rate seconds of its run: summed over a band, the time the band lasted.
 
     Where the offered rate is unknown (closed loop, no shape given) the run's mean arrival rate stands in.
     """
     mean_rate = np.where(clock.span_s > 0, (clock.rows - 1) / np.where(clock.span_s > 0, clock.span_s, 1.0), np.nan)
-    run_rate = mean_rate[clock.run]
-    known = np.isfinite(offered_rate) & (offered_rate > 0)
-    rate = np.where(known, np.maximum(offered_rate, run_rate / _MAX_CLOCK_STRETCH), run_rate)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        seconds: np.ndarray = np.where(np.isfinite(rate) & (rate > 0), 1.0 / rate, 0.0)
-    return seconds
+
+    def seconds(rows: slice) -> list[np.ndarray]:
+        offered, run_rate = offered_rate[rows], mean_rate[clock.run[rows]]
+        known = np.isfinite(offered) & (offered > 0)
+        rate = np.where(known, np.maximum(offered, run_rate / _MAX_CLOCK_STRETCH), run_rate)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return [np.where(np.isfinite(rate) & (rate > 0), 1.0 / rate, 0.0)]
+
+    (out,) = by_slices(len(offered_rate), seconds, [np.float64])
+    return out
 
 
 def _step_totals(table: pa.Table) -> dict[str, np.ndarray]:
-    batches = flat_list(table["step_batch_size"])
-    return {
-        "typical_batch": _mean(batches.sums(), batches.lengths),
-        "steps": batches.lengths,
-        "k_sum": flat_list(table["step_k"]).sums(),
-    }
+    batch_sums, steps = list_sums(table["step_batch_size"])
+
+    def mean(rows: slice) -> list[np.ndarray]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return [np.where(steps[rows] > 0, batch_sums[rows] / steps[rows], np.nan)]
+
+    (typical_batch,) = by_slices(len(steps), mean, [np.float64])
+    return {"typical_batch": typical_batch, "steps": steps, "k_sum": list_sums(table["step_k"])[0]}
 
 
 def _draft_totals(table: pa.Table) -> dict[str, np.ndarray]:
-    drafted = flat_list(table["per_step_drafted"])
     return {
-        "spec_steps": drafted.sums((drafted.values > 0).astype(np.int32)),
-        "accepted": flat_list(table["per_step_accepted"]).sums(),
+        "spec_steps": list_sums(table["per_step_drafted"], positive=True)[0],
+        "accepted": list_sums(table["per_step_accepted"])[0],
     }
 
 
@@ -116,7 +113,7 @@ def _outcomes(table: pa.Table) -> dict[str, object]:
     return {
         "ok": status.codes == ok_code,
         "category": encode(table["category"]),
-        **{name.removesuffix("_s"): _floats(table, name) for name in ("ttft_s", "tpot_s", "e2e_s", "queue_wait_s")},
+        **{name.removesuffix("_s"): float_column(table[name]) for name in _LATENCIES},
     }
 
 

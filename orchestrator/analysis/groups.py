@@ -34,35 +34,55 @@ class Groups:
         sums: np.ndarray = np.bincount(self.codes, weights=values, minlength=self.count + 1)[: self.count]
         return sums
 
-    def quantiles(self, values: np.ndarray, qs: Sequence[float] = QUANTILES) -> np.ndarray:
-        """(groups, len(qs)) percentiles of the finite values, interpolated as numpy's and DuckDB's quantile_cont
-        are; NaN for a group without any."""
-        ordered = values[self.order]
+    def quantiles(
+        self, values: np.ndarray, qs: Sequence[float] = QUANTILES, *, where: np.ndarray | None = None
+    ) -> np.ndarray:
+        """(groups, len(qs)) percentiles of the finite values (of the rows `where` is true, if given),
+        interpolated as numpy's and DuckDB's quantile_cont are; NaN for a group without any."""
         out = np.full((self.count, len(qs)), np.nan)
         fractions = np.asarray(qs, dtype=np.float64) / 100
         for g in range(self.count):
-            segment = ordered[self.bounds[g] : self.bounds[g + 1]]
-            finite = np.isfinite(segment)
-            if not finite.all():
-                segment = segment[finite]
+            rows = self.rows(g)
+            # Gathered group by group: one group's copy at a time, not a second full-length column.
+            segment = values[rows]
+            keep = np.isfinite(segment)
+            if where is not None:
+                keep &= where[rows]
+            if not keep.all():
+                segment = segment[keep]
             if not len(segment):
                 continue
-            position = fractions * (len(segment) - 1)
-            below = np.floor(position).astype(np.int64)
-            above = np.minimum(below + 1, len(segment) - 1)
-            # One selection for all the ranks needed, in place on the gathered copy.
-            segment.partition(np.unique(np.concatenate([below, above])))
-            out[g] = segment[below] + (segment[above] - segment[below]) * (position - below)
+            out[g] = _interpolated(segment, fractions)
         return out
 
     def quantiles_of(self, columns: Sequence[np.ndarray], qs: Sequence[float] = QUANTILES) -> list[np.ndarray]:
         return run_parallel(*(lambda c=c: self.quantiles(c, qs) for c in columns))
 
 
+def _interpolated(segment: np.ndarray, fractions: np.ndarray) -> np.ndarray:
+    """Quantiles at `fractions` of a non-empty array, which is reordered in place."""
+    position = fractions * (len(segment) - 1)
+    below = np.floor(position).astype(np.int64)
+    ranks = np.unique(below)
+    # Select only the lower ranks; each next rank up is then the smallest value between its rank and the next
+    # selected one, a plain min, where selecting it too would cost another pass of the selection.
+    segment.partition(ranks)
+    next_value = {}
+    for i, rank in enumerate(ranks):
+        stop = ranks[i + 1] + 1 if i + 1 < len(ranks) else len(segment)
+        next_value[int(rank)] = segment[rank + 1 : stop].min() if rank + 1 < len(segment) else segment[rank]
+    low = segment[below]
+    high = np.array([next_value[int(b)] for b in below])
+    interpolated: np.ndarray = low + (high - low) * (position - below)
+    return interpolated
+
+
 def group_rows(codes: np.ndarray, count: int) -> Groups:
     """Rows with code -1 are left out. A stable sort of 16-bit codes is a radix sort: linear in rows."""
-    binned = np.where(codes >= 0, codes, count)
-    order = np.argsort(binned.astype(np.int16) if count < (1 << 15) - 1 else binned, kind="stable")
+    small = count < (1 << 15) - 1
+    binned: np.ndarray = codes.astype(np.int16 if small else np.int64)
+    binned[binned < 0] = count
+    order = np.argsort(binned, kind="stable")
     bounds = np.zeros(count + 1, dtype=np.int64)
     np.cumsum(np.bincount(binned, minlength=count + 1)[:count], out=bounds[1:])
     return Groups(codes=binned, order=order[: bounds[-1]], bounds=bounds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -14,7 +15,7 @@ class FlatList:
     values: np.ndarray  # every element, request after request
     offsets: np.ndarray  # int64, one more than requests: request i owns values[offsets[i]:offsets[i + 1]]
 
-    @property
+    @cached_property  # read many times, slice by slice: one diff of the offsets, not one per read
     def lengths(self) -> np.ndarray:
         lengths: np.ndarray = np.diff(self.offsets)
         return lengths
@@ -45,17 +46,62 @@ class FlatList:
         return sums
 
 
+def _chunk_lists(chunk: pa.ListArray | pa.LargeListArray) -> tuple[pa.Array, np.ndarray]:
+    """(the elements the chunk's lists span, offsets into them from 0)."""
+    if chunk.null_count:
+        # A null list may still span child elements: only flatten() is sure to drop them.
+        offsets = np.zeros(len(chunk) + 1, dtype=np.int64)
+        np.cumsum(pc.list_value_length(chunk).fill_null(0).to_numpy(), out=offsets[1:])
+        return chunk.flatten(), offsets
+    raw = np.frombuffer(chunk.buffers()[1], dtype=np.int64 if pa.types.is_large_list(chunk.type) else np.int32)
+    spans: np.ndarray = raw[chunk.offset : chunk.offset + len(chunk) + 1]
+    return chunk.values.slice(spans[0], spans[-1] - spans[0]), spans - spans[0]
+
+
+def _elements(values: pa.Array) -> np.ndarray:
+    elements: np.ndarray = values.fill_null(0).to_numpy() if values.null_count else values.to_numpy()
+    return elements
+
+
 def flat_list(column: pa.ChunkedArray | pa.Array) -> FlatList:
     """A null list counts as empty; null elements become 0."""
+    chunks = [c for c in (column.chunks if isinstance(column, pa.ChunkedArray) else [column]) if len(c)]
+    parts = [_chunk_lists(chunk) for chunk in chunks]
+    # Straight into the final arrays: no per-chunk flattened copy concatenated afterwards.
+    offsets = np.zeros(len(column) + 1, dtype=np.int64)
+    values = np.empty(sum(int(o[-1]) for _, o in parts), dtype=column.type.value_type.to_pandas_dtype())
+    row = 0
+    for chunk_values, chunk_offsets in parts:
+        start = offsets[row]
+        offsets[row + 1 : row + len(chunk_offsets)] = chunk_offsets[1:] + start
+        values[start : start + chunk_offsets[-1]] = _elements(chunk_values)
+        row += len(chunk_offsets) - 1
+    return FlatList(values=values, offsets=offsets)
+
+
+def _chunk_sums(chunk: pa.ListArray | pa.LargeListArray, positive: bool) -> tuple[np.ndarray, np.ndarray]:
+    values, offsets = _chunk_lists(chunk)
+    lengths = np.diff(offsets)
+    elements = _elements(values)
+    if positive:
+        elements = elements > 0
+    # Chunk by chunk, so the running sum stays in cache; 32 bits wrap, but the difference of two wrapped sums is
+    # exact for any one list whose own sum fits in 32 bits.
+    running = np.zeros(len(elements) + 1, dtype=np.int32)
+    np.cumsum(elements, dtype=np.int32, out=running[1:])
+    sums: np.ndarray = running[offsets[1:]] - running[offsets[:-1]]
+    return sums, lengths
+
+
+def list_sums(column: pa.ChunkedArray | pa.Array, *, positive: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(per-list sum, per-list length) as int32, without flattening the whole column: a null list counts as
+    empty, a null element as 0; `positive` counts the elements above 0 instead of summing them."""
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-    values: list[np.ndarray] = []
-    lengths: list[np.ndarray] = []
+    sums, lengths = np.empty(len(column), dtype=np.int32), np.empty(len(column), dtype=np.int32)
+    start = 0
     for chunk in chunks:
-        flat = chunk.flatten()
-        values.append(flat.fill_null(0).to_numpy() if flat.null_count else flat.to_numpy())
-        lengths.append(pc.list_value_length(chunk).fill_null(0).to_numpy())
-    offsets = np.zeros(sum(len(x) for x in lengths) + 1, dtype=np.int64)
-    if lengths:
-        np.cumsum(np.concatenate(lengths), out=offsets[1:])
-    value_type = column.type.value_type.to_pandas_dtype()
-    return FlatList(values=np.concatenate(values) if values else np.zeros(0, dtype=value_type), offsets=offsets)
+        if len(chunk):
+            part = slice(start, start + len(chunk))
+            sums[part], lengths[part] = _chunk_sums(chunk, positive)
+            start += len(chunk)
+    return sums, lengths

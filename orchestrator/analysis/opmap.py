@@ -9,12 +9,13 @@ import numpy as np
 
 from orchestrator.analysis.arms import ArmInfo, baseline_arm
 from orchestrator.analysis.bands import BandSet
-from orchestrator.analysis.bootstrap import block_totals, run_blocks
+from orchestrator.analysis.bootstrap import add_block_totals, run_blocks
 from orchestrator.analysis.frame import RequestFrame
 from orchestrator.analysis.groups import group_rows
 from orchestrator.analysis.pairing import baseline_partners
 from orchestrator.analysis.parallel import run_parallel
 from orchestrator.analysis.results import Crossover, MapCell, MapSettings, OperatingMap, Quantiles, Verdict
+from orchestrator.analysis.slices import row_slices
 from orchestrator.analysis.slo import Slos, met_slo
 from orchestrator.analysis.speedup import CLOCK, MET, CellBlocks, pair_stats, request_stats, speedup
 
@@ -26,10 +27,9 @@ OK, STEPS, K_SUM, SPEC_STEPS, ACCEPTED = range(4, 9)
 class _Shared:
     """Everything that does not depend on the bands, computed once for all of a frame's maps."""
 
-    additive: list[np.ndarray]  # per request, the columns above
+    additive: list[np.ndarray]  # per request, the columns above, each in its own dtype (bool flags stay bool)
     pairs: list[np.ndarray]  # per request, pair_stats with its baseline copy (zeros without one)
     partners: np.ndarray  # the baseline's row of the same request, -1 if none
-    latencies: list[np.ndarray]  # ttft, tpot, e2e of completed requests (NaN otherwise), queue wait
     run_blocks: np.ndarray  # bootstrap block of each request within its run
     codes: list[int]  # each configured arm's code in the frame, -1 when it has no rows
     base: ArmInfo
@@ -66,16 +66,10 @@ def _shared(frame: RequestFrame, arms: Sequence[ArmInfo], slos: Slos, settings: 
     )
     stats = request_stats(frame, met)
     partners = baseline_partners(frame, base_code) if base_code >= 0 else np.full(len(frame), -1, dtype=np.int64)
-    finished = np.where(frame.ok, 1.0, np.nan)
     return _Shared(
-        # As float64 once: bincount converts its weights on every call otherwise, and every map calls it.
-        additive=[
-            *stats,
-            *(c.astype(np.float64) for c in (frame.ok, frame.steps, frame.k_sum, frame.spec_steps, frame.accepted)),
-        ],
+        additive=[*stats, frame.ok, frame.steps, frame.k_sum, frame.spec_steps, frame.accepted],
         pairs=pair_stats(stats, partners),
         partners=partners,
-        latencies=[frame.ttft * finished, frame.tpot * finished, frame.e2e * finished, frame.queue_wait],
         run_blocks=run_blocks(frame.run, frame.offset_s, frame.run_span_s, settings.blocks),
         codes=codes,
         base=base,
@@ -110,30 +104,47 @@ def _one_map(
     n_arms, n_bands = len(frame.arm.names), len(bands.bands)
     n_cells = n_arms * n_bands
     band = band_codes(frame, bands)
-    cell_of = np.where((band >= 0) & (frame.arm.codes >= 0), band * n_arms + frame.arm.codes, -1)
-    banded = cell_of >= 0
+    cell_of = np.empty(len(frame), dtype=np.int32)
 
-    # Sums per (cell, time block) of every additive column: the bootstrap's blocks, and summed up, the cells'.
+    # Per (cell, time block), the bootstrap's columns and the pairs' (summed up, the cells'); per (cell,
+    # category), the columns only the cells and the acceptance by category need. Row slice by row slice, so no
+    # full-length code or float copy of any column is ever made.
     per_cell = len(frame.run_span_s) * settings.blocks
     size = n_cells * per_cell
-    blocks = np.where(banded, cell_of * per_cell + shared.run_blocks, size)
-    totals, counts = block_totals(blocks, shared.additive, size)
-    cell_totals = totals.reshape(n_cells, per_cell, -1).sum(axis=1)
-    requests = counts.reshape(n_cells, per_cell).sum(axis=1)
-    partner_in_band = shared.partners >= 0
-    partner_in_band[partner_in_band] = band[shared.partners[partner_in_band]] == band[partner_in_band]
-    in_band_pair = partner_in_band & banded & (frame.arm.codes != shared.base_code)
-    pair_totals, pair_counts = block_totals(np.where(in_band_pair, blocks, size), shared.pairs, size)
-
     n_categories = len(frame.category.names) + 1  # + no category
-    by_category = np.where(banded, cell_of * n_categories + frame.category.codes + 1, n_cells * n_categories)
-    category_totals, _ = block_totals(
-        by_category, [shared.additive[SPEC_STEPS], shared.additive[ACCEPTED]], n_cells * n_categories
+    totals, counts = np.zeros((size, CLOCK + 1)), np.zeros(size, dtype=np.int64)
+    pair_totals, pair_counts = np.zeros((size, len(shared.pairs))), np.zeros(size, dtype=np.int64)
+    category_totals = np.zeros((n_cells * n_categories, len(shared.additive) - OK))
+    category_counts = np.zeros(n_cells * n_categories, dtype=np.int64)
+    for rows in row_slices(len(frame)):
+        arm_code = frame.arm.codes[rows]
+        cell = band[rows] * n_arms + arm_code
+        banded = (band[rows] >= 0) & (arm_code >= 0)
+        cell[~banded] = -1
+        cell_of[rows] = cell
+        blocks = np.where(banded, cell * per_cell + shared.run_blocks[rows], size)
+        add_block_totals(totals, counts, blocks, [c[rows] for c in shared.additive[: CLOCK + 1]])
+        partner = shared.partners[rows]
+        in_band_pair = banded & (partner >= 0) & (arm_code != shared.base_code)
+        in_band_pair &= band[np.where(in_band_pair, partner, 0)] == band[rows]
+        add_block_totals(
+            pair_totals, pair_counts, np.where(in_band_pair, blocks, size), [c[rows] for c in shared.pairs]
+        )
+        by_category = np.where(banded, cell * n_categories + frame.category.codes[rows] + 1, len(category_counts))
+        add_block_totals(category_totals, category_counts, by_category, [c[rows] for c in shared.additive[OK:]])
+    by_cell_category = category_totals.reshape(n_cells, n_categories, -1)
+    cell_totals = np.concatenate(
+        [totals.reshape(n_cells, per_cell, -1).sum(axis=1), by_cell_category.sum(axis=1)], axis=1
     )
-    spec_by_category = category_totals[:, 0].reshape(n_cells, n_categories)
-    accepted_by_category = category_totals[:, 1].reshape(n_cells, n_categories)
+    requests = counts.reshape(n_cells, per_cell).sum(axis=1)
+    spec_by_category = by_cell_category[:, :, SPEC_STEPS - OK]
+    accepted_by_category = by_cell_category[:, :, ACCEPTED - OK]
     category_names = ["(none)", *frame.category.names]
-    ttft, tpot, e2e, queue_wait = group_rows(cell_of, n_cells).quantiles_of(shared.latencies)
+    groups = group_rows(cell_of, n_cells)
+    ttft, tpot, e2e, queue_wait = run_parallel(
+        *(lambda c=c: groups.quantiles(c, where=frame.ok) for c in (frame.ttft, frame.tpot, frame.e2e)),
+        lambda: groups.quantiles(frame.queue_wait),
+    )
 
     def blocks_of(totals: np.ndarray, counts: np.ndarray, cell: int, columns: int) -> CellBlocks:
         span = slice(cell * per_cell, (cell + 1) * per_cell)
@@ -188,7 +199,7 @@ def _one_map(
                     speedup=cell_speedup,
                 )
             )
-    unbanded = np.bincount(frame.arm.codes[~banded & (frame.arm.codes >= 0)], minlength=n_arms)
+    unbanded = np.bincount(frame.arm.codes[(cell_of < 0) & (frame.arm.codes >= 0)], minlength=n_arms)
     return OperatingMap(
         measure=bands.measure,
         unit=bands.unit,

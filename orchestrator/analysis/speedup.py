@@ -21,28 +21,28 @@ PAIR_COLUMNS = 6  # log tpot difference (base - arm), both usable, met arm, met 
 
 
 def request_stats(frame: RequestFrame, met: np.ndarray) -> list[np.ndarray]:
-    usable = frame.ok & np.isfinite(frame.tpot) & (frame.tpot > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_tpot = np.where(usable, np.log(frame.tpot), 0.0)
-    return [log_tpot, usable.astype(np.float64), met.astype(np.float64), frame.clock_s]
+    """Kept in their own dtypes (bool flags, not float copies): the block sums convert slice by slice."""
+    usable = frame.ok & (frame.tpot > 0)  # NaN compares False: also finite, as no latency is infinite
+    usable &= np.isfinite(frame.tpot)
+    log_tpot = np.zeros(len(usable))
+    np.log(frame.tpot, out=log_tpot, where=usable)
+    return [log_tpot, usable, met, frame.clock_s]
 
 
 def pair_stats(stats: list[np.ndarray], partners: np.ndarray) -> list[np.ndarray]:
     """Per request, its pair with the baseline's copy (`partners`: that row, -1 for none, whose values are 0)."""
-
-    def of_partner(column: np.ndarray) -> np.ndarray:
-        # A trailing 0 that partner -1 indexes: no branch per row.
-        gathered: np.ndarray = np.append(column, 0.0)[partners]
-        return gathered
-
-    both = stats[TPOT_USABLE] * of_partner(stats[TPOT_USABLE])
+    has = partners >= 0
+    at = np.where(has, partners, 0)
+    both = stats[TPOT_USABLE] & stats[TPOT_USABLE][at] & has
+    log_difference = np.zeros(len(at))
+    np.subtract(stats[LOG_TPOT][at], stats[LOG_TPOT], out=log_difference, where=both)
     return [
-        (of_partner(stats[LOG_TPOT]) - stats[LOG_TPOT]) * both,
+        log_difference,
         both,
         stats[MET],
-        of_partner(stats[MET]),
+        stats[MET][at] & has,
         stats[CLOCK],
-        of_partner(stats[CLOCK]),
+        np.where(has, stats[CLOCK][at], 0.0),
     ]
 
 

@@ -9,12 +9,14 @@ to done), which places them to within one request's duration: fine for switch ti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
 
 from orchestrator.analysis.clock import RunClock
 from orchestrator.analysis.lists import flat_list
+from orchestrator.analysis.slices import row_slices
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class Steps:
     offsets: np.ndarray  # request i's steps are [offsets[i], offsets[i + 1])
     mismatched_requests: int  # step_k and step_batch_size of different lengths: only the common prefix is kept
 
-    @property
+    @cached_property  # read many times, slice by slice: one diff of the offsets, not one per read
     def lengths(self) -> np.ndarray:
         lengths: np.ndarray = np.diff(self.offsets)
         return lengths
@@ -50,12 +52,18 @@ def step_histogram(steps: Steps, row_group: np.ndarray, groups: int, batch_limit
     Rows with group -1 are left out.
     """
     k_width = int(steps.k.max(initial=0)) + 1
-    per_row = np.where(row_group >= 0, row_group * (batch_limit + 1) * k_width, -1)
-    code = np.repeat(per_row, steps.lengths)
-    kept = code >= 0
-    batch = np.clip(steps.batch, 0, batch_limit).astype(np.int64)
-    code += batch * k_width + steps.k
-    counts = np.bincount(code[kept] if not kept.all() else code, minlength=groups * (batch_limit + 1) * k_width)
+    cells = groups * (batch_limit + 1) * k_width
+    counts = np.zeros(cells, dtype=np.int64)
+    # Request slice by request slice: tens of millions of steps would otherwise need full-length code arrays.
+    for rows in row_slices(len(row_group)):
+        first, last = steps.offsets[rows.start], steps.offsets[rows.stop]
+        code = np.repeat(
+            np.where(row_group[rows] >= 0, row_group[rows] * (batch_limit + 1) * k_width, -1), steps.lengths[rows]
+        )
+        kept = code >= 0
+        code += np.clip(steps.batch[first:last], 0, batch_limit).astype(np.int64) * k_width
+        code += steps.k[first:last]
+        counts += np.bincount(code[kept] if not kept.all() else code, minlength=cells)
     histogram: np.ndarray = counts.reshape(groups, batch_limit + 1, k_width)
     return histogram
 

@@ -19,7 +19,7 @@ from loadshapes.shapes import _Shape as ShapeLike
 from orchestrator.analysis.arms import ArmInfo
 from orchestrator.analysis.bands import BandSet, batch_bands
 from orchestrator.analysis.clock import RunKey, encode, run_clock
-from orchestrator.analysis.lists import flat_list
+from orchestrator.analysis.lists import list_sums
 from orchestrator.analysis.parallel import run_parallel
 from orchestrator.analysis.recovery import switch_timings
 from orchestrator.analysis.results import ArmVerification, BandKCheck, Finding, VerificationReport
@@ -102,7 +102,7 @@ def _telemetry(table: pa.Table, row_arm: np.ndarray, n_arms: int) -> list[_ArmTe
         return totals
 
     rows = per_arm()
-    drafted = per_arm(flat_list(table["per_step_drafted"]).sums().astype(np.float64))
+    drafted = per_arm(list_sums(table["per_step_drafted"])[0])
     dropped = per_arm(table["schedule_dropped"].fill_null(False).to_numpy(zero_copy_only=False).astype(np.float64))
     with_config = per_arm(has_config[config].astype(np.float64))
     with_schedule = per_arm(carries_schedule[config].astype(np.float64))
