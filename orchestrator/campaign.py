@@ -83,6 +83,10 @@ class LoadConfig(_Strict):
     request_timeout_s: float = Field(default=600.0, gt=0)
     max_in_flight: int = Field(default=4096, ge=1)
     store_token_times: bool = True
+    # Trace part files: a worker writes one every flush_rows rows or flush_s seconds (and at stop), so a fault
+    # loses at most that much of what was measured.
+    flush_rows: int = Field(default=1000, ge=1)
+    flush_s: float = Field(default=5.0, gt=0)
     ready_timeout_s: float = Field(default=300.0, gt=0)
 
 

@@ -99,3 +99,62 @@ def test_job_submit_runs_the_campaign_and_a_rerun_resumes(ray_head: dict[str, An
     ids = again.column("request_id").to_pylist()
     assert len(ids) == len(set(ids)) == sum(scheduled.values())  # the partial unit redone, no duplicated row
     assert json.loads((output / "manifest.json").read_text())["resumed"] == 1
+
+
+def _ray(head: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([RAY, "job", args[0], "--address", head["address"], *args[1:]], env=head["env"],
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+
+
+def test_a_stopped_job_rerun_skips_complete_units_and_redoes_the_partial_one(
+    ray_head: dict[str, Any], tmp_path: Path
+) -> None:
+    output = tmp_path / "run"
+    campaign = {
+        "name": "stoptest",
+        "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
+        "policies": {"off": "off"},
+        "shapes": {
+            "short": {"kind": "quiet", "rate": 4, "duration_s": 3},
+            "long": {"kind": "quiet", "rate": 4, "duration_s": 40},
+        },
+        "mix": {"entries": [{"workload": "chat", "weight": 1}]},
+        "output": str(output),
+        "load": {"workers": 1, "cpus_per_worker": 0.5, "drain_s": 20, "flush_rows": 5},
+        "serve": {"host": "127.0.0.1", "port": free_port()},
+    }
+    path = tmp_path / "campaign.yaml"
+    path.write_text(yaml.safe_dump(campaign))
+    job_id = f"stoptest-{os.getpid()}"
+    command = ["submit", "--no-wait", "--submission-id", job_id, "--working-dir", str(REPO), "--",
+               "specdrill", "run", str(path)]  # fmt: skip
+    deadline = time.monotonic() + 120
+    while "No available agent" in (submitted := _ray(ray_head, *command)).stderr and time.monotonic() < deadline:
+        time.sleep(3)
+    assert submitted.returncode == 0, submitted.stderr[-2000:]
+
+    # Stop the driver once the short unit is complete and the long one has flushed rows of its own.
+    short_marker = output / "units/off-single/short/r0.json"
+    long_parts = output / "traces/arm=off-single/shape=long"
+    deadline = time.monotonic() + 300
+    while not (short_marker.exists() and len(list(long_parts.glob("*.parquet"))) >= 2):
+        if time.monotonic() > deadline or "RUNNING" not in _ray(ray_head, "status", job_id).stdout:
+            pytest.fail(_ray(ray_head, "logs", job_id).stdout[-3000:])
+        time.sleep(0.5)
+    stopped = _ray(ray_head, "stop", job_id)  # SIGTERM, then SIGKILL; returns once the job has stopped
+    assert stopped.returncode == 0, stopped.stderr[-2000:]
+    status = _ray(ray_head, "status", job_id)
+    assert "stopped" in status.stdout + status.stderr
+    assert not (output / "units/off-single/long/r0.json").exists()
+    partial_rows = read_traces(str(long_parts.parent.parent)).num_rows
+    kept_mtime = short_marker.stat().st_mtime_ns
+
+    rerun = _submit(ray_head, path)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert short_marker.stat().st_mtime_ns == kept_mtime  # complete unit skipped
+    manifest = json.loads((output / "manifest.json").read_text())
+    scheduled = {k: v["scheduled"] for k, v in manifest["units"].items()}
+    ids = read_traces(str(output / "traces")).column("request_id").to_pylist()
+    assert partial_rows < len(ids)
+    assert len(ids) == len(set(ids)) == sum(scheduled.values())  # partial unit redone, nothing duplicated
+    assert "report.html" in rerun.stdout
