@@ -65,14 +65,16 @@ def _parse(data: np.ndarray, offsets: np.ndarray, repeat: np.ndarray, index: np.
 
 def parse_request_ids(ids: pa.ChunkedArray | pa.Array) -> ParsedIds:
     chunks = ids.chunks if isinstance(ids, pa.ChunkedArray) else [ids]
-    repeats: list[np.ndarray] = []
-    indices: list[np.ndarray] = []
+    # The kernel writes each chunk's ids straight into its slice of the full arrays: no per-chunk copies to join.
+    repeats = np.full(len(ids), -1, dtype=np.int64)
+    indices = np.full(len(ids), -1, dtype=np.int64)
+    start = 0
     for chunk in chunks:
         if not (pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type)):
             chunk = chunk.cast(pa.large_string())
         n = len(chunk)
-        repeat = np.full(n, -1, dtype=np.int64)
-        index = np.full(n, -1, dtype=np.int64)
+        repeat, index = repeats[start : start + n], indices[start : start + n]
+        start += n
         if n:
             _, offsets_buffer, data_buffer = chunk.buffers()
             width = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
@@ -83,8 +85,4 @@ def parse_request_ids(ids: pa.ChunkedArray | pa.Array) -> ParsedIds:
                 invalid = chunk.is_null().to_numpy(zero_copy_only=False)
                 repeat[invalid] = -1
                 index[invalid] = -1
-        repeats.append(repeat)
-        indices.append(index)
-    if not chunks:
-        return ParsedIds(repeat=np.zeros(0, dtype=np.int64), index=np.zeros(0, dtype=np.int64))
-    return ParsedIds(repeat=np.concatenate(repeats), index=np.concatenate(indices))
+    return ParsedIds(repeat=repeats, index=indices)

@@ -38,11 +38,12 @@ def met_slo(
 ) -> np.ndarray:
     """Completed and within every deadline that applies; `category` holds codes into `categories`, -1 for none."""
     deadlines = [slos.for_category(c) for c in categories] + [slos.for_category(None)]
-    lookup = np.where(category >= 0, category, len(categories))
 
-    def limit(name: str) -> np.ndarray:
+    def limit(name: str) -> np.ndarray | float:
         values = np.array([getattr(d, name) or np.inf for d in deadlines], dtype=np.float64)
-        picked: np.ndarray = values[lookup]
+        if (values == values[0]).all():
+            return float(values[0])  # one deadline for every category: no per-row copy of it
+        picked: np.ndarray = values[np.where(category >= 0, category, len(categories))]
         return picked
 
     def within(values: np.ndarray, name: str) -> np.ndarray:
