@@ -78,10 +78,10 @@ def _interpolated(segment: np.ndarray, fractions: np.ndarray) -> np.ndarray:
 
 
 def group_rows(codes: np.ndarray, count: int) -> Groups:
-    """Rows with code -1 are left out. A stable sort of 16-bit codes is a radix sort: linear in rows."""
-    small = count < (1 << 15) - 1
-    binned: np.ndarray = codes.astype(np.int16 if small else np.int64)
-    binned[binned < 0] = count
+    """Rows with code -1 are left out. A stable sort of 8- or 16-bit codes is a radix sort: linear in rows, one
+    pass per byte."""
+    width = np.uint8 if count < (1 << 8) - 1 else np.uint16 if count < (1 << 16) - 1 else np.int64
+    binned: np.ndarray = np.where(codes >= 0, codes, count).astype(width)
     order = np.argsort(binned, kind="stable")
     bounds = np.zeros(count + 1, dtype=np.int64)
     np.cumsum(np.bincount(binned, minlength=count + 1)[:count], out=bounds[1:])
