@@ -215,13 +215,14 @@ class WorkerState:
             status, error_class, error_message = "error", type(exc).__name__, _short(str(exc) or repr(exc))
         if self.in_flight.pop(index, None) is None:
             return  # already written as cancelled
+        ended_ns = done_ns if done_ns is not None else now_ns()  # a failure's time is when it was seen
         self.report_to_locust(sent_ns, done_ns, error_message)
         row = self.base_row(index, scheduled_ns, item)
         if result.prompt_tokens is None and spec is not None:
             result.prompt_tokens = spec.prompt_tokens  # what was asked for, when the server did not say
         row.update(
             sent_ns=sent_ns,
-            done_ns=done_ns,
+            done_ns=ended_ns,
             send_lateness_ns=sent_ns - scheduled_ns,
             prompt_tokens=result.prompt_tokens,
             output_tokens=result.output_tokens,
@@ -261,6 +262,7 @@ class WorkerState:
             row = self.base_row(index, scheduled_ns, item)
             waited = (stop_ns - scheduled_ns) / 1e9
             row.update(
+                done_ns=stop_ns,
                 status="cancelled",
                 error_class="drain_timeout",
                 error_message=f"still in flight {waited:.1f} s after its scheduled send when the worker stopped",

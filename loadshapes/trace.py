@@ -40,7 +40,7 @@ _FIELDS: list[pa.Field] = [
     pa.field("scheduled_ns", pa.int64(), nullable=False),
     pa.field("sent_ns", pa.int64()),
     pa.field("first_token_ns", pa.int64()),
-    pa.field("done_ns", pa.int64()),
+    pa.field("done_ns", pa.int64()),  # when the outcome was known: the last byte, or the failure / cancellation
     pa.field("send_lateness_ns", pa.int64()),
     pa.field("prompt_tokens", pa.int32()),
     pa.field("output_tokens", pa.int32()),
@@ -187,7 +187,7 @@ class TraceWriter:
         self.flush()
 
 
-def read_traces(root: str, *, columns: Sequence[str] | None = None) -> pa.Table:
+def read_traces(root: str, *, columns: Sequence[str] | None = None, where: ds.Expression | None = None) -> pa.Table:
     fs, base = _filesystem(root)
     dataset = ds.dataset(
         base,
@@ -197,7 +197,7 @@ def read_traces(root: str, *, columns: Sequence[str] | None = None) -> pa.Table:
         exclude_invalid_files=True,
         ignore_prefixes=[".tmp-", "."],
     )
-    table = dataset.to_table(columns=list(columns) if columns else None)
+    table = dataset.to_table(columns=list(columns) if columns else None, filter=where)
     return table.replace_schema_metadata(TRACE_SCHEMA.metadata)
 
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.table import Table
 
-from loadshapes.trace import PARTITION_COLUMNS
+from loadshapes.trace import PARTITION_COLUMNS, read_traces
 from orchestrator.analysis import (
     FRAME_COLUMNS,
     VERIFY_COLUMNS,
@@ -37,6 +37,7 @@ from orchestrator.analysis import (
     request_frame,
     verify_executed_policy,
 )
+from orchestrator.analysis.faults import FAULT_COLUMNS, FaultWindow, fault_windows, outcome_ns, unit_keys
 from orchestrator.analysis.results import Verdict
 from orchestrator.campaign import Campaign
 from orchestrator.report_html import ReportData, render_report_html
@@ -70,6 +71,7 @@ class Summary(BaseModel):
     headline: list[str]
     saturated_units: list[str]
     incomplete_units: list[str]  # a load worker was lost mid-run: "unit: N of M requests missing"
+    fault_windows: list[FaultWindow]  # where requests failed (a replica died, a stream broke), per unit
     passed: bool
 
 
@@ -159,6 +161,7 @@ def build_summary(inputs: RunInputs) -> tuple[Summary, pa.Table | None]:
         run_starts=inputs.run_starts,
     )
     gates = evaluate_gates(campaign, inputs.arms, verification, inputs.units)
+    faults = read_fault_windows(inputs)
     saturated = [u.unit.key for u in inputs.units if u.saturated]
     summary = Summary(
         campaign=campaign.name,
@@ -176,9 +179,30 @@ def build_summary(inputs: RunInputs) -> tuple[Summary, pa.Table | None]:
             for u in inputs.units
             if u.incomplete
         ],
+        fault_windows=faults,
         passed=all(g.passed for g in gates),
     )
     return summary, read_timelines(inputs.store)
+
+
+def read_fault_windows(inputs: RunInputs) -> list[FaultWindow]:
+    """Failed rows are few: read them alone (status pushed down into the scan), then the outcome times of just
+    the units they belong to, for the "N of M failed" count."""
+    import pyarrow.compute as pc
+
+    traces = inputs.store.traces
+    failed = _only_complete_units(
+        read_traces(traces, columns=FAULT_COLUMNS, where=pc.field("status") != "ok"), inputs.units
+    )
+    if failed.num_rows == 0:
+        return []
+    arms = pa.array(pc.unique(pc.cast(failed["arm"], pa.string())))
+    shapes = pa.array(pc.unique(pc.cast(failed["shape"], pa.string())))
+    scope = pc.field("arm").isin(arms) & pc.field("shape").isin(shapes)
+    ended = read_traces(traces, columns=FAULT_COLUMNS, where=scope)
+    keys, times = unit_keys(ended), outcome_ns(ended)
+    ended_ns = {str(key): np.sort(times[keys == key]) for key in np.unique(keys)}
+    return fault_windows(failed, ended_ns, {u.unit.key: u.start_ns for u in inputs.units})
 
 
 def _only_complete_units(table: pa.Table, units: list[UnitResult]) -> pa.Table:
@@ -341,6 +365,8 @@ def print_report(summary: Summary, console: Console) -> None:
         console.print(f"  {mark} {timing.message}")
     for line in summary.incomplete_units:
         console.print(f"[red]incomplete unit[/red] {line}")
+    for window in summary.fault_windows:
+        console.print(f"[red]fault window[/red] {window.message}")
     if summary.saturated_units:
         console.print(f"[yellow]load generator saturated in: {', '.join(summary.saturated_units)}[/yellow]")
     for gate in summary.gates:
@@ -366,9 +392,10 @@ def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
             timelines=timelines,
             unit_starts={u.unit.key: u.start_ns for u in inputs.units},
             shapes=dict(inputs.campaign.shapes),
-            headline=[*summary.incomplete_units, *summary.headline],
+            headline=[*summary.incomplete_units, *(w.message for w in summary.fault_windows), *summary.headline],
             saturated_units=summary.saturated_units,
             gate_failures=[g.message for g in summary.gates if not g.passed],
+            fault_windows=summary.fault_windows,
         )
     )
     with store.fs.open_output_stream(f"{store.base}/report.html") as sink:

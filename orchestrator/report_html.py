@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from loadshapes.shapes import CrossAndRecover, Shape
+from orchestrator.analysis.faults import FaultWindow
 from orchestrator.analysis.results import (
     ArmVerification,
     BandKCheck,
@@ -52,6 +53,7 @@ class ReportData:
     headline: list[str] = field(default_factory=list)
     saturated_units: list[str] = field(default_factory=list)
     gate_failures: list[str] = field(default_factory=list)
+    fault_windows: list[FaultWindow] = field(default_factory=list)
 
 
 def render_report_html(data: ReportData) -> str:
@@ -62,6 +64,7 @@ def render_report_html(data: ReportData) -> str:
             _manifest_section(data.manifest),
             *(_map_section(m, i) for i, m in enumerate(data.maps)),
             _verification_section(data.verification),
+            _faults_section(data.fault_windows),
             _timelines_section(data),
         ]
     )
@@ -744,7 +747,35 @@ def _draw_crossings(svg: _Svg, frame: _Frame, shape: CrossAndRecover) -> None:
         svg.line(x, frame.top, x, frame.bottom, stroke="#555", stroke_width=1, stroke_dasharray="5 4")
 
 
-def _timeline_chart(unit: str, series: _Series, shape: Shape | None) -> str:
+def _faults_section(windows: Sequence[FaultWindow]) -> str:
+    if not windows:
+        return '<section><h2>Fault windows</h2><p class="ok">No failed requests.</p></section>'
+    rows = [
+        (
+            _e(w.unit),
+            f"{w.start_s:.1f} s",
+            f"{w.end_s:.1f} s",
+            f"{w.failed} of {w.ended}",
+            _e(", ".join(f"{name} {count}" for name, count in sorted(w.by_class.items()))),
+        )
+        for w in windows
+    ]
+    table = _table(("unit", "from", "to", "failed", "error classes"), rows)
+    return (
+        "<section><h2>Fault windows</h2><p>Stretches where requests failed, by when each outcome was known "
+        "(shaded red in the engine timelines).</p>"
+        f"{table}</section>"
+    )
+
+
+def _draw_faults(svg: _Svg, frame: _Frame, windows: Sequence[FaultWindow]) -> None:
+    for window in windows:
+        x0, x1 = frame.x(window.start_s), frame.x(window.end_s)
+        svg.rect(x0, frame.top, max(x1 - x0, 3.0), frame.bottom - frame.top, window.message,
+                 fill="#cf222e", fill_opacity="0.18", class_="fault")  # fmt: skip
+
+
+def _timeline_chart(unit: str, series: _Series, shape: Shape | None, faults: Sequence[FaultWindow] = ()) -> str:
     span = max(series.end, shape.duration if shape is not None else 0.0, 1e-9)
     x_ticks = _ticks(span, 8)
     k_ticks = _ticks(max(float(series.k.max(initial=0.0)), 1.0))
@@ -760,6 +791,9 @@ def _timeline_chart(unit: str, series: _Series, shape: Shape | None) -> str:
         if isinstance(shape, CrossAndRecover):
             _draw_crossings(svg, frame, shape)
             legend.append((f"crossing {shape.boundary}", "#555", "dashed"))
+    if faults:
+        _draw_faults(svg, frame, faults)
+        legend.append(("failed requests", "#cf222e", "area"))
     _y_axis(svg, frame, k_ticks, "executed k")
     _y_axis(svg, batch_frame, b_ticks, "batch size", right=True)
     _x_axis(svg, frame, [(x, _tick_label(x)) for x in x_ticks], "seconds since unit start")
@@ -799,6 +833,7 @@ def _timelines_section(data: ReportData) -> str:
     for arm, shape_name, repeat in _unit_keys(table, arm_order):
         unit = f"{arm}/{shape_name}/r{repeat}"
         series = _series(_unit_rows(table, arm, shape_name, repeat), data.unit_starts.get(unit))
-        chart = _timeline_chart(unit, series, data.shapes.get(shape_name))
+        faults = [w for w in data.fault_windows if w.unit == unit]
+        chart = _timeline_chart(unit, series, data.shapes.get(shape_name), faults)
         figures.append(_figure(chart, _timeline_caption(unit, series)))
     return f"<section><h2>Engine timelines</h2>{''.join(figures)}</section>"

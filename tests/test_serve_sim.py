@@ -378,3 +378,64 @@ def test_a_load_worker_killed_mid_run_loses_only_its_unflushed_rows(cluster: dic
     flushed = rows_on_disk(RunStore(str(root)), Unit(arm="off-single", shape="quiet", repeat=0), [1])
     assert 0 < flushed < lost.scheduled  # what it flushed survived; the rest is the gap
     assert table.num_rows == survivor.rows_written + flushed
+
+
+def test_a_serve_replica_killed_mid_run_becomes_error_rows_and_a_marked_window(
+    cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    import threading
+
+    import ray
+
+    from loadshapes.trace import read_traces
+    from orchestrator.report import write_report
+    from orchestrator.run import run_campaign
+
+    output = tmp_path / "run"
+    data = _campaign(cluster["port"], name="faulttest")
+    data.update(
+        policies={"off": "off"}, topologies={"single": "single"}, arms=[{"policy": "off", "topology": "single"}],
+        shapes={"steady": {"kind": "quiet", "rate": 6, "duration_s": 16}}, output=str(output),
+        load={"workers": 1, "drain_s": 30, "flush_rows": 5, "flush_s": 0.5},
+        mix={"entries": [{"workload": "reasoning", "weight": 1}]},
+    )  # fmt: skip
+    campaign = Campaign.model_validate(data)
+    parts = output / "traces/arm=off-single/shape=steady"
+    killed: list[str] = []
+
+    def kill_the_replica_mid_unit() -> None:
+        deadline = time.monotonic() + 240
+        while len(list(parts.glob("*.parquet"))) < 4 and time.monotonic() < deadline:  # ~20 rows measured
+            time.sleep(0.2)
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            if actor["name"].startswith("SERVE_REPLICA::faulttest.off-single#"):
+                ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
+                killed.append(actor["name"])
+
+    killer = threading.Thread(target=kill_the_replica_mid_unit, daemon=True)
+    killer.start()
+    _, manifest = run_campaign(campaign)
+    killer.join(10)
+    assert killed, "no replica was killed"
+
+    scheduled = manifest["units"]["off-single/steady/r0"]["scheduled"]
+    table = read_traces(str(parts.parent.parent))
+    assert table.num_rows == scheduled  # every request one row, errors included
+    status = table.column("status").to_pylist()
+    failed = [r for r in table.to_pylist() if r["status"] != "ok"]
+    assert failed, "the replica's in-flight requests should have failed"
+    assert all(r["error_class"] for r in failed)  # classified, with a message
+    # The run went on: Serve restarted the replica and later requests succeeded.
+    assert all(r["done_ns"] for r in failed)  # when each failure was seen
+    first_failure = min(r["done_ns"] for r in failed)
+    last_failure = max(r["done_ns"] for r in failed)
+    ok_done = [r["done_ns"] for r in table.to_pylist() if r["status"] == "ok"]
+    assert min(ok_done) < first_failure < last_failure < max(ok_done)
+    assert status.count("ok") > 10
+
+    summary = write_report(str(output))
+    windows = [w for w in summary.fault_windows if w.unit == "off-single/steady/r0"]
+    assert windows and sum(w.failed for w in windows) == len(failed)
+    print(*(w.message for w in windows), sep="\n")
+    html = (output / "report.html").read_text()
+    assert "Fault windows" in html and windows[0].message.split(":")[0] in html

@@ -1,0 +1,86 @@
+"""Fault windows: stretches of a unit where requests failed (a replica died, an endpoint refused, a stream broke).
+
+A request's time here is when its outcome was known (done, or scheduled when it never got that far), so the
+requests in flight when a replica died land at the moment it died, not when they were sent. Errors closer than
+`gap_s` to each other belong to one window; the window also counts every request that ended inside it, so a
+reader sees "7 of 40 failed", not only "7 failed".
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict
+
+FAULT_COLUMNS = ("arm", "shape", "request_id", "scheduled_ns", "done_ns", "status", "error_class")
+
+
+class FaultWindow(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    unit: str  # arm/shape/rN
+    start_s: float  # from the unit's start
+    end_s: float
+    failed: int
+    ended: int  # every request whose outcome was known inside the window, failed or not
+    by_class: dict[str, int]
+
+    @property
+    def message(self) -> str:
+        classes = ", ".join(f"{name} {count}" for name, count in sorted(self.by_class.items()))
+        return (
+            f"{self.unit}: {self.failed} of {self.ended} requests failed between {self.start_s:.1f} s and "
+            f"{self.end_s:.1f} s ({classes})"
+        )
+
+
+def outcome_ns(table: pa.Table) -> np.ndarray:
+    return pc.coalesce(table["done_ns"], table["scheduled_ns"]).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def unit_keys(table: pa.Table) -> np.ndarray:
+    """arm/shape/rN per row, from the request id ({arm}:{shape}:{repeat}:{i})."""
+    parts = pc.split_pattern(table["request_id"], ":")
+    repeat = pc.list_element(parts, 2)
+    arm, shape = pc.cast(table["arm"], pa.string()), pc.cast(table["shape"], pa.string())
+    keys = pc.binary_join_element_wise(arm, shape, pc.binary_join_element_wise("r", repeat, ""), "/")
+    return np.asarray(keys.to_pylist(), dtype=object)
+
+
+def fault_windows(
+    failed: pa.Table, ended_ns: dict[str, np.ndarray], unit_starts: dict[str, int], *, gap_s: float = 2.0
+) -> list[FaultWindow]:
+    """`failed`: the rows whose status is not ok (FAULT_COLUMNS); `ended_ns`: per unit, the outcome times of all
+    its rows, sorted; `unit_starts`: per unit, its start (epoch ns)."""
+    if failed.num_rows == 0:
+        return []
+    units = unit_keys(failed)
+    times = outcome_ns(failed)
+    classes = np.asarray(
+        pc.coalesce(pc.cast(failed["error_class"], pa.string()), pc.cast(failed["status"], pa.string())).to_pylist(),
+        dtype=object,
+    )
+    windows: list[FaultWindow] = []
+    for unit in sorted(set(units)):
+        mine = units == unit
+        order = np.argsort(times[mine], kind="stable")
+        t, c = times[mine][order], classes[mine][order]
+        cuts = np.flatnonzero(np.diff(t) > gap_s * 1e9) + 1
+        start = unit_starts.get(unit, int(t[0]))
+        everything = ended_ns.get(unit, t)
+        for first, last in zip(np.r_[0, cuts], np.r_[cuts, len(t)], strict=True):
+            low, high = int(t[first]), int(t[last - 1])
+            ended = int(np.searchsorted(everything, high, "right") - np.searchsorted(everything, low, "left"))
+            windows.append(
+                FaultWindow(
+                    unit=unit,
+                    start_s=(low - start) / 1e9,
+                    end_s=(high - start) / 1e9,
+                    failed=int(last - first),
+                    ended=max(ended, int(last - first)),
+                    by_class=dict(Counter(str(x) for x in c[first:last])),
+                )
+            )
+    return windows
