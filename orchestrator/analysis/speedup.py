@@ -22,8 +22,7 @@ PAIR_COLUMNS = 6  # log tpot difference (base - arm), both usable, met arm, met 
 
 def request_stats(frame: RequestFrame, met: np.ndarray) -> list[np.ndarray]:
     """Kept in their own dtypes (bool flags, not float copies): the block sums convert slice by slice."""
-    usable = frame.ok & (frame.tpot > 0)  # NaN compares False: also finite, as no latency is infinite
-    usable &= np.isfinite(frame.tpot)
+    usable = frame.ok & np.isfinite(frame.tpot) & (frame.tpot > 0)
     log_tpot = np.zeros(len(usable))
     np.log(frame.tpot, out=log_tpot, where=usable)
     return [log_tpot, usable, met, frame.clock_s]
