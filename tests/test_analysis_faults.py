@@ -1,0 +1,57 @@
+"""Fault windows on a synthetic trace with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from orchestrator.analysis.faults import fault_windows, outcome_ns, unit_keys
+
+START = 1_800_000_000 * 10**9
+
+
+def _rows(arm: str, shape: str, repeat: int, outcomes: list[tuple[float, str, str | None]]) -> pa.Table:
+    n = len(outcomes)
+    return pa.table(
+        {
+            "arm": pa.array([arm] * n).dictionary_encode(),
+            "shape": pa.array([shape] * n).dictionary_encode(),
+            "request_id": [f"{arm}:{shape}:{repeat}:{i}" for i in range(n)],
+            "scheduled_ns": pa.array([START + round((t - 0.5) * 1e9) for t, _, _ in outcomes], pa.int64()),
+            # a request that never got an answer has no done time: its scheduled time stands in
+            "done_ns": pa.array([None if s == "not_sent" else START + round(t * 1e9) for t, s, _ in outcomes]),
+            "status": [s if s != "not_sent" else "cancelled" for _, s, _ in outcomes],
+            "error_class": [c for _, _, c in outcomes],
+        }
+    )
+
+
+def test_failures_close_in_time_make_one_window_and_count_what_else_ended_there() -> None:
+    outcomes: list[tuple[float, str, str | None]] = [(t, "ok", None) for t in np.arange(0.25, 30, 0.5)]
+    outcomes += [(10.0, "error", "truncated_stream")] * 4 + [(11.5, "error", "http_503")] * 2  # one outage
+    outcomes += [(25.0, "timeout", "timeout")]  # a second, 13.5 s later
+    table = _rows("off-single", "steady", 0, outcomes)
+    failed = table.filter(pc.not_equal(table["status"], "ok"))
+    keys, times = unit_keys(table), outcome_ns(table)
+    assert set(keys) == {"off-single/steady/r0"}
+    windows = fault_windows(failed, {"off-single/steady/r0": np.sort(times)}, {"off-single/steady/r0": START})
+    assert [(w.start_s, w.end_s, w.failed) for w in windows] == [(10.0, 11.5, 6), (25.0, 25.0, 1)]
+    first, second = windows
+    assert first.by_class == {"truncated_stream": 4, "http_503": 2}
+    assert first.ended == 6 + 3  # the ok requests that ended at 10.25, 10.75, 11.25 inside [10, 11.5]
+    assert second.ended == 1 and second.by_class == {"timeout": 1}
+    assert first.message.startswith("off-single/steady/r0: 6 of 9 requests failed between 10.0 s and 11.5 s")
+
+
+def test_windows_are_per_unit_and_a_request_never_sent_counts_at_its_scheduled_time() -> None:
+    a = _rows("fixed3-single", "cross", 1, [(1.0, "ok", None), (5.0, "not_sent", "not_sent")])
+    b = _rows("off-single", "cross", 1, [(2.0, "error", "connection_error")])
+    both = pa.concat_tables([a, b], promote_options="permissive")
+    failed = both.filter(pc.not_equal(both["status"], "ok"))
+    windows = fault_windows(failed, {}, {"fixed3-single/cross/r1": START, "off-single/cross/r1": START})
+    assert [(w.unit, w.start_s, w.failed) for w in windows] == [
+        ("fixed3-single/cross/r1", 4.5, 1),
+        ("off-single/cross/r1", 2.0, 1),
+    ]
+    assert fault_windows(failed.slice(0, 0), {}, {}) == []
