@@ -142,14 +142,22 @@ def run_clock(table: pa.Table, *, run_starts: Mapping[RunKey, int] | None = None
 
 def offered_rates_at(clock: RunClock, shapes: Mapping[str, ShapeLike]) -> np.ndarray:
     """Requests per second the shape offered at each row's scheduled time; NaN for shapes not given."""
-    rates = np.full(len(clock.offset_s), np.nan)
-    for code, shape_name in enumerate(clock.shape.names):
-        shape = shapes.get(shape_name)
-        if shape is None or not shape.open_loop:
-            continue
-        rows = clock.shape.codes == code
-        rates[rows] = shape.rate_at(clock.offset_s[rows])
-    return rates
+    given = {
+        code: shape
+        for code, name in enumerate(clock.shape.names)
+        if (shape := shapes.get(name)) is not None and shape.open_loop
+    }
+
+    def rates(rows: slice) -> list[np.ndarray]:
+        out = np.full(rows.stop - rows.start, np.nan)
+        codes, offsets = clock.shape.codes[rows], clock.offset_s[rows]
+        for code, shape in given.items():
+            mine = codes == code
+            out[mine] = shape.rate_at(offsets[mine])
+        return [out]
+
+    (offered,) = by_slices(len(clock.offset_s), rates, [np.float64])
+    return offered
 
 
 def offered_rates(
