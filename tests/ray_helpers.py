@@ -42,3 +42,31 @@ def local_ray(num_cpus: int = 8, **kwargs: object) -> Iterator[dict[str, object]
         finally:
             ray.shutdown()
             shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def is_loopback(ip: str) -> bool:
+    return ip == "::1" or ip.startswith(("127.", "::ffff:127."))
+
+
+def listeners(marker: str) -> list[tuple[str, int, str]]:
+    """Listening TCP sockets (address, port, process name) of every process whose command line names `marker`
+    (a Ray temp dir: GCS, raylet, dashboard, agents, workers) and of their descendants (the load workers'
+    Locust processes)."""
+    import psutil
+
+    roots = [p for p in psutil.process_iter(["cmdline"]) if any(marker in x for x in p.info["cmdline"] or ())]
+    pids = {p.pid for p in roots}
+    for process in roots:
+        try:
+            pids.update(child.pid for child in process.children(recursive=True))
+        except psutil.NoSuchProcess:
+            continue
+    found = []
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.pid in pids:
+            try:
+                name = psutil.Process(conn.pid).name()
+            except psutil.NoSuchProcess:
+                continue
+            found.append((conn.laddr.ip, conn.laddr.port, name))
+    return found

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from loadshapes.trace import read_traces
-from tests.ray_helpers import free_port
+from tests.ray_helpers import free_port, is_loopback, listeners
 
 REPO = Path(__file__).resolve().parent.parent
 RAY = str(Path(sys.executable).parent / "ray")
@@ -41,7 +41,7 @@ def ray_head() -> Iterator[dict[str, Any]]:
     ]  # fmt: skip
     subprocess.run(start, env=env, check=True, capture_output=True, timeout=120)
     try:
-        yield {"env": env, "address": f"http://127.0.0.1:{dashboard}"}
+        yield {"env": env, "address": f"http://127.0.0.1:{dashboard}", "dashboard": dashboard, "temp_dir": temp_dir}
     finally:
         subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120, check=False)
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -50,7 +50,7 @@ def ray_head() -> Iterator[dict[str, Any]]:
 def _submit(head: dict[str, Any], campaign: Path) -> subprocess.CompletedProcess[str]:
     command = [RAY, "job", "submit", "--address", head["address"], "--working-dir", str(REPO),
                "--", "specdrill", "run", str(campaign)]  # fmt: skip
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # the job agent can take minutes on a busy 2-core machine
     while True:
         result = subprocess.run(command, env=head["env"], capture_output=True, text=True, timeout=600, check=False)
         # Right after `ray start` the dashboard may not have a job agent yet (slow on a busy machine).
@@ -128,7 +128,7 @@ def test_a_stopped_job_rerun_skips_complete_units_and_redoes_the_partial_one(
     job_id = f"stoptest-{os.getpid()}"
     command = ["submit", "--no-wait", "--submission-id", job_id, "--working-dir", str(REPO), "--",
                "specdrill", "run", str(path)]  # fmt: skip
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # the job agent can take minutes on a busy 2-core machine
     while "No available agent" in (submitted := _ray(ray_head, *command)).stderr and time.monotonic() < deadline:
         time.sleep(3)
     assert submitted.returncode == 0, submitted.stderr[-2000:]
@@ -141,6 +141,12 @@ def test_a_stopped_job_rerun_skips_complete_units_and_redoes_the_partial_one(
         if time.monotonic() > deadline or "RUNNING" not in _ray(ray_head, "status", job_id).stdout:
             pytest.fail(_ray(ray_head, "logs", job_id).stdout[-3000:])
         time.sleep(0.5)
+    # Mid-unit, everything is up (GCS, raylet, dashboard and its agents, the driver, Serve's proxy and the arm,
+    # the load worker and its Locust process): every listener is on loopback.
+    sockets = listeners(ray_head["temp_dir"])
+    assert [s for s in sockets if not is_loopback(s[0])] == []
+    ports = {port for _, port, _ in sockets}
+    assert {ray_head["dashboard"], campaign["serve"]["port"]} <= ports and len(sockets) >= 8, sockets  # type: ignore[index]
     stopped = _ray(ray_head, "stop", job_id)  # SIGTERM, then SIGKILL; returns once the job has stopped
     assert stopped.returncode == 0, stopped.stderr[-2000:]
     status = _ray(ray_head, "status", job_id)
