@@ -31,6 +31,7 @@ from geventhttpclient import URL, HTTPClient
 from geventhttpclient.response import HTTPParseError
 from locust import LoadTestShape, User, events, task
 from locust.env import Environment
+from locust.exception import StopUser
 
 from loadshapes.plan import Planned, WorkerPlan, closed_loop_users, open_loop_schedule, request_body
 from loadshapes.sse import StreamError, StreamResult, latency_columns, telemetry_columns
@@ -349,8 +350,8 @@ class OpenLoopDispatcher(_SpecdrillUser):
             state.greenlets.spawn(state.send, item.index, item, due)
         state.greenlets.join(timeout=PLAN.drain_s)
         state.stop()
-        while True:
-            gevent.sleep(1)  # the shape ends the run
+        # Done: leave now, so Locust's stop does not wait out its stop timeout for a user that never ends.
+        raise StopUser
 
 
 class ClosedLoopUser(_SpecdrillUser):
@@ -368,8 +369,7 @@ class ClosedLoopUser(_SpecdrillUser):
             item = Planned(index, 0.0, state.closed_loop_phase(), spec, request_body(PLAN, spec))
             scheduled = now_ns()
             state.send(index, item, scheduled)
-        while True:
-            gevent.sleep(1)
+        raise StopUser  # the shape stops the run once nothing is in flight
 
 
 class PlanShape(LoadTestShape):

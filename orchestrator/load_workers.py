@@ -187,77 +187,122 @@ class LiveMetrics:
 
 
 class LoadWorker:
-    """The Ray actor around one LocustProcess (`ray.remote(LoadWorker)`; see `run_load`)."""
+    """A Ray actor that runs one LocustProcess per unit (`ray.remote(LoadWorker)`; see `LoadWorkers`). It lives
+    for the whole campaign: a fresh Ray worker process per unit would cost seconds of start-up each time."""
 
-    def __init__(self, plan_json: str, workdir: str | None = None, env: dict[str, str] | None = None) -> None:
-        plan = WorkerPlan.model_validate_json(plan_json)
-        self.process = LocustProcess(plan, workdir)
-        self.process.start(env)
-        self.tags = {"arm": plan.arm, "shape": plan.shape_name, "worker": str(plan.worker)}
+    def __init__(self, workdir: str | None = None) -> None:
+        self.workdir = workdir
+        self.process: LocustProcess | None = None
+        self.tags: dict[str, str] = {}
+        self.metrics: LiveMetrics | None = None
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._publisher = threading.Thread(target=self._publish, daemon=True)
         self._publisher.start()
 
     def _publish(self) -> None:
-        metrics = LiveMetrics()
+        self.metrics = LiveMetrics()
         while not self._stop.wait(1.0):
-            progress = self.process.progress()
-            if progress is not None and progress != metrics.last:
-                metrics.update(progress, self.tags)
+            with self._lock:
+                process, tags = self.process, self.tags
+            progress = process.progress() if process is not None else None
+            if progress is not None and progress != self.metrics.last:
+                self.metrics.update(progress, tags)
+
+    def start(self, plan_json: str, env: dict[str, str] | None = None) -> None:
+        plan = WorkerPlan.model_validate_json(plan_json)
+        self.stop()
+        process = LocustProcess(plan, self.workdir)
+        process.start(env)
+        with self._lock:
+            self.process = process
+            self.tags = {"arm": plan.arm, "shape": plan.shape_name, "worker": str(plan.worker)}
+            if self.metrics is not None:
+                self.metrics.last = None  # counters start again with the unit
 
     def node_id(self) -> str:
         import ray
 
         return str(ray.get_runtime_context().get_node_id())
 
+    def _current(self) -> LocustProcess:
+        if self.process is None:
+            raise RuntimeError("no plan started on this load worker")
+        return self.process
+
     def wait_ready(self, timeout_s: float) -> int:
-        return self.process.wait_ready(timeout_s)
+        return self._current().wait_ready(timeout_s)
 
     def progress(self) -> dict[str, Any] | None:
-        return self.process.progress()
+        return self.process.progress() if self.process is not None else None
 
     def go(self, start_ns: int) -> None:
-        self.process.go(start_ns)
+        self._current().go(start_ns)
 
     def wait(self, timeout_s: float) -> dict[str, Any]:
-        summary = self.process.wait(timeout_s)
-        self._stop.set()
+        summary = self._current().wait(timeout_s)
         return summary.model_copy(update={"node_id": self.node_id()}).model_dump()
 
     def stop(self) -> None:
-        self._stop.set()
-        self.process.stop()
+        if self.process is not None:
+            self.process.stop()
 
 
-def actor_name(plan: WorkerPlan) -> str:
-    return f"specdrill-load-{plan.campaign}-{plan.arm}-{plan.shape_name}-r{plan.repeat}-w{plan.worker}"
+def actor_name(plan: WorkerPlan, generation: int = 0) -> str:
+    """One actor per worker slot of a run; a slot whose actor died gets a new one, of the next generation."""
+    return f"specdrill-load-{plan.campaign}-{plan.run}-w{plan.worker}-g{generation}"
 
 
-def run_load(
-    plans: Sequence[WorkerPlan],
-    *,
-    cpus_per_worker: float = 1.0,
-    ready_timeout_s: float = 300.0,
-    lead_s: float = 1.0,
-    env: dict[str, str] | None = None,
-    workdir: str | None = None,
-) -> list[WorkerSummary]:
-    """Run plans (one per worker) on Ray actors spread over the nodes, with one common start time.
+class LoadWorkers:
+    """The campaign's load worker actors, spread over the nodes (SPREAD), reused unit after unit.
 
     A worker that dies mid-run (its node, its actor killed) does not stop the others: it comes back as a
-    summary with `lost=True`; the rows it had flushed stay in the trace, the rest is the unit's gap."""
-    import ray
-    from ray.exceptions import RayActorError
+    summary with `lost=True`; the rows it had flushed stay in the trace, the rest is the unit's gap. The next
+    unit gets a new actor in its place."""
 
-    actor_class: Any = ray.remote(LoadWorker)
-    actors: list[Any] = [
-        # max_concurrency: `progress` answers while `wait` blocks.
-        actor_class.options(
-            name=actor_name(plan), num_cpus=cpus_per_worker, scheduling_strategy="SPREAD", max_concurrency=4
-        ).remote(plan.model_dump_json(), workdir, env)
-        for plan in plans
-    ]
-    try:
+    def __init__(self, *, cpus_per_worker: float = 1.0, workdir: str | None = None) -> None:
+        self.cpus_per_worker = cpus_per_worker
+        self.workdir = workdir
+        self.actors: dict[int, Any] = {}
+        self.generations: dict[int, int] = {}
+
+    def __enter__(self) -> LoadWorkers:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _actor(self, plan: WorkerPlan) -> Any:
+        import ray
+
+        if plan.worker not in self.actors:
+            generation = self.generations.get(plan.worker, -1) + 1
+            self.generations[plan.worker] = generation
+            # max_concurrency: `progress` answers while `wait` blocks.
+            self.actors[plan.worker] = (
+                ray.remote(LoadWorker)
+                .options(
+                    name=actor_name(plan, generation), num_cpus=self.cpus_per_worker, scheduling_strategy="SPREAD",
+                    max_concurrency=4,
+                )
+                .remote(self.workdir)
+            )  # fmt: skip
+        return self.actors[plan.worker]
+
+    def run(
+        self,
+        plans: Sequence[WorkerPlan],
+        *,
+        ready_timeout_s: float = 300.0,
+        lead_s: float = 0.5,
+        env: dict[str, str] | None = None,
+    ) -> list[WorkerSummary]:
+        """Run plans (one per worker) with one common start time."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        actors = [self._actor(plan) for plan in plans]
+        ray.get([a.start.remote(plan.model_dump_json(), env) for a, plan in zip(actors, plans, strict=True)])
         scheduled = ray.get([a.wait_ready.remote(ready_timeout_s) for a in actors])
         start = now_ns() + round(lead_s * 1e9)
         ray.get([a.go.remote(start) for a in actors])
@@ -272,10 +317,29 @@ def run_load(
                 log.error("load worker lost", worker=plan.worker, arm=plan.arm, shape=plan.shape_name,
                           error=str(exc).splitlines()[0])  # fmt: skip
                 summaries.append(lost_worker(plan, count, start, str(exc).splitlines()[0]))
-    finally:
-        for actor in actors:
-            ray.kill(actor)
-    return summaries
+                self.actors.pop(plan.worker, None)
+        return summaries
+
+    def close(self) -> None:
+        import ray
+
+        for actor in self.actors.values():
+            ray.kill(actor)  # the Locust child dies with it (PR_SET_PDEATHSIG)
+        self.actors.clear()
+
+
+def run_load(
+    plans: Sequence[WorkerPlan],
+    *,
+    cpus_per_worker: float = 1.0,
+    ready_timeout_s: float = 300.0,
+    lead_s: float = 0.5,
+    env: dict[str, str] | None = None,
+    workdir: str | None = None,
+) -> list[WorkerSummary]:
+    """One unit on workers of its own (tests, one-off runs); a campaign keeps one LoadWorkers for all units."""
+    with LoadWorkers(cpus_per_worker=cpus_per_worker, workdir=workdir) as workers:
+        return workers.run(plans, ready_timeout_s=ready_timeout_s, lead_s=lead_s, env=env)
 
 
 def lost_worker(plan: WorkerPlan, scheduled: int, start_ns: int, reason: str) -> WorkerSummary:

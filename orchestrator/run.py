@@ -31,7 +31,7 @@ from loadshapes.plan import Target, WorkerPlan
 from loadshapes.trace import _filesystem
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.deploy import connect, deploy, teardown_arms
-from orchestrator.load_workers import WorkerSummary, run_load
+from orchestrator.load_workers import LoadWorkers, WorkerSummary
 from orchestrator.logs import get_logger
 from serve_apps.arms import ArmSpec, EndpointEngineConfig
 from serve_apps.clock import now_ns
@@ -328,7 +328,15 @@ def metrics_speculation(url: str, headers: dict[str, str]) -> dict[str, float]:
 
 
 def run_unit(
-    campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: str, store: RunStore, since: dict[str, int]
+    campaign: Campaign,
+    arm: ArmSpec,
+    unit: Unit,
+    *,
+    run: str,
+    url: str,
+    store: RunStore,
+    since: dict[str, int],
+    workers: LoadWorkers,
 ) -> UnitResult:
     removed = store.remove_partial(unit)
     if removed:
@@ -337,9 +345,8 @@ def run_unit(
     fetch_timelines(url, engines=engines_of(arm), since=since)  # skip steps from warm-up and earlier units
     key_env = plans[0].target.api_key_env
     secrets = {key_env: os.environ[key_env]} if key_env and key_env in os.environ else None
-    summaries = run_load(
+    summaries = workers.run(
         plans,
-        cpus_per_worker=campaign.load.cpus_per_worker,
         ready_timeout_s=campaign.load.ready_timeout_s,
         env=secrets,  # to the worker processes' environment only: never in a plan, a trace or a log
     )
@@ -400,38 +407,46 @@ def run_campaign(
     manifest = open_run(campaign, store)
     store.write_json(MANIFEST, manifest)
     connect(address)
-    for arm in campaign.arms():
-        if arms is not None and arm.name not in arms:
-            continue
-        pending = [u for u in units_of(campaign, arm) if not store.is_complete(u)]
-        if not pending:
-            log.info("arm.complete", arm=arm.name)
-            continue
-        endpoint = isinstance(campaign.engine, EndpointEngineConfig)
-        url = campaign.engine.urls[arm.name] if isinstance(campaign.engine, EndpointEngineConfig) else None
-        if url is None:
-            url = deploy(campaign, address=address, only=[arm.name])[arm.name]
-        try:
-            headers = auth_headers(campaign)
-            telemetry = warm(url, arm, campaign.warmup.requests, headers)
-            manifest["arms"][arm.name] = arm_entry(arm, url, telemetry)
-            if endpoint and not telemetry:
-                manifest["arms"][arm.name]["metrics_spec_decode"] = metrics_speculation(url, headers)
-            store.write_json(MANIFEST, manifest)
-            since: dict[str, int] = {}
-            for unit in pending:
-                if on_unit:
-                    on_unit(unit, "start")
-                log.info("unit.start", unit=unit.key)
-                result = run_unit(campaign, arm, unit, run=manifest["run"], url=url, store=store, since=since)
-                manifest["units"][unit.key] = {"rows": result.rows, "scheduled": result.scheduled,
-                                               "saturated": result.saturated, "start_ns": result.start_ns}  # fmt: skip
+    # One set of load worker actors for the whole campaign (spread over the nodes), a Locust process per unit.
+    with LoadWorkers(cpus_per_worker=campaign.load.cpus_per_worker) as workers:
+        for arm in campaign.arms():
+            if arms is not None and arm.name not in arms:
+                continue
+            pending = [u for u in units_of(campaign, arm) if not store.is_complete(u)]
+            if not pending:
+                log.info("arm.complete", arm=arm.name)
+                continue
+            endpoint = isinstance(campaign.engine, EndpointEngineConfig)
+            url = campaign.engine.urls[arm.name] if isinstance(campaign.engine, EndpointEngineConfig) else None
+            if url is None:
+                url = deploy(campaign, address=address, only=[arm.name])[arm.name]
+            try:
+                headers = auth_headers(campaign)
+                telemetry = warm(url, arm, campaign.warmup.requests, headers)
+                manifest["arms"][arm.name] = arm_entry(arm, url, telemetry)
+                if endpoint and not telemetry:
+                    manifest["arms"][arm.name]["metrics_spec_decode"] = metrics_speculation(url, headers)
                 store.write_json(MANIFEST, manifest)
-                if on_unit:
-                    on_unit(unit, "done")
-        finally:
-            if not endpoint:
-                teardown_arms([arm.app_name])
+                since: dict[str, int] = {}
+                for unit in pending:
+                    if on_unit:
+                        on_unit(unit, "start")
+                    log.info("unit.start", unit=unit.key)
+                    result = run_unit(
+                        campaign, arm, unit, run=manifest["run"], url=url, store=store, since=since, workers=workers
+                    )
+                    manifest["units"][unit.key] = {
+                        "rows": result.rows,
+                        "scheduled": result.scheduled,
+                        "saturated": result.saturated,
+                        "start_ns": result.start_ns,
+                    }
+                    store.write_json(MANIFEST, manifest)
+                    if on_unit:
+                        on_unit(unit, "done")
+            finally:
+                if not endpoint:
+                    teardown_arms([arm.app_name])
     manifest["finished_ns"] = now_ns()
     store.write_json(MANIFEST, manifest)
     return store, manifest

@@ -37,7 +37,8 @@ class FaultWindow(BaseModel):
 
 
 def outcome_ns(table: pa.Table) -> np.ndarray:
-    return pc.coalesce(table["done_ns"], table["scheduled_ns"]).to_numpy(zero_copy_only=False).astype(np.int64)
+    times = pc.coalesce(table["done_ns"], table["scheduled_ns"]).to_numpy(zero_copy_only=False)
+    return np.asarray(times, dtype=np.int64)
 
 
 def unit_keys(table: pa.Table) -> np.ndarray:
