@@ -341,7 +341,7 @@ def test_a_load_worker_killed_mid_run_loses_only_its_unflushed_rows(cluster: dic
     from loadshapes.plan import Target, WorkerPlan
     from loadshapes.shapes import Quiet
     from loadshapes.trace import read_traces
-    from orchestrator.load_workers import actor_name, run_load
+    from orchestrator.load_workers import LoadWorkers, actor_name
     from orchestrator.run import RunStore, Unit, rows_on_disk
 
     root = tmp_path / "run"
@@ -354,8 +354,9 @@ def test_a_load_worker_killed_mid_run_loses_only_its_unflushed_rows(cluster: dic
         )
         for w in range(2)
     ]  # fmt: skip
+    workers = LoadWorkers(cpus_per_worker=0.5, workdir=str(tmp_path / "w"))
     with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(run_load, plans, cpus_per_worker=0.5, workdir=str(tmp_path / "w"))
+        running = pool.submit(workers.run, plans)
         victim = None
         deadline = time.monotonic() + 60
         while victim is None and time.monotonic() < deadline:
@@ -378,6 +379,15 @@ def test_a_load_worker_killed_mid_run_loses_only_its_unflushed_rows(cluster: dic
     flushed = rows_on_disk(RunStore(str(root)), Unit(arm="off-single", shape="quiet", repeat=0), [1])
     assert 0 < flushed < lost.scheduled  # what it flushed survived; the rest is the gap
     assert table.num_rows == survivor.rows_written + flushed
+
+    # The campaign goes on: the next unit gets a new actor in the lost one's slot, the survivor is reused.
+    following = [p.model_copy(update={"shape_name": "next", "shape": Quiet(rate=8, duration_s=2)}) for p in plans]
+    try:
+        again = workers.run(following)
+        assert not any(s.lost for s in again) and all(s.rows_written == s.scheduled for s in again)
+        assert ray.get_actor(actor_name(plans[1], generation=1)) and ray.get_actor(actor_name(plans[0]))
+    finally:
+        workers.close()
 
 
 def test_a_serve_replica_killed_mid_run_becomes_error_rows_and_a_marked_window(
