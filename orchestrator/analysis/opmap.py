@@ -9,17 +9,17 @@ import numpy as np
 
 from orchestrator.analysis.arms import ArmInfo, baseline_arm
 from orchestrator.analysis.bands import BandSet
-from orchestrator.analysis.bootstrap import add_block_totals, run_blocks
+from orchestrator.analysis.bootstrap import run_blocks
+from orchestrator.analysis.cell_totals import cell_totals
 from orchestrator.analysis.frame import RequestFrame
 from orchestrator.analysis.groups import group_rows
 from orchestrator.analysis.pairing import baseline_partners
 from orchestrator.analysis.parallel import run_parallel
 from orchestrator.analysis.results import Crossover, MapCell, MapSettings, OperatingMap, Quantiles, Verdict
-from orchestrator.analysis.slices import row_slices
 from orchestrator.analysis.slo import Slos, met_slo
-from orchestrator.analysis.speedup import CLOCK, MET, CellBlocks, pair_stats, request_stats, speedup
+from orchestrator.analysis.speedup import CLOCK, MET, PAIR_COLUMNS, CellBlocks, request_stats, speedup
 
-# Per-request columns summed per (cell, time block): the first four are request_stats', the speedup's inputs.
+# Columns of a cell's totals: the first four are request_stats', the speedup's inputs.
 OK, STEPS, K_SUM, SPEC_STEPS, ACCEPTED = range(4, 9)
 
 
@@ -27,8 +27,8 @@ OK, STEPS, K_SUM, SPEC_STEPS, ACCEPTED = range(4, 9)
 class _Shared:
     """Everything that does not depend on the bands, computed once for all of a frame's maps."""
 
-    additive: list[np.ndarray]  # per request, the columns above, each in its own dtype (bool flags stay bool)
-    pairs: list[np.ndarray]  # per request, pair_stats with its baseline copy (zeros without one)
+    stats: list[np.ndarray]  # per request, request_stats' columns
+    additive: list[np.ndarray]  # per request, the columns from OK on
     partners: np.ndarray  # the baseline's row of the same request, -1 if none
     run_blocks: np.ndarray  # bootstrap block of each request within its run
     codes: list[int]  # each configured arm's code in the frame, -1 when it has no rows
@@ -67,8 +67,8 @@ def _shared(frame: RequestFrame, arms: Sequence[ArmInfo], slos: Slos, settings: 
     stats = request_stats(frame, met)
     partners = baseline_partners(frame, base_code) if base_code >= 0 else np.full(len(frame), -1, dtype=np.int64)
     return _Shared(
-        additive=[*stats, frame.ok, frame.steps, frame.k_sum, frame.spec_steps, frame.accepted],
-        pairs=pair_stats(stats, partners),
+        stats=stats,
+        additive=[frame.ok, frame.steps, frame.k_sum, frame.spec_steps, frame.accepted],
         partners=partners,
         run_blocks=run_blocks(frame.run, frame.offset_s, frame.run_span_s, settings.blocks),
         codes=codes,
@@ -104,36 +104,30 @@ def _one_map(
     n_arms, n_bands = len(frame.arm.names), len(bands.bands)
     n_cells = n_arms * n_bands
     band = band_codes(frame, bands)
-    cell_of = np.empty(len(frame), dtype=np.int32)
 
     # Per (cell, time block), the bootstrap's columns and the pairs' (summed up, the cells'); per (cell,
-    # category), the columns only the cells and the acceptance by category need. Row slice by row slice, so no
-    # full-length code or float copy of any column is ever made.
+    # category), the columns only the cells and the acceptance by category need.
     per_cell = len(frame.run_span_s) * settings.blocks
-    size = n_cells * per_cell
     n_categories = len(frame.category.names) + 1  # + no category
-    totals, counts = np.zeros((size, CLOCK + 1)), np.zeros(size, dtype=np.int64)
-    pair_totals, pair_counts = np.zeros((size, len(shared.pairs))), np.zeros(size, dtype=np.int64)
-    category_totals = np.zeros((n_cells * n_categories, len(shared.additive) - OK))
-    category_counts = np.zeros(n_cells * n_categories, dtype=np.int64)
-    for rows in row_slices(len(frame)):
-        arm_code = frame.arm.codes[rows]
-        cell = band[rows] * n_arms + arm_code
-        banded = (band[rows] >= 0) & (arm_code >= 0)
-        cell[~banded] = -1
-        cell_of[rows] = cell
-        blocks = np.where(banded, cell * per_cell + shared.run_blocks[rows], size)
-        add_block_totals(totals, counts, blocks, [c[rows] for c in shared.additive[: CLOCK + 1]])
-        partner = shared.partners[rows]
-        in_band_pair = banded & (partner >= 0) & (arm_code != shared.base_code)
-        in_band_pair &= band[np.where(in_band_pair, partner, 0)] == band[rows]
-        add_block_totals(
-            pair_totals, pair_counts, np.where(in_band_pair, blocks, size), [c[rows] for c in shared.pairs]
-        )
-        by_category = np.where(banded, cell * n_categories + frame.category.codes[rows] + 1, len(category_counts))
-        add_block_totals(category_totals, category_counts, by_category, [c[rows] for c in shared.additive[OK:]])
+    summed = cell_totals(
+        band=band,
+        arm=frame.arm.codes,
+        category=frame.category.codes,
+        n_arms=n_arms,
+        n_cells=n_cells,
+        n_categories=n_categories,
+        base_code=shared.base_code,
+        run_block=shared.run_blocks,
+        per_cell=per_cell,
+        partner=shared.partners,
+        stats=shared.stats,
+        additive=shared.additive,
+    )
+    cell_of, totals, counts = summed.cell_of, summed.totals, summed.counts
+    pair_totals, pair_counts = summed.pair_totals, summed.pair_counts
+    category_totals = summed.category_totals
     by_cell_category = category_totals.reshape(n_cells, n_categories, -1)
-    cell_totals = np.concatenate(
+    cell_sums = np.concatenate(
         [totals.reshape(n_cells, per_cell, -1).sum(axis=1), by_cell_category.sum(axis=1)], axis=1
     )
     requests = counts.reshape(n_cells, per_cell).sum(axis=1)
@@ -165,13 +159,13 @@ def _one_map(
                     base=blocks_of(totals, counts, b * n_arms + shared.base_code, CLOCK + 1)
                     if shared.base_code >= 0
                     else CellBlocks(totals=np.zeros((0, CLOCK + 1)), rows=0),
-                    pairs=blocks_of(pair_totals, pair_counts, c, len(shared.pairs)),
+                    pairs=blocks_of(pair_totals, pair_counts, c, PAIR_COLUMNS),
                     baseline=shared.base.name,
                     settings=settings,
                     rng=np.random.default_rng([settings.seed, b, arm_position]),
                 )
                 verdicts[arm.name].append((spec_band.label, b, cell_speedup.verdict))
-            t = cell_totals[c]
+            t = cell_sums[c]
             cells.append(
                 MapCell(
                     band=spec_band.label,

@@ -28,23 +28,6 @@ def request_stats(frame: RequestFrame, met: np.ndarray) -> list[np.ndarray]:
     return [log_tpot, usable, met, frame.clock_s]
 
 
-def pair_stats(stats: list[np.ndarray], partners: np.ndarray) -> list[np.ndarray]:
-    """Per request, its pair with the baseline's copy (`partners`: that row, -1 for none, whose values are 0)."""
-    has = partners >= 0
-    at = np.where(has, partners, 0)
-    both = stats[TPOT_USABLE] & stats[TPOT_USABLE][at] & has
-    log_difference = np.zeros(len(at))
-    np.subtract(stats[LOG_TPOT][at], stats[LOG_TPOT], out=log_difference, where=both)
-    return [
-        log_difference,
-        both,
-        stats[MET],
-        stats[MET][at] & has,
-        stats[CLOCK],
-        np.where(has, stats[CLOCK][at], 0.0),
-    ]
-
-
 @dataclass(frozen=True)
 class CellBlocks:
     """One cell's non-empty time blocks: (blocks, columns) totals, the columns of request_stats or pair_stats."""
