@@ -12,7 +12,7 @@ from orchestrator.analysis.bands import BandSet
 from orchestrator.analysis.bootstrap import run_blocks
 from orchestrator.analysis.cell_totals import cell_totals
 from orchestrator.analysis.frame import RequestFrame
-from orchestrator.analysis.groups import group_rows
+from orchestrator.analysis.order_stats import grouped_quantiles
 from orchestrator.analysis.pairing import baseline_partners
 from orchestrator.analysis.parallel import run_parallel
 from orchestrator.analysis.results import Crossover, MapCell, MapSettings, OperatingMap, Quantiles, Verdict
@@ -134,10 +134,12 @@ def _one_map(
     spec_by_category = by_cell_category[:, :, SPEC_STEPS - OK]
     accepted_by_category = by_cell_category[:, :, ACCEPTED - OK]
     category_names = ["(none)", *frame.category.names]
-    groups = group_rows(cell_of, n_cells)
     ttft, tpot, e2e, queue_wait = run_parallel(
-        *(lambda c=c: groups.quantiles(c, where=frame.ok) for c in (frame.ttft, frame.tpot, frame.e2e)),
-        lambda: groups.quantiles(frame.queue_wait),
+        *(
+            lambda c=c: grouped_quantiles(c, cell_of, n_cells, where=frame.ok)
+            for c in (frame.ttft, frame.tpot, frame.e2e)
+        ),
+        lambda: grouped_quantiles(frame.queue_wait, cell_of, n_cells),
     )
 
     def blocks_of(totals: np.ndarray, counts: np.ndarray, cell: int, columns: int) -> CellBlocks:
