@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,13 @@ def _load_plan() -> WorkerPlan:
     path = os.environ.get("SPECDRILL_LOAD_PLAN")
     if not path:
         sys.exit("SPECDRILL_LOAD_PLAN is not set: point it at a load plan (YAML or JSON, see README)")
+    # A standby worker is started before its plan exists (Locust's import costs seconds): it waits here, bounded.
+    wait_s = float(os.environ.get("SPECDRILL_PLAN_WAIT_S", "0"))
+    deadline = time.monotonic() + wait_s
+    while wait_s and not Path(path).exists():
+        if time.monotonic() > deadline:
+            sys.exit(f"no load plan at {path} within {wait_s:.0f} s")
+        time.sleep(0.02)
     text = Path(path).read_text(encoding="utf-8")
     data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
     return WorkerPlan.model_validate(data)
@@ -278,8 +286,10 @@ class WorkerState:
                 )
                 self.rows.append(row)
         self.flush()
-        if self.plan.summary_file:
-            Path(self.plan.summary_file).write_text(json.dumps(self.summary()), encoding="utf-8")
+        if self.plan.summary_file:  # written last, atomically: its presence means every row is on disk
+            temporary = Path(self.plan.summary_file + ".tmp")
+            temporary.write_text(json.dumps(self.summary()), encoding="utf-8")
+            temporary.rename(self.plan.summary_file)
 
     def summary(self) -> dict[str, Any]:
         lateness = np.asarray(self.lateness_ns, dtype=np.int64) / 1e9

@@ -64,6 +64,42 @@ def _child_setup(cpu: int | None) -> Callable[[], None]:
     return setup
 
 
+def _locust(plan_path: Path, log_path: Path, env: dict[str, str] | None, cpu: int | None, wait_s: float = 0.0) -> Any:
+    environment = {**os.environ, **(env or {}), "SPECDRILL_LOAD_PLAN": str(plan_path)}
+    environment["SPECDRILL_PLAN_WAIT_S"] = str(wait_s)
+    environment.pop("LOCUST_SKIP_MONKEY_PATCH", None)
+    # No --host: the user classes take the plan's base URL, so a standby process needs no plan to start.
+    command = [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
+        "--loglevel", "WARNING", "--only-summary", "--stop-timeout", "5",
+    ]  # fmt: skip
+    with open(log_path, "wb") as log_file:
+        return subprocess.Popen(
+            command, stdout=log_file, stderr=subprocess.STDOUT, env=environment, preexec_fn=_child_setup(cpu)
+        )
+
+
+class Standby:
+    """A Locust process started before its plan exists: it pays Locust's import (seconds) between units, then
+    waits (at most `wait_s`) for the plan file. Adopted by the next LocustProcess with the same environment."""
+
+    def __init__(self, workdir: str | None, env: dict[str, str] | None, *, wait_s: float = 3600.0) -> None:
+        self.dir = Path(workdir or tempfile.mkdtemp(prefix="specdrill-worker-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tag = f"standby-{os.getpid()}-{time.monotonic_ns()}"
+        self.plan_path, self.log_path = self.dir / f"{tag}.plan.json", self.dir / f"{tag}.log"
+        self.env = env
+        self.process = _locust(self.plan_path, self.log_path, env, None, wait_s)
+
+    def usable(self, env: dict[str, str] | None) -> bool:
+        return self.env == env and self.process.poll() is None
+
+    def discard(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
 class LocustProcess:
     """One Locust child process running one plan; usable without Ray (tests, a single machine)."""
 
@@ -85,17 +121,16 @@ class LocustProcess:
         self.log_path = self.dir / f"{tag}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, env: dict[str, str] | None = None) -> None:
-        environment = {**os.environ, **(env or {}), "SPECDRILL_LOAD_PLAN": str(self.plan_path)}
-        environment.pop("LOCUST_SKIP_MONKEY_PATCH", None)
-        command = [
-            sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", self.plan.target.base_url,
-            "--loglevel", "WARNING", "--only-summary", "--stop-timeout", "5",
-        ]  # fmt: skip
-        with open(self.log_path, "wb") as log_file:
-            self.process = subprocess.Popen(
-                command, stdout=log_file, stderr=subprocess.STDOUT, env=environment, preexec_fn=_child_setup(self.cpu)
-            )
+    def start(self, env: dict[str, str] | None = None, *, standby: Standby | None = None) -> None:
+        if standby is not None and standby.usable(env):
+            temporary = standby.plan_path.with_suffix(".tmp")
+            temporary.write_text(self.plan.model_dump_json(), encoding="utf-8")
+            temporary.rename(standby.plan_path)  # atomic: the waiting process never reads half a plan
+            self.process, self.log_path = standby.process, standby.log_path
+            return
+        if standby is not None:
+            standby.discard()
+        self.process = _locust(self.plan_path, self.log_path, env, self.cpu)
 
     def wait_ready(self, timeout_s: float) -> int:
         assert self.plan.ready_file is not None
@@ -116,9 +151,17 @@ class LocustProcess:
         temporary.rename(self.plan.go_file)  # atomic: the worker never reads half a number
 
     def wait(self, timeout_s: float) -> WorkerSummary:
+        """The summary, as soon as the worker has written it (Locust's own shutdown, up to its next one-second
+        shape tick, is not waited for); or, past `timeout_s`, after stopping it."""
         assert self.process is not None and self.plan.summary_file is not None
+        summary = Path(self.plan.summary_file)
+        deadline = time.monotonic() + timeout_s
+        while not summary.exists() and self.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if summary.exists():
+            return WorkerSummary.model_validate(json.loads(summary.read_text(encoding="utf-8")))
         try:
-            code = self.process.wait(timeout=timeout_s)
+            code = self.process.wait(timeout=max(deadline - time.monotonic(), 0.0))
         except subprocess.TimeoutExpired:
             self.process.send_signal(signal.SIGINT)  # Locust's quit path writes every row and the summary
             try:
@@ -126,7 +169,6 @@ class LocustProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 code = self.process.wait()
-        summary = Path(self.plan.summary_file)
         if not summary.exists():
             raise RuntimeError(f"load worker exited with {code} and no summary: {self.log_tail()}")
         return WorkerSummary.model_validate({**json.loads(summary.read_text(encoding="utf-8")), "exit_code": code})
@@ -193,6 +235,7 @@ class LoadWorker:
     def __init__(self, workdir: str | None = None) -> None:
         self.workdir = workdir
         self.process: LocustProcess | None = None
+        self.standby: Standby | None = None
         self.tags: dict[str, str] = {}
         self.metrics: LiveMetrics | None = None
         self._lock = threading.Lock()
@@ -211,9 +254,11 @@ class LoadWorker:
 
     def start(self, plan_json: str, env: dict[str, str] | None = None) -> None:
         plan = WorkerPlan.model_validate_json(plan_json)
-        self.stop()
+        if self.process is not None:
+            self.process.stop()
         process = LocustProcess(plan, self.workdir)
-        process.start(env)
+        process.start(env, standby=self.standby)
+        self.standby = None
         with self._lock:
             self.process = process
             self.tags = {"arm": plan.arm, "shape": plan.shape_name, "worker": str(plan.worker)}
@@ -239,13 +284,18 @@ class LoadWorker:
     def go(self, start_ns: int) -> None:
         self._current().go(start_ns)
 
-    def wait(self, timeout_s: float) -> dict[str, Any]:
+    def wait(self, timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
         summary = self._current().wait(timeout_s)
+        # The next unit's Locust starts now, between units, so its start-up is off the next unit's clock.
+        self.standby = Standby(self.workdir, env)
         return summary.model_copy(update={"node_id": self.node_id()}).model_dump()
 
     def stop(self) -> None:
         if self.process is not None:
             self.process.stop()
+        if self.standby is not None:
+            self.standby.discard()
+            self.standby = None
 
 
 def actor_name(plan: WorkerPlan, generation: int = 0) -> str:
@@ -308,7 +358,7 @@ class LoadWorkers:
         ray.get([a.go.remote(start) for a in actors])
         log.info("load started", workers=len(actors), start_ns=start)
         longest = max(p.shape.duration + p.drain_s for p in plans) + lead_s + 60
-        pending = [a.wait.remote(longest) for a in actors]
+        pending = [a.wait.remote(longest, env) for a in actors]
         summaries: list[WorkerSummary] = []
         for plan, count, ref in zip(plans, scheduled, pending, strict=True):
             try:
@@ -324,7 +374,7 @@ class LoadWorkers:
         import ray
 
         for actor in self.actors.values():
-            ray.kill(actor)  # the Locust child dies with it (PR_SET_PDEATHSIG)
+            ray.kill(actor)  # its Locust children (running or standby) die with it (PR_SET_PDEATHSIG)
         self.actors.clear()
 
 
