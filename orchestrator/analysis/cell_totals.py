@@ -33,11 +33,12 @@ class CellTotals:
     category_counts: np.ndarray
 
 
-def _array(dtype: types.Type, ndim: int = 1) -> types.Array:
-    return types.Array(dtype, ndim, "C")
+def _array(dtype: types.Type, ndim: int = 1, readonly: bool = False) -> types.Array:
+    return types.Array(dtype, ndim, "C", readonly=readonly)
 
 
-_I32, _I64, _F64, _BOOL = _array(types.int32), _array(types.int64), _array(types.float64), _array(types.boolean)
+# Inputs read-only in the signature: a writable array matches it too.
+_I32, _I64, _F64, _BOOL = (_array(t, readonly=True) for t in (types.int32, types.int64, types.float64, types.boolean))
 _F64_2D = _array(types.float64, 2)
 _SIGNATURE = types.void(
     # band, arm, category, run block, baseline partner
@@ -47,7 +48,7 @@ _SIGNATURE = types.void(
     # arms, baseline arm code, blocks per cell, categories, slice rows
     types.int64, types.int64, types.int64, types.int64, types.int64,
     # outputs: cell_of, totals, counts, pair totals, pair counts, category totals, category counts
-    _I32, _F64_2D, _I64, _F64_2D, _I64, _F64_2D, _I64,
+    _array(types.int32), _F64_2D, _array(types.int64), _F64_2D, _array(types.int64), _F64_2D, _array(types.int64),
 )  # fmt: skip
 
 

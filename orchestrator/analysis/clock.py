@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from loadshapes.shapes import _Shape as ShapeLike
 from orchestrator.analysis.parallel import run_parallel
 from orchestrator.analysis.request_ids import ParsedIds, parse_request_ids
+from orchestrator.analysis.run_rows import key_spans, place_rows
 from orchestrator.analysis.slices import by_slices, row_slices
 
 RunKey = tuple[str, str, str, int]  # arm, shape, run, repeat (-1: the id did not name one)
@@ -56,6 +57,14 @@ class RunClock:
     start_ns: np.ndarray  # per run
     span_s: np.ndarray  # per run: first to last scheduled request
     rows: np.ndarray  # per run
+
+
+def _int32(values: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=np.int32)  # no copy when already so
+
+
+def _int64(values: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=np.int64)
 
 
 def _run_groups(fields: list[tuple[np.ndarray, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -101,7 +110,25 @@ def run_clock(table: pa.Table, *, run_starts: Mapping[RunKey, int] | None = None
         (run.codes, len(run.names) + 1),
         (ids.repeat, int(ids.repeat.max(initial=-1)) + 2),
     ]
-    present, group = _run_groups(fields)
+    sizes = tuple(size for _, size in fields)
+    domain = int(np.prod(sizes))
+    rows = len(scheduled)
+    dense = domain <= 4 * rows + 4096
+    if dense:
+        # Counted and placed by the compiled passes: no full-length key array, no scatter-min/max.
+        columns = (_int32(arm.codes), _int32(shape.codes), _int32(run.codes), _int64(ids.repeat))
+        counts = np.zeros(domain, dtype=np.int64)
+        first_by_key = np.full(domain, np.iinfo(np.int64).max, dtype=np.int64)
+        last_by_key = np.full(domain, np.iinfo(np.int64).min, dtype=np.int64)
+        key_spans(*columns, sizes, scheduled, counts, first_by_key, last_by_key)
+        present = np.flatnonzero(counts)
+        first, last = first_by_key[present], last_by_key[present]
+    else:
+        present, group = _run_groups(fields)
+        first = np.full(len(present), np.iinfo(np.int64).max, dtype=np.int64)
+        last = np.full(len(present), np.iinfo(np.int64).min, dtype=np.int64)
+        np.minimum.at(first, group, scheduled)
+        np.maximum.at(last, group, scheduled)
     decoded = []
     rest = present.copy()
     for _, size in reversed(fields):
@@ -116,17 +143,19 @@ def run_clock(table: pa.Table, *, run_starts: Mapping[RunKey, int] | None = None
         (name(arm.names, int(a)), name(shape.names, int(s)), name(run.names, int(r)), int(p))
         for a, s, r, p in zip(arm_c, shape_c, run_c, repeat_c, strict=True)
     )
-    first = np.full(len(present), np.iinfo(np.int64).max, dtype=np.int64)
-    last = np.full(len(present), np.iinfo(np.int64).min, dtype=np.int64)
-    np.minimum.at(first, group, scheduled)
-    np.maximum.at(last, group, scheduled)
     start = first.copy()
     for i, run_key in enumerate(runs):
         if run_starts and run_key in run_starts:
             start[i] = run_starts[run_key]
-    (offset_s,) = by_slices(
-        len(scheduled), lambda rows: [(scheduled[rows] - start[group[rows]]).astype(np.float64) / 1e9], [np.float64]
-    )
+    if dense:
+        remap = np.zeros(domain, dtype=np.int64)
+        remap[present] = np.arange(len(present))
+        group, offset_s = np.empty(rows, dtype=np.int64), np.empty(rows, dtype=np.float64)
+        place_rows(*columns, sizes, scheduled, remap, start, group, offset_s)
+    else:
+        (offset_s,) = by_slices(
+            rows, lambda part: [(scheduled[part] - start[group[part]]).astype(np.float64) / 1e9], [np.float64]
+        )
     return RunClock(
         arm=arm,
         shape=shape,

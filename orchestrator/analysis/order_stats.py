@@ -17,11 +17,15 @@ QUANTILES = (50.0, 90.0, 99.0)
 _SIGN = np.uint64(1 << 63)
 _BIN_BITS = 16  # 65536 bins: a group's keys spread over them, so the bins holding the ranks stay small
 
-_U64, _I64, _I32, _BOOL = (types.Array(t, 1, "C") for t in (types.uint64, types.int64, types.int32, types.boolean))
+_U64, _I64 = (types.Array(t, 1, "C") for t in (types.uint64, types.int64))
+# Inputs read-only in the signatures: a writable array matches them too.
+_IN_U64, _IN_I64, _IN_I32, _IN_BOOL = (
+    types.Array(t, 1, "C", readonly=True) for t in (types.uint64, types.int64, types.int32, types.boolean)
+)
 
 
 # Signatures given, so the kernels are compiled (or loaded from numba's cache) at import, not on first use.
-@njit(types.void(_U64, _I32, _BOOL, _I64, _U64), cache=True, nogil=True)  # type: ignore[untyped-decorator]
+@njit(types.void(_IN_U64, _IN_I32, _IN_BOOL, _I64, _U64), cache=True, nogil=True)  # type: ignore[untyped-decorator]
 def _gather(
     bits: np.ndarray, group: np.ndarray, where: np.ndarray, bounds: np.ndarray, keys: np.ndarray
 ) -> None:  # pragma: no cover
@@ -47,7 +51,7 @@ def _gather(
             at[g] += 1
 
 
-@njit(types.void(_U64, _I64, _I64, _U64), cache=True, nogil=True)  # type: ignore[untyped-decorator]
+@njit(types.void(_IN_U64, _IN_I64, _IN_I64, _U64), cache=True, nogil=True)  # type: ignore[untyped-decorator]
 def _select(keys: np.ndarray, bounds: np.ndarray, ranks: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
     """out[g * R + j]: the key of rank ranks[g * R + j] within group g (R ranks per group, each below its size)."""
     per_group = len(ranks) // (len(bounds) - 1)
