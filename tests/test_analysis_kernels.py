@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from orchestrator.analysis.cell_totals import cell_totals
+from orchestrator.analysis.lists import _chunk_sums, list_sums
 from orchestrator.analysis.order_stats import grouped_quantiles
 
 
@@ -112,3 +114,24 @@ def test_cell_totals_equal_bincounts() -> None:
     np.testing.assert_array_equal(got.pair_counts, np.bincount(pair_block, minlength=size + 1)[:size])
     for j, column in enumerate(expected_pairs):
         np.testing.assert_allclose(got.pair_totals[:, j], sums(pair_block, column, size), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("element", [pa.int16(), pa.int32(), pa.int64()])
+@pytest.mark.parametrize("positive", [False, True])
+def test_list_sums_from_buffers_equal_running_sums(element: pa.DataType, positive: bool) -> None:
+    rng = np.random.default_rng(5)
+    lists = [
+        [None if rng.random() < 0.1 else int(x) for x in rng.integers(-3, 30_000, rng.integers(0, 6))]
+        for _ in range(900)
+    ]
+    with_null_lists = [None if rng.random() < 0.05 else items for items in lists]
+    for rows in (lists, with_null_lists):
+        column = pa.chunked_array(
+            [pa.array(rows[:400], pa.list_(element)), pa.array(rows[400:], pa.list_(element)).slice(37)]
+        )
+        got = list_sums(column, positive=positive)
+        expected = [
+            np.concatenate(parts) for parts in zip(*(_chunk_sums(c, positive) for c in column.chunks), strict=True)
+        ]
+        for g, e in zip(got, expected, strict=True):
+            np.testing.assert_array_equal(g, e)
