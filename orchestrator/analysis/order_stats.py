@@ -51,58 +51,95 @@ def _gather(
             at[g] += 1
 
 
+@njit(types.uint64(_U64, types.int64, types.int64, types.int64), cache=True, nogil=True)  # type: ignore[untyped-decorator]
+def _kth(keys: np.ndarray, lo: int, hi: int, k: int) -> int:  # pragma: no cover
+    """The k-th smallest of keys[lo:hi], which it reorders: quickselect with a three-way partition, so runs of
+    equal keys (rounded latencies) cost one pass."""
+    while hi - lo > 1:
+        a, b, c = keys[lo], keys[(lo + hi) // 2], keys[hi - 1]
+        pivot: int = max(min(a, b), min(max(a, b), c))  # median of three
+        less, i, more = lo, lo, hi
+        while i < more:
+            key = keys[i]
+            if key < pivot:
+                keys[i], keys[less] = keys[less], key
+                less += 1
+                i += 1
+            elif key > pivot:
+                more -= 1
+                keys[i], keys[more] = keys[more], key
+            else:
+                i += 1
+        if k < less - lo:
+            hi = less
+        elif k < more - lo:
+            return pivot
+        else:
+            k -= more - lo
+            lo = more
+    found: int = keys[lo]
+    return found
+
+
+# Plain loops only: numpy's sort, unique and fancy indexing would each add seconds to the first compile.
 @njit(types.void(_IN_U64, _IN_I64, _IN_I64, _U64), cache=True, nogil=True)  # type: ignore[untyped-decorator]
 def _select(keys: np.ndarray, bounds: np.ndarray, ranks: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
     """out[g * R + j]: the key of rank ranks[g * R + j] within group g (R ranks per group, each below its size)."""
     per_group = len(ranks) // (len(bounds) - 1)
     bins = 1 << _BIN_BITS
     histogram = np.zeros(bins, dtype=np.int64)
-    marked = np.zeros(bins, dtype=np.bool_)
+    place = np.full(bins, -1, dtype=np.int64)  # where a wanted bin's keys start in `picked`; -1: not wanted
+    picked = np.empty(0, dtype=np.uint64)
+    rank_bin = np.empty(per_group, dtype=np.int64)
+    inside = np.empty(per_group, dtype=np.int64)
     for g in range(len(bounds) - 1):
-        segment = keys[bounds[g] : bounds[g + 1]]
-        if len(segment) == 0:
+        start, stop = bounds[g], bounds[g + 1]
+        if stop == start:
             continue
-        low = segment.min()
-        span = segment.max() - low
+        low, high = keys[start], keys[start]
+        for i in range(start, stop):
+            low = min(low, keys[i])
+            high = max(high, keys[i])
         # No more bins than keys: a small group would spend its time clearing an empty histogram.
         used = 1
-        while used < len(segment) and used < bins:
+        while used < stop - start and used < bins:
             used *= 2
         shift = np.uint64(0)
-        while (span >> shift) >= used:
+        while ((high - low) >> shift) >= used:
             shift += np.uint64(1)
         histogram[:used] = 0
-        for k in segment:
-            histogram[(k - low) >> shift] += 1
+        for i in range(start, stop):
+            histogram[(keys[i] - low) >> shift] += 1
         # Each wanted rank's bin, and its rank inside that bin.
-        wanted = ranks[g * per_group : (g + 1) * per_group]
-        rank_bin = np.empty(per_group, dtype=np.int64)
-        inside = np.empty(per_group, dtype=np.int64)
         for j in range(per_group):
+            wanted = ranks[g * per_group + j]
             below = 0
             b = 0
-            while below + histogram[b] <= wanted[j]:
+            while below + histogram[b] <= wanted:
                 below += histogram[b]
                 b += 1
             rank_bin[j] = b
-            inside[j] = wanted[j] - below
-        chosen = np.unique(rank_bin)
-        marked[chosen] = True
-        picked = np.empty(histogram[chosen].sum(), dtype=np.uint64)
-        n = 0
-        for k in segment:
-            if marked[(k - low) >> shift]:
-                picked[n] = k
-                n += 1
-        marked[chosen] = False
-        picked.sort()
+            inside[j] = wanted - below
+            place[b] = 0
+        # The wanted bins' keys, bin after bin (a counting sort restricted to them).
+        total = 0
+        for b in range(used):
+            if place[b] >= 0:
+                place[b] = total
+                total += histogram[b]
+        if len(picked) < total:
+            picked = np.empty(total, dtype=np.uint64)
+        for i in range(start, stop):
+            b = (keys[i] - low) >> shift
+            if place[b] >= 0:  # advances as the bin's keys land
+                picked[place[b]] = keys[i]
+                place[b] += 1
         for j in range(per_group):
-            start = 0
-            for c in chosen:
-                if c == rank_bin[j]:
-                    break
-                start += histogram[c]
-            out[g * per_group + j] = picked[start + inside[j]]
+            b = rank_bin[j]
+            end = place[b]  # advanced past the bin's keys: its start is end - histogram[b]
+            out[g * per_group + j] = _kth(picked, end - histogram[b], end, inside[j])
+        for j in range(per_group):
+            place[rank_bin[j]] = -1
 
 
 def _floats(keys: np.ndarray) -> np.ndarray:
