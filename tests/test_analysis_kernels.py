@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from orchestrator.analysis.band_kernel import band_of
 from orchestrator.analysis.cell_totals import cell_totals
 from orchestrator.analysis.lists import _chunk_sums, list_sums
 from orchestrator.analysis.order_stats import grouped_quantiles
@@ -135,3 +136,13 @@ def test_list_sums_from_buffers_equal_running_sums(element: pa.DataType, positiv
         ]
         for g, e in zip(got, expected, strict=True):
             np.testing.assert_array_equal(g, e)
+
+
+def test_band_codes_equal_searchsorted_parity() -> None:
+    rng = np.random.default_rng(9)
+    values = np.concatenate([rng.uniform(-5, 600, 10_000), [np.nan, np.inf, -np.inf, 0.0, 8.0, 9.0, 513.0]])
+    edges = np.array([1.0, 9.0, 9.0, 33.0, 40.0, 65.0, 65.0, np.inf])
+    codes = np.empty(len(values), dtype=np.int32)
+    band_of(values, edges, codes)
+    position = np.searchsorted(edges, values, side="right")
+    np.testing.assert_array_equal(codes, np.where(position & 1, position >> 1, -1))

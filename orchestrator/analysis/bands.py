@@ -10,7 +10,7 @@ from typing import Literal, Self
 import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from orchestrator.analysis.slices import by_slices
+from orchestrator.analysis.band_kernel import band_of
 
 DEFAULT_BATCH_RANGES: tuple[tuple[int, int], ...] = ((1, 8), (9, 32), (33, 64), (65, 128), (129, 256), (257, 512))
 
@@ -51,12 +51,8 @@ class BandSet(BaseModel):
         # Edges low0, high0, low1, high1, ... (ordered, as the bands may not overlap): a value lies in band i
         # exactly when 2i + 1 edges are at or below it, so one binary search per value places it, gaps included.
         edges = np.array([edge for b in self.bands for edge in (b.low, b.upper)])
-
-        def band(rows: slice) -> list[np.ndarray]:
-            position = np.searchsorted(edges, values[rows], side="right")
-            return [np.where(position & 1, position >> 1, -1)]
-
-        (codes,) = by_slices(len(values), band, [np.int32])
+        codes = np.empty(len(values), dtype=np.int32)
+        band_of(np.ascontiguousarray(values, dtype=np.float64), edges, codes)
         return codes
 
 
