@@ -8,6 +8,7 @@ import pytest
 
 from orchestrator.analysis.band_kernel import band_of
 from orchestrator.analysis.cell_totals import cell_totals
+from orchestrator.analysis.frame_kernels import clock_seconds_of, mean_of_sums
 from orchestrator.analysis.lists import _chunk_sums, list_sums
 from orchestrator.analysis.order_stats import grouped_quantiles
 
@@ -146,3 +147,25 @@ def test_band_codes_equal_searchsorted_parity() -> None:
     band_of(values, edges, codes)
     position = np.searchsorted(edges, values, side="right")
     np.testing.assert_array_equal(codes, np.where(position & 1, position >> 1, -1))
+
+
+def test_clock_seconds_equal_numpy_expression() -> None:
+    rng = np.random.default_rng(11)
+    n = 5_000
+    offered = rng.uniform(-1, 50, n)
+    offered[rng.random(n) < 0.1] = np.nan
+    offered[rng.random(n) < 0.05] = np.inf
+    mean_rate = np.array([10.0, np.nan, 0.0, 400.0, -1.0])
+    run = rng.integers(0, len(mean_rate), n).astype(np.int64)
+    got = np.empty(n)
+    clock_seconds_of(offered, run, mean_rate, 20.0, got)
+    run_rate = mean_rate[run]
+    known = np.isfinite(offered) & (offered > 0)
+    rate = np.where(known, np.maximum(offered, run_rate / 20.0), run_rate)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(got, np.where(np.isfinite(rate) & (rate > 0), 1.0 / rate, 0.0))
+    sums, counts = rng.integers(0, 900, n).astype(np.int32), rng.integers(0, 4, n).astype(np.int32)
+    means = np.empty(n)
+    mean_of_sums(sums, counts, means)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(means, np.where(counts > 0, sums / counts, np.nan))

@@ -17,9 +17,9 @@ import pyarrow as pa
 from loadshapes.shapes import _Shape as ShapeLike
 from orchestrator.analysis.clock import Codes, RunClock, RunKey, encode, offered_rates_at, run_clock
 from orchestrator.analysis.columns import float_column
+from orchestrator.analysis.frame_kernels import clock_seconds_of, mean_of_sums
 from orchestrator.analysis.lists import list_sums
 from orchestrator.analysis.parallel import run_parallel
-from orchestrator.analysis.slices import by_slices
 
 FRAME_COLUMNS = (
     "arm",
@@ -77,26 +77,21 @@ def clock_seconds(clock: RunClock, offered_rate: np.ndarray) -> np.ndarray:
     Where the offered rate is unknown (closed loop, no shape given) the run's mean arrival rate stands in.
     """
     mean_rate = np.where(clock.span_s > 0, (clock.rows - 1) / np.where(clock.span_s > 0, clock.span_s, 1.0), np.nan)
-
-    def seconds(rows: slice) -> list[np.ndarray]:
-        offered, run_rate = offered_rate[rows], mean_rate[clock.run[rows]]
-        known = np.isfinite(offered) & (offered > 0)
-        rate = np.where(known, np.maximum(offered, run_rate / _MAX_CLOCK_STRETCH), run_rate)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return [np.where(np.isfinite(rate) & (rate > 0), 1.0 / rate, 0.0)]
-
-    (out,) = by_slices(len(offered_rate), seconds, [np.float64])
+    out = np.empty(len(offered_rate), dtype=np.float64)
+    clock_seconds_of(
+        np.ascontiguousarray(offered_rate, dtype=np.float64),
+        np.ascontiguousarray(clock.run, dtype=np.int64),
+        mean_rate.astype(np.float64),
+        _MAX_CLOCK_STRETCH,
+        out,
+    )
     return out
 
 
 def _step_totals(table: pa.Table) -> dict[str, np.ndarray]:
     batch_sums, steps = list_sums(table["step_batch_size"])
-
-    def mean(rows: slice) -> list[np.ndarray]:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return [np.where(steps[rows] > 0, batch_sums[rows] / steps[rows], np.nan)]
-
-    (typical_batch,) = by_slices(len(steps), mean, [np.float64])
+    typical_batch = np.empty(len(steps), dtype=np.float64)
+    mean_of_sums(batch_sums, steps, typical_batch)
     return {"typical_batch": typical_batch, "steps": steps, "k_sum": list_sums(table["step_k"])[0]}
 
 
