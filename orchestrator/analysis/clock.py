@@ -178,8 +178,12 @@ def offered_rates_at(clock: RunClock, shapes: Mapping[str, ShapeLike]) -> np.nda
     }
 
     def rates(rows: slice) -> list[np.ndarray]:
-        out = np.full(rows.stop - rows.start, np.nan)
         codes, offsets = clock.shape.codes[rows], clock.offset_s[rows]
+        # Rows come partition by partition, so a slice is mostly of one shape: no mask gather and scatter then.
+        only = int(codes[0]) if len(codes) else -1
+        if only in given and (codes == only).all():
+            return [np.asarray(given[only].rate_at(offsets), dtype=np.float64)]
+        out = np.full(rows.stop - rows.start, np.nan)
         for code, shape in given.items():
             mine = codes == code
             out[mine] = shape.rate_at(offsets[mine])
