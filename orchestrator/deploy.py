@@ -70,7 +70,12 @@ def deploy(
     names = [arm.app_name for arm in arms]
     try:
         serve.run_many(
-            [serve.RunTarget(build_arm_app(arm), name=arm.app_name, route_prefix=arm.route_prefix) for arm in arms],
+            [
+                serve.RunTarget(
+                    build_arm_app(arm, campaign.serve.host), name=arm.app_name, route_prefix=arm.route_prefix
+                )
+                for arm in arms
+            ],
             wait_for_applications_running=False,
         )
         _wait_running(names, deadline=time.monotonic() + timeout)

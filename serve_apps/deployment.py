@@ -40,12 +40,35 @@ def _versions() -> dict[str, str]:
     return versions
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def keep_internal_grpc_on_loopback() -> None:
+    """Ray Serve 2.60 replicas open an inter-deployment gRPC server on [::]:0 (every interface) once the user
+    constructor returns, whether or not gRPC is in use (RAY_SERVE_USE_GRPC_BY_DEFAULT, off by default). When the
+    campaign keeps Serve on loopback, bind it to 127.0.0.1 too: Serve reaches its replicas through the node's
+    address, which is 127.0.0.1 on such a cluster."""
+    from ray.serve._private import replica
+
+    original: Any = getattr(replica, "add_port_to_grpc_server")  # noqa: B009 (not re-exported: mypy)
+    if getattr(original, "specdrill_loopback", False):
+        return
+
+    def bind(server: Any, address: str) -> Any:
+        return original(server, "127.0.0.1:0" if address == "[::]:0" else address)
+
+    bind.specdrill_loopback = True  # type: ignore[attr-defined]
+    setattr(replica, "add_port_to_grpc_server", bind)  # noqa: B010
+
+
 @serve.deployment(max_ongoing_requests=1024)
 @serve.ingress(app)
 class ArmDeployment:
     # Async constructor: the replica only counts as running once its engine has started (a vLLM engine that
     # fails to start fails the deployment with vLLM's message instead of failing the first request).
-    async def __init__(self, arm_json: str) -> None:  # type: ignore[misc]
+    async def __init__(self, arm_json: str, serve_host: str = "127.0.0.1") -> None:  # type: ignore[misc]
+        if serve_host in LOOPBACK:
+            keep_internal_grpc_on_loopback()
         arm = ArmSpec.model_validate_json(arm_json)
         context = serve.get_replica_context()
         replica_id = context.replica_id.unique_id
@@ -127,7 +150,7 @@ class ArmDeployment:
         await self.service.engine.stop()
 
 
-def build_arm_app(arm: ArmSpec) -> serve.Application:
+def build_arm_app(arm: ArmSpec, serve_host: str = "127.0.0.1") -> serve.Application:
     """The Serve application for one arm, with replicas and placement from its topology and resources."""
     topo = arm.topology
     is_vllm = isinstance(arm.engine, VllmEngineConfig)
@@ -151,6 +174,6 @@ def build_arm_app(arm: ArmSpec) -> serve.Application:
     elif res.max_engines_per_node is not None:
         options["max_replicas_per_node"] = res.max_engines_per_node
     application: serve.Application = ArmDeployment.options(**options).bind(  # type: ignore[attr-defined]
-        arm.model_dump_json()
+        arm.model_dump_json(), serve_host
     )
     return application

@@ -115,8 +115,9 @@ def test_a_stopped_job_rerun_skips_complete_units_and_redoes_the_partial_one(
         "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
         "policies": {"off": "off"},
         "shapes": {
-            "short": {"kind": "quiet", "rate": 4, "duration_s": 3},
-            "long": {"kind": "quiet", "rate": 4, "duration_s": 40},
+            # units run in shape-name order: "a-short" completes, "b-long" is the one interrupted
+            "a-short": {"kind": "quiet", "rate": 4, "duration_s": 3},
+            "b-long": {"kind": "quiet", "rate": 4, "duration_s": 40},
         },
         "mix": {"entries": [{"workload": "chat", "weight": 1}]},
         "output": str(output),
@@ -134,11 +135,12 @@ def test_a_stopped_job_rerun_skips_complete_units_and_redoes_the_partial_one(
     assert submitted.returncode == 0, submitted.stderr[-2000:]
 
     # Stop the driver once the short unit is complete and the long one has flushed rows of its own.
-    short_marker = output / "units/off-single/short/r0.json"
-    long_parts = output / "traces/arm=off-single/shape=long"
+    short_marker = output / "units/off-single/a-short/r0.json"
+    long_parts = output / "traces/arm=off-single/shape=b-long"
     deadline = time.monotonic() + 300
     while not (short_marker.exists() and len(list(long_parts.glob("*.parquet"))) >= 2):
-        if time.monotonic() > deadline or "RUNNING" not in _ray(ray_head, "status", job_id).stdout:
+        status = _ray(ray_head, "status", job_id)
+        if time.monotonic() > deadline or any(w in status.stdout + status.stderr for w in ("FAILED", "SUCCEEDED")):
             pytest.fail(_ray(ray_head, "logs", job_id).stdout[-3000:])
         time.sleep(0.5)
     # Mid-unit, everything is up (GCS, raylet, dashboard and its agents, the driver, Serve's proxy and the arm,
@@ -151,7 +153,7 @@ def test_a_stopped_job_rerun_skips_complete_units_and_redoes_the_partial_one(
     assert stopped.returncode == 0, stopped.stderr[-2000:]
     status = _ray(ray_head, "status", job_id)
     assert "stopped" in status.stdout + status.stderr
-    assert not (output / "units/off-single/long/r0.json").exists()
+    assert not (output / "units/off-single/b-long/r0.json").exists()
     partial_rows = read_traces(str(long_parts.parent.parent)).num_rows
     kept_mtime = short_marker.stat().st_mtime_ns
 
