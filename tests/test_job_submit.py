@@ -41,7 +41,9 @@ def ray_head() -> Iterator[dict[str, Any]]:
     ]  # fmt: skip
     subprocess.run(start, env=env, check=True, capture_output=True, timeout=120)
     try:
-        yield {"env": env, "address": f"http://127.0.0.1:{dashboard}", "dashboard": dashboard, "temp_dir": temp_dir}
+        yield {"env": env, "address": f"http://127.0.0.1:{dashboard}", "dashboard": dashboard, "temp_dir": temp_dir,
+               # One Serve per cluster: every campaign on this head uses the port the first one started it on.
+               "serve_port": free_port()}  # fmt: skip
     finally:
         subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120, check=False)
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -72,7 +74,7 @@ def test_job_submit_runs_the_campaign_and_a_rerun_resumes(ray_head: dict[str, An
         "mix": {"entries": [{"workload": "chat", "weight": 1}]},
         "output": str(output),
         "load": {"workers": 1, "cpus_per_worker": 0.5, "drain_s": 20},
-        "serve": {"host": "127.0.0.1", "port": free_port()},
+        "serve": {"host": "127.0.0.1", "port": ray_head["serve_port"]},
     }
     path = tmp_path / "campaign.yaml"
     path.write_text(yaml.safe_dump(campaign))
@@ -122,7 +124,7 @@ def test_a_stopped_job_rerun_skips_complete_units_and_redoes_the_partial_one(
         "mix": {"entries": [{"workload": "chat", "weight": 1}]},
         "output": str(output),
         "load": {"workers": 1, "cpus_per_worker": 0.5, "drain_s": 20, "flush_rows": 5},
-        "serve": {"host": "127.0.0.1", "port": free_port()},
+        "serve": {"host": "127.0.0.1", "port": ray_head["serve_port"]},
     }
     path = tmp_path / "campaign.yaml"
     path.write_text(yaml.safe_dump(campaign))

@@ -146,9 +146,10 @@ def test_dynamic_arm_runs_the_schedule_for_the_batch_sizes_it_sees(cluster: dict
 
 def test_data_parallel_arm_drops_the_schedule_and_runs_static_k(cluster: dict[str, Any]) -> None:
     url = cluster["urls"]["dyn-dp2"]
-    with ThreadPoolExecutor(10) as pool:
-        bodies = list(pool.map(lambda _: _complete(url, max_tokens=48, extra_body={"ignore_eos": True}), range(10)))
+    with ThreadPoolExecutor(16) as pool:
+        bodies = list(pool.map(lambda _: _complete(url, max_tokens=48, extra_body={"ignore_eos": True}), range(16)))
     replicas = set()
+    batch_sizes: set[int] = set()
     for body in bodies:
         t = body["specdrill"]
         assert t["schedule_dropped"] is True
@@ -159,10 +160,13 @@ def test_data_parallel_arm_drops_the_schedule_and_runs_static_k(cluster: dict[st
             [9, 512, 0],
         ]
         assert set(t["executed"]["step_k"]) == {3}
-        assert max(t["executed"]["step_batch_size"]) >= 3  # the schedule would have run k = 1 here
+        batch_sizes |= set(t["executed"]["step_batch_size"])
         assert set(body["metrics"]["speculative_decoding"]["per_step_drafted"]) == {3}
         replicas.add(t["replica_id"])
     assert len(replicas) == 2  # two DP ranks served the traffic
+    # Some steps ran batches of 3 or more, where the schedule says k = 1: still k = 3 (how each request's
+    # batches overlap depends on timing; across 16 requests on two ranks some do).
+    assert max(batch_sizes) >= 3
 
 
 def test_telemetry_carries_placement_versions_and_timestamps(cluster: dict[str, Any]) -> None:
