@@ -64,7 +64,9 @@ def _child_setup(cpu: int | None) -> Callable[[], None]:
     return setup
 
 
-def _locust(plan_path: Path, log_path: Path, env: dict[str, str] | None, cpu: int | None, wait_s: float = 0.0) -> Any:
+def _locust(
+    plan_path: Path, log_path: Path, env: dict[str, str] | None, cpu: int | None, wait_s: float = 0.0
+) -> subprocess.Popen[bytes]:
     environment = {**os.environ, **(env or {}), "SPECDRILL_LOAD_PLAN": str(plan_path)}
     environment["SPECDRILL_PLAN_WAIT_S"] = str(wait_s)
     environment.pop("LOCUST_SKIP_MONKEY_PATCH", None)

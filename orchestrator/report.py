@@ -37,7 +37,7 @@ from orchestrator.analysis import (
     request_frame,
     verify_executed_policy,
 )
-from orchestrator.analysis.faults import FAULT_COLUMNS, FaultWindow, fault_windows, outcome_ns, unit_keys
+from orchestrator.analysis.faults import FAULT_COLUMNS, FaultWindow, fault_windows, outcomes_by_unit
 from orchestrator.analysis.results import Verdict
 from orchestrator.campaign import Campaign
 from orchestrator.report_html import ReportData, render_report_html
@@ -199,9 +199,7 @@ def read_fault_windows(inputs: RunInputs) -> list[FaultWindow]:
     arms = pa.array(pc.unique(pc.cast(failed["arm"], pa.string())))
     shapes = pa.array(pc.unique(pc.cast(failed["shape"], pa.string())))
     scope = pc.field("arm").isin(arms) & pc.field("shape").isin(shapes)
-    ended = read_traces(traces, columns=FAULT_COLUMNS, where=scope)
-    keys, times = unit_keys(ended), outcome_ns(ended)
-    ended_ns = {str(key): np.sort(times[keys == key]) for key in np.unique(keys)}
+    ended_ns = outcomes_by_unit(read_traces(traces, columns=FAULT_COLUMNS, where=scope))
     return fault_windows(failed, ended_ns, {u.unit.key: u.start_ns for u in inputs.units})
 
 

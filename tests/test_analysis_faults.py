@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from orchestrator.analysis.faults import fault_windows, outcome_ns, unit_keys
+from orchestrator.analysis.faults import fault_windows, outcome_ns, outcomes_by_unit, unit_keys
 
 START = 1_800_000_000 * 10**9
 
@@ -49,6 +49,10 @@ def test_windows_are_per_unit_and_a_request_never_sent_counts_at_its_scheduled_t
     b = _rows("off-single", "cross", 1, [(2.0, "error", "connection_error")])
     both = pa.concat_tables([a, b], promote_options="permissive")
     failed = both.filter(pc.not_equal(both["status"], "ok"))
+    ended = outcomes_by_unit(both)
+    assert sorted(ended) == ["fixed3-single/cross/r1", "off-single/cross/r1"]
+    assert ended["fixed3-single/cross/r1"].tolist() == [START + 10**9, START + 45 * 10**8]  # not_sent: scheduled
+    assert ended["off-single/cross/r1"].tolist() == [START + 2 * 10**9]
     windows = fault_windows(failed, {}, {"fixed3-single/cross/r1": START, "off-single/cross/r1": START})
     assert [(w.unit, w.start_s, w.failed) for w in windows] == [
         ("fixed3-single/cross/r1", 4.5, 1),

@@ -41,13 +41,30 @@ def outcome_ns(table: pa.Table) -> np.ndarray:
     return np.asarray(times, dtype=np.int64)
 
 
-def unit_keys(table: pa.Table) -> np.ndarray:
-    """arm/shape/rN per row, from the request id ({arm}:{shape}:{repeat}:{i})."""
-    parts = pc.split_pattern(table["request_id"], ":")
-    repeat = pc.list_element(parts, 2)
+def _unit_codes(table: pa.Table) -> tuple[np.ndarray, list[str]]:
+    """Per row, a code into the run's unit names (arm/shape/rN, from the request id {arm}:{shape}:{repeat}:{i}):
+    Arrow dictionary-encodes the keys, so no row becomes a Python object."""
+    repeat = pc.list_element(pc.split_pattern(table["request_id"], ":"), 2)
     arm, shape = pc.cast(table["arm"], pa.string()), pc.cast(table["shape"], pa.string())
     keys = pc.binary_join_element_wise(arm, shape, pc.binary_join_element_wise("r", repeat, ""), "/")
-    return np.asarray(keys.to_pylist(), dtype=object)
+    encoded = pc.dictionary_encode(keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys)
+    return np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64), encoded.dictionary.to_pylist()
+
+
+def unit_keys(table: pa.Table) -> np.ndarray:
+    """arm/shape/rN per row."""
+    codes, names = _unit_codes(table)
+    keys: np.ndarray = np.asarray(names, dtype=object)[codes]
+    return keys
+
+
+def outcomes_by_unit(table: pa.Table) -> dict[str, np.ndarray]:
+    """Per unit, the sorted outcome times of its rows (the "N of M failed" denominators)."""
+    codes, names = _unit_codes(table)
+    times = outcome_ns(table)
+    order = np.lexsort((times, codes))
+    bounds = np.cumsum(np.bincount(codes, minlength=len(names)))[:-1]
+    return dict(zip(names, np.split(times[order], bounds), strict=True))
 
 
 def fault_windows(
