@@ -14,34 +14,63 @@ Import this only in a Locust process: Locust monkey-patches the interpreter with
 
 from __future__ import annotations
 
+import collections
 import gc
 import json
 import os
 import sys
 import threading
 import time
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import gevent
+import gevent.event
 import gevent.pool
 import numpy as np
+import pyarrow as pa
 import yaml
-from gevent.lock import BoundedSemaphore
 from geventhttpclient import URL, HTTPClient
-from geventhttpclient.response import HTTPParseError
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketResponse
 from locust import LoadTestShape, User, events, task
 from locust.env import Environment
 from locust.exception import StopUser
 
 from loadshapes.plan import Planned, WorkerPlan, closed_loop_users, open_loop_schedule, request_body
-from loadshapes.sse import StreamError, StreamResult, latency_columns, telemetry_columns
-from loadshapes.trace import PartWriter
+from loadshapes.sse import StreamError, StreamResult, body_lines, latency_columns, telemetry_columns
+from loadshapes.trace import PartWriter, rows_to_table_in_steps
 from serve_apps.clock import now_ns
 
 
 class RequestTimeout(Exception):
     pass
+
+
+# Below this no step is assumed to fit before a send: Python's timing of a fast step is noisy.
+_MIN_STEP_COST_NS = 150_000
+_BACKLOG = 512
+# The cyclic GC is off while sending: the worker's objects die by reference counting (a 10,881-request run left
+# no cyclic garbage), and a pass over a Locust process takes 10-100 ms. Should this many young objects stay
+# alive anyway, a young-generation pass runs as a bookkeeping step.
+_GC_LIVE_YOUNG_OBJECTS = 100_000
+
+
+@dataclass(slots=True)
+class Received:
+    """What the sender saw of one request: each SSE line with its arrival time, or how it failed."""
+
+    index: int
+    item: Planned | None
+    scheduled_ns: int
+    sent_ns: int
+    chunks: list[bytes] = field(default_factory=list)  # the body, as each socket read delivered it
+    times: list[int] = field(default_factory=list)  # when each chunk arrived
+    done_ns: int | None = None  # the last byte arrived
+    failed_ns: int | None = None
+    broken: tuple[str, str] | None = None  # the connection broke mid-body: (exception type, message)
+    failure: tuple[str, str, str] | None = None  # (status, error_class, error_message) seen by the sender
 
 
 def _load_plan() -> WorkerPlan:
@@ -70,8 +99,18 @@ class WorkerState:
             plan.trace_root, writer_id=f"{plan.arm}-{plan.shape_name}-r{plan.repeat}-w{plan.worker}"
         )
         self.rows: list[dict[str, Any]] = []
-        self.write_lock = BoundedSemaphore(1)
+        self.to_convert: collections.deque[list[dict[str, Any]]] = collections.deque()
+        self.converting: Generator[str, None, pa.Table] | None = None
+        self.writes: list[gevent.event.AsyncResult] = []
         self.in_flight: dict[int, tuple[Planned | None, int]] = {}
+        self.received: collections.deque[Received] = collections.deque()  # answered, row not yet built
+        self.work_ready = gevent.event.Event()
+        self.next_due_ns = 0  # the dispatcher's next send time: bookkeeping waits when it is near
+        self.sending_done = False
+        self.step_cost_ns = dict.fromkeys(("row", "slice", "assemble"), _MIN_STEP_COST_NS)
+        self.step_cost_ns["gc"] = 50_000_000  # until measured: a young-generation pass can take tens of ms
+        self.convert_next = "slice"  # the next conversion step: a column slice, or the table's assembly
+        self.bookkeeper: gevent.Greenlet | None = None
         self.greenlets = gevent.pool.Group()
         self.lateness_ns: list[int] = []
         self.start_ns: int | None = plan.start_ns
@@ -115,6 +154,10 @@ class WorkerState:
             else:
                 self.start_ns = now_ns() + 500_000_000
         self.end_ns = self.start_ns + round(self.plan.shape.duration * 1e9)
+        # From here the cyclic GC stays off (see _GC_LIVE_YOUNG_OBJECTS); what is alive now is frozen out of it.
+        gc.collect()
+        gc.freeze()
+        gc.disable()
         return self.start_ns
 
     # --- rows -------------------------------------------------------------------------------------------------
@@ -151,11 +194,15 @@ class WorkerState:
             self.flush()
 
     def flush(self) -> None:
-        with self.write_lock:
-            rows, self.rows = self.rows, []
-            if rows:
-                # Encoding Parquet off the event loop: a 1000-row flush inline would delay sends by milliseconds.
-                gevent.get_hub().threadpool.apply(_write_in_background, (self.writer, rows))
+        """Queue the buffered rows for conversion; the bookkeeping loop converts them in the gaps between sends
+        and a pool thread encodes and writes the Parquet file (C++, without the GIL)."""
+        rows, self.rows = self.rows, []
+        if rows:
+            self.to_convert.append(rows)
+            self.work_ready.set()
+
+    def write_converted(self, table: pa.Table) -> None:
+        self.writes.append(gevent.get_hub().threadpool.spawn(_write_in_background, self.writer, self.plan, table))
 
     def flush_periodically(self) -> None:
         while not self.finished:
@@ -177,6 +224,9 @@ class WorkerState:
             temporary.replace(path)
 
     # --- one request ------------------------------------------------------------------------------------------
+    # Split in two so that sending keeps priority over bookkeeping on the worker's one core: `send` (a greenlet
+    # per request) only moves bytes and stamps each line's arrival time; `finish` (one greenlet for all) parses
+    # the stream and builds the trace row in the gaps between scheduled sends (see `finish_in_gaps`).
     def send(self, index: int, item: Planned | None, scheduled_ns: int) -> None:
         sent_ns = now_ns()
         self.in_flight[index] = (item, scheduled_ns)
@@ -184,9 +234,8 @@ class WorkerState:
             self.max_in_flight_seen = len(self.in_flight)
         self.lateness_ns.append(sent_ns - scheduled_ns)
         self.sent += 1
-        spec = item.spec if item else None
-        result = StreamResult()
-        status, error_class, error_message, done_ns = "ok", None, None, None
+        received = Received(index, item, scheduled_ns, sent_ns)
+        chunks, times = received.chunks, received.times
         try:
             with gevent.Timeout(self.plan.request_timeout_s, RequestTimeout):
                 headers = {**self.headers, "x-request-id": self.plan.request_id(index)}
@@ -200,49 +249,160 @@ class WorkerState:
                     code = response.status_code
                     text = response.read().decode("utf-8", "replace")
                     raise StreamError(f"http_{code}", f"HTTP {code}: {_short(text)}")
-                while True:
-                    try:
-                        line = response.readline(b"\n")
-                    except (OSError, HTTPParseError) as exc:  # the connection broke mid-body
-                        tokens = len(result.token_times_ns)
-                        raise StreamError(
-                            "truncated_stream", f"{type(exc).__name__} after {tokens} tokens: {exc}"
-                        ) from None
-                    if not line:
-                        break
-                    result.feed(line, now_ns())
-                done_ns = now_ns()
-                result.check_complete()
+                try:
+                    for chunk in _body_as_it_arrives(response):
+                        chunks.append(chunk)
+                        times.append(now_ns())
+                    received.done_ns = now_ns()
+                except (OSError, HTTPParseError) as exc:  # the connection broke mid-body
+                    received.broken = (type(exc).__name__, str(exc))
         except gevent.GreenletExit:
             raise  # cancelled at stop: the stop path writes the row
         except StreamError as exc:
-            status, error_class, error_message = "error", exc.kind, str(exc)
+            received.failure = ("error", exc.kind, str(exc))
         except RequestTimeout:
-            status, error_class = "timeout", "timeout"
-            error_message = f"no complete response within {self.plan.request_timeout_s} s"
+            message = f"no complete response within {self.plan.request_timeout_s} s"
+            received.failure = ("timeout", "timeout", message)
         except Exception as exc:
-            status, error_class, error_message = "error", type(exc).__name__, _short(str(exc) or repr(exc))
+            received.failure = ("error", type(exc).__name__, _short(str(exc) or repr(exc)))
+        if received.done_ns is None:
+            received.failed_ns = now_ns()  # a failure's time is when it was seen
         if self.in_flight.pop(index, None) is None:
             return  # already written as cancelled
-        ended_ns = done_ns if done_ns is not None else now_ns()  # a failure's time is when it was seen
-        self.report_to_locust(sent_ns, done_ns, error_message)
-        row = self.base_row(index, scheduled_ns, item)
-        if result.prompt_tokens is None and spec is not None:
-            result.prompt_tokens = spec.prompt_tokens  # what was asked for, when the server did not say
+        self.received.append(received)
+        self.work_ready.set()
+
+    def send_now(self, item: Planned, due_ns: int) -> None:
+        """Start the request in its own greenlet right away, not at the event loop's next turn (behind every
+        response that arrived meanwhile); the dispatcher resumes as soon as that greenlet first waits."""
+        sender = gevent.Greenlet(self.send, item.index, item, due_ns)
+        self.greenlets.add(sender)
+        gevent.get_hub().loop.run_callback(gevent.getcurrent().switch)
+        sender.switch()
+
+    def finish_safely(self, received: Received) -> None:
+        """A response the worker cannot turn into a row (a bug, an unforeseen payload) still gets one."""
+        try:
+            self.finish(received)
+        except Exception as exc:
+            row = self.base_row(received.index, received.scheduled_ns, received.item)
+            row.update(
+                sent_ns=received.sent_ns,
+                done_ns=received.done_ns or received.failed_ns or now_ns(),
+                send_lateness_ns=received.sent_ns - received.scheduled_ns,
+                status="error",
+                error_class="worker_error",
+                error_message=_short(f"{type(exc).__name__}: {exc}"),
+            )
+            self.record(row)
+
+    def finish(self, received: Received) -> None:
+        """The trace row of one answered (or failed) request, from what `send` stamped."""
+        result = StreamResult()
+        failure: tuple[str, str, str] | None = None
+        done_ns: int | None = None
+        ended_ns = received.failed_ns
+        try:
+            for line, t_ns in body_lines(received.chunks, received.times):
+                ended_ns = t_ns  # should this line break the protocol, that is when the request failed
+                result.feed(line, t_ns)
+            ended_ns = received.failed_ns
+            if received.broken is not None:
+                kind, message = received.broken
+                raise StreamError("truncated_stream", f"{kind} after {len(result.token_times_ns)} tokens: {message}")
+            if received.failure is not None:
+                failure = received.failure
+            else:
+                done_ns = received.done_ns  # the whole body arrived; it may still lack [DONE] or usage
+                result.check_complete()
+        except StreamError as exc:
+            failure = ("error", exc.kind, str(exc))
+        status, error_class, error_message = failure or ("ok", None, None)
+        ended_ns = done_ns if done_ns is not None else (ended_ns or now_ns())
+        self.report_to_locust(received.sent_ns, done_ns, error_message)
+        row = self.base_row(received.index, received.scheduled_ns, received.item)
+        if result.prompt_tokens is None and received.item is not None:
+            result.prompt_tokens = received.item.spec.prompt_tokens  # what was asked for, when the server did not say
         row.update(
-            sent_ns=sent_ns,
+            sent_ns=received.sent_ns,
             done_ns=ended_ns,
-            send_lateness_ns=sent_ns - scheduled_ns,
+            send_lateness_ns=received.sent_ns - received.scheduled_ns,
             prompt_tokens=result.prompt_tokens,
             output_tokens=result.output_tokens,
             token_times_ns=result.token_times_ns if self.plan.store_token_times else None,
             status=status,
             error_class=error_class,
             error_message=error_message,
-            **latency_columns(scheduled_ns, result, done_ns),
+            **latency_columns(received.scheduled_ns, result, done_ns),
             **telemetry_columns(result),
         )
         self.record(row)
+
+    def bookkeeping(self) -> None:
+        """Rows from received responses, their conversion to Arrow and the garbage collector, in small steps
+        taken only where they cannot delay the next send.
+
+        Each step costs from tens of microseconds (an Arrow slice) to a fraction of a millisecond (a row) of
+        Python, holding the worker's one core; done inline, a burst of them just before a send time would hold
+        the send up by their sum. Here each step first checks the dispatcher's next due time against what a
+        step of its kind has cost so far. A backlog past `_BACKLOG` rows is worked off regardless, so memory
+        stays bounded when the worker is saturated (the lateness then says so).
+        """
+        while True:
+            step = self.next_step()
+            if step is None:
+                if self.finished:
+                    return
+                self.work_ready.clear()
+                self.work_ready.wait(timeout=0.05)
+                continue
+            room_ns = self.next_due_ns - now_ns()
+            paced = self.plan.shape.open_loop and not self.sending_done  # closed loop: no send times to protect
+            if paced and room_ns < self.step_cost_ns[step] and len(self.received) < _BACKLOG:
+                gevent.sleep(max(room_ns, 0) / 1e9 + 0.00005)  # the send goes first
+                continue
+            self.take_step(step)
+
+    def next_step(self) -> str | None:
+        if self.received:
+            return "row"
+        if self.converting is not None or self.to_convert:
+            return self.convert_next
+        if gc.get_count()[0] >= _GC_LIVE_YOUNG_OBJECTS:
+            return "gc"
+        return None
+
+    def take_step(self, step: str) -> None:
+        started = now_ns()
+        if step == "row":
+            self.finish_safely(self.received.popleft())
+        elif step in ("slice", "assemble"):
+            self.convert_step()
+        else:
+            gc.collect(1)  # young generations only: a full pass waits for the stop
+        cost = now_ns() - started
+        # A cautious running estimate: up to a slow step at once, down slowly.
+        self.step_cost_ns[step] = max(cost, int(self.step_cost_ns[step] * 0.98), _MIN_STEP_COST_NS)
+
+    def convert_step(self) -> None:
+        if self.converting is None:
+            self.converting = rows_to_table_in_steps(self.to_convert.popleft())
+        try:
+            self.convert_next = next(self.converting)
+        except StopIteration as done:
+            self.converting = None
+            self.convert_next = "slice"
+            self.write_converted(done.value)
+
+    def finish_everything(self) -> None:
+        """At the stop, unpaced: every received response becomes a row, every row reaches a file."""
+        while self.received:
+            self.finish_safely(self.received.popleft())
+        self.flush()
+        while self.converting is not None or self.to_convert:
+            self.convert_step()
+        for write in self.writes:
+            write.get()  # a failed write raises here, before the summary claims the rows are on disk
 
     def report_to_locust(self, sent_ns: int, done_ns: int | None, error: str | None) -> None:
         """Locust's own statistics, for its console and web UI only: no result is computed from them."""
@@ -266,6 +426,12 @@ class WorkerState:
         cancelled = dict(self.in_flight)
         self.in_flight.clear()
         self.greenlets.kill(block=True, timeout=5)
+        self.sending_done = True
+        # What was answered before the stop: the bookkeeping loop ends its step and leaves the rest to us.
+        if self.bookkeeper is not None and self.bookkeeper is not gevent.getcurrent():
+            self.work_ready.set()
+            self.bookkeeper.join()
+        gc.enable()
         stop_ns = now_ns()
         for index, (item, scheduled_ns) in sorted(cancelled.items()):
             row = self.base_row(index, scheduled_ns, item)
@@ -285,7 +451,7 @@ class WorkerState:
                     status="cancelled", error_class="not_sent", error_message="the worker stopped before its send time"
                 )
                 self.rows.append(row)
-        self.flush()
+        self.finish_everything()
         if self.plan.summary_file:  # written last, atomically: its presence means every row is on disk
             temporary = Path(self.plan.summary_file + ".tmp")
             temporary.write_text(json.dumps(self.summary()), encoding="utf-8")
@@ -313,10 +479,37 @@ class WorkerState:
         }
 
 
-def _write_in_background(writer: PartWriter, rows: list[dict[str, Any]]) -> None:
-    """On a pool thread at the lowest CPU priority: on a busy core the sender's wake-ups come first."""
+def _write_in_background(writer: PartWriter, plan: WorkerPlan, table: pa.Table) -> None:
+    """Parquet encoding and the file write, on a pool thread at the lowest CPU priority: on a busy core the
+    sender's wake-ups come first. It is C++ that releases the GIL, so this thread never holds the sender up."""
     os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    writer.write(rows)
+    writer.write_table(plan.arm, plan.shape_name, table)
+
+
+def _body_as_it_arrives(response: HTTPSocketResponse) -> Iterator[bytes]:
+    """The response body, one piece per socket read: a whole stream often arrives in one read, and splitting it
+    into lines later (sse.body_lines, off the send path) costs one split instead of a readline call per line.
+    Built on geventhttpclient's response parser, as its own readline is."""
+    buffer = response._body_buffer
+    while True:
+        if buffer:
+            piece = bytes(buffer)
+            del buffer[:]
+            yield piece
+        if response.message_complete:
+            return
+        sock = response._sock
+        if sock is None:
+            raise HTTPConnectionClosed("connection closed.")
+        try:
+            data = sock.recv(response.block_size)
+            response.feed(data)
+        except BaseException:
+            response.release()
+            raise
+        if not data and not response.message_complete:
+            response.release()
+            raise HTTPConnectionClosed("connection closed before the end of the body")
 
 
 def _short(text: str, limit: int = 300) -> str:
@@ -352,12 +545,14 @@ class OpenLoopDispatcher(_SpecdrillUser):
             if state.finished:
                 return
             due = start + round(item.offset_s * 1e9)
+            state.next_due_ns = due
             delay = due - now_ns()
             if delay > spin_ns:
                 gevent.sleep((delay - spin_ns) / 1e9)
             while now_ns() < due:
                 gevent.sleep(0)  # poll the loop (other greenlets run) for sub-millisecond send accuracy
-            state.greenlets.spawn(state.send, item.index, item, due)
+            state.send_now(item, due)
+        state.sending_done = True
         state.greenlets.join(timeout=PLAN.drain_s)
         state.stop()
         # Done: leave now, so Locust's stop does not wait out its stop timeout for a user that never ends.
@@ -409,6 +604,7 @@ class PlanShape(LoadTestShape):
 def _start_flusher(environment: Environment, **_: Any) -> None:
     STATE.environment = environment
     gevent.spawn(STATE.flush_periodically)
+    STATE.bookkeeper = gevent.spawn(STATE.bookkeeping)
     gevent.spawn(STATE.report_progress)
 
 

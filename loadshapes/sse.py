@@ -10,10 +10,22 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from loadshapes.trace import dumps_config, to_ns
+
+
+def body_lines(chunks: Sequence[bytes], times: Sequence[int]) -> Iterator[tuple[bytes, int]]:
+    """The lines of a response body that arrived in pieces, each with the arrival time of the piece that
+    completed it (a line split across two socket reads arrived with the second). Line ends are dropped."""
+    pending = b""
+    for chunk, t_ns in zip(chunks, times, strict=True):
+        *complete, pending = (pending + chunk if pending else chunk).split(b"\n")
+        yield from ((line, t_ns) for line in complete)
+    if pending:
+        yield pending, times[-1]  # a last line without its line end
 
 
 class StreamError(Exception):

@@ -11,7 +11,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -77,7 +77,9 @@ FILE_SCHEMA = pa.schema(
     [f for f in _FIELDS if f.name not in PARTITION_COLUMNS], metadata=TRACE_SCHEMA.metadata
 )  # partition values live in the path, as Hive partitioning expects
 COLUMNS = tuple(f.name for f in _FIELDS)
-_SLICE = 32  # rows converted to Arrow per GIL hold
+# Rows per pa.array call (a 256-value scalar column takes ~30 us here; list columns go in smaller slices).
+_SLICE = 256
+_LIST_SLICE = 32
 
 
 def to_ns(seconds: float | None) -> int | None:
@@ -111,17 +113,7 @@ class PartWriter:
             self._write_part(arm, shape, group)
 
     def _write_part(self, arm: str, shape: str, rows: Sequence[Mapping[str, Any]]) -> None:
-        # Converted in small slices: each conversion holds the GIL, and the load worker's sender needs it back
-        # within a fraction of a millisecond.
-        names = FILE_SCHEMA.names
-        batches = [
-            pa.RecordBatch.from_pylist(
-                [{name: row.get(name) for name in names} for row in rows[i : i + _SLICE]], schema=FILE_SCHEMA
-            )
-            for i in range(0, len(rows), _SLICE)
-        ]
-        table = pa.Table.from_batches(batches, schema=FILE_SCHEMA)
-        self.write_table(arm, shape, table)
+        self.write_table(arm, shape, rows_to_table(rows))
 
     def write_table(self, arm: str, shape: str, table: pa.Table) -> None:
         """One part file (atomic: a temporary name, then a rename) from a table already in FILE_SCHEMA."""
@@ -135,6 +127,36 @@ class PartWriter:
         self.fs.move(temporary, f"{directory}/{name}")
         self.rows_written += table.num_rows
         self.files.append(f"{directory}/{name}")
+
+
+def rows_to_table_in_steps(rows: Sequence[Mapping[str, Any]]) -> Generator[str, None, pa.Table]:
+    """Row dicts to a FILE_SCHEMA table, column by column in slices, pausing after each slice; each pause says
+    what the next step is: another "slice", or "assemble" (the columns into the table, a longer step).
+
+    Each pa.array call holds the GIL for tens of microseconds at most, and the caller decides when the next one
+    runs: the load worker steps it only where no send is due. A typed conversion per column also costs a
+    fraction of a row-wise RecordBatch.from_pylist (~6 vs ~45 ms per 1000 rows).
+    """
+    columns = []
+    for field in FILE_SCHEMA:
+        name, step = field.name, _LIST_SLICE if pa.types.is_list(field.type) else _SLICE
+        chunks = []
+        for i in range(0, len(rows), step):
+            chunks.append(pa.array([row.get(name) for row in rows[i : i + step]], type=field.type))
+            yield "slice"
+        columns.append(pa.chunked_array(chunks, type=field.type))
+    yield "assemble"
+    return pa.Table.from_arrays(columns, schema=FILE_SCHEMA)
+
+
+def rows_to_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    steps = rows_to_table_in_steps(rows)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            table: pa.Table = done.value
+            return table
 
 
 def check_row(row: Mapping[str, Any]) -> None:

@@ -17,7 +17,7 @@ from loadshapes.mixes import MixEntry, RequestMix
 from loadshapes.null_server import NullConfig, NullServer, ServerThread
 from loadshapes.plan import Target, WorkerPlan, open_loop_schedule
 from loadshapes.shapes import Concurrency, Quiet, Step
-from loadshapes.sse import StreamError, StreamResult, latency_columns
+from loadshapes.sse import StreamError, StreamResult, body_lines, latency_columns
 from loadshapes.trace import read_traces
 from orchestrator.load_workers import LocustProcess, WorkerSummary
 from serve_apps.clock import now_ns
@@ -86,6 +86,25 @@ def test_multi_token_chunks_give_every_token_its_arrival_time() -> None:
     assert columns["tpot_s"] == pytest.approx(0.040 / 7)  # 8 tokens, 7 gaps, 40 ms from first to last
     assert columns["itl_max_s"] == pytest.approx(0.020) and columns["itl_p50_s"] == 0.0
     assert columns["e2e_s"] == pytest.approx(0.052)
+
+
+def test_body_pieces_become_lines_with_the_arrival_time_of_their_end() -> None:
+    # One socket read may carry several events, and an event may be split across reads.
+    pieces = [b'data: {"a":1}\n\ndata: {"b"', b":2}\r\n\r\n", b"data: [DONE]\n\n", b"data: tail"]
+    times = [10, 20, 30, 40]
+    lines = list(body_lines(pieces, times))
+    assert lines == [
+        (b'data: {"a":1}', 10), (b"", 10), (b'data: {"b":2}\r', 20), (b"\r", 20),
+        (b"data: [DONE]", 30), (b"", 30), (b"data: tail", 40),
+    ]  # fmt: skip
+    # Fed to the parser, a whole stream read in one piece gives each token that piece's time.
+    result = StreamResult()
+    usage = '"usage":{"prompt_tokens":2,"completion_tokens":%d}'
+    body = "".join(f'data: {{"choices":[{{"index":0,"text":"x"}}],{usage % n}}}\n\n' for n in (1, 3))
+    for line, t in body_lines([body.encode() + b"data: [DONE]\n\n"], [7]):
+        result.feed(line, t)
+    result.check_complete()
+    assert result.token_times_ns == [7, 7, 7] and result.output_tokens == 3
 
 
 def test_chat_deltas_without_usage_count_one_token_each() -> None:

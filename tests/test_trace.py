@@ -4,10 +4,22 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loadshapes.trace import COLUMNS, SCHEMA_VERSION, TRACE_SCHEMA, TraceWriter, read_traces, schema_version, to_ns
+from loadshapes.trace import (
+    COLUMNS,
+    FILE_SCHEMA,
+    SCHEMA_VERSION,
+    TRACE_SCHEMA,
+    TraceWriter,
+    read_traces,
+    rows_to_table,
+    rows_to_table_in_steps,
+    schema_version,
+    to_ns,
+)
 
 
 def row(i: int, *, arm: str = "dyn-single", shape: str = "ramp", status: str = "ok") -> dict[str, Any]:
@@ -60,6 +72,27 @@ def test_flushes_by_rows_and_by_time(tmp_path: Path) -> None:
     timed = TraceWriter(str(tmp_path / "t"), writer_id="w2", flush_rows=10**6, flush_s=0.0)
     timed.append(row(1))
     assert timed.rows_written == 1
+
+
+def test_rows_convert_in_small_steps_to_the_same_table() -> None:
+    rows = [
+        {**row(i), "step_k": [3, 1, 0][: i % 4], "token_times_ns": list(range(i)), "error_message": None}
+        for i in range(300)
+    ]
+    steps = rows_to_table_in_steps(rows)
+    kinds = []
+    while True:
+        try:
+            kinds.append(next(steps))
+        except StopIteration as done:
+            table = done.value
+            break
+    # A slice per 256 rows of a scalar column, per 32 rows of a list column, then one assembly step.
+    lists = sum(pa.types.is_list(f.type) for f in FILE_SCHEMA)
+    assert kinds == ["slice"] * (2 * (len(FILE_SCHEMA) - lists) + 10 * lists) + ["assemble"]
+    names = FILE_SCHEMA.names
+    assert table.equals(pa.Table.from_pylist([{n: r.get(n) for n in names} for r in rows], schema=FILE_SCHEMA))
+    assert rows_to_table(rows).equals(table)
 
 
 def test_unknown_columns_are_refused(tmp_path: Path) -> None:
