@@ -28,7 +28,9 @@ from typing import Any
 
 import gevent
 import gevent.event
+import gevent.monkey
 import gevent.pool
+import gevent.socket
 import numpy as np
 import pyarrow as pa
 import yaml
@@ -49,7 +51,7 @@ class RequestTimeout(Exception):
 
 
 # Below this no step is assumed to fit before a send: Python's timing of a fast step is noisy.
-_MIN_STEP_COST_NS = 150_000
+_MIN_STEP_COST_NS = 50_000
 _BACKLOG = 512
 # The cyclic GC is off while sending: the worker's objects die by reference counting (a 10,881-request run left
 # no cyclic garbage), and a pass over a Locust process takes 10-100 ms. Should this many young objects stay
@@ -136,6 +138,7 @@ class WorkerState:
             url.host, url.port, concurrency=plan.max_in_flight, connection_timeout=30.0,
             network_timeout=plan.request_timeout_s, ssl=url.scheme == "https",
         )  # fmt: skip
+        self.http._connection_pool._is_socket_alive = _idle_socket_alive  # type: ignore[method-assign]
         self.environment: Environment | None = None
         # The schedule is hundreds of thousands of long-lived objects: keep them out of the cyclic GC, whose
         # full passes over them would stall the sender for tens of milliseconds.
@@ -358,7 +361,7 @@ class WorkerState:
                 continue
             room_ns = self.next_due_ns - now_ns()
             paced = self.plan.shape.open_loop and not self.sending_done  # closed loop: no send times to protect
-            if paced and room_ns < self.step_cost_ns[step] and len(self.received) < _BACKLOG:
+            if paced and room_ns < 2 * self.step_cost_ns[step] and len(self.received) < _BACKLOG:
                 gevent.sleep(max(room_ns, 0) / 1e9 + 0.00005)  # the send goes first
                 continue
             self.take_step(step)
@@ -381,8 +384,11 @@ class WorkerState:
         else:
             gc.collect(1)  # young generations only: a full pass waits for the stop
         cost = now_ns() - started
-        # A cautious running estimate: up to a slow step at once, down slowly.
-        self.step_cost_ns[step] = max(cost, int(self.step_cost_ns[step] * 0.98), _MIN_STEP_COST_NS)
+        # A running estimate of the step's cost: a moving average (one step's weight 1/8) of what steps of its
+        # kind took, each clipped at 4x the estimate, so one step stalled by the OS does not close every gap for
+        # long; the room asked for is twice it.
+        estimate = self.step_cost_ns[step]
+        self.step_cost_ns[step] = max(estimate + (min(cost, 4 * estimate) - estimate) // 8, _MIN_STEP_COST_NS)
 
     def convert_step(self) -> None:
         if self.converting is None:
@@ -484,6 +490,22 @@ def _write_in_background(writer: PartWriter, plan: WorkerPlan, table: pa.Table) 
     sender's wake-ups come first. It is C++ that releases the GIL, so this thread never holds the sender up."""
     os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
     writer.write_table(plan.arm, plan.shape_name, table)
+
+
+_select_now = gevent.monkey.get_original("select", "select")
+
+
+def _idle_socket_alive(sock: gevent.socket.socket) -> bool:
+    """geventhttpclient's check that an idle keep-alive socket is still usable (not readable: no FIN, no stray
+    bytes), with the real select: gevent's goes through the event loop, letting every ready greenlet run in the
+    middle of a send."""
+    try:
+        if sock.fileno() < 0:
+            return False
+        readable, _, _ = _select_now([sock], [], [], 0.0)
+        return not readable
+    except (OSError, ValueError):
+        return False
 
 
 def _body_as_it_arrives(response: HTTPSocketResponse) -> Iterator[bytes]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,11 @@ def body_lines(chunks: Sequence[bytes], times: Sequence[int]) -> Iterator[tuple[
         yield from ((line, t_ns) for line in complete)
     if pending:
         yield pending, times[-1]  # a last line without its line end
+
+
+# Keys of the usage object; a key appears once per chunk (see _content_chunk_fast on why strings cannot match).
+_COMPLETION_TOKENS = re.compile(rb'"completion_tokens":(\d+)')
+_PROMPT_TOKENS = re.compile(rb'"prompt_tokens":(\d+)')
 
 
 class StreamError(Exception):
@@ -87,30 +93,19 @@ class StreamResult:
             return False
         if b'"specdrill"' in line or b'"metrics"' in line or b'"error"' in line:
             return False
-        at = line.rfind(b'"completion_tokens":')
-        if at < 0:
+        usage = _COMPLETION_TOKENS.search(line)
+        if usage is None:
             return False
-        start = at + 20
-        end = start
-        while end < len(line) and 48 <= line[end] <= 57:
-            end += 1
-        if end == start:
-            return False
-        completion = int(line[start:end])
+        completion = int(usage.group(1))
         self.counted_by_usage = True
         new_tokens = completion - len(self.token_times_ns)
         if new_tokens > 0:
             self.token_times_ns.extend([t_ns] * new_tokens)
         self.output_tokens = completion
         if self.prompt_tokens is None:
-            p = line.rfind(b'"prompt_tokens":')
-            if p >= 0:
-                q = p + 16
-                r = q
-                while r < len(line) and 48 <= line[r] <= 57:
-                    r += 1
-                if r > q:
-                    self.prompt_tokens = int(line[q:r])
+            prompt = _PROMPT_TOKENS.search(line)
+            if prompt is not None:
+                self.prompt_tokens = int(prompt.group(1))
         f = line.find(b'"finish_reason":"')
         if f >= 0:
             g = line.find(b'"', f + 17)
