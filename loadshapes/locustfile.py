@@ -51,7 +51,7 @@ class RequestTimeout(Exception):
 
 
 # Below this no step is assumed to fit before a send: Python's timing of a fast step is noisy.
-_MIN_STEP_COST_NS = 50_000
+_MIN_STEP_COST_NS = 150_000
 _BACKLOG = 512
 # The cyclic GC is off while sending: the worker's objects die by reference counting (a 10,881-request run left
 # no cyclic garbage), and a pass over a Locust process takes 10-100 ms. Should this many young objects stay
@@ -361,7 +361,7 @@ class WorkerState:
                 continue
             room_ns = self.next_due_ns - now_ns()
             paced = self.plan.shape.open_loop and not self.sending_done  # closed loop: no send times to protect
-            if paced and room_ns < 2 * self.step_cost_ns[step] and len(self.received) < _BACKLOG:
+            if paced and room_ns < self.step_cost_ns[step] and len(self.received) < _BACKLOG:
                 gevent.sleep(max(room_ns, 0) / 1e9 + 0.00005)  # the send goes first
                 continue
             self.take_step(step)
@@ -384,11 +384,10 @@ class WorkerState:
         else:
             gc.collect(1)  # young generations only: a full pass waits for the stop
         cost = now_ns() - started
-        # A running estimate of the step's cost: a moving average (one step's weight 1/8) of what steps of its
-        # kind took, each clipped at 4x the estimate, so one step stalled by the OS does not close every gap for
-        # long; the room asked for is twice it.
+        # A cautious running estimate of what a step of this kind costs: up at once to a slower step (at most 4x,
+        # so one step stalled by the OS does not close every gap for long), down by 2% a step.
         estimate = self.step_cost_ns[step]
-        self.step_cost_ns[step] = max(estimate + (min(cost, 4 * estimate) - estimate) // 8, _MIN_STEP_COST_NS)
+        self.step_cost_ns[step] = max(min(cost, 4 * estimate), estimate * 98 // 100, _MIN_STEP_COST_NS)
 
     def convert_step(self) -> None:
         if self.converting is None:
