@@ -61,7 +61,8 @@ _GC_LIVE_YOUNG_OBJECTS = 100_000
 
 @dataclass(slots=True)
 class Received:
-    """What the sender saw of one request: each SSE line with its arrival time, or how it failed."""
+    """What the sender saw of one request: its body as the socket reads delivered it, each read's arrival
+    time, or how it failed. The bookkeeping greenlet turns it into the trace row."""
 
     index: int
     item: Planned | None
