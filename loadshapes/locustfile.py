@@ -229,8 +229,8 @@ class WorkerState:
 
     # --- one request ------------------------------------------------------------------------------------------
     # Split in two so that sending keeps priority over bookkeeping on the worker's one core: `send` (a greenlet
-    # per request) only moves bytes and stamps each line's arrival time; `finish` (one greenlet for all) parses
-    # the stream and builds the trace row in the gaps between scheduled sends (see `finish_in_gaps`).
+    # per request) only moves bytes and stamps each socket read's arrival time; `finish`, a step of the one
+    # `bookkeeping` greenlet, parses the stream and builds the trace row in the gaps between scheduled sends.
     def send(self, index: int, item: Planned | None, scheduled_ns: int) -> None:
         sent_ns = now_ns()
         self.in_flight[index] = (item, scheduled_ns)
@@ -305,7 +305,7 @@ class WorkerState:
         result = StreamResult()
         failure: tuple[str, str, str] | None = None
         done_ns: int | None = None
-        ended_ns = received.failed_ns
+        ended_ns: int | None = None
         try:
             for line, t_ns in body_lines(received.chunks, received.times):
                 ended_ns = t_ns  # should this line break the protocol, that is when the request failed
