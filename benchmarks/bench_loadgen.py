@@ -7,6 +7,8 @@ Server (loadshapes.null_server, uvloop) pinned to one core, each client pinned t
 - specdrill: our Locust load worker at 90% of the rate the raw client achieved at its capacity, three times
   (target: >= 90% of the raw rate, p99 send lateness <= 1 ms), then its own ladder.
 - trace cost: the worker at one rate with trace writing on and off (target: <= 2% apart).
+- client cost: CPU per streamed request, geventhttpclient's request() vs the worker's wire client, one request
+  at a time (benchmarks/http_client_cost.py).
 - guidellm (if installed: `make bench-clients` builds .venv-guidellm) at the same rate: its dispatch lateness.
 
     .venv/bin/python benchmarks/bench_loadgen.py [--seconds 15] [--ladder 500,1000,1500,2000]
@@ -117,6 +119,14 @@ print(json.dumps({"scheduled": len(offsets), "ok": ok, "errors": errors,
 """
 
 
+def client_cost(port: int) -> dict[str, Any]:
+    script = Path(__file__).resolve().parent / "http_client_cost.py"
+    cmd = ["taskset", "-c", str(CLIENT_CPU), sys.executable, str(script), f"http://127.0.0.1:{port}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True)
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
 def raw_client(port: int, rate: float, seconds: float) -> dict[str, Any]:
     cmd = ["taskset", "-c", str(CLIENT_CPU), sys.executable, "-c", RAW_CLIENT,
            f"http://127.0.0.1:{port}/v1/completions", str(rate), str(seconds), "0"]  # fmt: skip
@@ -166,6 +176,9 @@ def specdrill_worker(port: int, rate: float, seconds: float, *, trace: bool = Tr
         "lateness_p99_s": summary.lateness_p99_s,
         "saturated": summary.saturated,
         "rows_written": summary.rows_written,
+        "connections_opened": summary.connections_opened,
+        "max_in_flight": summary.max_in_flight,
+        "worker_cpu_s": summary.cpu_s,
     }
     result.update(ok=summary.statuses.get("ok", 0), errors=summary.sent - summary.statuses.get("ok", 0))
     if trace:  # the rows on disk, not the worker's count, are the result
@@ -260,6 +273,7 @@ def main() -> None:
     server = start_server(args.port)
     results: dict[str, Any] = {"seconds": seconds, "cpus": {"server": SERVER_CPU, "client": CLIENT_CPU}}
     try:
+        results["client_cost"] = client_cost(args.port)
         raw = {rate: raw_client(args.port, rate, seconds) for rate in ladder}
         results["raw"] = raw
         raw_capacity = max((r for r in ladder if holds(raw[r], r, seconds)), default=ladder[0])
@@ -285,6 +299,12 @@ def main() -> None:
             "specdrill_at_target_lateness_p99_ms": [1e3 * r["lateness_p99_s"] for r in at_target],
             "specdrill_at_target_lateness_p99_ms_median": 1e3 * ours_at_target["lateness_p99_s"],
             "raw_at_capacity_lateness_p99_ms": 1e3 * raw[raw_capacity]["lateness_p99_s"],
+            "specdrill_at_target_worker_cpu_ms_per_request": [
+                1e3 * r["worker_cpu_s"] / max(r["scheduled"], 1) for r in at_target
+            ],
+            "client_cpu_us_per_request": {
+                name: results["client_cost"][name]["cpu_us_per_request"] for name in ("geventhttpclient", "wire")
+            },
             "trace_cost": {
                 "rate": args.trace_rate,
                 "with_trace_lateness_p99_ms": 1e3 * with_trace["lateness_p99_s"],

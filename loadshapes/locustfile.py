@@ -18,24 +18,22 @@ import collections
 import gc
 import json
 import os
+import ssl
 import sys
 import threading
 import time
-from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
+import urllib.parse
+from collections.abc import Generator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import gevent
 import gevent.event
-import gevent.monkey
-import gevent.pool
-import gevent.socket
 import numpy as np
 import pyarrow as pa
 import yaml
-from geventhttpclient import URL, HTTPClient
-from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketResponse
+from geventhttpclient._parser import HTTPParseError
 from locust import LoadTestShape, User, events, task
 from locust.env import Environment
 from locust.exception import StopUser
@@ -43,12 +41,8 @@ from locust.exception import StopUser
 from loadshapes.plan import Planned, WorkerPlan, closed_loop_users, open_loop_schedule, request_body
 from loadshapes.sse import StreamError, StreamResult, body_lines, latency_columns, telemetry_columns
 from loadshapes.trace import PartWriter, rows_to_table_in_steps
+from loadshapes.wire import Exchange, WireClient, decode_response, request_head
 from serve_apps.clock import now_ns
-
-
-class RequestTimeout(Exception):
-    pass
-
 
 # Below this no step is assumed to fit before a send: Python's timing of a fast step is noisy.
 _MIN_STEP_COST_NS = 150_000
@@ -59,21 +53,15 @@ _BACKLOG = 512
 _GC_LIVE_YOUNG_OBJECTS = 100_000
 
 
-@dataclass(slots=True)
-class Received:
-    """What the sender saw of one request: its body as the socket reads delivered it, each read's arrival
-    time, or how it failed. The bookkeeping greenlet turns it into the trace row."""
+@dataclass(slots=True, kw_only=True)
+class Received(Exchange):
+    """One planned request on the wire and what came back (see wire.Exchange); the bookkeeping greenlet turns
+    it into the trace row."""
 
     index: int
     item: Planned | None
     scheduled_ns: int
-    sent_ns: int
-    chunks: list[bytes] = field(default_factory=list)  # the body, as each socket read delivered it
-    times: list[int] = field(default_factory=list)  # when each chunk arrived
-    done_ns: int | None = None  # the last byte arrived
-    failed_ns: int | None = None
-    broken: tuple[str, str] | None = None  # the connection broke mid-body: (exception type, message)
-    failure: tuple[str, str, str] | None = None  # (status, error_class, error_message) seen by the sender
+    answered: gevent.event.Event | None = None  # set when it ends (closed loop: the user waits for it)
 
 
 def _load_plan() -> WorkerPlan:
@@ -105,7 +93,7 @@ class WorkerState:
         self.to_convert: collections.deque[list[dict[str, Any]]] = collections.deque()
         self.converting: Generator[str, None, pa.Table] | None = None
         self.writes: list[gevent.event.AsyncResult] = []
-        self.in_flight: dict[int, tuple[Planned | None, int]] = {}
+        self.in_flight: dict[int, Received] = {}
         self.received: collections.deque[Received] = collections.deque()  # answered, row not yet built
         self.work_ready = gevent.event.Event()
         self.next_due_ns = 0  # the dispatcher's next send time: bookkeeping waits when it is near
@@ -114,7 +102,6 @@ class WorkerState:
         self.step_cost_ns["gc"] = 50_000_000  # until measured: a young-generation pass can take tens of ms
         self.convert_next = "slice"  # the next conversion step: a column slice, or the table's assembly
         self.bookkeeper: gevent.Greenlet | None = None
-        self.greenlets = gevent.pool.Group()
         self.lateness_ns: list[int] = []
         self.start_ns: int | None = plan.start_ns
         self.end_ns: int | None = None
@@ -132,14 +119,15 @@ class WorkerState:
             if not key:
                 sys.exit(f"target.api_key_env: environment variable {plan.target.api_key_env} is not set")
             headers["Authorization"] = f"Bearer {key}"
-        self.headers = headers
-        url = URL(plan.target.base_url)
-        self.request_uri = url.path.rstrip("/") + plan.target.path
-        self.http = HTTPClient(
-            url.host, url.port, concurrency=plan.max_in_flight, connection_timeout=30.0,
-            network_timeout=plan.request_timeout_s, ssl=url.scheme == "https",
+        url = urllib.parse.urlsplit(plan.target.base_url)
+        tls = url.scheme == "https"
+        host, port = url.hostname or "127.0.0.1", url.port or (443 if tls else 80)
+        path = url.path.rstrip("/") + plan.target.path
+        self.request_head = request_head("POST", host, port, path, headers, tls=tls)
+        self.client = WireClient(
+            host, port, tls=ssl.create_default_context() if tls else None, max_connections=plan.max_in_flight,
+            timeout_s=plan.request_timeout_s, on_done=self.answered,
         )  # fmt: skip
-        self.http._connection_pool._is_socket_alive = _idle_socket_alive  # type: ignore[method-assign]
         self.environment: Environment | None = None
         # The schedule is hundreds of thousands of long-lived objects: keep them out of the cyclic GC, whose
         # full passes over them would stall the sender for tens of milliseconds.
@@ -228,61 +216,52 @@ class WorkerState:
             temporary.replace(path)
 
     # --- one request ------------------------------------------------------------------------------------------
-    # Split in two so that sending keeps priority over bookkeeping on the worker's one core: `send` (a greenlet
-    # per request) only moves bytes and stamps each socket read's arrival time; `finish`, a step of the one
-    # `bookkeeping` greenlet, parses the stream and builds the trace row in the gaps between scheduled sends.
-    def send(self, index: int, item: Planned | None, scheduled_ns: int) -> None:
-        sent_ns = now_ns()
-        self.in_flight[index] = (item, scheduled_ns)
+    # Split in two so that sending keeps priority over bookkeeping on the worker's one core: the wire client
+    # writes each request as it is due and stamps every socket read from the event loop (loadshapes/wire.py);
+    # `finish`, a step of the one `bookkeeping` greenlet, decodes the response and builds the trace row in the
+    # gaps between scheduled sends.
+    def submit(self, index: int, item: Planned | None, scheduled_ns: int) -> Received:
+        body = item.body if item else b""
+        request = b"%bContent-Length: %d\r\nx-request-id: %b\r\n\r\n%b" % (
+            self.request_head, len(body), self.plan.request_id(index).encode(), body,
+        )  # fmt: skip
+        received = Received(request=request, index=index, item=item, scheduled_ns=scheduled_ns)
+        self.in_flight[index] = received
         if len(self.in_flight) > self.max_in_flight_seen:
             self.max_in_flight_seen = len(self.in_flight)
-        self.lateness_ns.append(sent_ns - scheduled_ns)
         self.sent += 1
-        received = Received(index, item, scheduled_ns, sent_ns)
-        chunks, times = received.chunks, received.times
-        try:
-            with gevent.Timeout(self.plan.request_timeout_s, RequestTimeout):
-                headers = {**self.headers, "x-request-id": self.plan.request_id(index)}
-                try:
-                    response = self.http.request(
-                        "POST", self.request_uri, body=item.body if item else b"", headers=headers
-                    )
-                except (OSError, HTTPParseError) as exc:
-                    raise StreamError("connection_error", f"{type(exc).__name__}: {exc}") from None
-                if response.status_code != 200:
-                    code = response.status_code
-                    text = response.read().decode("utf-8", "replace")
-                    raise StreamError(f"http_{code}", f"HTTP {code}: {_short(text)}")
-                try:
-                    for chunk in _body_as_it_arrives(response):
-                        chunks.append(chunk)
-                        times.append(now_ns())
-                    received.done_ns = now_ns()
-                except (OSError, HTTPParseError) as exc:  # the connection broke mid-body
-                    received.broken = (type(exc).__name__, str(exc))
-        except gevent.GreenletExit:
-            raise  # cancelled at stop: the stop path writes the row
-        except StreamError as exc:
-            received.failure = ("error", exc.kind, str(exc))
-        except RequestTimeout:
-            message = f"no complete response within {self.plan.request_timeout_s} s"
-            received.failure = ("timeout", "timeout", message)
-        except Exception as exc:
-            received.failure = ("error", type(exc).__name__, _short(str(exc) or repr(exc)))
-        if received.done_ns is None:
-            received.failed_ns = now_ns()  # a failure's time is when it was seen
-        if self.in_flight.pop(index, None) is None:
-            return  # already written as cancelled
-        self.received.append(received)
-        self.work_ready.set()
+        self.client.submit(received)
+        return received
 
-    def send_now(self, item: Planned, due_ns: int) -> None:
-        """Start the request in its own greenlet right away, not at the event loop's next turn (behind every
-        response that arrived meanwhile); the dispatcher resumes as soon as that greenlet first waits."""
-        sender = gevent.Greenlet(self.send, item.index, item, due_ns)
-        self.greenlets.add(sender)
-        gevent.get_hub().loop.run_callback(gevent.getcurrent().switch)
-        sender.switch()
+    def answered(self, exchange: Exchange) -> None:
+        """From the event loop, once per request: queue it for its row."""
+        assert isinstance(exchange, Received)
+        if self.in_flight.pop(exchange.index, None) is None:
+            return  # already written as cancelled
+        if exchange.sent_ns is not None:
+            self.lateness_ns.append(exchange.sent_ns - exchange.scheduled_ns)
+        self.received.append(exchange)
+        self.work_ready.set()
+        if exchange.answered is not None:
+            exchange.answered.set()
+
+    def send_and_wait(self, index: int, item: Planned, scheduled_ns: int) -> None:
+        """Closed loop: the next request only once this one has ended."""
+        answered = gevent.event.Event()
+        self.submit(index, item, scheduled_ns).answered = answered
+        answered.wait()
+
+    def expire_periodically(self) -> None:
+        interval = min(0.1, self.plan.request_timeout_s / 10)
+        while not self.finished:
+            gevent.sleep(interval)
+            if not self.finished:
+                self.client.expire()
+
+    def wait_drained(self, timeout_s: float) -> None:
+        deadline = now_ns() + round(timeout_s * 1e9)
+        while self.in_flight and now_ns() < deadline:
+            gevent.sleep(0.01)
 
     def finish_safely(self, received: Received) -> None:
         """A response the worker cannot turn into a row (a bug, an unforeseen payload) still gets one."""
@@ -293,7 +272,7 @@ class WorkerState:
             row.update(
                 sent_ns=received.sent_ns,
                 done_ns=received.done_ns or received.failed_ns or now_ns(),
-                send_lateness_ns=received.sent_ns - received.scheduled_ns,
+                send_lateness_ns=_lateness(received),
                 status="error",
                 error_class="worker_error",
                 error_message=_short(f"{type(exc).__name__}: {exc}"),
@@ -301,13 +280,20 @@ class WorkerState:
             self.record(row)
 
     def finish(self, received: Received) -> None:
-        """The trace row of one answered (or failed) request, from what `send` stamped."""
+        """The trace row of one answered (or failed) request, from what the wire client stamped."""
         result = StreamResult()
         failure: tuple[str, str, str] | None = None
         done_ns: int | None = None
         ended_ns: int | None = None
         try:
-            for line, t_ns in body_lines(received.chunks, received.times):
+            try:
+                response = decode_response(received.chunks, received.times)
+            except HTTPParseError as exc:
+                raise StreamError("connection_error", f"HTTPParseError: {exc}") from None
+            if response is not None and response.status != 200:
+                text = b"".join(response.body).decode("utf-8", "replace")
+                raise StreamError(f"http_{response.status}", f"HTTP {response.status}: {_short(text)}")
+            for line, t_ns in body_lines(response.body, response.times) if response else ():
                 ended_ns = t_ns  # should this line break the protocol, that is when the request failed
                 result.feed(line, t_ns)
             ended_ns = received.failed_ns
@@ -323,14 +309,14 @@ class WorkerState:
             failure = ("error", exc.kind, str(exc))
         status, error_class, error_message = failure or ("ok", None, None)
         ended_ns = done_ns if done_ns is not None else (ended_ns or now_ns())
-        self.report_to_locust(received.sent_ns, done_ns, error_message)
+        self.report_to_locust(received.sent_ns or received.scheduled_ns, done_ns, error_message)
         row = self.base_row(received.index, received.scheduled_ns, received.item)
         if result.prompt_tokens is None and received.item is not None:
             result.prompt_tokens = received.item.spec.prompt_tokens  # what was asked for, when the server did not say
         row.update(
             sent_ns=received.sent_ns,
             done_ns=ended_ns,
-            send_lateness_ns=received.sent_ns - received.scheduled_ns,
+            send_lateness_ns=_lateness(received),
             prompt_tokens=result.prompt_tokens,
             output_tokens=result.output_tokens,
             token_times_ns=result.token_times_ns if self.plan.store_token_times else None,
@@ -429,9 +415,9 @@ class WorkerState:
         if self.finished:
             return
         self.finished = True
+        self.client.close()  # no callback comes after this: what is in flight is cancelled below
         cancelled = dict(self.in_flight)
         self.in_flight.clear()
-        self.greenlets.kill(block=True, timeout=5)
         self.sending_done = True
         # What was answered before the stop: the bookkeeping loop ends its step and leaves the rest to us.
         if self.bookkeeper is not None and self.bookkeeper is not gevent.getcurrent():
@@ -439,10 +425,15 @@ class WorkerState:
             self.bookkeeper.join()
         gc.enable()
         stop_ns = now_ns()
-        for index, (item, scheduled_ns) in sorted(cancelled.items()):
-            row = self.base_row(index, scheduled_ns, item)
+        for index, received in sorted(cancelled.items()):
+            scheduled_ns = received.scheduled_ns
+            row = self.base_row(index, scheduled_ns, received.item)
             waited = (stop_ns - scheduled_ns) / 1e9
+            if received.sent_ns is not None:
+                self.lateness_ns.append(received.sent_ns - scheduled_ns)
             row.update(
+                sent_ns=received.sent_ns,
+                send_lateness_ns=_lateness(received),
                 done_ns=stop_ns,
                 status="cancelled",
                 error_class="drain_timeout",
@@ -481,6 +472,8 @@ class WorkerState:
             "lateness_max_s": float(top),
             "saturated": bool(float(p99) > self.plan.lateness_bound_s),
             "max_in_flight": self.max_in_flight_seen,
+            "connections_opened": self.client.opened,
+            "cpu_s": time.process_time(),  # the worker process's CPU time, Locust's start-up included
             "statuses": self.statuses,
         }
 
@@ -492,46 +485,8 @@ def _write_in_background(writer: PartWriter, plan: WorkerPlan, table: pa.Table) 
     writer.write_table(plan.arm, plan.shape_name, table)
 
 
-_select_now = gevent.monkey.get_original("select", "select")
-
-
-def _idle_socket_alive(sock: gevent.socket.socket) -> bool:
-    """geventhttpclient's check that an idle keep-alive socket is still usable (not readable: no FIN, no stray
-    bytes), with the real select: gevent's goes through the event loop, letting every ready greenlet run in the
-    middle of a send."""
-    try:
-        if sock.fileno() < 0:
-            return False
-        readable, _, _ = _select_now([sock], [], [], 0.0)
-        return not readable
-    except (OSError, ValueError):
-        return False
-
-
-def _body_as_it_arrives(response: HTTPSocketResponse) -> Iterator[bytes]:
-    """The response body, one piece per socket read: a whole stream often arrives in one read, and splitting it
-    into lines later (sse.body_lines, off the send path) costs one split instead of a readline call per line.
-    Built on geventhttpclient's response parser, as its own readline is."""
-    buffer = response._body_buffer
-    while True:
-        if buffer:
-            piece = bytes(buffer)
-            del buffer[:]
-            yield piece
-        if response.message_complete:
-            return
-        sock = response._sock
-        if sock is None:
-            raise HTTPConnectionClosed("connection closed.")
-        try:
-            data = sock.recv(response.block_size)
-            response.feed(data)
-        except BaseException:
-            response.release()
-            raise
-        if not data and not response.message_complete:
-            response.release()
-            raise HTTPConnectionClosed("connection closed before the end of the body")
+def _lateness(received: Received) -> int | None:
+    return None if received.sent_ns is None else received.sent_ns - received.scheduled_ns
 
 
 def _short(text: str, limit: int = 300) -> str:
@@ -546,8 +501,8 @@ STATE = WorkerState(PLAN)
 
 
 class _SpecdrillUser(User):
-    """Locust manages these users; their HTTP goes through the worker's one geventhttpclient pool (FastHttpUser's
-    library, without its per-request bookkeeping: the worker needs every microsecond for send accuracy)."""
+    """Locust manages these users; their HTTP goes through the worker's one wire client (loadshapes/wire.py), not
+    FastHttpUser's: the worker needs every microsecond for send accuracy."""
 
     abstract = True
     host = PLAN.target.base_url
@@ -573,9 +528,9 @@ class OpenLoopDispatcher(_SpecdrillUser):
                 gevent.sleep((delay - spin_ns) / 1e9)
             while now_ns() < due:
                 gevent.sleep(0)  # poll the loop (other greenlets run) for sub-millisecond send accuracy
-            state.send_now(item, due)
+            state.submit(item.index, item, due)
         state.sending_done = True
-        state.greenlets.join(timeout=PLAN.drain_s)
+        state.wait_drained(PLAN.drain_s)
         state.stop()
         # Done: leave now, so Locust's stop does not wait out its stop timeout for a user that never ends.
         raise StopUser
@@ -594,8 +549,7 @@ class ClosedLoopUser(_SpecdrillUser):
             state.closed_loop_counter += 1
             spec = PLAN.mix.at([index], seed=PLAN.traffic_seed("requests"))[0]
             item = Planned(index, 0.0, state.closed_loop_phase(), spec, request_body(PLAN, spec))
-            scheduled = now_ns()
-            state.send(index, item, scheduled)
+            state.send_and_wait(index, item, now_ns())
         raise StopUser  # the shape stops the run once nothing is in flight
 
 
@@ -626,6 +580,7 @@ class PlanShape(LoadTestShape):
 def _start_flusher(environment: Environment, **_: Any) -> None:
     STATE.environment = environment
     gevent.spawn(STATE.flush_periodically)
+    gevent.spawn(STATE.expire_periodically)
     STATE.bookkeeper = gevent.spawn(STATE.bookkeeping)
     gevent.spawn(STATE.report_progress)
 

@@ -47,6 +47,8 @@ class WorkerSummary(BaseModel):
     lateness_max_s: float
     saturated: bool
     max_in_flight: int
+    connections_opened: int = 0  # keep-alive connections the worker opened to the target
+    cpu_s: float = 0.0  # the worker process's CPU time
     statuses: dict[str, int]  # rows by status, as the worker counted them
     node_id: str | None = None
     exit_code: int | None = None
