@@ -4,9 +4,10 @@ The orchestrator starts it in a subprocess of a Ray actor (orchestrator/load_wor
 
     SPECDRILL_LOAD_PLAN=plan.yaml locust -f loadshapes/locustfile.py --headless
 
-Open loop: one dispatcher user sends every planned request at its scheduled time in a greenlet of its own,
-whether or not earlier ones have finished, so a stalled server shows in the latency of everything scheduled
-during the stall (no coordinated omission). Latency counts from the scheduled time and send lateness is recorded.
+Open loop: one dispatcher user hands every planned request to the wire client (loadshapes/wire.py) at its
+scheduled time, whether or not earlier ones have finished, so a stalled server shows in the latency of everything
+scheduled during the stall (no coordinated omission). Latency counts from the scheduled time and send lateness
+(actual send minus scheduled) is recorded.
 Results come from the trace rows written here, never from Locust's statistics.
 
 Import this only in a Locust process: Locust monkey-patches the interpreter with gevent.
@@ -102,7 +103,8 @@ class WorkerState:
         self.step_cost_ns["gc"] = 50_000_000  # until measured: a young-generation pass can take tens of ms
         self.convert_next = "slice"  # the next conversion step: a column slice, or the table's assembly
         self.bookkeeper: gevent.Greenlet | None = None
-        self.lateness_ns: list[int] = []
+        self.lateness_ns: list[int] = []  # dispatch minus scheduled: how late the worker itself was
+        self.connection_wait_ns: list[int] = []  # send minus dispatch: waiting for a free or new connection
         self.start_ns: int | None = plan.start_ns
         self.end_ns: int | None = None
         self.finished = False
@@ -231,6 +233,8 @@ class WorkerState:
             self.max_in_flight_seen = len(self.in_flight)
         self.sent += 1
         self.client.submit(received)
+        assert received.dispatched_ns is not None
+        self.lateness_ns.append(received.dispatched_ns - scheduled_ns)
         return received
 
     def answered(self, exchange: Exchange) -> None:
@@ -238,8 +242,8 @@ class WorkerState:
         assert isinstance(exchange, Received)
         if self.in_flight.pop(exchange.index, None) is None:
             return  # already written as cancelled
-        if exchange.sent_ns is not None:
-            self.lateness_ns.append(exchange.sent_ns - exchange.scheduled_ns)
+        if exchange.sent_ns is not None and exchange.dispatched_ns is not None:
+            self.connection_wait_ns.append(exchange.sent_ns - exchange.dispatched_ns)
         self.received.append(exchange)
         self.work_ready.set()
         if exchange.answered is not None:
@@ -429,8 +433,6 @@ class WorkerState:
             scheduled_ns = received.scheduled_ns
             row = self.base_row(index, scheduled_ns, received.item)
             waited = (stop_ns - scheduled_ns) / 1e9
-            if received.sent_ns is not None:
-                self.lateness_ns.append(received.sent_ns - scheduled_ns)
             row.update(
                 sent_ns=received.sent_ns,
                 send_lateness_ns=_lateness(received),
@@ -457,6 +459,11 @@ class WorkerState:
     def summary(self) -> dict[str, Any]:
         lateness = np.asarray(self.lateness_ns, dtype=np.int64) / 1e9
         p50, p99, top = np.percentile(lateness, [50, 99, 100]) if lateness.size else (0.0, 0.0, 0.0)
+        waits = np.asarray(self.connection_wait_ns, dtype=np.int64) / 1e9
+        wait_p99 = float(np.percentile(waits, 99)) if waits.size else 0.0
+        # Saturated: the worker sent late, or its own connection cap held requests back. Waiting for a new
+        # connection the server is slow to accept is the server's doing: it shows in latency, not here.
+        saturated = float(p99) > self.plan.lateness_bound_s or self.client.waited_at_cap > 0
         return {
             "worker": self.plan.worker,
             "arm": self.plan.arm,
@@ -470,10 +477,13 @@ class WorkerState:
             "lateness_p50_s": float(p50),
             "lateness_p99_s": float(p99),
             "lateness_max_s": float(top),
-            "saturated": bool(float(p99) > self.plan.lateness_bound_s),
+            "saturated": bool(saturated),
+            "connection_wait_p99_s": wait_p99,
+            "waited_at_connection_cap": self.client.waited_at_cap,
             "max_in_flight": self.max_in_flight_seen,
             "connections_opened": self.client.opened,
-            "cpu_s": time.process_time(),  # the worker process's CPU time, Locust's start-up included
+            # The process's CPU time: Locust's start-up and the dispatcher's spin before each send included.
+            "cpu_s": time.process_time(),
             "statuses": self.statuses,
         }
 
@@ -486,7 +496,7 @@ def _write_in_background(writer: PartWriter, plan: WorkerPlan, table: pa.Table) 
 
 
 def _lateness(received: Received) -> int | None:
-    return None if received.sent_ns is None else received.sent_ns - received.scheduled_ns
+    return None if received.dispatched_ns is None else received.dispatched_ns - received.scheduled_ns
 
 
 def _short(text: str, limit: int = 300) -> str:
@@ -509,7 +519,7 @@ class _SpecdrillUser(User):
 
 
 class OpenLoopDispatcher(_SpecdrillUser):
-    """Sends the plan's schedule: each request at its time, in its own greenlet."""
+    """Sends the plan's schedule: each request at its time, whatever is still in flight."""
 
     fixed_count = 1
 

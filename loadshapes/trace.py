@@ -38,10 +38,10 @@ _FIELDS: list[pa.Field] = [
     pa.field("prompt", pa.string()),
     # Client times: epoch nanoseconds on specdrill's monotonic-anchored clock.
     pa.field("scheduled_ns", pa.int64(), nullable=False),
-    pa.field("sent_ns", pa.int64()),
+    pa.field("sent_ns", pa.int64()),  # the request's bytes went to the socket (after any wait for a connection)
     pa.field("first_token_ns", pa.int64()),
     pa.field("done_ns", pa.int64()),  # when the outcome was known: the last byte, or the failure / cancellation
-    pa.field("send_lateness_ns", pa.int64()),
+    pa.field("send_lateness_ns", pa.int64()),  # dispatched to the HTTP client minus scheduled: the worker's own
     pa.field("prompt_tokens", pa.int32()),
     pa.field("output_tokens", pa.int32()),
     # Latencies count from the SCHEDULED time (no coordinated omission).

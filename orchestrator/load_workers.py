@@ -49,6 +49,8 @@ class WorkerSummary(BaseModel):
     max_in_flight: int
     connections_opened: int = 0  # keep-alive connections the worker opened to the target
     cpu_s: float = 0.0  # the worker process's CPU time
+    connection_wait_p99_s: float = 0.0  # actual send minus dispatch: waits for a free or new connection
+    waited_at_connection_cap: int = 0  # requests that found all max_in_flight connections busy (saturated)
     statuses: dict[str, int]  # rows by status, as the worker counted them
     node_id: str | None = None
     exit_code: int | None = None

@@ -282,11 +282,13 @@ def evaluate_gates(
     if gates.fail_on_saturated_generator:
         for unit in units:
             if unit.saturated:
+                capped = sum(w.waited_at_connection_cap for w in unit.workers)
+                at_cap = f"; {capped} requests waited at the max_in_flight connection cap" if capped else ""
                 results.append(
                     GateResult(
                         gate="generator_saturated", arm=unit.unit.arm, passed=False,
                         message=f"{unit.unit.key}: load generator saturated (p99 send lateness "
-                        f"{unit.lateness_p99_s * 1e3:.1f} ms)",
+                        f"{unit.lateness_p99_s * 1e3:.1f} ms{at_cap})",
                     )
                 )  # fmt: skip
     return results

@@ -374,7 +374,8 @@ def run_unit(
     elif result.rows != result.scheduled:
         log.warning("unit.rows_mismatch", unit=unit.key, rows=result.rows, scheduled=result.scheduled)
     if result.saturated:
-        log.warning("unit.generator_saturated", unit=unit.key, lateness_p99_s=result.lateness_p99_s)
+        capped = sum(s.waited_at_connection_cap for s in summaries)
+        log.warning("unit.generator_saturated", unit=unit.key, lateness_p99_s=result.lateness_p99_s, at_cap=capped)
     store.write_json(store.unit_marker(unit), result.model_dump(mode="json"))
     return result
 

@@ -229,6 +229,20 @@ def test_unfinished_requests_are_cancelled_rows_at_the_drain_limit(server: Serve
     assert set(table.column("error_class").to_pylist()) == {"drain_timeout"}
 
 
+def test_a_worker_held_back_by_its_connection_cap_says_it_is_saturated(server: ServerThread, tmp_path: Path) -> None:
+    # Lateness counts from the dispatch (the worker's own timing); the cap's waits come after it.
+    _configure(server, chunks=2, chunk_delay_s=0.2)
+    plan = _plan(server.url, tmp_path / "traces", shape=Quiet(rate=20, duration_s=1), max_in_flight=1)
+    summary = _run(plan, tmp_path / "w")
+    table = read_traces(str(tmp_path / "traces"))
+    assert summary.saturated and summary.waited_at_connection_cap > 0 and summary.connections_opened == 1
+    assert summary.lateness_p99_s < 0.05 < summary.connection_wait_p99_s
+    sent = table.column("sent_ns").to_numpy(zero_copy_only=False)
+    scheduled = table.column("scheduled_ns").to_numpy()
+    lateness = table.column("send_lateness_ns").to_numpy(zero_copy_only=False)
+    assert (sent - scheduled).max() > 0.2e9 and lateness.max() < 0.05e9
+
+
 def test_closed_loop_users_send_back_to_back(server: ServerThread, tmp_path: Path) -> None:
     _configure(server, chunks=2, chunk_delay_s=0.05)
     plan = _plan(server.url, tmp_path / "traces", shape=Concurrency(users=3, duration_s=1.5))

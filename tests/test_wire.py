@@ -236,6 +236,9 @@ def test_requests_beyond_the_connection_cap_wait_for_a_free_connection() -> None
     finally:
         server.close()
     assert all(e.failure is None for e in ended) and len(ended) == 10 and client.opened == 2
+    assert client.waited_at_cap == 8  # the first two opened the connections, the rest found both busy
+    waits = sorted(e.sent_ns - e.dispatched_ns for e in ended if e.sent_ns and e.dispatched_ns)
+    assert len(waits) == 10 and waits[-1] > waits[0]  # the send time is the real one, after the wait
 
 
 def test_tls_target(tmp_path: Path) -> None:
