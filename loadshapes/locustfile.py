@@ -7,7 +7,7 @@ The orchestrator starts it in a subprocess of a Ray actor (orchestrator/load_wor
 Open loop: one dispatcher user hands every planned request to the wire client (loadshapes/wire.py) at its
 scheduled time, whether or not earlier ones have finished, so a stalled server shows in the latency of everything
 scheduled during the stall (no coordinated omission). Latency counts from the scheduled time and send lateness
-(actual send minus scheduled) is recorded.
+(dispatch minus scheduled: how late the worker itself was) is recorded.
 Results come from the trace rows written here, never from Locust's statistics.
 
 Import this only in a Locust process: Locust monkey-patches the interpreter with gevent.
@@ -126,10 +126,13 @@ class WorkerState:
         host, port = url.hostname or "127.0.0.1", url.port or (443 if tls else 80)
         path = url.path.rstrip("/") + plan.target.path
         self.request_head = request_head("POST", host, port, path, headers, tls=tls)
-        self.client = WireClient(
-            host, port, tls=ssl.create_default_context() if tls else None, max_connections=plan.max_in_flight,
-            timeout_s=plan.request_timeout_s, on_done=self.answered,
-        )  # fmt: skip
+        try:
+            self.client = WireClient(
+                host, port, tls=ssl.create_default_context() if tls else None, max_connections=plan.max_in_flight,
+                timeout_s=plan.request_timeout_s, on_done=self.answered,
+            )  # fmt: skip
+        except OSError as exc:  # the host does not resolve
+            sys.exit(f"target.base_url: cannot resolve {host}: {exc}")
         self.environment: Environment | None = None
         # The schedule is hundreds of thousands of long-lived objects: keep them out of the cyclic GC, whose
         # full passes over them would stall the sender for tens of milliseconds.
@@ -222,12 +225,14 @@ class WorkerState:
     # writes each request as it is due and stamps every socket read from the event loop (loadshapes/wire.py);
     # `finish`, a step of the one `bookkeeping` greenlet, decodes the response and builds the trace row in the
     # gaps between scheduled sends.
-    def submit(self, index: int, item: Planned | None, scheduled_ns: int) -> Received:
+    def submit(
+        self, index: int, item: Planned | None, scheduled_ns: int, answered: gevent.event.Event | None = None
+    ) -> None:
         body = item.body if item else b""
         request = b"%bContent-Length: %d\r\nx-request-id: %b\r\n\r\n%b" % (
             self.request_head, len(body), self.plan.request_id(index).encode(), body,
         )  # fmt: skip
-        received = Received(request=request, index=index, item=item, scheduled_ns=scheduled_ns)
+        received = Received(request=request, index=index, item=item, scheduled_ns=scheduled_ns, answered=answered)
         self.in_flight[index] = received
         if len(self.in_flight) > self.max_in_flight_seen:
             self.max_in_flight_seen = len(self.in_flight)
@@ -235,7 +240,6 @@ class WorkerState:
         self.client.submit(received)
         assert received.dispatched_ns is not None
         self.lateness_ns.append(received.dispatched_ns - scheduled_ns)
-        return received
 
     def answered(self, exchange: Exchange) -> None:
         """From the event loop, once per request: queue it for its row."""
@@ -251,8 +255,8 @@ class WorkerState:
 
     def send_and_wait(self, index: int, item: Planned, scheduled_ns: int) -> None:
         """Closed loop: the next request only once this one has ended."""
-        answered = gevent.event.Event()
-        self.submit(index, item, scheduled_ns).answered = answered
+        answered = gevent.event.Event()  # set by `answered`, or by the stop
+        self.submit(index, item, scheduled_ns, answered)
         answered.wait()
 
     def expire_periodically(self) -> None:
@@ -433,6 +437,8 @@ class WorkerState:
             scheduled_ns = received.scheduled_ns
             row = self.base_row(index, scheduled_ns, received.item)
             waited = (stop_ns - scheduled_ns) / 1e9
+            if received.answered is not None:
+                received.answered.set()  # a closed-loop user waiting on it sees the stop
             row.update(
                 sent_ns=received.sent_ns,
                 send_lateness_ns=_lateness(received),

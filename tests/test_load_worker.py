@@ -279,3 +279,11 @@ def test_missing_api_key_stops_the_worker_with_one_line(server: ServerThread, tm
     process.start()
     with pytest.raises(RuntimeError, match="SPECDRILL_NO_SUCH_KEY is not set"):
         process.wait_ready(60)
+
+
+def test_an_unresolvable_target_stops_the_worker_with_one_line(tmp_path: Path) -> None:
+    plan = _plan("http://no-such-host.invalid:8000", tmp_path / "traces", shape=Quiet(rate=10, duration_s=1))
+    process = LocustProcess(plan, str(tmp_path / "w"))
+    process.start()
+    with pytest.raises(RuntimeError, match=r"target\.base_url: cannot resolve no-such-host\.invalid"):
+        process.wait_ready(60)

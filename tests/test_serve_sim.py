@@ -205,12 +205,13 @@ def test_bad_requests_get_openai_errors(cluster: dict[str, Any]) -> None:
 
 def test_live_ray_metrics(cluster: dict[str, Any]) -> None:
     url = f"http://127.0.0.1:{cluster['metrics_port']}/metrics"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     text = ""
+    wanted = ("specdrill_executed_k", "specdrill_running_batch", "specdrill_queue_length", 'arm="dyn-single"')
     while time.monotonic() < deadline:
         with urllib.request.urlopen(url) as response:
             text = response.read().decode()
-        if "specdrill_executed_k" in text and "specdrill_running_batch" in text:
+        if all(name in text for name in wanted):  # each replica's metrics reach the exporter on their own
             break
         time.sleep(1)
     assert "specdrill_executed_k" in text and "specdrill_queue_length" in text
