@@ -12,10 +12,14 @@ export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0   # every Ray listener on 127.0.0.1
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
 exec "$python_bin" - "${1:-2}" "${2:-${SPECDRILL_RAY_TMP:-/tmp/specdrill-ray}}" \
   "${RAY_PORT:-6380}" "${RAY_DASHBOARD_PORT:-8265}" <<'PY'
-import signal, sys, threading
+import os, signal, sys, threading
+from ray._common.utils import get_ray_address_file
 from ray.cluster_utils import Cluster
 
 gpus, temp_dir, port, dashboard = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+# Cluster writes its address to Ray's default temp dir (/tmp/ray), whatever temp_dir says; on a machine where no
+# Ray has run yet that folder does not exist and the head fails to start.
+os.makedirs(os.path.dirname(get_ray_address_file(None)), exist_ok=True)
 cluster = Cluster(
     initialize_head=True,
     head_node_args={
