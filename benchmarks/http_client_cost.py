@@ -22,7 +22,7 @@ from geventhttpclient import HTTPClient  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loadshapes.wire import Exchange, WireClient, request_head  # noqa: E402
+from loadshapes.wire import Exchange, WireClient, request_bytes, request_head  # noqa: E402
 from serve_apps.clock import now_ns  # noqa: E402
 
 BODY = json.dumps({
@@ -61,7 +61,7 @@ def wire_client(host: str, port: int) -> Callable[[int], int]:
     head = request_head("POST", host, port, "/v1/completions", dict(HEADERS), tls=False)
 
     def one(index: int) -> int:
-        exchange = Exchange(head + b"Content-Length: %d\r\nx-request-id: r%d\r\n\r\n%b" % (len(BODY), index, BODY))
+        exchange = Exchange(request_bytes(head, BODY, f"r{index}"))
         answered.clear()
         client.submit(exchange)
         answered.wait()

@@ -42,7 +42,7 @@ from locust.exception import StopUser
 from loadshapes.plan import Planned, WorkerPlan, closed_loop_users, open_loop_schedule, request_body
 from loadshapes.sse import StreamError, StreamResult, body_lines, latency_columns, telemetry_columns
 from loadshapes.trace import PartWriter, rows_to_table_in_steps
-from loadshapes.wire import Exchange, WireClient, decode_response, request_head
+from loadshapes.wire import Exchange, WireClient, decode_response, request_bytes, request_head
 from serve_apps.clock import now_ns
 
 # Below this no step is assumed to fit before a send: Python's timing of a fast step is noisy.
@@ -229,9 +229,7 @@ class WorkerState:
         self, index: int, item: Planned | None, scheduled_ns: int, answered: gevent.event.Event | None = None
     ) -> None:
         body = item.body if item else b""
-        request = b"%bContent-Length: %d\r\nx-request-id: %b\r\n\r\n%b" % (
-            self.request_head, len(body), self.plan.request_id(index).encode(), body,
-        )  # fmt: skip
+        request = request_bytes(self.request_head, body, self.plan.request_id(index))
         received = Received(request=request, index=index, item=item, scheduled_ns=scheduled_ns, answered=answered)
         self.in_flight[index] = received
         if len(self.in_flight) > self.max_in_flight_seen:

@@ -59,10 +59,6 @@ class Exchange:
     deadline_ns: int = 0
     retried: bool = False
 
-    @property
-    def finished(self) -> bool:
-        return self.done_ns is not None or self.failed_ns is not None
-
 
 class _Framing(HTTPResponseParser):
     """llhttp with no-op callbacks: says where a response ends, keeps nothing (the raw bytes are kept)."""
@@ -431,3 +427,8 @@ def request_head(method: str, host: str, port: int, path: str, headers: dict[str
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host}" if port == default_port else f"Host: {host}:{port}"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     return ("\r\n".join(lines) + "\r\n").encode("latin-1")
+
+
+def request_bytes(head: bytes, body: bytes, request_id: str) -> bytes:
+    """A whole request: the shared head (request_head), this request's id and length, its body."""
+    return b"%bContent-Length: %d\r\nx-request-id: %b\r\n\r\n%b" % (head, len(body), request_id.encode(), body)

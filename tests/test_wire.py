@@ -25,7 +25,7 @@ from cryptography.x509.oid import NameOID
 
 from loadshapes.null_server import NullConfig, NullServer, ServerThread
 from loadshapes.sse import StreamResult, body_lines
-from loadshapes.wire import Exchange, WireClient, decode_response, request_head
+from loadshapes.wire import Exchange, WireClient, decode_response, request_bytes, request_head
 
 STREAM = b"".join(b"%x\r\n%b\r\n" % (len(e), e) for e in [b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n"])
 OK_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
@@ -97,8 +97,7 @@ def _exchanges(
 
     def run() -> None:
         for index, body in enumerate(bodies):
-            request = head + b"Content-Length: %d\r\nx-request-id: r%d\r\n\r\n%b" % (len(body), index, body)
-            client.submit(Exchange(request))
+            client.submit(Exchange(request_bytes(head, body, f"r{index}")))
             while sequential and len(ended) <= index:
                 done.clear()
                 done.wait(0.05)
