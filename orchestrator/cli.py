@@ -282,16 +282,48 @@ def _print_sweep(points: Sequence[SweepPoint]) -> None:
 @click.argument("campaign_file", type=click.Path(dir_okay=False))
 @click.option("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a running local one)")
 @click.option("--timeout", "timeout_s", type=float, default=None, help="seconds to wait for every arm")
-def deploy_cmd(campaign_file: str, address: str | None, timeout_s: float | None) -> None:
+@click.option(
+    "--check", is_flag=True,
+    help="deploy each arm with a placement probe instead of its engine (no model loaded), print which GPU every "
+    "DP rank and TP worker gets, tear it down again",
+)  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="with --check: print the probes' reports as JSON")
+def deploy_cmd(campaign_file: str, address: str | None, timeout_s: float | None, check: bool, as_json: bool) -> None:
     """Bring up every arm of a campaign on Ray Serve; print JSON mapping arm name -> base URL."""
-    from orchestrator.deploy import DeployError, deploy
+    from orchestrator.deploy import DeployError, check_deploy, deploy
 
     campaign = _campaign(campaign_file)
     try:
-        urls = deploy(campaign, address=address, timeout_s=timeout_s)
+        if check:
+            reports = check_deploy(campaign, address=address, timeout_s=timeout_s)
+        else:
+            urls = deploy(campaign, address=address, timeout_s=timeout_s)
     except DeployError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(json.dumps(urls, indent=2))
+    if not check:
+        click.echo(json.dumps(urls, indent=2))
+    elif as_json:
+        click.echo(json.dumps(reports, indent=2))
+    else:
+        _print_placement(reports)
+
+
+def _print_placement(reports: dict[str, list[dict[str, Any]]]) -> None:
+    table = Table(title="placement check: every arm's engine got its devices")
+    for column in ("arm", "layout", "replica node", "replica GPUs", "workers -> device / bundle -> node"):
+        table.add_column(column)
+    for arm, replicas in reports.items():
+        for report in replicas:
+            if "workers" in report:
+                where = ", ".join(f"dp{w['dp_rank']}/tp{w['tp_rank']}->GPU {w['device']}" for w in report["workers"])
+            elif "bundles" in report:
+                where = ", ".join(f"worker {b['worker']}->{b['node_id'][:8]} GPU {','.join(b['gpu_ids'])}"
+                                  for b in report["bundles"])  # fmt: skip
+            else:
+                where = "-"
+            gpus = ",".join(report.get("replica_gpu_ids", [])) or "-"
+            table.add_row(arm, report["layout"], str(report["node_id"])[:8], gpus, where)
+    _console().print(table)
 
 
 @cli.command("teardown")

@@ -15,9 +15,13 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import ValidationError
+
 from orchestrator.campaign import Campaign
 from orchestrator.logs import get_logger
 from serve_apps.arms import ArmSpec, EndpointEngineConfig, VllmEngineConfig
+from serve_apps.config_io import first_error
+from serve_apps.placement import ArmPlacement, plan_placement
 
 log = get_logger(__name__)
 
@@ -56,14 +60,47 @@ def deploy(
     only: Sequence[str] | None = None,
 ) -> dict[str, str]:
     """Deploy the campaign's arms (or only the named ones) and return {arm name: base URL}."""
+    arms, _ = _bring_up(campaign, address=address, timeout_s=timeout_s, only=only, probe=False)
+    urls = {arm.name: base_url(campaign, arm) for arm in arms}
+    names = [arm.app_name for arm in arms]
+    timeout = timeout_s or (900.0 if isinstance(campaign.engine, VllmEngineConfig) else 180.0)
+    try:
+        for arm in arms:
+            warm_up(urls[arm.name], arm, deadline=time.monotonic() + timeout)
+    except BaseException:
+        teardown_arms(names)
+        raise
+    log.info("deploy.done", apps=names)
+    return urls
+
+
+def check_deploy(
+    campaign: Campaign, *, address: str | None = None, timeout_s: float | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """`specdrill deploy --check`: deploy every arm with the placement probe in place of its engine, collect what
+    each replica found (its GPUs, the device of every DP rank and TP worker, the node of every bundle), tear it all
+    down again. Raises DeployError naming the first arm whose engine could not get its devices."""
+    arms, plans = _bring_up(campaign, address=address, timeout_s=timeout_s or 120.0, only=None, probe=True)
+    try:
+        return {arm.name: _probe_reports(base_url(campaign, arm), plans[arm.name].replicas) for arm in arms}
+    finally:
+        teardown_arms([arm.app_name for arm in arms])
+
+
+def _bring_up(
+    campaign: Campaign, *, address: str | None, timeout_s: float | None, only: Sequence[str] | None, probe: bool
+) -> tuple[list[ArmSpec], dict[str, ArmPlacement]]:
     from ray import serve
 
     from serve_apps.deployment import build_arm_app
 
-    arms = [arm for arm in campaign.arms() if only is None or arm.name in only]
     if isinstance(campaign.engine, EndpointEngineConfig):
         raise DeployError("engine kind endpoint: the servers run elsewhere; there is nothing to deploy")
     connect(address)
+    campaign = placed(campaign)
+    arms = [arm for arm in campaign.arms() if only is None or arm.name in only]
+    plans = {arm.name: plan_placement(arm) for arm in arms}
+    check_capacity(arms, plans)
     serve.start(http_options={"host": campaign.serve.host, "port": campaign.serve.port})
     _check_listening(campaign)
     timeout = timeout_s or (900.0 if isinstance(campaign.engine, VllmEngineConfig) else 180.0)
@@ -72,21 +109,103 @@ def deploy(
         serve.run_many(
             [
                 serve.RunTarget(
-                    build_arm_app(arm, campaign.serve.host), name=arm.app_name, route_prefix=arm.route_prefix
+                    build_arm_app(arm, campaign.serve.host, probe=probe),
+                    name=arm.app_name,
+                    route_prefix=arm.route_prefix,
                 )
                 for arm in arms
             ],
             wait_for_applications_running=False,
         )
-        _wait_running(names, deadline=time.monotonic() + timeout)
-        urls = {arm.name: base_url(campaign, arm) for arm in arms}
-        for arm in arms:
-            warm_up(urls[arm.name], arm, deadline=time.monotonic() + timeout)
+        _wait_running(names, deadline=time.monotonic() + timeout, autoscaling=campaign.resources.autoscaling)
     except BaseException:
         teardown_arms(names)
         raise
-    log.info("deploy.done", apps=names)
-    return urls
+    return arms, plans
+
+
+def preflight(campaign: Campaign, *, address: str | None = None) -> None:
+    """Before a campaign runs (arm by arm): every arm's layout runs on these nodes, and each arm alone fits."""
+    if isinstance(campaign.engine, EndpointEngineConfig):
+        return
+    connect(address)
+    campaign = placed(campaign)
+    for arm in campaign.arms():
+        check_capacity([arm], {arm.name: plan_placement(arm)})
+
+
+def node_resources() -> list[dict[str, float]]:
+    """Total resources of every alive node of the connected cluster."""
+    import ray
+
+    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+
+
+def placed(campaign: Campaign) -> Campaign:
+    """The campaign with resources.gpus_per_node read from the cluster when the file does not give it, validated
+    again: a layout vLLM cannot run on these nodes is refused here, in one line, before anything deploys."""
+    if campaign.resources.gpus_per_node is not None or campaign.resources.gpus_per_engine == 0:
+        return campaign
+    most = max((int(n.get("GPU", 0)) for n in node_resources()), default=0)
+    if most == 0:
+        if campaign.resources.autoscaling:
+            return campaign
+        raise DeployError(
+            f"resources.gpus_per_engine is {campaign.resources.gpus_per_engine:g} but no node of the cluster has a "
+            "GPU (set resources.autoscaling: true if the cluster adds GPU nodes on demand)"
+        )
+    data = campaign.model_dump(by_alias=True, exclude_unset=True)
+    data["resources"] = {**data.get("resources", {}), "gpus_per_node": most}
+    try:
+        return Campaign.model_validate(data)
+    except ValidationError as exc:
+        raise DeployError(f"on this cluster ({most} GPUs per node at most): {first_error(exc)}") from None
+
+
+def check_capacity(arms: Sequence[ArmSpec], plans: dict[str, ArmPlacement]) -> None:
+    """Refuse at once what the nodes up now cannot hold, instead of waiting for replicas Ray can never place: each
+    replica's bundles against the nodes' totals, all GPUs against what is free. Placement Ray can make is left
+    to Ray (this is not a bin-packer)."""
+    import ray
+
+    if not arms or arms[0].resources.autoscaling:
+        return
+    nodes = node_resources()
+    for arm in arms:
+        plan = plans[arm.name]
+        demand = plan.replica_demand()
+        for bundle in demand:
+            if not any(all(node.get(k, 0.0) >= v for k, v in bundle.items()) for node in nodes):
+                biggest = max(nodes, key=lambda n: (n.get("GPU", 0.0), n.get("CPU", 0.0)), default={})
+                raise DeployError(
+                    f"arm {arm.name} ({plan.layout} layout) needs {_resources(bundle)} on one node; the largest node "
+                    f"has {_resources({k: biggest.get(k, 0.0) for k in bundle})}"
+                )
+        if plan.strategy == "STRICT_SPREAD" and len(demand) > sum(1 for n in nodes if n.get("GPU", 0.0) > 0):
+            raise DeployError(f"arm {arm.name}: STRICT_SPREAD of {len(demand)} bundles needs as many GPU nodes")
+    wanted = sum(plans[a.name].total_gpus for a in arms)
+    free = float(ray.available_resources().get("GPU", 0.0))  # type: ignore[no-untyped-call]
+    if wanted > free + 1e-9:
+        raise DeployError(
+            f"the arms need {wanted:g} GPUs together, the cluster has {free:g} free "
+            f"(of {sum(n.get('GPU', 0.0) for n in nodes):g})"
+        )
+
+
+def _resources(bundle: dict[str, float]) -> str:
+    return ", ".join(f"{v:g} {k}" for k, v in sorted(bundle.items()))
+
+
+def _probe_reports(url: str, replicas: int) -> list[dict[str, Any]]:
+    """Every replica's probe report: Serve routes each GET to one replica, so ask until each has answered."""
+    seen: dict[str, dict[str, Any]] = {}
+    for _ in range(max(8, 16 * replicas)):
+        with urllib.request.urlopen(f"{url}/specdrill/placement", timeout=30) as response:
+            report: dict[str, Any] = json.loads(response.read())
+        seen.setdefault(str(report["replica_id"]), report)
+        if len(seen) >= replicas:
+            break
+    return list(seen.values())
 
 
 def _check_listening(campaign: Campaign) -> None:
@@ -103,7 +222,11 @@ def _check_listening(campaign: Campaign) -> None:
         )
 
 
-def _wait_running(names: Sequence[str], *, deadline: float) -> None:
+# Serve's controller says this of replicas Ray has not placed after 30 s (RAY_SERVE_SLOW_STARTUP_WARNING_S).
+_UNSCHEDULED = "to be scheduled"
+
+
+def _wait_running(names: Sequence[str], *, deadline: float, autoscaling: bool = False) -> None:
     from ray import serve
     from ray.serve.schema import ApplicationStatus
 
@@ -115,6 +238,12 @@ def _wait_running(names: Sequence[str], *, deadline: float) -> None:
             raise DeployError(f"arm {failed[0]} failed to deploy: {_failure(apps[failed[0]])}")
         if all(s == ApplicationStatus.RUNNING for s in states.values()):
             return
+        if not autoscaling:
+            for name in names:
+                stuck = [str(d.message) for d in apps[name].deployments.values()] if name in apps else []
+                if any(_UNSCHEDULED in m for m in stuck):
+                    message = next(m for m in stuck if _UNSCHEDULED in m).replace("\n", " ")
+                    raise DeployError(f"arm {name}: Ray cannot place its replicas: {message[:400]}")
         if time.monotonic() > deadline:
             waiting = [n for n, s in states.items() if s != ApplicationStatus.RUNNING]
             raise DeployError(

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from loadshapes.plan import Target, WorkerPlan
 from loadshapes.trace import _filesystem
 from orchestrator.campaign import Campaign, CampaignError
-from orchestrator.deploy import connect, deploy, teardown_arms
+from orchestrator.deploy import connect, deploy, preflight, teardown_arms
 from orchestrator.load_workers import LoadWorkers, WorkerSummary
 from orchestrator.logs import get_logger
 from serve_apps.arms import ArmSpec, EndpointEngineConfig
@@ -408,6 +408,7 @@ def run_campaign(
     manifest = open_run(campaign, store)
     store.write_json(MANIFEST, manifest)
     connect(address)
+    preflight(campaign)  # a layout these nodes cannot run is refused before any arm deploys
     # One set of load worker actors for the whole campaign (spread over the nodes), a Locust process per unit.
     with LoadWorkers(cpus_per_worker=campaign.load.cpus_per_worker) as workers:
         for arm in campaign.arms():

@@ -76,10 +76,16 @@ EngineConfig = Annotated[
 
 
 class Resources(_Strict):
-    """What each engine of the arm reserves in the Ray cluster; GPUs are placed with a placement group."""
+    """What each engine of the arm reserves in the Ray cluster (serve_apps/placement.py lays it out)."""
 
     cpus_per_engine: float = Field(default=0.5, gt=0)
+    # GPUs per GPU worker: an engine of tensor_parallel_size T (x data_parallel N for vLLM) has T (x N) workers.
     gpus_per_engine: float = Field(default=0.0, ge=0)
+    # GPUs on each GPU node. Decides whether an engine fits one node (the replica holds its GPUs) or spans nodes
+    # (a placement group); read from the cluster at deploy time when not given.
+    gpus_per_node: int | None = Field(default=None, ge=1)
+    # The cluster adds nodes on demand (Ray autoscaler): do not refuse what the nodes up now cannot hold.
+    autoscaling: bool = False
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
     # At most this many of the arm's engines on one node (Serve's max_replicas_per_node): 1 spreads them out.
     max_engines_per_node: int | None = Field(default=None, ge=1)
@@ -101,16 +107,10 @@ class ArmSpec(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _placement_is_expressible(self) -> ArmSpec:
-        multi_gpu = self.resources.gpus_per_engine > 0 and (
-            self.topology.tensor_parallel_size > 1
-            or (self.engine.kind == "vllm" and self.topology.kind == "data_parallel")
-        )
-        if multi_gpu and self.resources.max_engines_per_node is not None:
-            raise ValueError(
-                "resources.max_engines_per_node cannot apply to engines spanning several GPUs (Ray Serve places "
-                "those with placement groups); use resources.placement_strategy"
-            )
+    def _placement_is_runnable(self) -> ArmSpec:
+        from serve_apps.placement import plan_placement  # placement reads arms: imported here, not at the top
+
+        plan_placement(self)  # raises PlacementError (a ValueError) naming the limitation
         return self
 
     @property

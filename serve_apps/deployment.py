@@ -21,6 +21,7 @@ import serve_apps
 from serve_apps.arms import ArmSpec, VllmEngineConfig
 from serve_apps.clock import now
 from serve_apps.engines.factory import build_engine
+from serve_apps.placement import plan_placement
 from serve_apps.service import ArmService, Placement, RequestError, error_body
 
 app = FastAPI(title="specdrill arm")
@@ -66,7 +67,9 @@ def keep_internal_grpc_on_loopback() -> None:
 class ArmDeployment:
     # Async constructor: the replica only counts as running once its engine has started (a vLLM engine that
     # fails to start fails the deployment with vLLM's message instead of failing the first request).
-    async def __init__(self, arm_json: str, serve_host: str = "127.0.0.1") -> None:  # type: ignore[misc]
+    async def __init__(  # type: ignore[misc]
+        self, arm_json: str, serve_host: str = "127.0.0.1", probe: bool = False
+    ) -> None:
         if serve_host in LOOPBACK:
             keep_internal_grpc_on_loopback()
         arm = ArmSpec.model_validate_json(arm_json)
@@ -77,7 +80,9 @@ class ArmDeployment:
             node_id=ray.get_runtime_context().get_node_id(),
             node_ip=ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
         )
-        engine = build_engine(arm, engine_id=f"{arm.name}/{replica_id}", seed_offset=zlib.crc32(replica_id.encode()))
+        engine = build_engine(
+            arm, engine_id=f"{arm.name}/{replica_id}", seed_offset=zlib.crc32(replica_id.encode()), probe=probe
+        )
         self.service = ArmService(arm, engine, placement, _versions())
         await engine.start()
         self._metrics_task = asyncio.get_running_loop().create_task(self._publish_metrics())
@@ -140,6 +145,18 @@ class ArmDeployment:
     async def info(self) -> dict[str, Any]:
         return self.service.info()
 
+    @app.get("/specdrill/placement")
+    async def placement(self) -> dict[str, Any]:
+        """What the placement probe found (`specdrill deploy --check`); 404 when the replica runs an engine."""
+        from fastapi import HTTPException
+
+        from serve_apps.engines.placement_probe import PlacementProbeEngine
+
+        engine = self.service.engine
+        if not isinstance(engine, PlacementProbeEngine) or engine.report is None:
+            raise HTTPException(status_code=404, detail="this replica runs an engine, not the placement probe")
+        return {"replica_id": self.service.placement.replica_id, **engine.report}
+
     @app.get("/specdrill/timeline")
     async def timeline(self, since_step: int = 0) -> dict[str, Any]:
         return {"engine_id": self.service.engine.engine_id, **self.service.engine.timeline(since_step)}
@@ -150,30 +167,24 @@ class ArmDeployment:
         await self.service.engine.stop()
 
 
-def build_arm_app(arm: ArmSpec, serve_host: str = "127.0.0.1") -> serve.Application:
-    """The Serve application for one arm, with replicas and placement from its topology and resources."""
-    topo = arm.topology
-    is_vllm = isinstance(arm.engine, VllmEngineConfig)
-    replicas = 1 if topo.kind == "single" or (is_vllm and topo.kind == "data_parallel") else topo.size
-    res = arm.resources
-    # A vLLM engine spans dp * tp GPU workers in one replica; a simulated rank is its own replica.
-    workers = topo.tensor_parallel_size * (topo.size if is_vllm and topo.kind == "data_parallel" else 1)
-    actor: dict[str, Any] = {"num_cpus": res.cpus_per_engine}
+def build_arm_app(arm: ArmSpec, serve_host: str = "127.0.0.1", *, probe: bool = False) -> serve.Application:
+    """The Serve application for one arm, laid out by serve_apps.placement. With `probe`, each replica runs the
+    placement probe instead of its engine (`specdrill deploy --check`)."""
+    plan = plan_placement(arm)
+    actor: dict[str, Any] = {"num_cpus": plan.replica_cpus}
+    if plan.replica_gpus:
+        actor["num_gpus"] = plan.replica_gpus
     if isinstance(arm.engine, VllmEngineConfig) and arm.engine.env:
         actor["runtime_env"] = {"env_vars": dict(arm.engine.env)}
-    options: dict[str, Any] = {"name": arm.name, "num_replicas": replicas, "ray_actor_options": actor}
-    if res.gpus_per_engine > 0:
-        actor["num_gpus"] = res.gpus_per_engine
-    if res.gpus_per_engine > 0 and workers > 1:
-        # An engine spanning several GPUs (TP, or vLLM's DP group) is gang-scheduled: one placement group per
-        # replica, its first bundle for the replica, the rest for vLLM's workers.
-        bundles = [{"CPU": res.cpus_per_engine, "GPU": res.gpus_per_engine}]
-        bundles += [{"GPU": res.gpus_per_engine} for _ in range(workers - 1)]
-        options["placement_group_bundles"] = bundles
-        options["placement_group_strategy"] = res.placement_strategy
-    elif res.max_engines_per_node is not None:
-        options["max_replicas_per_node"] = res.max_engines_per_node
+    options: dict[str, Any] = {"name": arm.name, "num_replicas": plan.replicas, "ray_actor_options": actor}
+    if plan.bundles is not None:
+        # Ray Serve LLM's recipe: the replica's CPUs live in the first bundle and it holds no GPU itself, so
+        # every GPU bundle stays free for vLLM's Ray workers.
+        options["placement_group_bundles"] = [dict(b) for b in plan.bundles]
+        options["placement_group_strategy"] = plan.strategy
+    elif plan.max_replicas_per_node is not None:
+        options["max_replicas_per_node"] = plan.max_replicas_per_node
     application: serve.Application = ArmDeployment.options(**options).bind(  # type: ignore[attr-defined]
-        arm.model_dump_json(), serve_host
+        arm.model_dump_json(), serve_host, probe
     )
     return application

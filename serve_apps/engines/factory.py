@@ -7,7 +7,11 @@ from serve_apps.engines.base import Engine
 from serve_apps.sim.profile import load_profile
 
 
-def build_engine(arm: ArmSpec, *, engine_id: str, seed_offset: int = 0) -> Engine:
+def build_engine(arm: ArmSpec, *, engine_id: str, seed_offset: int = 0, probe: bool = False) -> Engine:
+    if probe:
+        from serve_apps.engines.placement_probe import PlacementProbeEngine
+
+        return PlacementProbeEngine(arm, engine_id=engine_id)
     if isinstance(arm.engine, SimulatedEngineConfig):
         from serve_apps.engines.simulated import SimulatedEngine
 

@@ -1,0 +1,200 @@
+"""The placement probe: runs in a replica in place of its engine (`specdrill deploy --check`) and proves, within
+seconds and without loading a model, that every GPU worker of the engine gets a device.
+
+- `replica` layout: the GPUs Ray gave the replica must be exactly the ones the engine needs, and vLLM's own
+  helpers must map each DP rank and TP worker to a distinct one of them (the mapping vLLM's engine-core processes
+  and GPU workers use; on a node whose GPUs are declared to Ray but not present, with CUDA's semantics).
+- `spanning` layout: a one-GPU actor is placed on every bundle vLLM's Ray executor would use; a bundle whose GPU
+  is held (e.g. by the replica itself) or cannot be placed fails the probe with Ray's view of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from serve_apps.arms import ArmSpec, VllmEngineConfig
+from serve_apps.engines.base import GenerationInput, GenerationResult, TextDelta
+from serve_apps.placement import ArmPlacement, plan_placement
+
+CUDA_DEVICES = "CUDA_VISIBLE_DEVICES"  # vLLM's CudaPlatform.device_control_env_var
+BUNDLE_TIMEOUT_S = 20.0
+
+
+class PlacementProbeError(RuntimeError):
+    pass
+
+
+def _cuda_platform() -> Any:
+    """vLLM's platform for device ids: the real one on a CUDA node; on a node whose GPUs are only declared to Ray
+    (tests, `--check` from a CPU image) vLLM's generic Platform with CUDA's device variable, which is all that
+    CudaPlatform's device-id methods use."""
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import Platform
+
+    if current_platform.is_cuda_alike():
+        return current_platform
+
+    class CudaDeviceIds(Platform):
+        device_control_env_var = CUDA_DEVICES
+
+    return CudaDeviceIds
+
+
+def vllm_device_map(dp: int, tp: int) -> list[dict[str, Any]]:
+    """Physical device of every (DP rank, TP rank) worker, from vLLM's own helpers and visible-device variable."""
+    from vllm.v1.engine import utils
+
+    engine_utils: Any = utils
+    platform = _cuda_platform()
+    saved = engine_utils.current_platform
+    engine_utils.current_platform = platform  # get_physical_gpu_ids_for_local_dp_rank reads the module's global
+    try:
+        workers = []
+        for rank in range(dp):
+            try:
+                rank_devices = engine_utils.get_physical_gpu_ids_for_local_dp_rank(CUDA_DEVICES, rank, tp)
+            except Exception as exc:  # vLLM raises a bare Exception ("Error computing device indices ...")
+                raise PlacementProbeError(f"DP rank {rank}: {exc}") from None
+            for tp_rank in range(tp):
+                # GPU worker: local_rank = dp_local_rank * tp + tp_rank (vllm/v1/worker/gpu_worker.py)
+                device = platform.device_id_to_physical_device_id(rank * tp + tp_rank)
+                workers.append(
+                    {"dp_rank": rank, "tp_rank": tp_rank, "device": int(device), "rank_devices": rank_devices}
+                )
+        return workers
+    finally:
+        engine_utils.current_platform = saved
+
+
+def _probe_replica(arm: ArmSpec, plan: ArmPlacement) -> dict[str, Any]:
+    import ray
+
+    assigned = [str(g) for g in ray.get_gpu_ids()]
+    visible = os.environ.get(CUDA_DEVICES, "")
+    report: dict[str, Any] = {"replica_gpu_ids": assigned, "visible_devices": visible}
+    if len(assigned) != round(plan.replica_gpus):
+        raise PlacementProbeError(
+            f"the replica holds {len(assigned)} GPUs ({','.join(assigned) or 'none'}), its engine needs "
+            f"{plan.replica_gpus:g}"
+        )
+    if ray.util.get_current_placement_group() is not None and plan.executor_backend is None:
+        raise PlacementProbeError("the replica runs inside a placement group: vLLM would pick its Ray executor")
+    if not isinstance(arm.engine, VllmEngineConfig):
+        return report
+    dp, tp = arm.topology.data_parallel_size, arm.topology.tensor_parallel_size
+    workers = vllm_device_map(dp, tp)
+    devices = [w["device"] for w in workers]
+    if len(set(devices)) != len(devices):
+        raise PlacementProbeError(f"GPU workers share devices: {workers}")
+    outside = sorted({str(d) for d in devices} - set(visible.split(",")))
+    if outside:
+        raise PlacementProbeError(f"devices {', '.join(outside)} are not among the replica's ({visible})")
+    report["workers"] = workers
+    return report
+
+
+def _probe_bundles(plan: ArmPlacement) -> dict[str, Any]:
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    group = ray.util.get_current_placement_group()
+    if group is None:
+        raise PlacementProbeError("spanning layout but the replica runs outside a placement group")
+
+    @ray.remote(num_cpus=0)
+    class Dummy:
+        def where(self) -> dict[str, Any]:
+            context = ray.get_runtime_context()
+            return {"node_id": context.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
+
+    # The bundles vLLM's Ray executor uses: the first world-size bundles that have a GPU
+    # (vllm/v1/executor/ray_executor.py, _init_workers_ray).
+    gpu_bundles = [i for i, b in enumerate(group.bundle_specs) if b.get("GPU", 0)][: plan.workers_per_replica]
+    if len(gpu_bundles) < plan.workers_per_replica:
+        raise PlacementProbeError(f"{len(gpu_bundles)} GPU bundles for {plan.workers_per_replica} workers")
+    gpus = plan.bundles[-1]["GPU"] if plan.bundles else 1.0
+    actors = [
+        Dummy.options(  # type: ignore[attr-defined]
+            num_gpus=gpus,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=group, placement_group_bundle_index=index
+            ),
+        ).remote()
+        for index in gpu_bundles
+    ]
+    try:
+        placed: list[dict[str, Any]] = []
+        for index, actor in zip(gpu_bundles, actors, strict=True):
+            try:
+                where = ray.get(actor.where.remote(), timeout=BUNDLE_TIMEOUT_S)
+            except ray.exceptions.GetTimeoutError:
+                raise PlacementProbeError(
+                    f"bundle {index} of the placement group: a {gpus:g}-GPU actor was not placed within "
+                    f"{BUNDLE_TIMEOUT_S:g} s (its GPU is held, e.g. by the replica itself); vLLM's Ray worker "
+                    f"{len(placed)} would wait there forever"
+                ) from None
+            placed.append({"bundle": index, "worker": len(placed), **where})
+        return {"bundles": placed, "nodes": sorted({p["node_id"] for p in placed})}
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+
+
+def probe(arm: ArmSpec) -> dict[str, Any]:
+    """Blocking: run in a thread. Raises PlacementProbeError with the reason the engine could not get devices."""
+    import ray
+
+    plan = plan_placement(arm)
+    report: dict[str, Any] = {
+        "arm": arm.name,
+        "layout": plan.layout,
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "executor_backend": plan.executor_backend,
+        "data_parallel_backend": plan.data_parallel_backend,
+    }
+    if plan.layout == "replica":
+        report.update(_probe_replica(arm, plan))
+    elif plan.layout == "spanning":
+        report.update(_probe_bundles(plan))
+    report["ok"] = True
+    return report
+
+
+class PlacementProbeEngine:
+    """An engine that only proves placement: it answers /specdrill/placement and refuses generation."""
+
+    kind = "placement-probe"
+
+    def __init__(self, arm: ArmSpec, *, engine_id: str) -> None:
+        self.arm = arm
+        self.engine_id = engine_id
+        self.report: dict[str, Any] | None = None
+
+    async def start(self) -> None:
+        if self.report is None:
+            try:
+                self.report = await asyncio.to_thread(probe, self.arm)
+            except PlacementProbeError as exc:
+                raise PlacementProbeError(f"placement probe of arm {self.arm.name}: {exc}") from None
+
+    async def stop(self) -> None:
+        return None
+
+    async def generate(self, request: GenerationInput) -> AsyncIterator[TextDelta | GenerationResult]:
+        raise ValueError("this arm runs the placement probe (specdrill deploy --check): no engine to generate")
+        yield  # pragma: no cover  (makes this an async generator)
+
+    def resolved_speculative_config(self) -> dict[str, Any] | None:
+        return None
+
+    def timeline(self, since_step: int = 0) -> dict[str, list[float] | list[int]]:
+        return {}
+
+    def live(self) -> dict[str, float]:
+        return {"running": 0.0, "waiting": 0.0, "k": 0.0}
+
+    def versions(self) -> dict[str, str]:
+        return {"engine": "specdrill-placement-probe"}

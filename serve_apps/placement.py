@@ -1,0 +1,114 @@
+"""Where an arm's engines run in the Ray cluster: what each Serve replica holds, and how vLLM finds its devices.
+
+Two layouts carry GPUs, chosen the way vLLM 0.32 and Ray Serve LLM expect them (see docs/gpu-runbook.md):
+
+- `replica`: the engine fits on one node. The replica itself holds every GPU of its engine (dp x tp workers for a
+  vLLM data-parallel group), no placement group, and vLLM's multiprocessing backends start the ranks and workers
+  as child processes. vLLM maps DP rank r, TP rank t to CUDA_VISIBLE_DEVICES[r * tp + t] of the replica.
+- `spanning`: tensor parallelism larger than a node (Ray Serve LLM's recipe). The replica holds no GPU; its CPUs
+  are merged into the first bundle of a placement group of one-GPU bundles; vLLM's Ray executor places worker i
+  on the i-th GPU bundle of the group, which the engine passes to vLLM explicitly.
+
+A layout vLLM cannot run is refused here, before anything deploys.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from serve_apps.arms import ArmSpec, VllmEngineConfig
+
+
+class PlacementError(ValueError):
+    pass
+
+
+class ArmPlacement(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    layout: Literal["cpu", "replica", "spanning"]
+    replicas: int
+    workers_per_replica: int  # GPU workers of one replica's engine: tp, or dp x tp for a vLLM DP group
+    replica_cpus: float
+    replica_gpus: float
+    bundles: tuple[dict[str, float], ...] | None  # the placement group of one replica (spanning only)
+    strategy: str | None
+    max_replicas_per_node: int | None
+    # vLLM's distributed_executor_backend and data_parallel_backend for this layout (None: vLLM's default)
+    executor_backend: Literal["mp", "ray"] | None
+    data_parallel_backend: Literal["mp"] | None
+
+    @property
+    def total_gpus(self) -> float:
+        return self.replicas * self.workers_per_replica * self._gpus_per_worker
+
+    @property
+    def _gpus_per_worker(self) -> float:
+        if self.bundles:
+            return self.bundles[-1].get("GPU", 0.0)
+        return self.replica_gpus / self.workers_per_replica
+
+    def replica_demand(self) -> list[dict[str, float]]:
+        """What one replica needs from the cluster, as the bundles Ray must place (one bundle when no group)."""
+        if self.bundles is not None:
+            return [dict(b) for b in self.bundles]
+        demand = {"CPU": self.replica_cpus}
+        if self.replica_gpus:
+            demand["GPU"] = self.replica_gpus
+        return [demand]
+
+
+def plan_placement(arm: ArmSpec) -> ArmPlacement:
+    """The layout of an arm, from its topology, engine and resources. Pure: the same arm always gets the same
+    layout, in the driver (to deploy it) and in the replica (to tell vLLM how to find its devices)."""
+    topo = arm.topology
+    res = arm.resources
+    is_vllm = isinstance(arm.engine, VllmEngineConfig)
+    tp = topo.tensor_parallel_size
+    vllm_dp = topo.data_parallel_size if is_vllm else 1
+    # A simulated DP rank is its own replica; a vLLM DP group is one replica whose engine starts every rank.
+    replicas = 1 if topo.kind == "single" or (is_vllm and topo.kind == "data_parallel") else topo.size
+    workers = tp * vllm_dp
+    gpu = res.gpus_per_engine
+    name = f"arm {arm.name}"
+    if gpu == 0:
+        return ArmPlacement(
+            layout="cpu", replicas=replicas, workers_per_replica=workers, replica_cpus=res.cpus_per_engine,
+            replica_gpus=0.0, bundles=None, strategy=None, max_replicas_per_node=res.max_engines_per_node,
+            executor_backend="mp" if is_vllm and tp > 1 else None,
+            data_parallel_backend="mp" if vllm_dp > 1 else None,
+        )  # fmt: skip
+    if workers > 1 and gpu != 1:
+        raise PlacementError(
+            f"{name}: each of its {workers} GPU workers (tensor_parallel_size {tp}"
+            f"{f' x data_parallel {vllm_dp}' if vllm_dp > 1 else ''}) uses one whole GPU; "
+            f"resources.gpus_per_engine must be 1, got {gpu:g}"
+        )
+    node = res.gpus_per_node
+    if node is None or workers * gpu <= node:
+        return ArmPlacement(
+            layout="replica", replicas=replicas, workers_per_replica=workers, replica_cpus=res.cpus_per_engine,
+            replica_gpus=workers * gpu, bundles=None, strategy=None, max_replicas_per_node=res.max_engines_per_node,
+            # Explicit: inside a placement group vLLM would default to its Ray executor.
+            executor_backend="mp" if is_vllm and tp > 1 else None,
+            data_parallel_backend="mp" if vllm_dp > 1 else None,
+        )  # fmt: skip
+    if vllm_dp > 1:
+        raise PlacementError(
+            f"{name}: data_parallel {vllm_dp} x tensor_parallel_size {tp} needs {workers} GPUs on one node, the "
+            f"nodes have {node}; vLLM 0.32 runs a dense model's data parallelism across nodes only in external "
+            "load-balancing mode, which it refuses for non-MoE models: use replicas instead, or fewer ranks"
+        )
+    if res.max_engines_per_node is not None:
+        raise PlacementError(
+            f"{name}: resources.max_engines_per_node cannot apply to an engine spanning nodes (tensor_parallel_size "
+            f"{tp} > {node} GPUs per node); use resources.placement_strategy"
+        )
+    bundles = [{"CPU": res.cpus_per_engine, "GPU": gpu}] + [{"GPU": gpu} for _ in range(tp - 1)]
+    return ArmPlacement(
+        layout="spanning", replicas=replicas, workers_per_replica=workers, replica_cpus=res.cpus_per_engine,
+        replica_gpus=0.0, bundles=tuple(bundles), strategy=res.placement_strategy, max_replicas_per_node=None,
+        executor_backend="ray" if is_vllm else None, data_parallel_backend=None,
+    )  # fmt: skip
