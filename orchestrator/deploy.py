@@ -77,14 +77,18 @@ def deploy(
 def check_deploy(
     campaign: Campaign, *, address: str | None = None, timeout_s: float | None = None
 ) -> dict[str, list[dict[str, Any]]]:
-    """`specdrill deploy --check`: deploy every arm with the placement probe in place of its engine, collect what
-    each replica found (its GPUs, the device of every DP rank and TP worker, the node of every bundle), tear it all
-    down again. Raises DeployError naming the first arm whose engine could not get its devices."""
-    arms, plans = _bring_up(campaign, address=address, timeout_s=timeout_s or 120.0, only=None, probe=True)
-    try:
-        return {arm.name: _probe_reports(base_url(campaign, arm), plans[arm.name].replicas) for arm in arms}
-    finally:
-        teardown_arms([arm.app_name for arm in arms])
+    """`specdrill deploy --check`: deploy each arm with the placement probe in place of its engine, collect what
+    each replica found (its GPUs, the device of every DP rank and TP worker, the node of every bundle), tear it
+    down again. Arm by arm, as `specdrill run` deploys them. Raises DeployError naming the first arm whose engine
+    could not get its devices."""
+    reports: dict[str, list[dict[str, Any]]] = {}
+    for name in [arm.name for arm in campaign.arms()]:
+        arms, plans = _bring_up(campaign, address=address, timeout_s=timeout_s or 120.0, only=[name], probe=True)
+        try:
+            reports[name] = _probe_reports(base_url(campaign, arms[0]), plans[name].replicas)
+        finally:
+            teardown_arms([arms[0].app_name])
+    return reports
 
 
 def _bring_up(

@@ -11,6 +11,7 @@ seconds and without loading a model, that every GPU worker of the engine gets a 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -75,24 +76,23 @@ def _probe_replica(arm: ArmSpec, plan: ArmPlacement) -> dict[str, Any]:
     assigned = [str(g) for g in ray.get_gpu_ids()]
     visible = os.environ.get(CUDA_DEVICES, "")
     report: dict[str, Any] = {"replica_gpu_ids": assigned, "visible_devices": visible}
-    if len(assigned) != round(plan.replica_gpus):
+    if ray.util.get_current_placement_group() is not None and plan.executor_backend is None:
+        raise PlacementProbeError("the replica runs inside a placement group: vLLM would pick its Ray executor")
+    if isinstance(arm.engine, VllmEngineConfig):
+        # vLLM's own mapping first, so an engine short of devices fails with vLLM's message.
+        workers = vllm_device_map(arm.topology.data_parallel_size, arm.topology.tensor_parallel_size)
+        devices = [w["device"] for w in workers]
+        if len(set(devices)) != len(devices):
+            raise PlacementProbeError(f"GPU workers share devices: {workers}")
+        outside = sorted({str(d) for d in devices} - set(visible.split(",")))
+        if outside:
+            raise PlacementProbeError(f"devices {', '.join(outside)} are not among the replica's ({visible})")
+        report["workers"] = workers
+    if len(assigned) != math.ceil(plan.replica_gpus):  # a fractional GPU still shows as one id
         raise PlacementProbeError(
             f"the replica holds {len(assigned)} GPUs ({','.join(assigned) or 'none'}), its engine needs "
             f"{plan.replica_gpus:g}"
         )
-    if ray.util.get_current_placement_group() is not None and plan.executor_backend is None:
-        raise PlacementProbeError("the replica runs inside a placement group: vLLM would pick its Ray executor")
-    if not isinstance(arm.engine, VllmEngineConfig):
-        return report
-    dp, tp = arm.topology.data_parallel_size, arm.topology.tensor_parallel_size
-    workers = vllm_device_map(dp, tp)
-    devices = [w["device"] for w in workers]
-    if len(set(devices)) != len(devices):
-        raise PlacementProbeError(f"GPU workers share devices: {workers}")
-    outside = sorted({str(d) for d in devices} - set(visible.split(",")))
-    if outside:
-        raise PlacementProbeError(f"devices {', '.join(outside)} are not among the replica's ({visible})")
-    report["workers"] = workers
     return report
 
 

@@ -1,0 +1,110 @@
+"""Arm layouts (serve_apps/placement.py) as pure decisions: what each replica holds, which backends vLLM gets,
+and which layouts are refused before anything deploys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from serve_apps.arms import ArmSpec
+from serve_apps.placement import plan_placement
+
+
+def _arm(topology: dict[str, Any], *, engine: str = "vllm", **resources: Any) -> ArmSpec:
+    engine_config = {"kind": "vllm", "model": "m"} if engine == "vllm" else {"kind": "simulated"}
+    return ArmSpec.model_validate(
+        {
+            "name": "a",
+            "policy": {"kind": "off"},
+            "topology": topology,
+            "engine": engine_config,
+            "resources": {"cpus_per_engine": 2, **resources},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("topology", "gpus", "executor", "dp_backend"),
+    [
+        ({"kind": "single"}, 1, None, None),
+        ({"kind": "single", "tensor_parallel_size": 2}, 2, "mp", None),
+        ({"kind": "data_parallel", "size": 2}, 2, None, "mp"),
+        ({"kind": "data_parallel", "size": 2, "tensor_parallel_size": 2}, 4, "mp", "mp"),
+    ],
+)
+def test_an_engine_on_one_node_holds_all_its_gpus_in_its_replica(
+    topology: dict[str, Any], gpus: int, executor: str | None, dp_backend: str | None
+) -> None:
+    plan = plan_placement(_arm(topology, gpus_per_engine=1, gpus_per_node=8))
+    assert plan.layout == "replica"
+    assert (plan.replicas, plan.replica_gpus, plan.replica_cpus) == (1, gpus, 2)
+    assert plan.bundles is None  # no placement group: vLLM would pick its Ray executor inside one
+    assert (plan.executor_backend, plan.data_parallel_backend) == (executor, dp_backend)
+    assert plan.total_gpus == gpus
+
+
+def test_tensor_parallelism_larger_than_a_node_uses_ray_serve_llms_recipe() -> None:
+    plan = plan_placement(_arm({"kind": "single", "tensor_parallel_size": 8}, gpus_per_engine=1, gpus_per_node=4))
+    assert plan.layout == "spanning"
+    assert plan.replica_gpus == 0  # the replica holds no GPU: every GPU bundle stays free for vLLM's workers
+    assert plan.bundles is not None
+    assert plan.bundles[0] == {"CPU": 2, "GPU": 1} and all(b == {"GPU": 1} for b in plan.bundles[1:])
+    assert len(plan.bundles) == 8 and plan.executor_backend == "ray" and plan.total_gpus == 8
+
+
+def test_replicas_and_simulated_ranks_are_one_replica_each() -> None:
+    plan = plan_placement(_arm({"kind": "replicas", "size": 3}, gpus_per_engine=1, gpus_per_node=1))
+    assert (plan.layout, plan.replicas, plan.replica_gpus, plan.total_gpus) == ("replica", 3, 1, 3)
+    sim = plan_placement(_arm({"kind": "data_parallel", "size": 2}, engine="sim", gpus_per_engine=0.5))
+    assert (sim.replicas, sim.replica_gpus, sim.executor_backend, sim.data_parallel_backend) == (2, 0.5, None, None)
+    cpu = plan_placement(_arm({"kind": "data_parallel", "size": 2, "tensor_parallel_size": 2}))
+    assert (cpu.layout, cpu.replicas, cpu.replica_gpus, cpu.executor_backend) == ("cpu", 1, 0, "mp")
+
+
+@pytest.mark.parametrize(
+    ("topology", "resources", "message"),
+    [
+        (
+            {"kind": "data_parallel", "size": 2, "tensor_parallel_size": 4},
+            {"gpus_per_engine": 1, "gpus_per_node": 4},
+            "needs 8 GPUs on one node, the nodes have 4; vLLM 0.32 runs a dense model's data parallelism across "
+            "nodes only in external load-balancing mode",
+        ),
+        (
+            {"kind": "single", "tensor_parallel_size": 2},
+            {"gpus_per_engine": 0.5},
+            "uses one whole GPU; resources.gpus_per_engine must be 1, got 0.5",
+        ),
+        (
+            {"kind": "single", "tensor_parallel_size": 8},
+            {"gpus_per_engine": 1, "gpus_per_node": 4, "max_engines_per_node": 1},
+            "max_engines_per_node cannot apply to an engine spanning nodes",
+        ),
+    ],
+)
+def test_layouts_vllm_cannot_run_are_refused_in_one_line(
+    topology: dict[str, Any], resources: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        _arm(topology, **resources)
+    assert message in str(caught.value)
+    assert len(caught.value.errors()) == 1
+
+
+def test_a_campaign_with_an_unrunnable_layout_is_refused_naming_the_arm() -> None:
+    from orchestrator.campaign import Campaign, CampaignError
+    from serve_apps.config_io import load_yaml_model
+
+    text = """
+name: refuse
+engine: {kind: vllm, model: m}
+policies: {"off": "off"}
+topologies: {dp2tp4: {kind: data_parallel, size: 2, tensor_parallel_size: 4}}
+resources: {gpus_per_engine: 1, gpus_per_node: 4}
+"""
+    with pytest.raises(CampaignError) as caught:
+        load_yaml_model(text, Campaign, origin="campaign c.yaml", error=CampaignError)
+    line = str(caught.value)
+    assert "\n" not in line and "off-dp2tp4" in line and "external load-balancing mode" in line
