@@ -43,9 +43,13 @@ class VllmEngineConfig(_Strict):
     @classmethod
     def _not_owned_by_arm(cls, v: dict[str, Any]) -> dict[str, Any]:
         owned = {"speculative_config", "data_parallel_size", "tensor_parallel_size", "model"}
-        clash = sorted(owned & set(v))
+        # The layout decides these (serve_apps/placement.py): vLLM must find the devices the replica holds.
+        placed = {"distributed_executor_backend", "data_parallel_backend", "data_parallel_rank", "placement_group"}
+        clash = sorted((owned | placed) & set(v))
         if clash:
-            raise ValueError(f"engine_kwargs may not set {', '.join(clash)}: the arm's policy and topology do")
+            raise ValueError(
+                f"engine_kwargs may not set {', '.join(clash)}: the arm's policy, topology and placement do"
+            )
         return v
 
 

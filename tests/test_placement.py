@@ -5,10 +5,12 @@ worker would use, and places a one-GPU actor on every placement-group bundle vLL
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -260,3 +262,35 @@ def test_replicas_ray_cannot_place_fail_the_deploy_with_rays_message(gpu_cluster
     with pytest.raises(DeployError, match=r"Ray cannot place its replicas: .*to be scheduled"):
         deploy(campaign, timeout_s=300)
     assert not [n for n in serve.status().applications if n.startswith("toomany.")]
+
+
+@pytest.mark.vllm
+def test_cli_deploy_check_prints_each_workers_device_and_refuses_in_one_line(
+    gpu_cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    import yaml
+
+    def check(topology: dict[str, Any], *extra: str) -> subprocess.CompletedProcess[str]:
+        campaign = _campaign("clicheck", {"t": topology}, gpu_cluster["port"], engine="vllm", gpus_per_engine=1)
+        path = tmp_path / "campaign.yaml"
+        path.write_text(yaml.safe_dump(campaign.model_dump(mode="json", by_alias=True, exclude_unset=True)))
+        return subprocess.run(
+            [sys.executable, "-c", "from orchestrator.cli import main; main()", "deploy", "--check", str(path), *extra],
+            capture_output=True, text=True, timeout=300, check=False,
+            env={**os.environ, "RAY_ADDRESS": gpu_cluster["cluster"].address, "COLUMNS": "200"},
+        )  # fmt: skip
+
+    result = check({"kind": "data_parallel", "size": 2})
+    assert result.returncode == 0, result.stderr
+    assert "placement check" in result.stdout
+    assert "dp0/tp0->GPU" in result.stdout and "dp1/tp0->GPU" in result.stdout
+    result = check({"kind": "data_parallel", "size": 2}, "--json")
+    assert result.returncode == 0, result.stderr
+    (report,) = json.loads(result.stdout)["off-t"]
+    assert len({w["device"] for w in report["workers"]}) == 2
+    refused = check({"kind": "data_parallel", "size": 4, "tensor_parallel_size": 2})
+    assert refused.returncode == 1
+    assert refused.stderr.strip().count("\n") == 0 and "external load-balancing mode" in refused.stderr
