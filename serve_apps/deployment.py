@@ -1,9 +1,9 @@
 """The Ray Serve application of an arm: routes HTTP to ArmService, publishes live metrics.
 
-One application per arm, at route prefix /<arm name>. Topology -> Serve: `single` is one replica,
-`replicas: N` is N replicas (Serve routes between them, each engine chooses k from its own batch),
-`data_parallel: N` is N replicas acting as the ranks of one vLLM DP group for the simulated engine (each runs
-the static k vLLM falls back to), and one replica holding a DP=N engine for vLLM.
+One application per arm, at route prefix /<campaign>/<arm>. Replicas, their GPUs and placement groups come from
+serve_apps/placement.py: `single` is one replica, `replicas: N` is N replicas (Serve routes between them, each
+engine chooses k from its own batch), `data_parallel: N` is one replica holding a DP=N engine for vLLM and N
+replicas acting as the ranks for the simulated engine (each runs the static k vLLM falls back to).
 """
 
 from __future__ import annotations
