@@ -184,6 +184,48 @@ def _print_fixed_batch(points: Sequence[FixedBatchPoint], label: str) -> None:
     _console().print(table)
 
 
+@simulate.command("oracle")
+@click.option("--profile", "profile_name", default="llama3.1-8b-h100-eagle", show_default=True)
+@click.option("--workload", "workload_name", default="reasoning", show_default=True)
+@click.option("--max-k", default=4, show_default=True, type=click.IntRange(1, 16), help="largest k to try")
+@click.option("--batch-sizes", default=None, help="comma-separated (default: 1 to the profile's max_num_seqs)")
+@click.option("--tolerance", default=0.01, show_default=True, type=click.FloatRange(0, 1),
+              help="k within this fraction of the best per-token latency count as tied")  # fmt: skip
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
+def oracle_cmd(
+    profile_name: str,
+    workload_name: str,
+    max_k: int,
+    batch_sizes: str | None,
+    tolerance: float,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Ground truth: the k that minimises per-token latency at each batch size (fixed-batch runs, k = 0..max-k)."""
+    from orchestrator.oracle import DEFAULT_BATCH_SIZES, oracle
+
+    profile = _profile(profile_name)
+    workload = _workload(workload_name, profile)
+    sizes = _int_list(batch_sizes, "--batch-sizes") if batch_sizes else list(DEFAULT_BATCH_SIZES)
+    if min(sizes) > profile.limits.max_num_seqs:
+        _fail(f"--batch-sizes: all exceed the profile's max_num_seqs {profile.limits.max_num_seqs}")
+    result = oracle(profile, workload=workload, max_k=max_k, batch_sizes=sizes, seed=seed, tolerance=tolerance)
+    if as_json:
+        click.echo(json.dumps({**result.model_dump(mode="json"), "schedule": result.schedule()}, indent=2))
+        return
+    table = Table(title=f"{profile.name} / {workload.name}: per-token latency p50 (ms) at fixed batch sizes")
+    for col in ("batch", *(f"k={k}" for k in range(max_k + 1)), "best k", f"within {tolerance:.0%}"):
+        table.add_column(col, justify="right")
+    for p in result.points:
+        table.add_row(
+            str(p.batch_size), *(f"{p.tpot_p50_s[k] * 1e3:.2f}" for k in range(max_k + 1)), str(p.best_k),
+            ",".join(str(k) for k in p.near_best),
+        )  # fmt: skip
+    _console().print(table)
+    click.echo(f"schedule (vLLM num_speculative_tokens_per_batch_size): {json.dumps(result.schedule())}")
+
+
 @simulate.command("sweep")
 @click.option("--profile", "profile_name", default="llama3.1-8b-h100-eagle", show_default=True)
 @click.option("--policies", default="off,fixed:3,dynamic:3:1-64=3,65-128=1,129-512=0", show_default=True)

@@ -47,7 +47,18 @@ class FixedBatchPoint(BaseModel):
     mean_acceptance_length: float | None
 
 
-def closed_batch_throughput(
+class ClosedBatch(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    tokens_per_s: float
+    tpot_p50_s: float  # per-token latency of the requests that ran wholly inside the steady window
+    steady_requests: int
+    # Time-weighted mean of the engine's running batch in the window: below batch_size where the KV cache or
+    # the token budget cannot hold that many requests at once.
+    mean_batch: float
+    mean_acceptance_length: float | None
+
+
+def closed_batch(
     profile: Profile,
     policy: AnyPolicy,
     *,
@@ -57,8 +68,8 @@ def closed_batch_throughput(
     rounds: int = 6,
     min_requests: int = 64,
     topology: Topology = SINGLE,
-) -> tuple[float, float | None]:
-    """Output tokens/s with `batch_size` requests always in the engine (a finished one is replaced at once).
+) -> ClosedBatch:
+    """`batch_size` requests always in the engine (a finished one is replaced at once).
 
     Counted between the batch_size-th completion (the batch has mixed past its synchronized start) and the
     last replacement (after which the batch drains and shrinks).
@@ -77,8 +88,21 @@ def closed_batch_throughput(
     start = finishes[batch_size - 1]
     end = finishes[total - batch_size - 1] if total > 2 * batch_size else finishes[-1]
     tokens = sum(int(((r.token_times > start) & (r.token_times <= end)).sum()) for r in run.records)
+    steady = [r.tpot for r in run.records if r.first_scheduled >= start and r.finished <= end and r.output_tokens > 1]
     summary = summarize_window(run.records, start=0.0, end=run.end + 1e-9, arrived=total, slo=Slo())
-    return tokens / (end - start), summary.mean_acceptance_length
+    steps = core.steps
+    starts, ends = steps.column("start"), steps.column("end")
+    inside = (starts >= start) & (ends <= end)
+    durations = (ends - starts)[inside]
+    return ClosedBatch(
+        tokens_per_s=tokens / (end - start),
+        tpot_p50_s=float(np.median(steady)) if steady else float("nan"),
+        steady_requests=len(steady),
+        mean_batch=float(np.average(steps.column("batch_size")[inside], weights=durations))
+        if durations.sum() > 0
+        else float(batch_size),
+        mean_acceptance_length=summary.mean_acceptance_length,
+    )
 
 
 def fixed_batch(
@@ -92,17 +116,15 @@ def fixed_batch(
 ) -> list[FixedBatchPoint]:
     points = []
     for batch in batch_sizes:
-        spec, mal = closed_batch_throughput(
-            profile, policy, batch_size=batch, workload=workload, seed=seed, topology=topology
-        )
-        off, _ = closed_batch_throughput(profile, OffPolicy(), batch_size=batch, workload=workload, seed=seed)
+        spec = closed_batch(profile, policy, batch_size=batch, workload=workload, seed=seed, topology=topology)
+        off = closed_batch(profile, OffPolicy(), batch_size=batch, workload=workload, seed=seed)
         points.append(
             FixedBatchPoint(
                 batch_size=batch,
-                policy_tokens_per_s=spec,
-                off_tokens_per_s=off,
-                speedup=spec / off,
-                mean_acceptance_length=mal,
+                policy_tokens_per_s=spec.tokens_per_s,
+                off_tokens_per_s=off.tokens_per_s,
+                speedup=spec.tokens_per_s / off.tokens_per_s,
+                mean_acceptance_length=spec.mean_acceptance_length,
             )
         )
     return points

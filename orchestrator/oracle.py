@@ -1,0 +1,104 @@
+"""Ground truth from the simulator: for each batch size, the draft length k that minimises per-token latency.
+
+The simulated engine knows the answer for its own profile: with `batch_size` requests always in the engine, run
+k = 0 (speculation off) .. max_k and compare the median per-token latency. Verdicts, crossovers and recommended
+schedules are tested against this oracle (`specdrill simulate oracle`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from loadshapes.mixes import Workload
+from orchestrator.simulate import closed_batch
+from serve_apps.policies import FixedPolicy, OffPolicy, validate_schedule
+from serve_apps.sim.profile import Profile
+
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+
+class OraclePoint(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    batch_size: int
+    tpot_p50_s: dict[int, float]  # k -> median per-token latency (k = 0: speculation off)
+    tokens_per_s: dict[int, float]
+    mean_batch: dict[int, float]  # the running batch the engine really held (below batch_size when KV-bound)
+    best_k: int
+    # How much slower the runner-up k is than the best (relative): small margins are where boundaries may move.
+    margin: float
+    near_best: tuple[int, ...]  # every k within the oracle's tolerance of the best: a tie within its own noise
+
+
+class Oracle(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    profile: str
+    workload: str
+    method: str
+    max_k: int
+    seed: int
+    tolerance: float
+    points: tuple[OraclePoint, ...]
+
+    def best_k(self, batch_size: int) -> int:
+        """The best k of the largest measured batch size <= batch_size (the one below 1 is batch 1)."""
+        below = [p for p in self.points if p.batch_size <= batch_size]
+        return (below[-1] if below else self.points[0]).best_k
+
+    def schedule(self) -> list[list[int]]:
+        """vLLM's num_speculative_tokens_per_batch_size form: each measured batch size holds until the next."""
+        entries: list[list[int]] = []
+        for point, following in zip(self.points, [*self.points[1:], None], strict=True):
+            end = following.batch_size - 1 if following is not None else point.batch_size
+            if entries and entries[-1][2] == point.best_k:
+                entries[-1][1] = end
+            else:
+                entries.append([point.batch_size, end, point.best_k])
+        if entries:
+            entries[0][0] = 1  # vLLM's schedules start at batch 1
+        validate_schedule(entries)
+        return entries
+
+
+def oracle(
+    profile: Profile,
+    *,
+    workload: Workload,
+    max_k: int,
+    batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+    seed: int = 0,
+    rounds: int = 6,
+    tolerance: float = 0.01,
+) -> Oracle:
+    sizes = sorted({b for b in batch_sizes if b <= profile.limits.max_num_seqs})
+    if not sizes:
+        raise ValueError(f"no batch size within the profile's max_num_seqs {profile.limits.max_num_seqs}")
+    drafter = {"method": profile.drafter_method, "model": profile.drafter_model}
+    points = []
+    for batch in sizes:
+        tpot: dict[int, float] = {}
+        rate: dict[int, float] = {}
+        held: dict[int, float] = {}
+        for k in range(max_k + 1):
+            policy = (
+                OffPolicy()
+                if k == 0
+                else FixedPolicy.model_validate({**drafter, "k": k})
+            )
+            result = closed_batch(profile, policy, batch_size=batch, workload=workload, seed=seed, rounds=rounds)
+            tpot[k], rate[k], held[k] = result.tpot_p50_s, result.tokens_per_s, result.mean_batch
+        ranked = sorted(tpot, key=lambda k: (tpot[k], k))  # ties go to the smaller k
+        best = ranked[0]
+        margin = tpot[ranked[1]] / tpot[best] - 1.0 if len(ranked) > 1 else 0.0
+        near = tuple(k for k in sorted(tpot) if tpot[k] <= tpot[best] * (1.0 + tolerance))
+        points.append(
+            OraclePoint(
+                batch_size=batch, tpot_p50_s=tpot, tokens_per_s=rate, mean_batch=held, best_k=best, margin=margin,
+                near_best=near,
+            )
+        )
+    return Oracle(
+        profile=profile.name, workload=workload.name, method=profile.drafter_method, max_k=max_k, seed=seed,
+        tolerance=tolerance, points=tuple(points),
+    )  # fmt: skip
