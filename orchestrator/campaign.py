@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from loadshapes.mixes import MixEntry, RequestMix
 from loadshapes.shapes import Shape
+from orchestrator.baselines import BaselineError, baselines
 from serve_apps.arms import ArmSpec, EndpointEngineConfig, EngineConfig, Resources, SimulatedEngineConfig
 from serve_apps.config_io import first_error, load_yaml_model
 from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topology
@@ -145,11 +146,16 @@ class Campaign(_Strict):
         """What `run` and `simulate` need beyond what `deploy` does."""
         if not self.shapes:
             raise CampaignError("shapes: a campaign needs at least one shape to run")
-        if not any(arm.policy.kind == "off" for arm in self.arms()):
+        arms = self.arms()
+        if not any(arm.policy.kind == "off" for arm in arms):
             raise CampaignError("arms: no arm runs with speculation off; every speedup is measured against one")
 
     @field_validator("policies", "topologies", mode="before")
     @classmethod
+        try:
+            baselines(arms)
+        except BaselineError as exc:
+            raise CampaignError(f"arms: {exc}") from None
     def _string_keys(cls, v: Any) -> Any:
         if isinstance(v, dict):
             for key in v:
