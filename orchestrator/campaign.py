@@ -149,13 +149,13 @@ class Campaign(_Strict):
         arms = self.arms()
         if not any(arm.policy.kind == "off" for arm in arms):
             raise CampaignError("arms: no arm runs with speculation off; every speedup is measured against one")
-
-    @field_validator("policies", "topologies", mode="before")
-    @classmethod
         try:
             baselines(arms)
         except BaselineError as exc:
             raise CampaignError(f"arms: {exc}") from None
+
+    @field_validator("policies", "topologies", mode="before")
+    @classmethod
     def _string_keys(cls, v: Any) -> Any:
         if isinstance(v, dict):
             for key in v:
