@@ -7,6 +7,7 @@ the wall time their step ends. Records come back in wall-clock time on specdrill
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
 import dataclasses
@@ -41,6 +42,10 @@ class RealtimeEngine:
         self._task: asyncio.Task[None] | None = None
         self._engine_time = 0.0  # simulated seconds at which the engine is free again
         self.max_lag = 0.0  # worst wall-clock lateness of a step end, seconds
+        # Engine lag, one value per step (aligned with core.steps): how late the step's tokens were handed out
+        # after the wall time the model says the step ends. The engine's counterpart of send lateness: where it
+        # is large the host could not keep up, and latencies are the host's, not the model's.
+        self.step_lag = array.array("d")
 
     def to_wall(self, engine_seconds: float) -> float:
         return self._t0 + engine_seconds * self.time_scale
@@ -94,8 +99,9 @@ class RealtimeEngine:
             delay = end_wall - clock.now()
             if delay > 0:
                 await asyncio.sleep(delay)
-            else:
-                self.max_lag = max(self.max_lag, -delay)
+            lag = max(0.0, clock.now() - end_wall)  # the sleep itself may overshoot on a busy host
+            self.step_lag.extend([lag] * outcome.steps)
+            self.max_lag = max(self.max_lag, lag)
             for uid, count in outcome.tokens_by_uid().items():
                 queue = self._queues.get(uid)
                 if queue is not None:
