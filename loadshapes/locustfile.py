@@ -41,7 +41,7 @@ from locust.exception import StopUser
 
 from loadshapes.plan import Planned, WorkerPlan, closed_loop_users, open_loop_schedule, request_body
 from loadshapes.sse import StreamError, StreamResult, body_lines, latency_columns, telemetry_columns
-from loadshapes.trace import PartWriter, rows_to_table_in_steps
+from loadshapes.trace import STEP_LIST_COLUMNS, PartWriter, rows_to_table_in_steps, step_summaries
 from loadshapes.wire import Exchange, WireClient, decode_response, request_bytes, request_head
 from serve_apps.clock import now_ns
 
@@ -172,8 +172,16 @@ class WorkerState:
             "phase": item.phase if item else self.closed_loop_phase(),
             "worker": plan.worker,
             "request_id": plan.request_id(index),
+            "repeat": plan.repeat,
+            "request_index": index,
             "category": item.spec.category if item else None,
             "scheduled_ns": scheduled_ns,
+            "unit_start_ns": self.start_ns,
+            # Open loop: the planned offset itself; closed loop: when the user sent it.
+            "offset_s": item.offset_s
+            if item and plan.shape.open_loop
+            else (None if self.start_ns is None else (scheduled_ns - self.start_ns) / 1e9),
+            "offered_rate_rps": item.offered_rate_rps if item and plan.shape.open_loop else None,
         }
 
     def record(self, row: dict[str, Any]) -> None:
@@ -181,9 +189,9 @@ class WorkerState:
         if row["status"] == "ok":
             if self.plan.meets_slo(row["category"], row["ttft_s"], row["tpot_s"], row["e2e_s"]):
                 self.good += 1
-            if row.get("step_k"):
-                self.k_sum += sum(row["step_k"])
-                self.k_steps += len(row["step_k"])
+            if row.get("engine_steps"):
+                self.k_sum += row["step_k_sum"] or 0
+                self.k_steps += row["engine_steps"]
         if not self.plan.write_trace:
             return
         self.rows.append(row)
@@ -332,6 +340,9 @@ class WorkerState:
             **latency_columns(received.scheduled_ns, result, done_ns),
             **telemetry_columns(result),
         )
+        row.update(step_summaries(*(row[name] for name in STEP_LIST_COLUMNS)))
+        if not self.plan.store_step_lists:
+            row.update(dict.fromkeys(STEP_LIST_COLUMNS))
         self.record(row)
 
     def bookkeeping(self) -> None:

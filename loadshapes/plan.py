@@ -63,6 +63,9 @@ class WorkerPlan(BaseModel):
     max_in_flight: int = Field(default=4096, ge=1)
     spin_s: float = Field(default=0.001, ge=0)  # wait the last stretch before a send by polling, not a timer
     store_token_times: bool = True
+    # The per-step lists in each row (batch size, k, drafted, accepted). Their summaries are always written;
+    # the lists only for arms without an engine step timeline (endpoints) or when asked for.
+    store_step_lists: bool = False
     progress_file: str | None = None  # live counters, rewritten every second (the actor turns them into metrics)
     # Deadlines for the live goodput counter, by category ("*" for the rest): {"ttft_s", "tpot_s", "e2e_s"}.
     slo: dict[str, dict[str, float | None]] = Field(default_factory=dict)
@@ -99,6 +102,7 @@ class Planned:
     phase: str
     spec: RequestSpec
     body: bytes
+    offered_rate_rps: float | None = None  # the shape's rate at offset_s (open loop)
 
     @property
     def prompt_sha256(self) -> str:
@@ -128,10 +132,11 @@ def open_loop_schedule(plan: WorkerPlan) -> list[Planned]:
     indices = worker_share(np.arange(len(offsets)), plan.worker, plan.workers)
     mine = offsets[indices]
     phases = plan.shape.phase_at(mine) if len(mine) else np.array([], dtype=str)
+    rates = np.asarray(plan.shape.rate_at(mine), dtype=np.float64) if len(mine) else np.zeros(0)
     specs = plan.mix.at((int(i) for i in indices), seed=plan.traffic_seed("requests"))
     return [
-        Planned(int(i), float(t), str(p), s, request_body(plan, s))
-        for i, t, p, s in zip(indices, mine, phases, specs, strict=True)
+        Planned(int(i), float(t), str(p), s, request_body(plan, s), float(r))
+        for i, t, p, s, r in zip(indices, mine, phases, specs, rates, strict=True)
     ]
 
 

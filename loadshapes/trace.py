@@ -20,7 +20,8 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+VERSION_KEY = b"specdrill.trace_schema_version"
 PARTITION_COLUMNS = ("arm", "shape")
 
 _FIELDS: list[pa.Field] = [
@@ -33,11 +34,18 @@ _FIELDS: list[pa.Field] = [
     pa.field("phase", pa.string()),
     pa.field("worker", pa.int32()),
     pa.field("request_id", pa.string(), nullable=False),
+    # Planning-time keys (version 2): request i of (shape, repeat) pairs across arms on (shape, repeat,
+    # request_index), and its place on the unit's clock, without the analysis parsing ids or rebuilding shapes.
+    pa.field("repeat", pa.int32(), nullable=False),
+    pa.field("request_index", pa.int64(), nullable=False),
     pa.field("category", pa.string()),
     pa.field("prompt_sha256", pa.string()),  # the prompt itself only with the campaign's store_prompts: true
     pa.field("prompt", pa.string()),
     # Client times: epoch nanoseconds on specdrill's monotonic-anchored clock.
     pa.field("scheduled_ns", pa.int64(), nullable=False),
+    pa.field("unit_start_ns", pa.int64()),  # the unit's common start (every worker's go time)
+    pa.field("offset_s", pa.float64()),  # scheduled time, seconds after the unit's start
+    pa.field("offered_rate_rps", pa.float64()),  # the shape's rate at offset_s; null for closed loop
     pa.field("sent_ns", pa.int64()),  # the request's bytes went to the socket (after any wait for a connection)
     pa.field("first_token_ns", pa.int64()),
     pa.field("done_ns", pa.int64()),  # when the outcome was known: the last byte, or the failure / cancellation
@@ -58,6 +66,16 @@ _FIELDS: list[pa.Field] = [
     pa.field("server_first_scheduled_ns", pa.int64()),
     pa.field("server_first_token_ns", pa.int64()),
     pa.field("server_done_ns", pa.int64()),
+    # Per-request summaries of the engine steps the request was in (version 2), always written. The per-step
+    # lists below are optional (load.store_step_lists): the engine step timeline holds every step once, while
+    # the lists repeat each step for every request in its batch.
+    pa.field("engine_steps", pa.int32()),
+    pa.field("step_batch_mean", pa.float64()),
+    pa.field("step_batch_max", pa.int32()),
+    pa.field("step_k_sum", pa.int64()),
+    pa.field("spec_steps", pa.int32()),  # steps that verified drafts
+    pa.field("drafted_tokens", pa.int64()),
+    pa.field("accepted_tokens", pa.int64()),
     pa.field("step_batch_size", pa.list_(pa.int32())),
     pa.field("step_k", pa.list_(pa.int16())),
     pa.field("per_step_drafted", pa.list_(pa.int16())),
@@ -72,7 +90,8 @@ _FIELDS: list[pa.Field] = [
     pa.field("error_class", pa.string()),
     pa.field("error_message", pa.string()),
 ]
-TRACE_SCHEMA = pa.schema(_FIELDS, metadata={b"specdrill.trace_schema_version": SCHEMA_VERSION.encode()})
+TRACE_SCHEMA = pa.schema(_FIELDS, metadata={VERSION_KEY: SCHEMA_VERSION.encode()})
+STEP_LIST_COLUMNS = ("step_batch_size", "step_k", "per_step_drafted", "per_step_accepted")
 FILE_SCHEMA = pa.schema(
     [f for f in _FIELDS if f.name not in PARTITION_COLUMNS], metadata=TRACE_SCHEMA.metadata
 )  # partition values live in the path, as Hive partitioning expects
@@ -84,6 +103,26 @@ _LIST_SLICE = 32
 
 def to_ns(seconds: float | None) -> int | None:
     return None if seconds is None else round(seconds * 1e9)
+
+
+def step_summaries(
+    batch: Sequence[int] | None,
+    k: Sequence[int] | None,
+    drafted: Sequence[int] | None,
+    accepted: Sequence[int] | None,
+) -> dict[str, Any]:
+    """The version-2 summary columns of one request's per-step telemetry (all None when it reported no steps)."""
+    steps = len(batch) if batch else 0
+    verified = sum(1 for d in drafted if d > 0) if drafted else 0
+    return {
+        "engine_steps": steps if batch is not None else None,
+        "step_batch_mean": sum(batch) / steps if batch else None,
+        "step_batch_max": max(batch) if batch else None,
+        "step_k_sum": sum(k) if k is not None else None,
+        "spec_steps": verified if batch is not None or drafted is not None else None,
+        "drafted_tokens": sum(drafted) if drafted is not None else (0 if batch is not None else None),
+        "accepted_tokens": sum(accepted) if accepted is not None else (0 if batch is not None else None),
+    }
 
 
 def _filesystem(root: str) -> tuple[pafs.FileSystem, str]:
@@ -209,7 +248,45 @@ class TraceWriter:
         self.flush()
 
 
+class TraceVersionError(ValueError):
+    """A trace written with another schema version than this specdrill reads."""
+
+
+def _first_part(fs: pafs.FileSystem, base: str) -> str | None:
+    if fs.get_file_info(base).type == pafs.FileType.File:
+        return base  # one part file given on its own
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    except FileNotFoundError:
+        return None
+    for info in sorted(infos, key=lambda i: i.path):
+        name = info.base_name
+        if info.type == pafs.FileType.File and name.endswith(".parquet") and not name.startswith("."):
+            return str(info.path)
+    return None
+
+
+def check_trace_version(root: str) -> None:
+    """One line, not a confusing column error later: every part file of a trace has the same writer, so the
+    first one found speaks for all. Version 1 lacks the planning keys and the step summaries, which only the
+    campaign's plans (and the full step lists) could rebuild: rerun the campaign (`specdrill run` or
+    `specdrill simulate` into a new output) to get a version-2 trace."""
+    fs, base = _filesystem(root)
+    part = _first_part(fs, base)
+    if part is None:
+        return
+    with fs.open_input_file(part) as source:
+        metadata = pq.read_schema(source).metadata or {}
+    found = metadata.get(VERSION_KEY, b"").decode() or "unknown"
+    if found != SCHEMA_VERSION:
+        raise TraceVersionError(
+            f"{root}: trace schema version {found}, this specdrill reads version {SCHEMA_VERSION} "
+            "(planning keys and step summaries per row): rerun the campaign into a new output to report on it"
+        )
+
+
 def read_traces(root: str, *, columns: Sequence[str] | None = None, where: ds.Expression | None = None) -> pa.Table:
+    check_trace_version(root)
     fs, base = _filesystem(root)
     dataset = ds.dataset(
         base,
@@ -225,7 +302,7 @@ def read_traces(root: str, *, columns: Sequence[str] | None = None, where: ds.Ex
 
 def schema_version(path: str) -> str:
     metadata = pq.read_schema(path).metadata or {}
-    return str(metadata.get(b"specdrill.trace_schema_version", b"").decode())
+    return str(metadata.get(VERSION_KEY, b"").decode())
 
 
 def dumps_config(config: Any) -> str | None:

@@ -199,6 +199,8 @@ def plans_for(campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: st
             trace_root=traces,
             lateness_bound_s=load.lateness_bound_s, drain_s=load.drain_s, request_timeout_s=load.request_timeout_s,
             max_in_flight=load.max_in_flight, store_token_times=load.store_token_times,
+            # An endpoint has no step timeline: its rows keep the per-step lists.
+            store_step_lists=load.store_step_lists or isinstance(campaign.engine, EndpointEngineConfig),
             flush_rows=load.flush_rows, flush_s=load.flush_s, store_prompts=campaign.store_prompts,
             slo=_plan_slo(campaign),
         )

@@ -28,6 +28,7 @@ import pyarrow as pa
 import serve_apps
 from loadshapes.mixes import RequestSpec
 from loadshapes.plan import Planned, WorkerPlan, open_loop_schedule
+from loadshapes.shapes import _Shape as ShapeLike
 from loadshapes.sse import StreamResult, telemetry_columns
 from loadshapes.trace import FILE_SCHEMA, PartWriter
 from orchestrator.campaign import Campaign, CampaignError
@@ -336,6 +337,9 @@ class RowContext:
     store_token_times: bool
     store_prompts: bool
     speculative: bool  # the engine runs a drafter (vLLM reports metrics.speculative_decoding)
+    repeat: int = 0
+    shape: ShapeLike | None = None  # its rate at each scheduled offset is the row's offered rate (open loop)
+    store_step_lists: bool = False
 
 
 def _to_ns(start_ns: int, seconds: np.ndarray) -> np.ndarray:
@@ -488,10 +492,19 @@ def trace_table(ctx: RowContext, run: UnitRun, engines: Sequence[VirtualEngine])
     columns["phase"] = pa.array([s.phase for s in sent], pa.string())
     columns["worker"] = pa.array(np.fromiter((s.worker for s in sent), np.int32, n), pa.int32())
     columns["request_id"] = pa.array([s.request_id for s in sent], pa.string())
+    columns["repeat"] = pa.array(np.full(n, ctx.repeat, np.int32), pa.int32())
+    columns["request_index"] = pa.array(np.fromiter((s.index for s in sent), np.int64, n), pa.int64())
     columns["category"] = pa.array([s.spec.category for s in sent], pa.string())
     columns["prompt_sha256"] = pa.array([s.prompt_sha256 for s in sent], pa.string())
     columns["prompt"] = pa.array([s.spec.prompt if ctx.store_prompts else None for s in sent], pa.string())
     columns["scheduled_ns"] = pa.array(scheduled, pa.int64())
+    columns["unit_start_ns"] = pa.array(np.full(n, ctx.start_ns, np.int64), pa.int64())
+    offsets = np.fromiter((s.at_s for s in sent), np.float64, n)
+    columns["offset_s"] = pa.array(offsets, pa.float64())
+    if ctx.shape is not None and ctx.shape.open_loop:
+        columns["offered_rate_rps"] = pa.array(np.asarray(ctx.shape.rate_at(offsets), np.float64), pa.float64())
+    else:
+        columns["offered_rate_rps"] = pa.nulls(n, pa.float64())
     columns["sent_ns"] = _column(n, sent_rows, scheduled[sent_rows], pa.int64())
     first_token, has_token = latency["first_token_ns"]
     columns["first_token_ns"] = _column(n, token_rows[has_token], first_token[has_token], pa.int64())
@@ -559,23 +572,37 @@ def _telemetry_columns(
         seconds = np.fromiter((getattr(r, attribute) for r in records), np.float64, len(records)) * scale
         out[name] = _column(n, rows, _to_ns(ctx.start_ns, seconds), pa.int64())
     step_lengths = np.fromiter((len(r.step_batch_size) for r in records), np.int64, len(records))
-    out["step_batch_size"] = _list_column(
-        n, rows, step_lengths, _concat([r.step_batch_size for r in records], np.int32), pa.list_(pa.int32())
-    )
-    out["step_k"] = _list_column(
-        n, rows, step_lengths, _concat([r.step_k for r in records], np.int16), pa.list_(pa.int16())
-    )
+    batch = _concat([r.step_batch_size for r in records], np.int32)
+    executed = _concat([r.step_k for r in records], np.int16)
+    out.update(_step_summary_columns(n, rows, step_lengths, batch, executed))
+    if ctx.store_step_lists:
+        out["step_batch_size"] = _list_column(n, rows, step_lengths, batch, pa.list_(pa.int32()))
+        out["step_k"] = _list_column(n, rows, step_lengths, executed, pa.list_(pa.int16()))
+    else:
+        out["step_batch_size"] = pa.nulls(n, pa.list_(pa.int32()))
+        out["step_k"] = pa.nulls(n, pa.list_(pa.int16()))
     if ctx.speculative:
         spec = spec_arrays(records)
         verified = spec["steps"] > 0  # vLLM omits the per-step lists of a request that verified no drafts
-        for name in ("per_step_drafted", "per_step_accepted"):
-            out[name] = _list_column(
-                n, rows[verified], spec["steps"][verified], spec[name].astype(np.int16), pa.list_(pa.int16())
-            )
+        segment = _segments(spec["steps"])
+        for name, total in (("per_step_drafted", "drafted_tokens"), ("per_step_accepted", "accepted_tokens")):
+            sums = np.bincount(segment, weights=spec[name], minlength=len(records)).astype(np.int64)
+            out[total] = _column(n, rows, sums, pa.int64())
+            if ctx.store_step_lists:
+                out[name] = _list_column(
+                    n, rows[verified], spec["steps"][verified], spec[name].astype(np.int16), pa.list_(pa.int16())
+                )
+            else:
+                out[name] = pa.nulls(n, pa.list_(pa.int16()))
+        out["spec_steps"] = _column(n, rows, spec["steps"].astype(np.int32), pa.int32())
         out["mean_acceptance_length"] = _column(n, rows, spec["mean_acceptance_length"], pa.float64())
     else:  # no speculation: vLLM sends metrics.speculative_decoding = null
         for name in ("per_step_drafted", "per_step_accepted"):
             out[name] = pa.nulls(n, pa.list_(pa.int16()))
+        zeros = np.zeros(len(records), np.int64)
+        out["spec_steps"] = _column(n, rows, zeros.astype(np.int32), pa.int32())
+        out["drafted_tokens"] = _column(n, rows, zeros, pa.int64())
+        out["accepted_tokens"] = _column(n, rows, zeros, pa.int64())
         out["mean_acceptance_length"] = pa.nulls(n, pa.float64())
     for name in ("resolved_speculative_config", "replica_id", "engine_id", "node_id"):
         values: list[Any] = [None] * n
@@ -587,6 +614,29 @@ def _telemetry_columns(
         dropped[row] = engines[rank].constant_columns["schedule_dropped"]
     out["schedule_dropped"] = pa.array(dropped, pa.bool_())
     return out
+
+
+def _step_summary_columns(
+    n: int, rows: np.ndarray, lengths: np.ndarray, batch: np.ndarray, executed: np.ndarray
+) -> dict[str, pa.Array]:
+    """loadshapes.trace.step_summaries for many rows at once (rows[i] holds the next lengths[i] steps)."""
+    m = len(lengths)
+    segment = _segments(lengths)
+    batch_sum = np.bincount(segment, weights=batch, minlength=m)
+    has = lengths > 0
+    mean = np.zeros(m)
+    mean[has] = batch_sum[has] / lengths[has]
+    top = np.zeros(m, np.int32)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if m else np.zeros(0, np.int64)
+    if has.any():
+        top[has] = np.maximum.reduceat(batch, starts[has])
+    return {
+        "engine_steps": _column(n, rows, lengths.astype(np.int32), pa.int32()),
+        "step_batch_mean": _column(n, rows[has], mean[has], pa.float64()),
+        "step_batch_max": _column(n, rows[has], top[has], pa.int32()),
+        "step_k_sum": _column(n, rows, np.bincount(segment, weights=executed, minlength=m).astype(np.int64),
+                              pa.int64()),
+    }
 
 
 # --- timelines and summaries ----------------------------------------------------------------------------------
@@ -681,7 +731,8 @@ def simulate_unit(
         campaign=campaign.name, run=run, policy=arm.policy.label, topology=arm.topology.label, start_ns=start_ns,
         time_scale=model.time_scale, request_timeout_s=campaign.load.request_timeout_s,
         store_token_times=campaign.load.store_token_times, store_prompts=campaign.store_prompts,
-        speculative=arm.policy.resolve(arm.topology).num_speculative_tokens > 0,
+        speculative=arm.policy.resolve(arm.topology).num_speculative_tokens > 0, repeat=unit.repeat, shape=shape,
+        store_step_lists=campaign.load.store_step_lists,
     )  # fmt: skip
     table = trace_table(ctx, outcome, model.engines)
     # The writer id of load worker 0, so RunStore.remove_partial finds these files when the unit is redone.

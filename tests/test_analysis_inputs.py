@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from loadshapes.shapes import Ramp, Sustained
-from loadshapes.trace import TRACE_SCHEMA, TraceWriter, read_traces
+from loadshapes.trace import STEP_LIST_COLUMNS, TRACE_SCHEMA, TraceWriter, read_traces, step_summaries
 from orchestrator.analysis import (
     FRAME_COLUMNS,
     ArmInfo,
@@ -47,6 +47,14 @@ def trace_table(**columns: Sequence[Any] | np.ndarray) -> pa.Table:
             ids.append(f"{arm}:{shape}:0:{seen.get(arm, 0)}")
             seen[arm] = seen.get(arm, 0) + 1
         data["request_id"] = ids
+    # The version-2 keys and summaries as the load worker writes them: keys from the id, summaries from the lists.
+    keys = [rid.rsplit(":", 2)[-2:] if rid and rid.count(":") >= 3 else ["0", "-1"] for rid in data["request_id"]]
+    data.setdefault("repeat", [int(r) if r.lstrip("-").isdigit() else 0 for r, _ in keys])
+    data.setdefault("request_index", [int(i) if i.lstrip("-").isdigit() else -1 for _, i in keys])
+    lists = [data.get(name, [None] * n) for name in STEP_LIST_COLUMNS]
+    summaries = [step_summaries(*(lst[i] for lst in lists)) for i in range(n)]
+    for name in summaries[0] if n else ():
+        data.setdefault(name, [summary[name] for summary in summaries])
     arrays = [pa.array(data[f.name], type=f.type) if f.name in data else pa.nulls(n, f.type) for f in TRACE_SCHEMA]
     return pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA)
 

@@ -163,6 +163,12 @@ def test_open_loop_rows_equal_requests_and_tokens_are_counted(server: ServerThre
     offsets = np.sort(scheduled - summary.start_ns) / 1e9
     np.testing.assert_allclose(offsets, sorted(p.offset_s for p in expected), atol=1e-6)
     assert sorted(server.server.received_ids) == sorted(table.column("request_id").to_pylist())
+    # Version-2 keys, written at planning time: the pairing index, the unit's clock and the shape's rate.
+    by_index = {p.index: p for p in expected}
+    rows = table.select(["request_index", "repeat", "unit_start_ns", "offset_s", "offered_rate_rps"]).to_pylist()
+    assert sorted(r["request_index"] for r in rows) == sorted(by_index)
+    assert all(r["offset_s"] == by_index[r["request_index"]].offset_s for r in rows)
+    assert {(r["repeat"], r["unit_start_ns"], r["offered_rate_rps"]) for r in rows} == {(0, summary.start_ns, 30.0)}
 
 
 def test_no_coordinated_omission_when_the_server_stalls(server: ServerThread, tmp_path: Path) -> None:

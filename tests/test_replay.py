@@ -25,7 +25,7 @@ def write(path: Path, text: str) -> str:
 def trace_row(arm: str, shape: str, i: int, seconds: float) -> dict[str, Any]:
     return {
         "campaign": "c", "run": "r1", "arm": arm, "shape": shape, "request_id": f"{arm}-{shape}-{i}",
-        "scheduled_ns": to_ns(EPOCH + seconds), "status": "ok" if i % 4 else "error",
+        "repeat": 0, "request_index": i, "scheduled_ns": to_ns(EPOCH + seconds), "status": "ok" if i % 4 else "error",
     }  # fmt: skip
 
 

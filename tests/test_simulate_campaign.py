@@ -101,8 +101,8 @@ def merged_schedule(campaign: Campaign, unit: Unit, run: str, traces: str) -> li
 
 def worker_schema(root: Path) -> pa.Schema:
     writer = TraceWriter(str(root / "worker"), writer_id="a-s-r0-w0")
-    writer.append({"campaign": "c", "run": "r", "arm": "a", "shape": "s", "request_id": "a:s:0:0", "scheduled_ns": 1,
-                   "status": "ok"})  # fmt: skip
+    writer.append({"campaign": "c", "run": "r", "arm": "a", "shape": "s", "request_id": "a:s:0:0", "repeat": 0,
+                   "request_index": 0, "scheduled_ns": 1, "status": "ok"})  # fmt: skip
     writer.close()
     return read_traces(str(root / "worker")).schema
 
@@ -128,6 +128,13 @@ def test_rows_are_the_scheduled_requests_of_every_unit(
             offsets = [int(ns) - marker.start_ns for ns in rows["scheduled_ns"].to_pylist()]
             assert offsets == [round(by_id[i][1] * 1e9) for i in ids]
             assert rows["worker"].to_pylist() == [by_id[i][2] for i in ids]
+            # The planning keys: pairing key, the unit's clock and the shape's rate there, no id parsing needed.
+            assert rows["request_index"].to_pylist() == [int(i.rsplit(":", 1)[1]) for i in ids]
+            assert set(rows["repeat"].to_pylist()) == {unit.repeat}
+            assert set(rows["unit_start_ns"].to_pylist()) == {marker.start_ns}
+            assert rows["offset_s"].to_pylist() == [by_id[i][1] for i in ids]
+            shape = campaign.shapes[unit.shape]
+            assert rows["offered_rate_rps"].to_pylist() == shape.rate_at(np.array([by_id[i][1] for i in ids])).tolist()
             assert rows["phase"].to_pylist() == [by_id[i][3].phase for i in ids]
             assert rows["category"].to_pylist() == [by_id[i][3].spec.category for i in ids]
             assert rows["prompt_sha256"].to_pylist() == [by_id[i][3].prompt_sha256 for i in ids]

@@ -13,11 +13,13 @@ from loadshapes.trace import (
     FILE_SCHEMA,
     SCHEMA_VERSION,
     TRACE_SCHEMA,
+    TraceVersionError,
     TraceWriter,
     read_traces,
     rows_to_table,
     rows_to_table_in_steps,
     schema_version,
+    step_summaries,
     to_ns,
 )
 
@@ -25,7 +27,8 @@ from loadshapes.trace import (
 def row(i: int, *, arm: str = "dyn-single", shape: str = "ramp", status: str = "ok") -> dict[str, Any]:
     return {
         "campaign": "c", "run": "r1", "arm": arm, "policy": "dynamic", "topology": "single", "shape": shape,
-        "phase": "ramp", "worker": i % 3, "request_id": f"req-{i}", "category": "chat",
+        "phase": "ramp", "worker": i % 3, "request_id": f"req-{i}", "repeat": 0, "request_index": i,
+        "category": "chat",
         "scheduled_ns": to_ns(1_800_000_000 + i), "sent_ns": to_ns(1_800_000_000 + i + 0.001),
         "first_token_ns": to_ns(1_800_000_000 + i + 0.05) if status == "ok" else None,
         "done_ns": to_ns(1_800_000_000 + i + 0.5), "send_lateness_ns": 1_000_000,
@@ -148,3 +151,27 @@ while True:
     table = read_traces(str(root))  # no half-written file is visible: only complete parts are read
     assert table.num_rows % 20000 == 50
     assert all(not p.name.startswith("part-") or p.stat().st_size > 0 for p in root.rglob("*.parquet"))
+
+
+def test_step_summaries_of_one_request() -> None:
+    summary = step_summaries([1, 2, 5, 70], [3, 3, 1, 0], [3, 0, 1], [2, 0, 0])
+    assert summary == {
+        "engine_steps": 4, "step_batch_mean": 19.5, "step_batch_max": 70, "step_k_sum": 7, "spec_steps": 2,
+        "drafted_tokens": 4, "accepted_tokens": 2,
+    }  # fmt: skip
+    # No speculation reported (vLLM sends null): no drafts; no telemetry at all: nothing to summarise.
+    assert step_summaries([4], [0], None, None)["drafted_tokens"] == 0
+    assert set(step_summaries(None, None, None, None).values()) == {None}
+
+
+def test_a_version_1_trace_is_refused_in_one_line(tmp_path: Path) -> None:
+    old_schema = pa.schema(
+        [f for f in FILE_SCHEMA if f.name not in ("repeat", "request_index")],
+        metadata={b"specdrill.trace_schema_version": b"1"},
+    )
+    table = pa.Table.from_pylist([{k: v for k, v in row(1).items() if k in old_schema.names}], schema=old_schema)
+    (tmp_path / "arm=a" / "shape=s").mkdir(parents=True)
+    pq.write_table(table, tmp_path / "arm=a" / "shape=s" / "part-0.parquet")
+    with pytest.raises(TraceVersionError, match="trace schema version 1, this specdrill reads version 2") as caught:
+        read_traces(str(tmp_path))
+    assert "\n" not in str(caught.value)
