@@ -120,7 +120,9 @@ class VllmEngine:
     async def start(self) -> None:
         if self._llm is not None:
             return
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        # No forced offline mode: a fresh cluster downloads (or finds in HF_HOME) its models; tests set it in env.
+        from serve_apps.engines.vllm_support import require_tested_vllm
+        require_tested_vllm(os.environ)
         from vllm.v1.engine.async_llm import AsyncLLM
 
         args = self.engine_args()

