@@ -467,6 +467,43 @@ def recommend_cmd(run_dir: str) -> None:
     click.echo(f"rehearse it: specdrill run {inputs.store.root}/recommended-campaign.yaml")
 
 
+@cli.group("models")
+def models() -> None:
+    """The models a vLLM campaign loads (target and drafters)."""
+
+
+@models.command("pull")
+@click.argument("campaign_file", type=click.Path(dir_okay=False))
+@click.option("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a running local one)")
+@click.option("--here", is_flag=True, help="pull into this machine's cache only, without Ray")
+def models_pull_cmd(campaign_file: str, address: str | None, here: bool) -> None:
+    """Download the campaign's target and drafter models into the Hugging Face cache (HF_HOME) of every GPU node,
+    one Ray task per node; HF_TOKEN is read from each node's environment. Local paths are skipped."""
+    from orchestrator.deploy import DeployError, connect
+    from serve_apps.engines.vllm_support import ModelPullError, campaign_models, pull_here, pull_on_gpu_nodes
+
+    try:
+        wanted = campaign_models(_campaign(campaign_file))
+        if here:
+            for pulled in pull_here(wanted):
+                click.echo(f"{pulled.model}: {pulled.path or 'skipped (' + str(pulled.skipped) + ')'}")
+            return
+        connect(address)
+        outcomes = pull_on_gpu_nodes(wanted)
+    except (ModelPullError, DeployError) as exc:
+        raise click.ClickException(str(exc)) from None
+    failed = []
+    for node_id, outcome in outcomes.items():
+        where = f"{outcome['host']} ({node_id[:8]})"
+        if "error" in outcome:
+            failed.append(f"{where}: {outcome['error']}")
+            continue
+        for pulled in outcome["models"]:
+            click.echo(f"{where} {pulled['model']}: {pulled['path'] or 'skipped (' + pulled['skipped'] + ')'}")
+    if failed:
+        raise click.ClickException(f"{len(failed)} of {len(outcomes)} nodes failed; " + "; ".join(failed))
+
+
 def _campaign(path: str) -> Campaign:
     try:
         return load_campaign(path)
