@@ -35,6 +35,7 @@ from orchestrator.load_workers import LoadWorkers, WorkerSummary
 from orchestrator.logs import get_logger
 from serve_apps.arms import ArmSpec, EndpointEngineConfig
 from serve_apps.clock import now_ns
+from serve_apps.placement import plan_placement
 
 log = get_logger(__name__)
 MANIFEST = "manifest.json"
@@ -215,11 +216,14 @@ def _plan_slo(campaign: Campaign) -> dict[str, dict[str, float | None]]:
     return slo
 
 
-def fetch_timelines(url: str, *, engines: int, since: dict[str, int]) -> dict[str, dict[str, list[Any]]]:
-    """Each engine's steps since the last fetch. Serve routes each GET to one replica, so ask until every engine
-    answered (or enough tries that a missing one is really missing)."""
+def fetch_timelines(url: str, *, replicas: int, since: dict[str, int]) -> dict[str, dict[str, list[Any]]]:
+    """Each engine's steps since the last fetch, keyed by engine id: a replica answers with every rank's steps
+    (a vLLM data-parallel replica runs several engines, one per rank, told apart by `dp_rank`), split here into
+    one entry per rank's engine. Serve routes each GET to one replica, so ask until every replica answered (or
+    enough tries that a missing one is really missing). `since` counts rows per replica."""
     seen: dict[str, dict[str, list[Any]]] = {}
-    for _ in range(max(4, 8 * engines)):
+    answered: set[str] = set()
+    for _ in range(max(4, 8 * replicas)):
         try:
             with urllib.request.urlopen(f"{url}/specdrill/timeline?since_step=0", timeout=60) as response:
                 data = json.loads(response.read())
@@ -227,34 +231,64 @@ def fetch_timelines(url: str, *, engines: int, since: dict[str, int]) -> dict[st
             if exc.code == 404:  # not a specdrill arm (an endpoint campaign): no step timeline to collect
                 return {}
             raise
-        engine_id = str(data.pop("engine_id"))
-        if engine_id not in seen:
-            start = since.get(engine_id, 0)
-            seen[engine_id] = {name: values[start:] for name, values in data.items()}
-            since[engine_id] = len(data.get("start", []))
-        if len(seen) >= engines:
+        replica = str(data.pop("engine_id"))
+        rank_ids = {int(rank): str(engine) for rank, engine in (data.pop("engine_ids", None) or {}).items()}
+        if replica not in answered:
+            answered.add(replica)
+            start = since.get(replica, 0)
+            rows = {name: values[start:] for name, values in data.items()}
+            since[replica] = len(data.get("start", []))
+            seen.update(split_ranks(replica, rank_ids, rows))
+        if len(answered) >= replicas:
             break
     return seen
 
 
-def write_timeline(store: RunStore, unit: Unit, timelines: dict[str, dict[str, list[Any]]]) -> int:
-    columns: dict[str, list[Any]] = {"engine_id": []}
+def split_ranks(replica: str, rank_ids: dict[int, str], rows: dict[str, list[Any]]) -> dict[str, dict[str, list[Any]]]:
+    """One replica's rows, one entry per rank's engine id (a rank the replica did not name gets `<replica>/dp<r>`)."""
+    n = len(rows.get("start", []))
+    ranks = rows.get("dp_rank") or [0] * n
+    if len(set(ranks)) <= 1:
+        rank = ranks[0] if ranks else 0
+        return {rank_ids.get(rank, replica if rank == 0 else f"{replica}/dp{rank}"): rows}
+    out: dict[str, dict[str, list[Any]]] = {}
+    for rank in sorted(set(ranks)):
+        picked = [i for i, r in enumerate(ranks) if r == rank]
+        engine = rank_ids.get(rank, f"{replica}/dp{rank}")
+        out[engine] = {name: [values[i] for i in picked] for name, values in rows.items()}
+    return out
+
+
+# The step timeline file (timelines/arm=/shape=/r<repeat>.parquet): one row per engine step, every engine of the
+# arm (each DP rank its own engine_id). k is null where the engine could not observe it (vLLM: a step whose
+# drafts no request verified); k_scheduled and num_drafts are null for the simulated engine, which reports
+# neither (its k is the schedule's by construction).
+TIMELINE_INT_COLUMNS = (
+    "dp_rank", "batch_size", "num_prefill", "k", "k_scheduled", "drafted", "accepted", "num_drafts", "waiting",
+)  # fmt: skip
+
+
+def timeline_table(timelines: dict[str, dict[str, list[Any]]]) -> pa.Table:
+    columns: dict[str, list[Any]] = {name: [] for name in ("engine_id", "start", "end", *TIMELINE_INT_COLUMNS)}
     for engine_id, data in timelines.items():
         n = len(data.get("start", []))
         columns["engine_id"].extend([engine_id] * n)
-        for name, values in data.items():
-            columns.setdefault(name, []).extend(values)
-    table = pa.table(
+        for name in ("start", "end", *TIMELINE_INT_COLUMNS):
+            default = 0 if name == "dp_rank" else None  # an engine without ranks is rank 0
+            values = data.get(name)
+            columns[name].extend(values if values is not None else [default] * n)
+    return pa.table(
         {
             "engine_id": pa.array(columns["engine_id"], pa.string()),
-            "start_ns": pa.array([round(t * 1e9) for t in columns.get("start", [])], pa.int64()),
-            "end_ns": pa.array([round(t * 1e9) for t in columns.get("end", [])], pa.int64()),
-            **{
-                name: pa.array(columns.get(name, []), pa.int32())
-                for name in ("batch_size", "k", "drafted", "accepted", "waiting", "num_prefill")
-            },
+            "start_ns": pa.array([round(t * 1e9) for t in columns["start"]], pa.int64()),
+            "end_ns": pa.array([round(t * 1e9) for t in columns["end"]], pa.int64()),
+            **{name: pa.array(columns[name], pa.int32()) for name in TIMELINE_INT_COLUMNS},
         }
     )
+
+
+def write_timeline(store: RunStore, unit: Unit, timelines: dict[str, dict[str, list[Any]]]) -> int:
+    table = timeline_table(timelines)
     directory = f"{store.base}/timelines/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
     store.fs.create_dir(directory, recursive=True)
     temporary = f"{directory}/.tmp-r{unit.repeat}.parquet"
@@ -265,7 +299,13 @@ def write_timeline(store: RunStore, unit: Unit, timelines: dict[str, dict[str, l
 
 
 def engines_of(arm: ArmSpec) -> int:
+    """Engines of the arm: its replicas, or a vLLM data-parallel group's ranks."""
     return 1 if arm.topology.kind == "single" else arm.topology.size
+
+
+def replicas_of(arm: ArmSpec) -> int:
+    """Serve replicas of the arm (a vLLM data-parallel group is one replica running every rank)."""
+    return plan_placement(arm).replicas
 
 
 def auth_headers(campaign: Campaign) -> dict[str, str]:
@@ -344,7 +384,7 @@ def run_unit(
     if removed:
         log.info("unit.partial_removed", unit=unit.key, files=removed)
     plans = plans_for(campaign, arm, unit, run=run, url=url, traces=store.traces)
-    fetch_timelines(url, engines=engines_of(arm), since=since)  # skip steps from warm-up and earlier units
+    fetch_timelines(url, replicas=replicas_of(arm), since=since)  # skip steps from warm-up and earlier units
     key_env = plans[0].target.api_key_env
     secrets = {key_env: os.environ[key_env]} if key_env and key_env in os.environ else None
     summaries = workers.run(
@@ -352,7 +392,7 @@ def run_unit(
         ready_timeout_s=campaign.load.ready_timeout_s,
         env=secrets,  # to the worker processes' environment only: never in a plan, a trace or a log
     )
-    steps = write_timeline(store, unit, fetch_timelines(url, engines=engines_of(arm), since=since))
+    steps = write_timeline(store, unit, fetch_timelines(url, replicas=replicas_of(arm), since=since))
     start = min(s.start_ns or 0 for s in summaries)
     rows = sum(s.rows_written for s in summaries if not s.lost)
     if any(s.lost for s in summaries):
@@ -466,6 +506,9 @@ def arm_entry(arm: ArmSpec, url: str, telemetry: dict[str, Any]) -> dict[str, An
         "configured_speculative_config": telemetry.get("configured_speculative_config"),
         "resolved_speculative_config": telemetry.get("resolved_speculative_config"),
         "schedule_dropped": telemetry.get("schedule_dropped"),
+        "schedule_dropped_reason": telemetry.get("schedule_dropped_reason"),
+        "cudagraph_mode": telemetry.get("cudagraph_mode"),
+        "engine_ids": telemetry.get("engine_ids"),
         "engine_kind": telemetry.get("engine_kind"),
         "node_id": telemetry.get("node_id"),
         "versions": telemetry.get("versions"),

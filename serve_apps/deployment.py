@@ -20,6 +20,7 @@ from ray import serve
 import serve_apps
 from serve_apps.arms import ArmSpec, VllmEngineConfig
 from serve_apps.clock import now
+from serve_apps.engines.base import live_by_rank, rank_engine_ids
 from serve_apps.engines.factory import build_engine
 from serve_apps.placement import plan_placement
 from serve_apps.service import ArmService, Placement, RequestError, error_body
@@ -90,16 +91,20 @@ class ArmDeployment:
     async def _publish_metrics(self) -> None:
         from ray.util.metrics import Gauge
 
-        tags = {"arm": self.service.arm.name, "replica": self.service.placement.replica_id}
+        # One series per DP rank: the ranks of a vLLM data-parallel engine schedule independently, so one gauge
+        # per replica would flip between them.
+        keys = ("arm", "replica", "dp_rank")
         gauges = {
-            "running": Gauge("specdrill_running_batch", "requests running in the engine", tag_keys=tuple(tags)),
-            "waiting": Gauge("specdrill_queue_length", "requests waiting in the engine", tag_keys=tuple(tags)),
-            "k": Gauge("specdrill_executed_k", "draft length of the engine's last step", tag_keys=tuple(tags)),
+            "running": Gauge("specdrill_running_batch", "requests scheduled in the engine's last step", tag_keys=keys),
+            "waiting": Gauge("specdrill_queue_length", "requests waiting in the engine", tag_keys=keys),
+            "k": Gauge("specdrill_executed_k", "draft length the engine last executed", tag_keys=keys),
         }
+        base = {"arm": self.service.arm.name, "replica": self.service.placement.replica_id}
         while True:
-            live = self.service.engine.live()
-            for key, gauge in gauges.items():
-                gauge.set(live[key], tags=tags)
+            for rank, live in live_by_rank(self.service.engine).items():
+                tags = {**base, "dp_rank": str(rank)}
+                for key, gauge in gauges.items():
+                    gauge.set(live[key], tags=tags)
             await asyncio.sleep(METRICS_PERIOD_S)
 
     async def _generate(self, request: Request, *, chat: bool) -> Any:
@@ -159,7 +164,11 @@ class ArmDeployment:
 
     @app.get("/specdrill/timeline")
     async def timeline(self, since_step: int = 0) -> dict[str, Any]:
-        return {"engine_id": self.service.engine.engine_id, **self.service.engine.timeline(since_step)}
+        """This replica's step timeline from row `since_step`: every rank's steps (a `dp_rank` column), the
+        replica's `engine_id` (what since_step counts against) and `engine_ids`, each rank's engine id."""
+        engine = self.service.engine
+        ids = {str(rank): engine_id for rank, engine_id in rank_engine_ids(engine).items()}
+        return {"engine_id": engine.engine_id, "engine_ids": ids, **engine.timeline(since_step)}
 
     async def __del__(self) -> None:
         if self._metrics_task is not None:

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from serve_apps.arms import ArmSpec
-from serve_apps.engines.base import Engine, GenerationInput, GenerationResult, TextDelta
+from serve_apps.engines.base import Engine, GenerationInput, GenerationResult, TextDelta, engine_facts
 from serve_apps.openai_protocol import ChatCompletionRequest, CompletionRequest, usage
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
@@ -68,6 +68,8 @@ class ArmService:
             "configured_speculative_config": self.configured,
             "resolved_speculative_config": resolved,
             "schedule_dropped": schedule_dropped(self.configured, resolved),
+            # cudagraph_mode, data_parallel_size, engine_ids (rank -> engine id), schedule_dropped_reason
+            **engine_facts(self.engine),
             "topology": self.arm.topology.model_dump(mode="json"),
             "replica_id": self.placement.replica_id,
             "node_id": self.placement.node_id,
@@ -112,6 +114,7 @@ class ArmService:
             **self.info(),
             "request_id": request_id,
             "engine_id": result.engine_id or self.engine.engine_id,
+            "dp_rank": result.dp_rank,
             "executed": {"step_batch_size": result.step_batch_sizes, "step_k": result.step_k},
             "queue_wait_s": result.queue_wait,
             "timestamps": {

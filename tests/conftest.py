@@ -20,3 +20,13 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     from tests.tiny_model import build_tiny_llama
 
     return str(build_tiny_llama(tmp_path_factory.mktemp("tiny-llama")))
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_dir(tiny_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A smaller random Llama with the target's tokenizer: vLLM's draft_model drafter, exactly k drafts a step."""
+    from pathlib import Path
+
+    from tests.tiny_model import build_tiny_draft
+
+    return str(build_tiny_draft(tmp_path_factory.mktemp("tiny-draft"), Path(tiny_model_dir)))

