@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import numpy as np
@@ -123,9 +124,22 @@ class RequestSpec(BaseModel):
     category: str
     prompt: str
     prompt_tokens: int = Field(ge=1)
-    max_tokens: int = Field(ge=1)
+    max_tokens: int = Field(ge=0)
     output_tokens: int | None = Field(default=None, ge=1)  # where the (simulated) model stops
     ignore_eos: bool = False
+    # A replayed request the trace recorded as failed: sent with max_tokens 0, which OpenAI-compatible servers
+    # (vLLM, the arms' own) refuse, so its arrival is replayed and its answer is the error it expects.
+    expect_error: bool = False
+
+    @model_validator(mode="after")
+    def _tokens(self) -> RequestSpec:
+        if (self.max_tokens == 0) != self.expect_error:
+            raise ValueError(
+                "max_tokens must be >= 1"
+                if not self.expect_error
+                else "a request that expects an error has max_tokens 0"
+            )
+        return self
 
     def body_hints(self) -> dict[str, int | str]:
         """The `specdrill` body extension: what a simulated engine cannot read from text."""
@@ -133,6 +147,27 @@ class RequestSpec(BaseModel):
         if self.output_tokens is not None:
             hints["output_tokens"] = self.output_tokens
         return hints
+
+
+@dataclass(frozen=True)
+class PrefixBlocks:
+    """A prompt made of shared blocks (Mooncake's hash_ids): requests with the same leading ids share that prefix.
+    `copy` > 0 (a copy rate scaling added) makes the last block its own, as a different request's would be."""
+
+    hash_ids: tuple[int, ...]
+    block_tokens: int
+    copy: int = 0
+
+
+@dataclass(frozen=True)
+class ReplayedRequests:
+    """What a replayed trace records about some requests (Replay.requests), in the order asked for."""
+
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    categories: list[str | None]  # None: the mix draws the category
+    prefixes: list[PrefixBlocks] | None
+    expect_error: np.ndarray
 
 
 class RequestMix(_Strict):
@@ -180,6 +215,47 @@ class RequestMix(_Strict):
                     max_tokens=w.max_tokens,
                     output_tokens=None if w.ignore_eos else int(outputs[0]),
                     ignore_eos=w.ignore_eos,
+                )
+            )
+        return out
+
+    def replayed(self, indices: Iterable[int], *, seed: int, recorded: ReplayedRequests) -> list[RequestSpec]:
+        """Requests `indices` of a replayed trace: the recorded prompt and output lengths (max_tokens with ignore_eos,
+        so the engine produces that many), the recorded category or the mix's draw, the category's prompt text.
+
+        Request i draws from the same seed as `at` does, so it is the same whoever builds it.
+        """
+        from loadshapes.prompts import PROMPT_BUILDERS, prefixed_prompt
+
+        workloads = [e.resolved() for e in self.entries]
+        weights = np.array([e.weight for e in self.entries]) if self.entries else np.ones(1)
+        cumulative = np.cumsum(weights / weights.sum())
+        dataset = _cached_jsonl(self.dataset) if self.dataset is not None else None
+        blocks: dict[tuple[int, int], list[str]] = {}  # shared prefix blocks are built once per call
+        out: list[RequestSpec] = []
+        for n, i in enumerate(indices):
+            rng = np.random.default_rng([seed, i])
+            category = recorded.categories[n]
+            if category is None:
+                if dataset is not None:
+                    category = dataset[int(rng.integers(0, len(dataset)))].category
+                else:
+                    pick = min(int(np.searchsorted(cumulative, rng.random(), side="right")), len(workloads) - 1)
+                    category = workloads[pick].category
+            prompt_tokens = int(recorded.prompt_tokens[n])
+            if recorded.prefixes is not None:
+                prompt = prefixed_prompt(recorded.prefixes[n], prompt_tokens, seed, blocks)
+            else:
+                prompt = PROMPT_BUILDERS.get(category, PROMPT_BUILDERS["chat"])(prompt_tokens, rng)
+            failed = bool(recorded.expect_error[n])
+            out.append(
+                RequestSpec(
+                    category=category,
+                    prompt=prompt,
+                    prompt_tokens=prompt_tokens,
+                    max_tokens=0 if failed else int(recorded.output_tokens[n]),
+                    ignore_eos=not failed,
+                    expect_error=failed,
                 )
             )
         return out

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from loadshapes.arrivals import shape_arrivals, worker_share
 from loadshapes.mixes import RequestMix, RequestSpec
-from loadshapes.shapes import Shape
+from loadshapes.shapes import Replay, Shape
 
 
 class Target(BaseModel):
@@ -133,7 +133,11 @@ def open_loop_schedule(plan: WorkerPlan) -> list[Planned]:
     mine = offsets[indices]
     phases = plan.shape.phase_at(mine) if len(mine) else np.array([], dtype=str)
     rates = np.asarray(plan.shape.rate_at(mine), dtype=np.float64) if len(mine) else np.zeros(0)
-    specs = plan.mix.at((int(i) for i in indices), seed=plan.traffic_seed("requests"))
+    if isinstance(plan.shape, Replay) and plan.shape.has_lengths:  # the trace's lengths for request i, not the mix's
+        recorded = plan.shape.requests(indices)
+        specs = plan.mix.replayed((int(i) for i in indices), seed=plan.traffic_seed("requests"), recorded=recorded)
+    else:
+        specs = plan.mix.at((int(i) for i in indices), seed=plan.traffic_seed("requests"))
     return [
         Planned(int(i), float(t), str(p), s, request_body(plan, s), float(r))
         for i, t, p, s, r in zip(indices, mine, phases, specs, rates, strict=True)

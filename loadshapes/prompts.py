@@ -6,7 +6,12 @@ somewhat more tokens per word, so a prompt's `prompt_tokens` is a target, not a 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from loadshapes.mixes import PrefixBlocks
 
 _NOUNS = (
     "apples", "boxes", "pencils", "tickets", "marbles", "books", "cookies", "coins", "stamps", "bottles",
@@ -88,3 +93,35 @@ def editing_prompt(target_words: int, rng: np.random.Generator) -> str:
 
 
 PROMPT_BUILDERS = {"reasoning": reasoning_prompt, "chat": chat_prompt, "editing": editing_prompt}
+
+
+_PREFIX_KEY = 0x50524546  # separates prefix-block seeds from request seeds ([seed, i])
+
+
+def prefixed_prompt(prefix: PrefixBlocks, target_words: int, seed: int, built: dict[tuple[int, int], list[str]]) -> str:
+    """A prompt of `target_words` words made of `prefix.block_tokens`-word blocks, block j from hash id j alone.
+
+    Two requests whose hash ids agree up to block j have the same first j + 1 blocks, so a prefix cache sees what
+    it saw in the trace. The blocks are neutral chat text whatever the request's category: a shared block must
+    read the same in every request that holds it. Words past the last block (a trace with fewer hash ids than its
+    length needs) come from the last id's continuation, so they are not shared. `built` caches blocks.
+    """
+    words: list[str] = []
+    ids = list(prefix.hash_ids) or [0]
+    needed = max(1, -(-target_words // prefix.block_tokens))
+    for j in range(needed):
+        own = j >= len(ids) - 1 and prefix.copy > 0  # a copy's last block (and beyond) is not shared
+        key = (ids[min(j, len(ids) - 1)], j - len(ids) + 1 if j >= len(ids) else 0)
+        if own or j >= len(ids):
+            salt = [seed, _PREFIX_KEY, key[0], key[1], prefix.copy]
+            block = chat_prompt(prefix.block_tokens, np.random.default_rng(salt)).split()
+        else:
+            if key not in built:
+                built[key] = chat_prompt(
+                    prefix.block_tokens, np.random.default_rng([seed, _PREFIX_KEY, key[0]])
+                ).split()
+            block = built[key]
+        words.extend(block)
+        if len(words) >= target_words:
+            break
+    return " ".join(words[:target_words])

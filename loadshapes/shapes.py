@@ -3,25 +3,23 @@
 A shape is data (pydantic) that expands into phases, each a linear rate segment `rate_start -> rate_end` over
 `duration` seconds. Arrival times come from `arrivals(shape, ...)` (arrivals.py), computed ahead of the run.
 `concurrency` is the one closed-loop shape (N users, each sending when its previous request ends) and says so.
-`replay` takes its arrival times from a file (a CSV of timestamps or a previous run's trace) instead of a rate.
+`replay` takes its arrival times, and request lengths where the trace has them, from a file (replay_formats.py).
 """
 
 from __future__ import annotations
 
-import csv
 import functools
-import io
 import math
-import posixpath
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from loadshapes.trace import PARTITION_COLUMNS, _filesystem, read_traces
+from loadshapes import replay_formats
+from loadshapes.mixes import PrefixBlocks, ReplayedRequests
+from loadshapes.trace import _filesystem
 
 
 class Phase(BaseModel):
@@ -212,43 +210,162 @@ class Concurrency(_Shape):
         return [Phase(name=f"closed_loop_{self.users}_users", duration=self.duration_s, rate_start=0, rate_end=0)]
 
 
-class Replay(_Shape):
-    """Arrivals replayed from a file: a CSV of timestamps in seconds, or a trace's `scheduled_ns` (file or directory).
+class CategoryRule(BaseModel):
+    """Which mix category a replayed request gets, from what the trace records about it.
 
-    Offsets start at 0 (absolute or relative times alike), sorted, divided by `speed`. `duration_s` cuts or extends
-    the window, else it ends just after the last arrival. Phases are `bin_s` bins of constant rate.
+    `by: file` matches each key as a substring of the file's name (Azure's `..._code.csv` and `..._conv.csv`);
+    `by: model` and `by: log_type` match BurstGPT's `Model` and `Log Type` columns exactly. A value no key matches
+    gets `default`, or, without one, the category the mix draws for that request.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    by: Literal["file", "model", "log_type"]
+    map: dict[str, str] = Field(min_length=1)
+    default: str | None = None
+
+    def categories(self, values: np.ndarray) -> list[str | None]:
+        memo: dict[str, str | None] = {}  # a few distinct values (models, files) over many requests
+        out: list[str | None] = []
+        for value in (str(v) for v in values):
+            if value not in memo:
+                if self.by == "file":
+                    memo[value] = next((c for key, c in self.map.items() if key in value), self.default)
+                else:
+                    memo[value] = self.map.get(value, self.default)
+            out.append(memo[value])
+        return out
+
+
+class Replay(_Shape):
+    """Arrivals, and where the trace records them request lengths, replayed from a file (replay_formats.py).
+
+    `start_s` / `duration_s` cut a window of the trace's own seconds (from its first request); offsets start at the
+    window's start, divided by `speed`. `rate_scale` (a factor) or `target_rate` (mean requests per second of the
+    replay) thins or replicates requests, seeded by `seed`, keeping the burst structure: each request is kept, or
+    copied, independently, and a copy lands in the gap before the next recorded arrival. Without `duration_s` the
+    window ends just after the last arrival. Phases are `bin_s` bins of constant rate.
     """
 
     kind: Literal["replay"] = "replay"
     path: str = Field(min_length=1)
-    format: Literal["csv", "parquet"] | None = None  # None: by extension; a directory is a trace
-    column: str | None = None  # CSV only: read this column of a CSV with a header
-    arm: str | None = None  # trace only: the arm and shape partition to replay
+    # None: from the path and the header (replay_formats.detect_format); parquet is the older name of specdrill.
+    format: Literal["azure", "burstgpt", "mooncake", "specdrill", "csv", "parquet"] | None = None
+    column: str | None = None  # csv only: read this column of a CSV with a header
+    arm: str | None = None  # specdrill only: the arm and shape partition to replay
     shape: str | None = None
-    speed: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    start_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    speed: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    rate_scale: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    target_rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    seed: int = 0  # thinning and replication only: the recorded arrivals themselves are not random
+    # Traces with lengths (azure, burstgpt, mooncake): the category of each request, its prompt's generator.
+    category: str | CategoryRule | None = None  # None: the mix draws it, as for any shape
+    failed: Literal["skip", "expect_error"] = "skip"  # BurstGPT's failed requests (0 response tokens)
+    failed_category: str = Field(default="failed", min_length=1)
+    block_tokens: int = Field(default=512, ge=1)  # Mooncake: tokens per hash_ids block (512 in its release)
+    max_prompt_tokens: int | None = Field(default=None, ge=1)  # clip recorded lengths (an arm's max_model_len)
+    max_output_tokens: int | None = Field(default=None, ge=1)
     bin_s: float = Field(default=1.0, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _readable(self) -> Replay:
+        if self.rate_scale is not None and self.target_rate is not None:
+            raise ValueError("rate_scale and target_rate both scale the rate: give one")
+        fmt = self.trace_format
+        with_lengths = fmt in ("azure", "burstgpt", "mooncake")
+        lengths_only = {
+            "category": self.category is not None,
+            "max_prompt_tokens": self.max_prompt_tokens is not None,
+            "max_output_tokens": self.max_output_tokens is not None,
+        }
+        for name, given in lengths_only.items():
+            if given and not with_lengths:
+                raise ValueError(f"{self.path}: {name} applies to traces with request lengths "
+                                 f"(azure, burstgpt, mooncake), not {fmt}")  # fmt: skip
+        if self.failed != "skip" and fmt != "burstgpt":
+            raise ValueError(f"{self.path}: failed applies to BurstGPT traces (0 response tokens), not {fmt}")
+        if isinstance(self.category, CategoryRule) and self.category.by not in replay_formats.RULE_KEYS[fmt]:
+            keys = ", ".join(replay_formats.RULE_KEYS[fmt])
+            raise ValueError(f"{self.path}: category by {self.category.by!r}: a {fmt} trace has {keys}")
         self.offsets()
         return self
 
+    @property
+    def trace_format(self) -> replay_formats.Format:
+        if self.format == "parquet":
+            return "specdrill"
+        if self.format is not None:
+            return self.format
+        return _detected(self.path, _stamp(self.path))
+
+    @property
+    def has_lengths(self) -> bool:
+        """Whether request i's lengths come from the trace (else the mix draws them, as for any shape)."""
+        return self.trace_format in ("azure", "burstgpt", "mooncake")
+
     def offsets(self) -> np.ndarray:
         """The replayed send offsets, sorted (read-only; cached per file version)."""
-        return _replayed(self, _stamp(self.path))[0]
+        return self._replayed().offsets
 
     def phases(self) -> list[Phase]:
-        return list(_replayed(self, _stamp(self.path))[1])
+        return list(self._replayed().phases)
 
     @property
     def expected_requests(self) -> float:
         return float(len(self.offsets()))
 
+    def requests(self, indices: np.ndarray) -> ReplayedRequests:
+        """What the trace records about requests `indices` of the replay: only those rows are read (a worker reads
+        its share). Request i is the same whoever asks: it depends on the file, the window and the scaling."""
+        replayed = self._replayed()
+        indices = np.asarray(indices, dtype=np.int64)
+        where = replayed.source[indices]
+        fmt = self.trace_format
+        contents = replay_formats.read_contents(self.path, fmt, replayed.arrivals.rows[where])
+        failed = replayed.arrivals.failed[where]
+        prompts = np.maximum(contents.prompt_tokens, 1)  # a recorded 0 still sends a one-token prompt
+        outputs = np.maximum(contents.output_tokens, 1)
+        if self.max_prompt_tokens is not None:
+            prompts = np.minimum(prompts, self.max_prompt_tokens)
+        if self.max_output_tokens is not None:
+            outputs = np.minimum(outputs, self.max_output_tokens)
+        categories: list[str | None]
+        if isinstance(self.category, CategoryRule):
+            categories = self.category.categories(contents.labels[self.category.by])
+        else:
+            categories = [self.category] * len(indices)
+        categories = [self.failed_category if f else c for c, f in zip(categories, failed, strict=True)]
+        blocks = None
+        if contents.hash_ids is not None:
+            blocks = [
+                PrefixBlocks(tuple(int(h) for h in ids), self.block_tokens, int(copy))
+                for ids, copy in zip(contents.hash_ids, replayed.copy[indices], strict=True)
+            ]
+        return ReplayedRequests(
+            prompt_tokens=prompts, output_tokens=outputs, categories=categories, prefixes=blocks, expect_error=failed
+        )
+
+    def _replayed(self) -> _Replayed:
+        return _replayed(
+            self.path, self.trace_format, self.column, self.arm, self.shape, self.start_s, self.duration_s,
+            self.speed, self.rate_scale, self.target_rate, self.seed, self.failed == "expect_error", self.bin_s,
+            _stamp(self.path),
+        )  # fmt: skip
+
 
 _REPLAY_TAIL_S = 1e-6  # the window ends this far after the last arrival, so it lies inside [0, duration)
 _REPLAY_MAX_BINS = 100_000
 _Stamp = tuple[bool, tuple[tuple[str, int | None, int | None], ...]]
+
+
+@dataclass(frozen=True)
+class _Replayed:
+    offsets: np.ndarray  # seconds after the replay's start, sorted
+    phases: tuple[Phase, ...]
+    source: np.ndarray  # request i replays the window's arrival source[i] (an index into `arrivals`)
+    copy: np.ndarray  # 0 for the recorded request, 1, 2, ... for the copies rate scaling adds
+    arrivals: replay_formats.Arrivals
 
 
 def _stamp(path: str) -> _Stamp:
@@ -262,21 +379,36 @@ def _stamp(path: str) -> _Stamp:
     return is_dir, tuple(sorted((i.path, i.mtime_ns, i.size) for i in infos if i.type == pafs.FileType.File))
 
 
+@functools.lru_cache(maxsize=64)
+def _detected(path: str, stamp: _Stamp) -> replay_formats.Format:
+    return replay_formats.detect_format(path)
+
+
 @functools.lru_cache(maxsize=16)
-def _replayed(replay: Replay, stamp: _Stamp) -> tuple[np.ndarray, tuple[Phase, ...]]:
-    seconds = _read_seconds(replay.path, replay.format, replay.column, replay.arm, replay.shape, stamp)
-    offsets = seconds / replay.speed
-    end = replay.duration_s or float(offsets[-1]) + _REPLAY_TAIL_S
-    if end / replay.bin_s > _REPLAY_MAX_BINS:
-        raise ValueError(
-            f"{replay.path}: {end:g} s in bins of {replay.bin_s:g} s is over {_REPLAY_MAX_BINS} phases: raise bin_s"
-        )
-    edges = np.append(np.arange(0.0, end, replay.bin_s), end)
-    if len(edges) > 2 and edges[-1] - edges[-2] < replay.bin_s / 2:
+def _replayed(
+    path: str, fmt: replay_formats.Format, column: str | None, arm: str | None, shape: str | None, start_s: float,
+    duration_s: float | None, speed: float, rate_scale: float | None, target_rate: float | None, seed: int,
+    keep_failed: bool, bin_s: float, stamp: _Stamp,
+) -> _Replayed:  # fmt: skip
+    arrivals = replay_formats.read_arrivals(
+        path, fmt, start_s=start_s, duration_s=duration_s, keep_failed=keep_failed, column=column, arm=arm,
+        shape=shape,
+    )  # fmt: skip
+    recorded = (arrivals.ns / 1e9 - start_s) / speed
+    end = duration_s / speed if duration_s is not None else float(recorded[-1]) + _REPLAY_TAIL_S
+    if end / bin_s > _REPLAY_MAX_BINS:
+        raise ValueError(f"{path}: {end:g} s in bins of {bin_s:g} s is over {_REPLAY_MAX_BINS} phases: raise bin_s")
+    factor = rate_scale if target_rate is None else target_rate * end / len(recorded)
+    offsets, source, copy = _scaled(recorded, end, factor or 1.0, seed)
+    if not len(offsets):
+        raise ValueError(f"{path}: rate scaling by {factor:g} leaves no request of the {len(recorded)} in the window")
+    edges = np.append(np.arange(0.0, end, bin_s), end)
+    if len(edges) > 2 and edges[-1] - edges[-2] < bin_s / 2:
         edges = np.delete(edges, -2)  # no sliver of a last bin
     widths = np.diff(edges)
     edges = np.concatenate([[0.0], np.cumsum(widths)])  # exactly the boundaries() the phases give back
-    offsets = offsets[offsets < edges[-1]]  # never empty: the first arrival is at 0
+    inside = offsets < edges[-1]
+    offsets, source, copy = offsets[inside], source[inside], copy[inside]
     counts = np.diff(np.searchsorted(offsets, edges, side="left"))
     digits = max(2, len(str(len(widths) - 1)))
     phases = tuple(
@@ -288,92 +420,34 @@ def _replayed(replay: Replay, stamp: _Stamp) -> tuple[np.ndarray, tuple[Phase, .
         )
         for i, (w, c) in enumerate(zip(widths, counts, strict=True))
     )
-    offsets.flags.writeable = False
-    return offsets, phases
+    for array in (offsets, source, copy):
+        array.flags.writeable = False
+    return _Replayed(offsets, phases, source, copy, arrivals)
 
 
-@functools.lru_cache(maxsize=16)
-def _read_seconds(
-    path: str, fmt: str | None, column: str | None, arm: str | None, shape: str | None, stamp: _Stamp
-) -> np.ndarray:
-    """Arrival times in seconds from the first, sorted."""
-    is_dir = stamp[0]
-    suffix = posixpath.splitext(path.rstrip("/"))[1].lower()
-    fmt = fmt or ("parquet" if is_dir or suffix == ".parquet" else "csv" if suffix == ".csv" else None)
-    if fmt is None:
-        raise ValueError(f"{path}: cannot tell the format: name it .csv or .parquet, or set format")
-    if fmt == "csv":
-        if is_dir:
-            raise ValueError(f"{path}: a directory, not a CSV file")
-        if arm is not None or shape is not None:
-            raise ValueError(f"{path}: arm and shape pick from a trace, not a CSV")
-        fs, base = _filesystem(path)
-        with fs.open_input_stream(base) as stream:
-            seconds = _csv_seconds(path, stream.read().decode("utf-8-sig"), column)
-    else:
-        if column is not None:
-            raise ValueError(f"{path}: column names a CSV column; a trace replays scheduled_ns")
-        seconds = _trace_seconds(path, arm, shape)
-    seconds = np.sort(seconds)
-    seconds -= seconds[0]
-    seconds.flags.writeable = False
-    return seconds
+def _scaled(recorded: np.ndarray, end: float, factor: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Thin (factor < 1) or replicate (> 1) the recorded arrivals: (offsets, source index, copy number).
 
-
-def _csv_seconds(path: str, text: str, column: str | None) -> np.ndarray:
-    reader = csv.reader(io.StringIO(text))
-    need_header, index, width = column is not None, 0, 1
-    values: list[float] = []
-    for row in reader:
-        cells = [c.strip() for c in row]
-        if not any(cells):
-            continue
-        where = f"{path}:{reader.line_num}"
-        if need_header:
-            if column not in cells:
-                raise ValueError(f"{where}: no column {column!r} in the header ({', '.join(cells)})")
-            need_header, index, width = False, cells.index(column), len(cells)
-            continue
-        if len(cells) != width:
-            hint = "" if column else "; name the column to read with column"
-            raise ValueError(f"{where}: expected {width} fields, got {len(cells)}{hint}")
-        try:
-            value = float(cells[index])
-        except ValueError:
-            hint = " (a header? name the column with column)" if column is None and not values else ""
-            raise ValueError(f"{where}: {cells[index]!r} is not a number{hint}") from None
-        if not math.isfinite(value):
-            raise ValueError(f"{where}: {cells[index]!r} is not a finite number")
-        if value < 0:
-            raise ValueError(f"{where}: {cells[index]!r} is negative")
-        values.append(value)
-    if need_header:
-        raise ValueError(f"{path}: empty, expected a header naming {column!r}")
-    if not values:
-        raise ValueError(f"{path}: no arrivals")
-    return np.array(values, dtype=np.float64)
-
-
-def _trace_seconds(path: str, arm: str | None, shape: str | None) -> np.ndarray:
-    try:
-        table = read_traces(path, columns=["scheduled_ns", *PARTITION_COLUMNS])
-    except (pa.ArrowException, OSError) as e:
-        raise ValueError(f"{path}: not a readable trace: {e}") from None
-    for name, wanted in (("arm", arm), ("shape", shape)):
-        if wanted is not None:
-            table = table.filter(pc.equal(table[name], wanted))
-    groups = table.group_by(list(PARTITION_COLUMNS)).aggregate([]).to_pylist()
-    pairs = sorted(f"{g['arm']}/{g['shape']}" for g in groups)
-    if not pairs:
-        raise ValueError(f"{path}: no trace rows for arm={arm!r} shape={shape!r}")
-    if len(pairs) > 1:
-        raise ValueError(f"{path}: {len(pairs)} arm/shape pairs ({', '.join(pairs)}): pick one with arm and shape")
-    scheduled = table["scheduled_ns"]
-    if scheduled.null_count:
-        raise ValueError(f"{path}: {scheduled.null_count} rows without scheduled_ns")
-    ns = scheduled.to_numpy().astype(np.int64)
-    seconds: np.ndarray = (ns - ns.min()) / 1e9
-    return seconds
+    Request r is sent floor(factor) times, plus once more with probability frac(factor), so the mean rate scales by
+    the factor in every stretch of the trace and a burst stays a burst. A copy lands uniformly in the gap between
+    its recorded arrival and the next (the last: the window's end), so the offsets stay in order: request i is the
+    same for every worker split.
+    """
+    n = len(recorded)
+    if factor == 1.0:
+        return recorded.copy(), np.arange(n), np.zeros(n, np.int64)
+    rng = np.random.default_rng([seed, 0x5CA1E])
+    whole = math.floor(factor)
+    counts = whole + (rng.random(n) < factor - whole).astype(np.int64)
+    source = np.repeat(np.arange(n), counts)
+    first = np.repeat(np.cumsum(counts) - counts, counts)
+    copy = np.arange(len(source)) - first
+    within = np.where(copy == 0, 0.0, rng.random(len(source)))
+    order = np.lexsort((within, source))  # source is already grouped: copies sorted by where they land
+    within = within[order]
+    gaps = np.diff(np.append(recorded, max(end, float(recorded[-1]))))
+    offsets = recorded[source] + within * gaps[source]
+    return offsets, source, copy
 
 
 Shape = Annotated[

@@ -190,6 +190,8 @@ class Traffic:
 def _refusal(model: ArmModel, core: EngineCore, spec: RequestSpec) -> str | None:
     """The error the arm's server raises for this request, or None (the checks of SimulatedEngine.generate and
     EngineCore.add_request, made before the request enters the simulation)."""
+    if spec.max_tokens < 1:  # a replayed failed request (expect_error): the server's body validation refuses it
+        return "max_tokens: Input should be greater than or equal to 1"
     if spec.prompt_tokens + spec.max_tokens > model.max_model_len:
         return (
             f"prompt ({spec.prompt_tokens} tokens) + max_tokens ({spec.max_tokens}) exceeds max_model_len "

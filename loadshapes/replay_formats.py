@@ -1,0 +1,518 @@
+"""Readers for the traces `replay` plays back: arrival times, and per-request lengths where the trace has them.
+
+Formats (README "Traffic", docs/replay.md):
+  - azure: Azure LLM inference traces 2023 / 2024, CSV `TIMESTAMP, ContextTokens, GeneratedTokens`, date-times;
+  - burstgpt: BurstGPT, CSV `Timestamp, Model, Request tokens, Response tokens, Total tokens, Log Type`, seconds
+    from the trace's start; 0 response tokens is a failed request;
+  - mooncake: Mooncake JSONL `timestamp` (ms), `input_length`, `output_length`, `hash_ids` (prefix blocks);
+  - specdrill: a specdrill trace (a part file or a trace directory), its `scheduled_ns`;
+  - csv: timestamps in seconds, one per line or a named column.
+
+Reading is in two passes so that a worker never holds a whole multi-million-row file: `read_arrivals` streams the
+time column only and keeps the rows inside the window (every worker needs every arrival time: request i is the
+i-th arrival of the window); `read_contents` streams the file again and keeps the lengths of the rows the caller
+asks for (a worker's share). Both stop at the end of the window when the file is in time order, as the public
+traces are. pyarrow's streaming CSV and JSON readers do the parsing (in C++, a block at a time); a batch that
+fails to convert or check sends the reader through the file again line by line with the csv / json modules, only
+to name the line and field of the first bad row in one line.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import math
+import posixpath
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.fs as pafs
+import pyarrow.json as pajson
+
+from loadshapes.trace import PARTITION_COLUMNS, _filesystem, read_traces
+
+Format = Literal["azure", "burstgpt", "mooncake", "specdrill", "csv"]
+FORMATS: tuple[Format, ...] = ("azure", "burstgpt", "mooncake", "specdrill", "csv")
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type")
+MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+# What a category rule can look at, per format (`file` is the file's name, for Azure's code and conversation files).
+RULE_KEYS: dict[Format, tuple[str, ...]] = {
+    "azure": ("file",),
+    "burstgpt": ("file", "model", "log_type"),
+    "mooncake": ("file",),
+    "specdrill": (),
+    "csv": (),
+}
+_BLOCK_BYTES = 4 << 20  # pyarrow's read block: memory per batch stays a few MiB whatever the file's size
+_NS = 1_000_000_000
+
+
+class TraceError(ValueError):
+    """A trace that cannot be replayed; the message is one line naming the file (and line and field)."""
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """The window's arrivals in time order: nanoseconds from the trace's first arrival, and file row numbers."""
+
+    ns: np.ndarray  # int64
+    rows: np.ndarray  # int64: 0-based data rows (header and blank lines not counted); what read_contents takes
+    failed: np.ndarray  # bool: recorded as failed (BurstGPT's 0 response tokens); all False elsewhere
+    has_lengths: bool
+
+
+@dataclass(frozen=True)
+class Contents:
+    """Recorded lengths of the rows asked for, in the order asked."""
+
+    prompt_tokens: np.ndarray  # int64
+    output_tokens: np.ndarray  # int64
+    labels: dict[str, np.ndarray]  # rule key -> value per row (object arrays of str)
+    hash_ids: list[np.ndarray] | None  # Mooncake's prefix blocks per row
+
+
+def detect_format(path: str) -> Format:
+    """The format from the path and the first line: a directory or Parquet is a trace, `{` starts Mooncake JSONL,
+    a header naming Azure's or BurstGPT's columns is that, anything else is a timestamp CSV."""
+    fs, base = _filesystem(path)
+    info = fs.get_file_info(base)
+    if info.type == pafs.FileType.NotFound:
+        raise TraceError(f"{path}: no such file or directory")
+    if info.type == pafs.FileType.Directory or posixpath.splitext(path.rstrip("/"))[1].lower() == ".parquet":
+        return "specdrill"
+    with fs.open_input_stream(base) as stream:
+        head = stream.read(64 << 10)
+    if head.startswith(b"PAR1"):
+        return "specdrill"
+    text = head.decode("utf-8-sig", errors="replace").lstrip()
+    if text.startswith("{"):
+        return "mooncake"
+    first = next(csv.reader(io.StringIO(text.split("\n", 1)[0])), [])
+    names = {c.strip() for c in first}
+    if set(AZURE_COLUMNS) <= names:
+        return "azure"
+    if set(BURSTGPT_COLUMNS) <= names:
+        return "burstgpt"
+    return "csv"
+
+
+def read_arrivals(
+    path: str,
+    fmt: Format,
+    *,
+    start_s: float = 0.0,
+    duration_s: float | None = None,
+    keep_failed: bool = False,
+    column: str | None = None,
+    arm: str | None = None,
+    shape: str | None = None,
+) -> Arrivals:
+    """The arrivals inside [start_s, start_s + duration_s) of the trace's own seconds from its first arrival."""
+    if fmt in ("csv", "specdrill"):
+        if fmt == "csv" and (arm is not None or shape is not None):
+            raise TraceError(f"{path}: arm and shape pick from a trace, not a CSV")
+        if fmt == "specdrill" and column is not None:
+            raise TraceError(f"{path}: column names a CSV column; a trace replays scheduled_ns")
+        ns = _csv_ns(path, column) if fmt == "csv" else _trace_ns(path, arm, shape)
+        order = np.argsort(ns, kind="stable")
+        ns = ns[order] - ns[order[0]]
+        inside = _in_window(ns, start_s, duration_s)
+        if not inside.any():
+            raise TraceError(f"{path}: no arrivals in the window {_window(start_s, duration_s)}")
+        return Arrivals(ns[inside], order[inside], np.zeros(int(inside.sum()), bool), False)
+    if column is not None or arm is not None or shape is not None:
+        raise TraceError(f"{path}: column, arm and shape apply to csv and specdrill traces, not {fmt}")
+    return _stream_arrivals(path, fmt, start_s, duration_s, keep_failed)
+
+
+def read_contents(path: str, fmt: Format, rows: np.ndarray) -> Contents:
+    """The recorded lengths (and rule keys, prefix blocks) of `rows` (data-row numbers, any order, repeats allowed)."""
+    wanted = np.unique(np.asarray(rows, dtype=np.int64))
+    found: dict[str, list[Any]] = {}
+    if len(wanted):
+        for first, batch in _batches(path, fmt, contents=True):
+            lo, hi = np.searchsorted(wanted, [first, first + batch.num_rows])
+            if lo < hi:
+                picked = batch.take(pa.array(wanted[lo:hi] - first))
+                for name, values in _contents_columns(path, fmt, picked).items():
+                    found.setdefault(name, []).append(values)
+            if hi == len(wanted):
+                break  # every row asked for is read: the rest of the file is not
+    where = np.searchsorted(wanted, rows)
+
+    def column(name: str) -> np.ndarray:
+        parts = found.get(name, [])
+        return (np.concatenate(parts) if parts else np.zeros(0))[where]
+
+    labels = {key: column(key) for key in RULE_KEYS[fmt] if key != "file"}
+    if "file" in RULE_KEYS[fmt]:
+        labels["file"] = np.full(len(rows), posixpath.basename(path.rstrip("/")), dtype=object)
+    hash_ids = None
+    if fmt == "mooncake":
+        blocks = [b for part in found.get("hash_ids", []) for b in part]
+        hash_ids = [blocks[int(i)] for i in where]
+    return Contents(
+        prompt_tokens=column("prompt_tokens").astype(np.int64),
+        output_tokens=column("output_tokens").astype(np.int64),
+        labels=labels,
+        hash_ids=hash_ids,
+    )
+
+
+def _window(start_s: float, duration_s: float | None) -> str:
+    return f"[{start_s:g}, {'end' if duration_s is None else f'{start_s + duration_s:g}'}) s"
+
+
+def _in_window(ns: np.ndarray, start_s: float, duration_s: float | None) -> np.ndarray:
+    inside: np.ndarray = ns >= round(start_s * _NS)
+    if duration_s is not None:
+        inside &= ns < round((start_s + duration_s) * _NS)
+    return inside
+
+
+def _stream_arrivals(path: str, fmt: Format, start_s: float, duration_s: float | None, keep_failed: bool) -> Arrivals:
+    start_ns = round(start_s * _NS)
+    end_ns = None if duration_s is None else round((start_s + duration_s) * _NS)
+    times: list[np.ndarray] = []
+    rows: list[np.ndarray] = []
+    failed: list[np.ndarray] = []
+    first_ns: int | None = None
+    previous = -(2**63)
+    in_order = True
+    for first, batch in _batches(path, fmt, contents=False):
+        ns, fail = _arrival_columns(path, fmt, batch, first)
+        if not len(ns):
+            continue
+        if in_order and (ns[0] < previous or np.any(np.diff(ns) < 0)):
+            in_order = False  # the window can only be cut once the whole file's first arrival is known
+        previous = max(previous, int(ns[-1]))
+        if first_ns is None:
+            first_ns = int(ns[0])
+        keep = np.ones(len(ns), bool) if keep_failed else ~fail
+        if in_order:
+            keep &= ns - first_ns >= start_ns
+            if end_ns is not None:
+                keep &= ns - first_ns < end_ns
+        times.append(ns[keep])
+        rows.append(np.flatnonzero(keep) + first)
+        failed.append(fail[keep])
+        if in_order and end_ns is not None and previous - first_ns >= end_ns:
+            break  # a file in time order has nothing more for the window
+    if first_ns is None:
+        raise TraceError(f"{path}: no arrivals")
+    all_ns = np.concatenate(times) if times else np.zeros(0, np.int64)
+    all_rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    all_failed = np.concatenate(failed) if failed else np.zeros(0, bool)
+    if not in_order:
+        order = np.argsort(all_ns, kind="stable")
+        all_ns, all_rows, all_failed = all_ns[order], all_rows[order], all_failed[order]
+        # The trace starts at its first arrival, failed requests included, whether or not they are replayed.
+        origin = min(int(all_ns[0]) if len(all_ns) else first_ns, _earliest(path, fmt))
+        all_ns = all_ns - origin
+        inside = _in_window(all_ns, start_s, duration_s)
+        all_ns, all_rows, all_failed = all_ns[inside], all_rows[inside], all_failed[inside]
+    else:
+        all_ns = all_ns - first_ns
+    if not len(all_ns):
+        raise TraceError(f"{path}: no arrivals in the window {_window(start_s, duration_s)}")
+    return Arrivals(all_ns, all_rows, all_failed, True)
+
+
+def _earliest(path: str, fmt: Format) -> int:
+    """The first arrival of a file out of time order (failed rows included): one more pass over the times."""
+    earliest = 2**63 - 1
+    for first, batch in _batches(path, fmt, contents=False):
+        ns, _ = _arrival_columns(path, fmt, batch, first)
+        if len(ns):
+            earliest = min(earliest, int(ns.min()))
+    return earliest
+
+
+def _batches(path: str, fmt: Format, *, contents: bool) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(first data row, batch) for the columns a pass needs, read as strings (CSV) so that a bad cell is found by
+    the checks here, not lost inside a conversion error without its row."""
+    fs, base = _filesystem(path)
+    if fmt == "mooncake":
+        fields = [pa.field("timestamp", pa.float64())]
+        if contents:
+            fields += [
+                pa.field("input_length", pa.int64()),
+                pa.field("output_length", pa.int64()),
+                pa.field("hash_ids", pa.list_(pa.int64())),
+            ]
+        options = pajson.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore")
+        with fs.open_input_stream(base) as stream:
+            try:
+                reader = pajson.open_json(stream, read_options=pajson.ReadOptions(block_size=_BLOCK_BYTES),
+                                          parse_options=options)  # fmt: skip
+                yield from _numbered(reader)
+            except pa.ArrowInvalid as exc:
+                raise _locate(path, fmt, str(exc)) from None
+        return
+    need = {
+        "azure": AZURE_COLUMNS if contents else AZURE_COLUMNS[:1],
+        "burstgpt": (
+            ("Timestamp", "Model", "Request tokens", "Response tokens", "Log Type")
+            if contents
+            else ("Timestamp", "Response tokens")
+        ),
+    }[fmt]
+    with fs.open_input_stream(base) as stream:
+        try:
+            reader = pacsv.open_csv(
+                stream,
+                read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES),
+                convert_options=pacsv.ConvertOptions(
+                    include_columns=list(need), column_types=dict.fromkeys(need, pa.string())
+                ),
+            )
+            yield from _numbered(reader)
+        except (pa.ArrowInvalid, KeyError) as exc:
+            raise _locate(path, fmt, str(exc)) from None
+
+
+def _numbered(reader: Any) -> Iterator[tuple[int, pa.RecordBatch]]:
+    first = 0
+    for batch in reader:
+        yield first, batch
+        first += batch.num_rows
+
+
+def _arrival_columns(path: str, fmt: Format, batch: pa.RecordBatch, first: int) -> tuple[np.ndarray, np.ndarray]:
+    """(arrival ns, failed) of a batch; a bad value sends the reader back to name its line."""
+    try:
+        if fmt == "azure":
+            ns = _datetime_ns(batch.column("TIMESTAMP"))
+            return ns, np.zeros(len(ns), bool)
+        if fmt == "burstgpt":
+            seconds = _numbers(batch.column("Timestamp"), pa.float64())
+            responses = _numbers(batch.column("Response tokens"), pa.int64())
+            if np.any(responses < 0):
+                raise ValueError("negative")
+            return _seconds_ns(seconds), responses == 0
+        ms = _numbers(batch.column("timestamp"), pa.float64())
+        return _seconds_ns(ms / 1000.0), np.zeros(len(ms), bool)
+    except (pa.ArrowInvalid, ValueError) as exc:
+        raise _locate(path, fmt, str(exc)) from None
+
+
+def _contents_columns(path: str, fmt: Format, batch: pa.RecordBatch) -> dict[str, Any]:
+    try:
+        if fmt == "azure":
+            prompts = _numbers(batch.column("ContextTokens"), pa.int64())
+            outputs = _numbers(batch.column("GeneratedTokens"), pa.int64())
+            out: dict[str, Any] = {}
+        elif fmt == "burstgpt":
+            prompts = _numbers(batch.column("Request tokens"), pa.int64())
+            outputs = _numbers(batch.column("Response tokens"), pa.int64())
+            out = {
+                "model": np.asarray(batch.column("Model").to_pylist(), dtype=object),
+                "log_type": np.asarray(batch.column("Log Type").to_pylist(), dtype=object),
+            }
+        else:
+            prompts = _numbers(batch.column("input_length"), pa.int64())
+            outputs = _numbers(batch.column("output_length"), pa.int64())
+            hashes = batch.column("hash_ids")
+            if hashes.null_count:
+                raise ValueError("missing hash_ids")
+            flat = hashes.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+            if np.any(flat < 0):
+                raise ValueError("negative hash id")
+            cuts = hashes.offsets.to_numpy()
+            out = {"hash_ids": [flat[a:b] for a, b in itertools.pairwise(cuts)]}
+        if np.any(prompts < 0) or np.any(outputs < 0):
+            raise ValueError("negative")
+    except (pa.ArrowInvalid, ValueError) as exc:
+        raise _locate(path, fmt, str(exc)) from None
+    out["prompt_tokens"] = prompts
+    out["output_tokens"] = outputs
+    return out
+
+
+def _numbers(column: pa.Array | pa.ChunkedArray, to: pa.DataType) -> np.ndarray:
+    if column.null_count:
+        raise ValueError("missing value")
+    values = pc.cast(column, to) if column.type != to else column
+    array = np.asarray(values.to_numpy(zero_copy_only=False))
+    if to == pa.float64() and not np.all(np.isfinite(array)):
+        raise ValueError("not finite")
+    return array
+
+
+def _seconds_ns(seconds: np.ndarray) -> np.ndarray:
+    ns: np.ndarray = np.rint(seconds * _NS).astype(np.int64)
+    return ns
+
+
+def _datetime_ns(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Azure's date-times: 2023's have no zone (`2023-11-16 18:15:46.6805900`), 2024's end in `+00:00`."""
+    if column.null_count:
+        raise ValueError("missing value")
+    try:
+        stamps = pc.cast(column, pa.timestamp("ns"))
+    except pa.ArrowInvalid:
+        stamps = pc.cast(column, pa.timestamp("ns", tz="UTC"))
+    return np.asarray(stamps.cast(pa.int64()).to_numpy(zero_copy_only=False))
+
+
+# ---- naming the bad row: a line-by-line pass, only once a batch has failed ----
+
+
+def _cell_checks(fmt: Format) -> dict[str, Callable[[str], str | None]]:
+    """Per field: what is wrong with a cell (None when it is fine). The same rules as the batch checks above."""
+
+    def count(cell: str) -> str | None:
+        try:
+            value = int(cell)
+        except ValueError:
+            return f"{cell!r} is not a whole number of tokens"
+        return f"{cell!r} is negative" if value < 0 else None
+
+    def seconds(cell: str) -> str | None:
+        try:
+            value = float(cell)
+        except ValueError:
+            return f"{cell!r} is not a number of seconds"
+        return None if math.isfinite(value) else f"{cell!r} is not a finite number"
+
+    def stamp(cell: str) -> str | None:
+        for kind in (pa.timestamp("ns"), pa.timestamp("ns", tz="UTC")):
+            try:
+                pc.cast(pa.array([cell]), kind)
+                return None
+            except pa.ArrowInvalid:
+                continue
+        return f"{cell!r} is not a date-time (YYYY-MM-DD HH:MM:SS[.fraction][+HH:MM])"
+
+    def text(cell: str) -> str | None:
+        return None
+
+    if fmt == "azure":
+        return {"TIMESTAMP": stamp, "ContextTokens": count, "GeneratedTokens": count}
+    return {"Timestamp": seconds, "Model": text, "Request tokens": count, "Response tokens": count, "Log Type": text}
+
+
+def _locate(path: str, fmt: Format, arrow_message: str) -> TraceError:
+    """The first bad row as `file:line: field: what is wrong` (the Arrow message when the rescan finds none)."""
+    fs, base = _filesystem(path)
+    with fs.open_input_stream(base) as raw:
+        lines = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+        found = _locate_jsonl(lines) if fmt == "mooncake" else _locate_csv(lines, fmt)
+    if found is not None:
+        return TraceError(f"{path}:{found}")
+    return TraceError(f"{path}: not a readable {fmt} trace: {arrow_message.splitlines()[0]}")
+
+
+def _locate_csv(lines: io.TextIOWrapper, fmt: Format) -> str | None:
+    reader = csv.reader(lines)
+    checks = _cell_checks(fmt)
+    header: list[str] | None = None
+    for row in reader:
+        if not any(c.strip() for c in row):
+            continue
+        if header is None:
+            header = row
+            missing = [name for name in checks if name not in header]
+            if missing:
+                return f"{reader.line_num}: no column {missing[0]!r} in the header ({', '.join(header)})"
+            continue
+        if len(row) != len(header):
+            return f"{reader.line_num}: expected {len(header)} fields, got {len(row)}"
+        for name, check in checks.items():
+            problem = check(row[header.index(name)].strip())
+            if problem is not None:
+                return f"{reader.line_num}: {name}: {problem}"
+    return None if header is not None else "1: empty, expected a header"
+
+
+def _locate_jsonl(lines: io.TextIOWrapper) -> str | None:
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            return f"{number}: not JSON: {exc.msg}"
+        if not isinstance(data, dict):
+            return f"{number}: not a JSON object"
+        for name in MOONCAKE_FIELDS:
+            value = data.get(name)
+            if name == "hash_ids":
+                if not isinstance(value, list) or not all(type(h) is int and h >= 0 for h in value):
+                    return f"{number}: hash_ids: {value!r} is not a list of integers >= 0"
+            elif name == "timestamp":
+                if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+                    return f"{number}: timestamp: {value!r} is not a number of milliseconds"
+            elif not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                return f"{number}: {name}: {value!r} is not a whole number of tokens >= 0"
+    return None
+
+
+# ---- csv and specdrill traces: arrival times only ----
+
+
+def _csv_ns(path: str, column: str | None) -> np.ndarray:
+    """Timestamps in seconds (absolute epoch or relative), one per line or in the named column of a header."""
+    fs, base = _filesystem(path)
+    with fs.open_input_stream(base) as stream:
+        text = stream.read().decode("utf-8-sig")
+    reader = csv.reader(io.StringIO(text))
+    need_header, index, width = column is not None, 0, 1
+    values: list[float] = []
+    for row in reader:
+        cells = [c.strip() for c in row]
+        if not any(cells):
+            continue
+        where = f"{path}:{reader.line_num}"
+        if need_header:
+            if column not in cells:
+                raise TraceError(f"{where}: no column {column!r} in the header ({', '.join(cells)})")
+            need_header, index, width = False, cells.index(column), len(cells)
+            continue
+        if len(cells) != width:
+            hint = "" if column else "; name the column to read with column"
+            raise TraceError(f"{where}: expected {width} fields, got {len(cells)}{hint}")
+        try:
+            value = float(cells[index])
+        except ValueError:
+            hint = " (a header? name the column with column)" if column is None and not values else ""
+            raise TraceError(f"{where}: {cells[index]!r} is not a number{hint}") from None
+        if not math.isfinite(value):
+            raise TraceError(f"{where}: {cells[index]!r} is not a finite number")
+        if value < 0:
+            raise TraceError(f"{where}: {cells[index]!r} is negative")
+        values.append(value)
+    if need_header:
+        raise TraceError(f"{path}: empty, expected a header naming {column!r}")
+    if not values:
+        raise TraceError(f"{path}: no arrivals")
+    return _seconds_ns(np.array(values, dtype=np.float64))
+
+
+def _trace_ns(path: str, arm: str | None, shape: str | None) -> np.ndarray:
+    try:
+        table = read_traces(path, columns=["scheduled_ns", *PARTITION_COLUMNS])
+    except (pa.ArrowException, OSError) as e:
+        raise TraceError(f"{path}: not a readable trace: {e}") from None
+    for name, wanted in (("arm", arm), ("shape", shape)):
+        if wanted is not None:
+            table = table.filter(pc.equal(table[name], wanted))
+    groups = table.group_by(list(PARTITION_COLUMNS)).aggregate([]).to_pylist()
+    pairs = sorted(f"{g['arm']}/{g['shape']}" for g in groups)
+    if not pairs:
+        raise TraceError(f"{path}: no trace rows for arm={arm!r} shape={shape!r}")
+    if len(pairs) > 1:
+        raise TraceError(f"{path}: {len(pairs)} arm/shape pairs ({', '.join(pairs)}): pick one with arm and shape")
+    scheduled = table["scheduled_ns"]
+    if scheduled.null_count:
+        raise TraceError(f"{path}: {scheduled.null_count} rows without scheduled_ns")
+    return np.asarray(scheduled.to_numpy()).astype(np.int64)
