@@ -84,9 +84,9 @@ class LoadConfig(_Strict):
     request_timeout_s: float = Field(default=600.0, gt=0)
     max_in_flight: int = Field(default=4096, ge=1)
     store_token_times: bool = True
-    # Per-step lists in every trace row (the step summaries are always there). The engine step timeline has
-    # each step once, the lists repeat it for every request in the batch. Endpoint arms keep them anyway.
-    store_step_lists: bool = True
+    # Per-step lists in every trace row (the step summaries are always there). Off: the engine step timeline
+    # has each step once, the lists repeat it for every request in the batch. Endpoint arms keep them anyway.
+    store_step_lists: bool = False
     # Trace part files: a worker writes one every flush_rows rows or flush_s seconds (and at stop), so a fault
     # loses at most that much of what was measured.
     flush_rows: int = Field(default=1000, ge=1)

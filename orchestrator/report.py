@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 from pydantic import BaseModel, ConfigDict
@@ -21,22 +20,22 @@ from rich.table import Table
 
 from loadshapes.trace import PARTITION_COLUMNS, read_traces
 from orchestrator.analysis import (
-    FRAME_COLUMNS,
-    VERIFY_COLUMNS,
     ArmInfo,
     BandSet,
+    EngineSettings,
     OperatingMap,
+    Requests,
     SloDeadlines,
     Slos,
     VerificationReport,
     VerifySettings,
-    auto_rate_bands,
     batch_bands,
     operating_maps,
-    read_trace_columns,
-    request_frame,
+    rate_bands_at,
+    run_requests,
     verify_executed_policy,
 )
+from orchestrator.analysis.bands import auto_rate_quantiles
 from orchestrator.analysis.faults import FAULT_COLUMNS, FaultWindow, fault_windows, outcomes_by_unit
 from orchestrator.analysis.results import Verdict
 from orchestrator.campaign import Campaign
@@ -82,7 +81,6 @@ class RunInputs:
     campaign: Campaign
     units: list[UnitResult]
     arms: list[ArmInfo]
-    run_starts: dict[tuple[str, str, str, int], int]
 
 
 def load_run(run_dir: str) -> RunInputs:
@@ -103,8 +101,7 @@ def load_run(run_dir: str) -> RunInputs:
         for arm in campaign.arms()
         if arm.name in {u.unit.arm for u in units}
     ]
-    run_starts = {(u.unit.arm, u.unit.shape, manifest["run"], u.unit.repeat): u.start_ns for u in units}
-    return RunInputs(store, manifest, campaign, units, arms, run_starts)
+    return RunInputs(store, manifest, campaign, units, arms)
 
 
 def _max_num_seqs(campaign: Campaign) -> int:
@@ -138,28 +135,37 @@ def schedule_bands(campaign: Campaign) -> BandSet:
     return batch_bands([(low, high - 1) for low, high in itertools.pairwise(cuts)])
 
 
-def build_summary(inputs: RunInputs) -> tuple[Summary, pa.Table | None]:
+def offered_rate_bands(requests: Requests) -> BandSet | None:
+    """Automatic offered-rate bands at quantiles of the rates the requests were offered; None for a run
+    without any (closed loop only)."""
+    row = requests.con.execute(
+        f"SELECT quantile_cont(offered_rate, {auto_rate_quantiles()}) FROM requests WHERE offered_rate > 0"
+    ).fetchone()
+    return rate_bands_at(row[0]) if row and row[0] is not None else None
+
+
+def build_summary(inputs: RunInputs, *, engine: EngineSettings | None = None) -> tuple[Summary, pa.Table | None]:
     campaign, manifest = inputs.campaign, inputs.manifest
-    columns = sorted(set(FRAME_COLUMNS) | set(VERIFY_COLUMNS))
-    table = read_trace_columns(inputs.store.traces, columns)
-    table = _only_complete_units(table, inputs.units)
-    shapes = dict(campaign.shapes)
-    frame = request_frame(table, shapes=shapes, run_starts=inputs.run_starts)
-    rates = frame.offered_rate[np.isfinite(frame.offered_rate)]
-    band_sets = [schedule_bands(campaign)]
-    if rates.size:
-        band_sets.append(auto_rate_bands(rates))
-    maps = operating_maps(frame, inputs.arms, slos_of(campaign), band_sets)
-    verification = verify_executed_policy(
-        table,
-        inputs.arms,
-        shapes=shapes,
-        bands=band_sets[0],
-        settings=VerifySettings(
-            switch_bound_s=campaign.gates.max_recovery_s or VerifySettings().switch_bound_s,
-        ),
-        run_starts=inputs.run_starts,
-    )
+    units = [(u.unit.arm, u.unit.shape, u.unit.repeat) for u in inputs.units]
+    requests = run_requests(inputs.store.root, units, settings=engine or EngineSettings.from_env())
+    try:
+        shapes = dict(campaign.shapes)
+        band_sets = [schedule_bands(campaign)]
+        rate_bands = offered_rate_bands(requests)
+        if rate_bands is not None:
+            band_sets.append(rate_bands)
+        maps = operating_maps(requests, inputs.arms, slos_of(campaign), band_sets)
+        verification = verify_executed_policy(
+            requests,
+            inputs.arms,
+            shapes=shapes,
+            bands=band_sets[0],
+            settings=VerifySettings(
+                switch_bound_s=campaign.gates.max_recovery_s or VerifySettings().switch_bound_s,
+            ),
+        )
+    finally:
+        requests.close()
     gates = evaluate_gates(campaign, inputs.arms, verification, inputs.units)
     faults = read_fault_windows(inputs)
     saturated = [u.unit.key for u in inputs.units if u.saturated]

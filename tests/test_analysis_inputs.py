@@ -1,4 +1,4 @@
-"""The analysis inputs: request ids, list columns, bands, run clocks, offered rates, SLOs. Also the hand-built
+"""The analysis inputs: bands, run clocks, offered rates, SLOs, reading a run's files. Also the hand-built
 trace tables the other analysis tests use."""
 
 from __future__ import annotations
@@ -13,23 +13,20 @@ import pyarrow as pa
 import pytest
 
 from loadshapes.shapes import Ramp, Sustained
-from loadshapes.trace import STEP_LIST_COLUMNS, TRACE_SCHEMA, TraceWriter, read_traces, step_summaries
+from loadshapes.trace import STEP_LIST_COLUMNS, TRACE_SCHEMA, TraceWriter, step_summaries
 from orchestrator.analysis import (
-    FRAME_COLUMNS,
     ArmInfo,
-    RequestFrame,
+    Requests,
     SloDeadlines,
     Slos,
     auto_rate_bands,
     batch_bands,
-    offered_rates,
     rate_bands,
-    read_trace_columns,
     request_frame,
+    run_requests,
 )
-from orchestrator.analysis.lists import flat_list
-from orchestrator.analysis.request_ids import parse_request_ids
-from orchestrator.analysis.slo import met_slo
+from orchestrator.analysis.opmap import met_sql
+from orchestrator.analysis.source import CLOCK_SQL
 from serve_apps.policies import DynamicPolicy, Topology
 
 START_NS = 1_800_000_000 * 10**9
@@ -59,25 +56,8 @@ def trace_table(**columns: Sequence[Any] | np.ndarray) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA)
 
 
-def test_request_ids_pair_on_shape_repeat_and_index() -> None:
-    ids = pa.chunked_array(
-        [pa.array(["off:ramp:0:17", "dyn-a:ramp:12:123456789012"]), pa.array(["x:y:z:7", "no-colons", "a:b:3:"])]
-    )
-    parsed = parse_request_ids(ids)
-    assert parsed.repeat.tolist() == [0, 12, -1, -1, -1]
-    assert parsed.index.tolist() == [17, 123456789012, -1, -1, -1]
-    large = pa.array(["arm:shape:1:2", None, ":s:1:2", "off:ramp:-1:2"], pa.large_string()).slice(0)
-    parsed = parse_request_ids(large)
-    assert (parsed.repeat.tolist(), parsed.index.tolist()) == ([1, -1, 1, -1], [2, -1, 2, -1])
-
-
-def test_list_columns_flatten_with_nulls_and_slices() -> None:
-    lists = pa.array([[3, 1, 2], [], None, [5], [7, 7, 1, 9]], type=pa.list_(pa.int32()))
-    flat = flat_list(pa.chunked_array([lists.slice(0, 2), lists.slice(2)]))
-    assert flat.lengths.tolist() == [3, 0, 0, 1, 4]
-    assert flat.sums().tolist() == [6, 0, 0, 5, 24]
-    assert flat.parents().tolist() == [0, 0, 0, 3, 4, 4, 4, 4]
-    assert flat.positions().tolist() == [0, 1, 2, 0, 0, 1, 2, 3]
+def _column(requests: Requests, expression: str, order: str = "offset_s") -> list[Any]:
+    return [r[0] for r in requests.con.execute(f"SELECT {expression} FROM requests ORDER BY {order}").fetchall()]
 
 
 def test_batch_bands_are_inclusive_ranges() -> None:
@@ -87,6 +67,19 @@ def test_batch_bands_are_inclusive_ranges() -> None:
     assert bands.assign(values).tolist() == [-1, 0, 0, 0, 1, 2, 2, 3, 5, -1, -1]
     custom = batch_bands([(1, 4), (10, 20)])
     assert custom.assign(np.array([4.0, 5.0, 10.0])).tolist() == [0, -1, 1]
+
+
+def test_bands_in_sql_place_values_as_numpy_does() -> None:
+    import duckdb
+
+    values = [0, 1, 8, 8.5, 9, 64, 64.9, 65, 512, 513, math.nan, None, 1e12]
+    for bands in (batch_bands(), batch_bands([(1, 4), (10, 20)]), rate_bands([0, 10, 20, math.inf])):
+        rows = duckdb.sql(
+            f"SELECT {bands.sql('v')} FROM (SELECT unnest(?::DOUBLE[]) AS v, unnest(range(?)) AS i) ORDER BY i",
+            params=[values, len(values)],
+        ).fetchall()
+        expected = bands.assign(np.array([math.nan if v is None else v for v in values], dtype=np.float64))
+        assert [r[0] for r in rows] == expected.tolist()
 
 
 def test_rate_bands_and_automatic_edges() -> None:
@@ -106,37 +99,47 @@ def test_offered_rate_from_the_shape_at_each_scheduled_time() -> None:
     ramp = Ramp(rate_from=0, rate_to=100, duration_s=100)
     offsets = np.array([0.0, 10.0, 50.0, 99.0])
     table = trace_table(arm=["a"] * 4, shape=["ramp"] * 4, scheduled_ns=START_NS + (offsets * 1e9).astype(np.int64))
-    assert offered_rates(table, {"ramp": ramp}).tolist() == pytest.approx([0.0, 10.0, 50.0, 99.0])
+    assert _column(request_frame(table, shapes={"ramp": ramp}), "offered_rate") == pytest.approx([0, 10, 50, 99])
     # The run started 5 s before the first request: the caller knows, the trace does not.
-    late = offered_rates(table, {"ramp": ramp}, run_starts={("a", "ramp", "r1", 0): START_NS - 5 * 10**9})
-    assert late.tolist() == pytest.approx([5.0, 15.0, 55.0, 0.0])  # 104 s is past the ramp's end
-    assert np.isnan(offered_rates(table, {}).astype(float)).all()
+    starts = {("a", "ramp", "r1", 0): START_NS - 5 * 10**9}
+    late = request_frame(table, shapes={"ramp": ramp}, run_starts=starts)
+    assert _column(late, "offered_rate") == pytest.approx([5.0, 15.0, 55.0, 0.0])  # 104 s is past the ramp's end
+    assert set(_column(request_frame(table, shapes={}), "offered_rate")) == {None}
+    # A version-2 trace says when its unit started and what rate it offered: no shape needed.
+    planned = trace_table(
+        arm=["a"] * 4, shape=["ramp"] * 4, scheduled_ns=START_NS + (offsets * 1e9).astype(np.int64),
+        unit_start_ns=[START_NS - 10**9] * 4, offered_rate_rps=[1.0, 11.0, 51.0, 100.0],
+    )  # fmt: skip
+    from_trace = request_frame(planned)
+    assert _column(from_trace, "offered_rate") == [1.0, 11.0, 51.0, 100.0]
+    assert _column(from_trace, "offset_s") == pytest.approx([1.0, 11.0, 51.0, 100.0])
 
 
 def test_each_request_stands_for_one_over_the_offered_rate_seconds() -> None:
     steady = Sustained(rate=4, duration_s=50)
     offsets = np.arange(200) / 4.0
     table = trace_table(arm=["a"] * 200, shape=["s"] * 200, scheduled_ns=START_NS + (offsets * 1e9).astype(np.int64))
-    frame = request_frame(table, shapes={"s": steady})
-    assert frame.clock_s.sum() == pytest.approx(50.0)
-    unknown = request_frame(table)  # no shape: the run's own mean arrival rate stands in
-    assert unknown.clock_s.tolist() == pytest.approx([0.25] * 200)  # 199 gaps over 49.75 s: 4 req/s
+    clock = _column(request_frame(table, shapes={"s": steady}), CLOCK_SQL)
+    assert sum(clock) == pytest.approx(50.0)
+    unknown = _column(request_frame(table), CLOCK_SQL)  # no shape: the run's own mean arrival rate stands in
+    assert unknown == pytest.approx([0.25] * 200)  # 199 gaps over 49.75 s: 4 req/s
 
 
 def test_slo_deadlines_per_category() -> None:
     slos = Slos(ttft_s=1.0, tpot_s=0.05, per_category={"reasoning": SloDeadlines(ttft_s=3.0, tpot_s=None)})
-    met = met_slo(
-        ok=np.array([True, True, True, False, True, True]),
-        ttft=np.array([0.5, 2.0, 2.0, 0.1, 0.5, np.nan]),
-        tpot=np.array([0.01, 0.01, 0.5, 0.01, np.nan, 0.01]),
-        e2e=np.array([1.0] * 6),
-        category=np.array([1, 1, 0, 1, -1, 1]),
-        categories=("reasoning", "chat"),
-        slos=slos,
+    table = trace_table(
+        arm=["a"] * 6,
+        scheduled_ns=START_NS + np.arange(6) * 10**9,
+        status=["ok", "ok", "ok", "error", "ok", "ok"],
+        ttft_s=[0.5, 2.0, 2.0, 0.1, 0.5, np.nan],
+        tpot_s=[0.01, 0.01, 0.5, 0.01, np.nan, 0.01],
+        e2e_s=[1.0] * 6,
+        category=["chat", "chat", "reasoning", "chat", None, "chat"],
     )
+    met = _column(request_frame(table), met_sql(slos))
     # chat: ttft 2.0 > 1.0 misses; reasoning: ttft 3 s allowed, no tpot deadline; failed requests never count;
     # a one-token answer (no tpot) cannot miss the tpot deadline; a missing ttft misses a set deadline.
-    assert met.tolist() == [True, False, True, False, True, False]
+    assert met == [True, False, True, False, True, False]
 
 
 def test_arm_info_configured_k_table_and_fallback() -> None:
@@ -149,7 +152,7 @@ def test_arm_info_configured_k_table_and_fallback() -> None:
         ArmInfo(name="x", kind="dynamic", k=3)
 
 
-def test_reading_for_analysis_gives_the_same_frame_as_read_traces(tmp_path: Path) -> None:
+def test_a_run_directory_reads_as_the_same_requests_as_its_table(tmp_path: Path) -> None:
     table = trace_table(
         arm=["off", "dyn"] * 6,
         shape=["ramp"] * 6 + ["quiet"] * 6,
@@ -160,29 +163,17 @@ def test_reading_for_analysis_gives_the_same_frame_as_read_traces(tmp_path: Path
         step_batch_size=[[1, 2], [3], []] * 4,
         step_k=[[3, 3], [1], []] * 4,
     )
-    writer = TraceWriter(str(tmp_path), writer_id="w", flush_rows=5)
+    writer = TraceWriter(str(tmp_path / "traces"), writer_id="w", flush_rows=5)
     for row in table.to_pylist():
         writer.append(row)
     writer.close()
-    ours = read_trace_columns(str(tmp_path), FRAME_COLUMNS)
-    assert pa.types.is_dictionary(ours["arm"].type) and pa.types.is_dictionary(ours["status"].type)
-    fast, plain = request_frame(ours), request_frame(read_traces(str(tmp_path), columns=list(FRAME_COLUMNS)))
+    columns = "arm, shape, request_index, ok, ttft, typical_batch, steps, k_sum, offset_s"
+    order = "arm, shape, request_index"
+    units = [(arm, shape, 0) for arm in ("off", "dyn") for shape in ("ramp", "quiet")]
+    from_files = run_requests(str(tmp_path), units)
+    assert _column(from_files, f"({columns})", order) == _column(request_frame(table), f"({columns})", order)
+    assert len(from_files) == 12
+    # Only complete units count: without dyn/quiet its rows are not read.
+    assert len(run_requests(str(tmp_path), units[:3])) == 9
 
-    def by_id(frame: RequestFrame) -> list[tuple[object, ...]]:
-        return sorted(
-            (frame.arm.names[a], frame.shape.names[s], i, ok, t, b, k)
-            for a, s, i, ok, t, b, k in zip(
-                frame.arm.codes,
-                frame.shape.codes,
-                frame.index,
-                frame.ok,
-                frame.ttft,
-                frame.steps,
-                frame.k_sum,
-                strict=True,
-            )
-        )
 
-    assert by_id(fast) == by_id(plain) and len(fast) == 12
-    with pytest.raises(ValueError, match="not trace columns: latency"):
-        read_trace_columns(str(tmp_path), ["arm", "latency"])

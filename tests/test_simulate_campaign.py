@@ -16,7 +16,7 @@ import pytest
 
 from loadshapes.plan import open_loop_schedule
 from loadshapes.sse import StreamResult, latency_columns
-from loadshapes.trace import TraceWriter, read_traces
+from loadshapes.trace import STEP_LIST_COLUMNS, TraceWriter, read_traces, step_summaries
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.run import MANIFEST, RunStore, Unit, UnitResult, plans_for, units_of
 from orchestrator.simulate_campaign import simulate_campaign, spec_arrays, unit_starts
@@ -238,27 +238,26 @@ def test_dynamic_arm_runs_its_schedule(campaign: Campaign, simulated: tuple[RunS
     arm = next(a for a in campaign.arms() if a.name == "dyn-single")
     dense = np.asarray(arm.policy.resolve(arm.topology).k_table(512))
     rows = _arm_rows(store, "dyn-single")
-    batch = np.concatenate([np.asarray(b) for b in rows["step_batch_size"].to_pylist()])
-    executed = np.concatenate([np.asarray(k) for k in rows["step_k"].to_pylist()])
-    assert (executed == dense[batch]).all()
-    assert {1, 3} <= set(executed.tolist())  # the ramp crossed batch size 8
+    # The per-step lists are off by default: every row has its summaries, the timeline has the steps.
+    assert rows["step_batch_size"].null_count == rows["step_k"].null_count == rows.num_rows
+    assert rows["engine_steps"].null_count == 0 and pc.min(rows["engine_steps"]).as_py() > 0
     assert set(rows["schedule_dropped"].to_pylist()) == {False}
     resolved = json.loads(rows["resolved_speculative_config"][0].as_py())
     assert resolved["num_speculative_tokens_per_batch_size"] == SCHEDULE
     assert manifest["arms"]["dyn-single"]["schedule_dropped"] is False
-    # The engine timeline says the same.
     timeline = pq.read_table(f"{store.timelines}/arm=dyn-single/shape=ramp/r0.parquet")
     assert (timeline["k"].to_numpy() == dense[timeline["batch_size"].to_numpy()]).all()
+    assert {1, 3} <= set(timeline["k"].to_pylist())  # the ramp crossed batch size 8
     assert set(timeline["engine_id"].to_pylist()) == {"dyn-single-sim-0"}
 
 
 def test_data_parallel_arm_runs_static_k(simulated: tuple[RunStore, dict[str, Any]]) -> None:
     store, manifest = simulated
     rows = _arm_rows(store, "dyn-dp2")
-    batch = np.concatenate([np.asarray(b) for b in rows["step_batch_size"].to_pylist()])
-    executed = np.concatenate([np.asarray(k) for k in rows["step_k"].to_pylist()])
-    assert set(executed.tolist()) == {3}
-    assert batch.max() > 8  # where the schedule would have asked for k = 1
+    timeline = pq.read_table(f"{store.timelines}/arm=dyn-dp2/shape=ramp/r0.parquet")
+    assert set(timeline["k"].to_pylist()) == {3}
+    assert pc.max(timeline["batch_size"]).as_py() > 8  # where the schedule would have asked for k = 1
+    assert pc.max(rows["step_batch_max"]).as_py() > 8  # and the rows' summaries say so too
     assert set(rows["schedule_dropped"].to_pylist()) == {True}
     assert json.loads(rows["resolved_speculative_config"][0].as_py())["num_speculative_tokens_per_batch_size"] is None
     assert set(rows["engine_id"].to_pylist()) == {"dyn-dp2-sim-0", "dyn-dp2-sim-1"}
@@ -277,7 +276,19 @@ def test_off_arm_reports_no_speculation(simulated: tuple[RunStore, dict[str, Any
     assert rows["mean_acceptance_length"].null_count == rows.num_rows
     assert rows["per_step_drafted"].null_count == rows.num_rows
     assert rows["resolved_speculative_config"].null_count == rows.num_rows
-    assert set(np.concatenate([np.asarray(k) for k in rows["step_k"].to_pylist()]).tolist()) == {0}
+    assert set(rows["step_k_sum"].to_pylist()) == {0} and set(rows["drafted_tokens"].to_pylist()) == {0}
+
+
+def test_step_lists_when_asked_for_agree_with_the_summaries(tmp_path: Path) -> None:
+    data = campaign_data(tmp_path / "run", load={"workers": 2, "drain_s": 20, "store_step_lists": True})
+    data["shapes"] = {"ramp": data["shapes"]["ramp"]}
+    store, _ = simulate_campaign(Campaign.model_validate(data))
+    rows = read_traces(store.traces).to_pylist()
+    assert rows and all(r["step_batch_size"] for r in rows)
+    for row in rows:
+        expected = step_summaries(*(row[name] for name in STEP_LIST_COLUMNS))
+        summary = {k: row[k] for k in expected}
+        assert summary == pytest.approx(expected, rel=1e-12)
 
 
 def test_resume_skips_complete_units_and_redoes_a_partial_one(

@@ -1,12 +1,11 @@
-"""Pure analysis of trace tables: the operating map (which policy helps under which load) and the check that
-each arm executed the draft length its policy configures. Functions of pyarrow tables and numpy arrays only."""
+"""Pure analysis of traces on DuckDB: the operating map (which policy helps under which load) and the check that
+each arm executed the draft length its policy configures. DuckDB reads and groups the rows; numpy only sees
+the small aggregates it returns."""
 
 from orchestrator.analysis.arms import ArmInfo, PolicyKind
-from orchestrator.analysis.bands import Band, BandSet, auto_rate_bands, batch_bands, rate_bands
-from orchestrator.analysis.clock import RunKey, offered_rates
-from orchestrator.analysis.frame import FRAME_COLUMNS, RequestFrame, request_frame
+from orchestrator.analysis.bands import Band, BandSet, auto_rate_bands, batch_bands, rate_bands, rate_bands_at
+from orchestrator.analysis.db import EngineSettings
 from orchestrator.analysis.opmap import operating_map, operating_maps
-from orchestrator.analysis.reader import read_trace_columns
 from orchestrator.analysis.results import (
     ArmVerification,
     BandKCheck,
@@ -23,17 +22,17 @@ from orchestrator.analysis.results import (
     VerificationReport,
 )
 from orchestrator.analysis.slo import SloDeadlines, Slos
-from orchestrator.analysis.verify import VERIFY_COLUMNS, VerifySettings, verify_executed_policy
+from orchestrator.analysis.source import Requests, RunKey, request_frame, run_requests
+from orchestrator.analysis.verify import VerifySettings, verify_executed_policy
 
 __all__ = [
-    "FRAME_COLUMNS",
-    "VERIFY_COLUMNS",
     "ArmInfo",
     "ArmVerification",
     "Band",
     "BandKCheck",
     "BandSet",
     "Crossover",
+    "EngineSettings",
     "Finding",
     "MapCell",
     "MapSettings",
@@ -41,7 +40,7 @@ __all__ = [
     "PolicyKind",
     "Quantiles",
     "RatioCI",
-    "RequestFrame",
+    "Requests",
     "RunKey",
     "SloDeadlines",
     "Slos",
@@ -52,11 +51,11 @@ __all__ = [
     "VerifySettings",
     "auto_rate_bands",
     "batch_bands",
-    "offered_rates",
     "operating_map",
     "operating_maps",
     "rate_bands",
-    "read_trace_columns",
+    "rate_bands_at",
     "request_frame",
+    "run_requests",
     "verify_executed_policy",
 ]

@@ -10,8 +10,6 @@ from typing import Literal, Self
 import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from orchestrator.analysis.band_kernel import band_of
-
 DEFAULT_BATCH_RANGES: tuple[tuple[int, int], ...] = ((1, 8), (9, 32), (33, 64), (65, 128), (129, 256), (257, 512))
 
 
@@ -51,9 +49,18 @@ class BandSet(BaseModel):
         # Edges low0, high0, low1, high1, ... (ordered, as the bands may not overlap): a value lies in band i
         # exactly when 2i + 1 edges are at or below it, so one binary search per value places it, gaps included.
         edges = np.array([edge for b in self.bands for edge in (b.low, b.upper)])
-        codes = np.empty(len(values), dtype=np.int32)
-        band_of(np.ascontiguousarray(values, dtype=np.float64), edges, codes)
+        at_or_below = np.searchsorted(edges, np.asarray(values, dtype=np.float64), side="right")
+        codes: np.ndarray = np.where(at_or_below % 2 == 1, at_or_below // 2, -1).astype(np.int32)
+        codes[np.isnan(values)] = -1
         return codes
+
+    def sql(self, value: str) -> str:
+        """The same assignment as a SQL expression of `value` (NULL: -1)."""
+        cases = " ".join(
+            f"WHEN {value} >= {b.low!r}" + ("" if b.high is None else f" AND {value} < {b.high!r}") + f" THEN {i}"
+            for i, b in enumerate(self.bands)
+        )
+        return f"(CASE WHEN {value} IS NULL OR isnan({value}) THEN -1 {cases} ELSE -1 END)"
 
 
 def batch_bands(ranges: Sequence[tuple[int, int]] = DEFAULT_BATCH_RANGES) -> BandSet:
@@ -104,6 +111,15 @@ def auto_rate_bands(rates: np.ndarray, count: int = 5) -> BandSet:
         raise ValueError("no offered rates to band: pass shapes or offered_rate to the request frame")
     # Quantiles from a strided sample: exact enough for band edges, cheap on 10 million rows.
     sample = finite[:: max(1, len(finite) // 200_000)]
-    quantiles = np.quantile(sample, np.linspace(0, 1, count + 1)[1:-1])
-    inner = sorted({_round_down(float(q)) for q in quantiles} - {0.0})
+    return rate_bands_at(np.quantile(sample, auto_rate_quantiles(count)).tolist())
+
+
+def auto_rate_quantiles(count: int = 5) -> list[float]:
+    """The quantiles of the offered rates whose values become the automatic band edges."""
+    return [float(q) for q in np.linspace(0, 1, count + 1)[1:-1]]
+
+
+def rate_bands_at(quantile_values: Sequence[float]) -> BandSet:
+    """Edges at these rates, rounded down to numbers someone would pick; from 0, with an open top band."""
+    inner = sorted({_round_down(float(q)) for q in quantile_values} - {0.0})
     return rate_bands([0.0, *inner, math.inf])

@@ -1,4 +1,10 @@
-"""The operating map: for every load band and arm, what users got, and whether the arm beat the baseline."""
+"""The operating map: for every load band and arm, what users got, and whether the arm beat the baseline.
+
+DuckDB computes every per-request quantity and groups it: per (band, arm, category) the counts and sums, per
+(band, arm, time block) the bootstrap's totals, per (band, arm) the exact quantiles, and the paired totals by
+a join of each arm's requests to the baseline's on (shape, repeat, request_index). All band sets go through one
+scan with GROUPING SETS. numpy then only sees these small aggregates: bootstrap, intervals, verdicts, crossover.
+"""
 
 from __future__ import annotations
 
@@ -9,77 +15,186 @@ import numpy as np
 
 from orchestrator.analysis.arms import ArmInfo, baseline_arm
 from orchestrator.analysis.bands import BandSet
-from orchestrator.analysis.bootstrap import run_blocks
-from orchestrator.analysis.cell_totals import cell_totals
-from orchestrator.analysis.frame import RequestFrame
-from orchestrator.analysis.order_stats import grouped_quantiles
-from orchestrator.analysis.pairing import baseline_partners
-from orchestrator.analysis.parallel import run_parallel
+from orchestrator.analysis.db import sql_string
 from orchestrator.analysis.results import Crossover, MapCell, MapSettings, OperatingMap, Quantiles, Verdict
-from orchestrator.analysis.slo import Slos, met_slo
-from orchestrator.analysis.speedup import CLOCK, MET, PAIR_COLUMNS, CellBlocks, request_stats, speedup
+from orchestrator.analysis.slo import SloDeadlines, Slos
+from orchestrator.analysis.source import CLOCK_SQL, Requests
+from orchestrator.analysis.speedup import CLOCK, PAIR_COLUMNS, CellBlocks, speedup
 
-# Columns of a cell's totals: the first four are request_stats', the speedup's inputs.
-OK, STEPS, K_SUM, SPEC_STEPS, ACCEPTED = range(4, 9)
-
-
-@dataclass(frozen=True)
-class _Shared:
-    """Everything that does not depend on the bands, computed once for all of a frame's maps."""
-
-    stats: list[np.ndarray]  # per request, request_stats' columns
-    additive: list[np.ndarray]  # per request, the columns from OK on
-    partners: np.ndarray  # the baseline's row of the same request, -1 if none
-    run_blocks: np.ndarray  # bootstrap block of each request within its run
-    codes: list[int]  # each configured arm's code in the frame, -1 when it has no rows
-    base: ArmInfo
-    base_code: int
+QUANTILES = (0.5, 0.9, 0.99)
+NO_CATEGORY = "(none)"
+_CELL_SUMS = ("ok", "met", "clock_s", "steps", "k_sum", "spec_steps", "accepted")
+_BLOCK_SUMS = ("log_tpot", "usable", "met", "clock_s")  # speedup's LOG_TPOT, TPOT_USABLE, MET, CLOCK
 
 
-def _float(value: float) -> float | None:
-    return float(value) if np.isfinite(value) else None
+def _float(value: float | None) -> float | None:
+    return float(value) if value is not None and np.isfinite(value) else None
 
 
-def _quantiles(row: np.ndarray) -> Quantiles:
-    return Quantiles(p50=_float(row[0]), p90=_float(row[1]), p99=_float(row[2]))
+def _quantiles(values: Sequence[float | None] | None) -> Quantiles:
+    p50, p90, p99 = values if values is not None else (None, None, None)
+    return Quantiles(p50=_float(p50), p90=_float(p90), p99=_float(p99))
 
 
 def _ratio(numerator: float, denominator: float) -> float | None:
     return float(numerator / denominator) if denominator > 0 else None
 
 
-def _shared(frame: RequestFrame, arms: Sequence[ArmInfo], slos: Slos, settings: MapSettings) -> _Shared:
-    unknown = sorted(set(frame.arm.names) - {a.name for a in arms})
-    if unknown:
-        raise ValueError(f"trace has arms with no ArmInfo: {', '.join(unknown)}")
-    base = baseline_arm(list(arms))
-    codes = [frame.arm.names.index(a.name) if a.name in frame.arm.names else -1 for a in arms]
-    base_code = codes[list(arms).index(base)]
-    met = met_slo(
-        ok=frame.ok,
-        ttft=frame.ttft,
-        tpot=frame.tpot,
-        e2e=frame.e2e,
-        category=frame.category.codes,
-        categories=frame.category.names,
-        slos=slos,
+def _deadline_sql(slos: Slos, name: str) -> str:
+    """The deadline `name` of each request's category, NULL where none applies."""
+
+    def value(deadlines: SloDeadlines) -> str:
+        limit = getattr(deadlines, name)
+        return "NULL" if limit is None else repr(float(limit))
+
+    cases = " ".join(
+        f"WHEN category = {sql_string(c)} THEN {value(d)}" for c, d in sorted(slos.per_category.items())
     )
-    stats = request_stats(frame, met)
-    partners = baseline_partners(frame, base_code) if base_code >= 0 else np.full(len(frame), -1, dtype=np.int64)
-    return _Shared(
-        stats=stats,
-        additive=[frame.ok, frame.steps, frame.k_sum, frame.spec_steps, frame.accepted],
-        partners=partners,
-        run_blocks=run_blocks(frame.run, frame.offset_s, frame.run_span_s, settings.blocks),
-        codes=codes,
-        base=base,
-        base_code=base_code,
+    return f"(CASE {cases} ELSE {value(slos)} END)" if cases else value(slos)
+
+
+def met_sql(slos: Slos) -> str:
+    """Completed and within every deadline that applies: a missing TTFT or end-to-end misses a deadline that is
+    set; a one-token answer (no per-token latency) cannot miss the per-token one."""
+    ttft, tpot, e2e = (_deadline_sql(slos, n) for n in ("ttft_s", "tpot_s", "e2e_s"))
+    return (
+        f"(ok AND ({ttft} IS NULL OR coalesce(ttft <= {ttft}, false)) "
+        f"AND ({e2e} IS NULL OR coalesce(e2e <= {e2e}, false)) "
+        f"AND NOT coalesce(tpot > {tpot}, false))"
     )
 
 
-def band_codes(frame: RequestFrame, bands: BandSet) -> np.ndarray:
-    measure = frame.typical_batch if bands.measure == "batch_size" else frame.offered_rate
-    return bands.assign(measure)
+def scored_sql(slos: Slos, band_sets: Sequence[BandSet], blocks: int) -> str:
+    """Per request: the map's measures, its time block within its run (the bootstrap resamples blocks, as
+    requests close in time share queue state) and its band in each band set (band_0, band_1, ...)."""
+    measures = {"batch_size": "typical_batch", "offered_rate": "offered_rate"}
+    bands = ", ".join(f"{b.sql(measures[b.measure])} AS band_{j}" for j, b in enumerate(band_sets))
+    return f"""
+    SELECT arm, shape, run, repeat, request_index, category, ok, ttft, tpot, e2e, queue_wait,
+           steps, k_sum, spec_steps, accepted,
+           {met_sql(slos)} AS met,
+           coalesce(ok AND tpot > 0, false) AS usable,
+           CASE WHEN ok AND tpot > 0 THEN ln(tpot) ELSE 0.0 END AS log_tpot,
+           {CLOCK_SQL} AS clock_s,
+           CASE WHEN span_s > 0 THEN least(CAST(trunc(offset_s * ({blocks} / span_s)) AS BIGINT), {blocks - 1})
+                ELSE abs(request_index) % {blocks} END AS block,
+           {bands}
+    FROM requests
+    """
+
+
+def _which_set(count: int) -> str:
+    """In a GROUPING SETS result, the index of the band set the row was grouped by."""
+    cases = " ".join(f"WHEN grouping(band_{j}) = 0 THEN {j}" for j in range(count))
+    return f"CASE {cases} END"
+
+
+def _band(count: int) -> str:
+    return f"coalesce({', '.join(f'band_{j}' for j in range(count))})"
+
+
+@dataclass(frozen=True)
+class _CellAggregates:
+    """One band set's aggregates, keyed by (band, arm)."""
+
+    sums: dict[tuple[int, str], np.ndarray]  # _CELL_SUMS, over every category
+    requests: dict[tuple[int, str], int]
+    by_category: dict[tuple[int, str], dict[str, tuple[float, float]]]  # category -> (spec steps, accepted)
+    blocks: dict[tuple[int, str], tuple[np.ndarray, int]]  # (non-empty blocks, _BLOCK_SUMS) totals, requests
+    pairs: dict[tuple[int, str], tuple[np.ndarray, int]]  # (blocks, PAIR_COLUMNS) totals, pairs
+    quantiles: dict[tuple[int, str], list[list[float | None] | None]]  # ttft, tpot, e2e, queue wait
+    unbanded: dict[str, int]
+
+
+def _aggregates(
+    requests: Requests, slos: Slos, band_sets: Sequence[BandSet], settings: MapSettings, baseline: str | None
+) -> list[_CellAggregates]:
+    con, n = requests.con, len(band_sets)
+    con.execute(f"CREATE OR REPLACE TEMP VIEW scored AS {scored_sql(slos, band_sets, settings.blocks)}")
+    band_keys = [f"band_{j}" for j in range(n)]
+    out = [
+        _CellAggregates(sums={}, requests={}, by_category={}, blocks={}, pairs={}, quantiles={}, unbanded={})
+        for _ in band_sets
+    ]
+    sums = ", ".join(f"sum({c}::DOUBLE)" for c in _CELL_SUMS)
+    by_cell_category = ", ".join(f"({k}, arm, category)" for k in band_keys)
+    by_block = ", ".join(f"({k}, arm, shape, run, repeat, block)" for k in band_keys)
+    # One scan for the cells (by category) and the bootstrap blocks of every band set.
+    rows = con.execute(
+        f"""
+        SELECT {_which_set(n)} AS m, {_band(n)} AS band, arm, category, shape, run, repeat, block,
+               grouping(category) AS by_block, count(*) AS n, {sums},
+               sum(log_tpot), sum(usable::DOUBLE), sum(met::DOUBLE), sum(clock_s)
+        FROM scored GROUP BY GROUPING SETS ({by_cell_category}, {by_block})
+        ORDER BY m, band, arm, shape, run, repeat, block
+        """
+    ).fetchall()
+    block_rows: dict[tuple[int, int, str], list[tuple[list[float], int]]] = {}
+    for m, band, arm, category, _shape, _run, _repeat, _block, by_block, count, *values in rows:
+        agg = out[m]
+        if band < 0:
+            if not by_block:
+                agg.unbanded[arm] = agg.unbanded.get(arm, 0) + int(count)
+            continue
+        key = (int(band), str(arm))
+        if by_block:
+            block_rows.setdefault((m, *key), []).append(([float(v) for v in values[len(_CELL_SUMS) :]], int(count)))
+            continue
+        cell_values = np.array(values[: len(_CELL_SUMS)], dtype=np.float64)
+        agg.sums[key] = agg.sums.get(key, np.zeros(len(_CELL_SUMS))) + cell_values
+        agg.requests[key] = agg.requests.get(key, 0) + int(count)
+        spec, accepted = cell_values[_CELL_SUMS.index("spec_steps")], cell_values[_CELL_SUMS.index("accepted")]
+        agg.by_category.setdefault(key, {})[NO_CATEGORY if category is None else str(category)] = (spec, accepted)
+    for (m, band, arm), found in block_rows.items():
+        totals = np.array([values for values, _ in found], dtype=np.float64).reshape(-1, len(_BLOCK_SUMS))
+        out[m].blocks[(band, arm)] = (totals, sum(c for _, c in found))
+    _quantile_aggregates(requests, out, band_keys)
+    if baseline is not None:
+        for m in range(n):
+            _pair_aggregates(requests, out[m], f"band_{m}", baseline)
+    return out
+
+
+def _quantile_aggregates(requests: Requests, out: list[_CellAggregates], band_keys: list[str]) -> None:
+    """DuckDB's exact quantile_cont (numpy's linear percentile) of the completed requests' latencies, and of
+    every request's queue wait."""
+    n, q = len(band_keys), list(QUANTILES)
+    rows = requests.con.execute(
+        f"""
+        SELECT {_which_set(n)} AS m, {_band(n)} AS band, arm,
+               quantile_cont(ttft, {q}) FILTER (WHERE ok), quantile_cont(tpot, {q}) FILTER (WHERE ok),
+               quantile_cont(e2e, {q}) FILTER (WHERE ok), quantile_cont(queue_wait, {q})
+        FROM scored GROUP BY GROUPING SETS ({", ".join(f"({k}, arm)" for k in band_keys)})
+        """
+    ).fetchall()
+    for m, band, arm, *values in rows:
+        if band >= 0:
+            out[m].quantiles[(int(band), str(arm))] = list(values)
+
+
+def _pair_aggregates(requests: Requests, agg: _CellAggregates, band: str, baseline: str) -> None:
+    """Each arm's requests joined to the baseline's copy of the same request (shape, repeat, request_index) in
+    the same band: per (cell, block of the arm's request), the paired totals."""
+    rows = requests.con.execute(
+        f"""
+        SELECT a.{band}, a.arm, a.shape, a.run, a.repeat, a.block, count(*),
+               sum(CASE WHEN a.usable AND b.usable THEN b.log_tpot - a.log_tpot ELSE 0.0 END),
+               sum((a.usable AND b.usable)::DOUBLE), sum(a.met::DOUBLE), sum(b.met::DOUBLE),
+               sum(a.clock_s), sum(b.clock_s)
+        FROM scored a JOIN (SELECT * FROM scored WHERE arm = ? AND request_index >= 0) b
+          ON a.shape = b.shape AND a.repeat = b.repeat AND a.request_index = b.request_index
+             AND a.{band} = b.{band}
+        WHERE a.arm <> ? AND a.{band} >= 0 AND a.request_index >= 0
+        GROUP BY ALL ORDER BY 1, 2, 3, 4, 5, 6
+        """,
+        [baseline, baseline],
+    ).fetchall()
+    found: dict[tuple[int, str], list[tuple[list[float], int]]] = {}
+    for b, arm, _shape, _run, _repeat, _block, count, *values in rows:
+        found.setdefault((int(b), str(arm)), []).append(([float(v) for v in values], int(count)))
+    for key, blocks in found.items():
+        totals = np.array([v for v, _ in blocks], dtype=np.float64).reshape(-1, PAIR_COLUMNS)
+        agg.pairs[key] = (totals, sum(c for _, c in blocks))
 
 
 def crossover(arm: str, verdicts: Sequence[tuple[str, int, Verdict]]) -> Crossover:
@@ -98,137 +213,109 @@ def crossover(arm: str, verdicts: Sequence[tuple[str, int, Verdict]]) -> Crossov
     return Crossover(arm=arm, band=None, band_index=None, message=f"{arm}: helps in every band with data")
 
 
+def _blocks(found: tuple[np.ndarray, int] | None, columns: int) -> CellBlocks:
+    if found is None:
+        return CellBlocks(totals=np.zeros((0, columns)), rows=0)
+    return CellBlocks(totals=found[0], rows=found[1])
+
+
 def _one_map(
-    frame: RequestFrame, arms: Sequence[ArmInfo], shared: _Shared, bands: BandSet, settings: MapSettings
+    agg: _CellAggregates,
+    arms: Sequence[ArmInfo],
+    present: set[str],
+    base: ArmInfo,
+    bands: BandSet,
+    settings: MapSettings,
 ) -> OperatingMap:
-    n_arms, n_bands = len(frame.arm.names), len(bands.bands)
-    n_cells = n_arms * n_bands
-    band = band_codes(frame, bands)
-
-    # Per (cell, time block), the bootstrap's columns and the pairs' (summed up, the cells'); per (cell,
-    # category), the columns only the cells and the acceptance by category need.
-    per_cell = len(frame.run_span_s) * settings.blocks
-    n_categories = len(frame.category.names) + 1  # + no category
-    summed = cell_totals(
-        band=band,
-        arm=frame.arm.codes,
-        category=frame.category.codes,
-        n_arms=n_arms,
-        n_cells=n_cells,
-        n_categories=n_categories,
-        base_code=shared.base_code,
-        run_block=shared.run_blocks,
-        per_cell=per_cell,
-        partner=shared.partners,
-        stats=shared.stats,
-        additive=shared.additive,
-    )
-    cell_of, totals, counts = summed.cell_of, summed.totals, summed.counts
-    pair_totals, pair_counts = summed.pair_totals, summed.pair_counts
-    category_totals = summed.category_totals
-    by_cell_category = category_totals.reshape(n_cells, n_categories, -1)
-    cell_sums = np.concatenate(
-        [totals.reshape(n_cells, per_cell, -1).sum(axis=1), by_cell_category.sum(axis=1)], axis=1
-    )
-    requests = counts.reshape(n_cells, per_cell).sum(axis=1)
-    spec_by_category = by_cell_category[:, :, SPEC_STEPS - OK]
-    accepted_by_category = by_cell_category[:, :, ACCEPTED - OK]
-    category_names = ["(none)", *frame.category.names]
-    ttft, tpot, e2e, queue_wait = run_parallel(
-        *(
-            lambda c=c: grouped_quantiles(c, cell_of, n_cells, where=frame.ok)
-            for c in (frame.ttft, frame.tpot, frame.e2e)
-        ),
-        lambda: grouped_quantiles(frame.queue_wait, cell_of, n_cells),
-    )
-
-    def blocks_of(totals: np.ndarray, counts: np.ndarray, cell: int, columns: int) -> CellBlocks:
-        span = slice(cell * per_cell, (cell + 1) * per_cell)
-        present = counts[span] > 0
-        return CellBlocks(totals=totals[span, :columns][present], rows=int(counts[span].sum()))
-
+    ok, met, clock, steps, k_sum, spec_steps, accepted = range(len(_CELL_SUMS))
     cells: list[MapCell] = []
-    verdicts: dict[str, list[tuple[str, int, Verdict]]] = {a.name: [] for a in arms if a is not shared.base}
+    verdicts: dict[str, list[tuple[str, int, Verdict]]] = {a.name: [] for a in arms if a is not base}
     for b, spec_band in enumerate(bands.bands):
-        for arm_position, (arm, code) in enumerate(zip(arms, shared.codes, strict=True)):
-            if code < 0:
+        for arm_position, arm in enumerate(arms):
+            if arm.name not in present:
                 continue
-            c = b * n_arms + code
+            key = (b, arm.name)
             cell_speedup = None
-            if arm is not shared.base:
+            if arm is not base:
                 cell_speedup = speedup(
-                    arm=blocks_of(totals, counts, c, CLOCK + 1),
-                    base=blocks_of(totals, counts, b * n_arms + shared.base_code, CLOCK + 1)
-                    if shared.base_code >= 0
-                    else CellBlocks(totals=np.zeros((0, CLOCK + 1)), rows=0),
-                    pairs=blocks_of(pair_totals, pair_counts, c, PAIR_COLUMNS),
-                    baseline=shared.base.name,
+                    arm=_blocks(agg.blocks.get(key), CLOCK + 1),
+                    base=_blocks(agg.blocks.get((b, base.name)), CLOCK + 1),
+                    pairs=_blocks(agg.pairs.get(key), PAIR_COLUMNS),
+                    baseline=base.name,
                     settings=settings,
                     rng=np.random.default_rng([settings.seed, b, arm_position]),
                 )
                 verdicts[arm.name].append((spec_band.label, b, cell_speedup.verdict))
-            t = cell_sums[c]
+            t = agg.sums.get(key, np.zeros(len(_CELL_SUMS)))
+            n = agg.requests.get(key, 0)
+            quantiles = agg.quantiles.get(key) or [None] * 4
             cells.append(
                 MapCell(
                     band=spec_band.label,
                     band_index=b,
                     arm=arm.name,
-                    requests=int(requests[c]),
-                    completed=round(t[OK]),
-                    error_rate=_ratio(requests[c] - t[OK], requests[c]),
-                    clock_s=float(t[CLOCK]),
-                    throughput_rps=_ratio(t[OK], t[CLOCK]),
-                    goodput_rps=_ratio(t[MET], t[CLOCK]),
-                    goodput_fraction=_ratio(t[MET], requests[c]),
-                    ttft_s=_quantiles(ttft[c]),
-                    tpot_s=_quantiles(tpot[c]),
-                    e2e_s=_quantiles(e2e[c]),
-                    queue_wait_s=_quantiles(queue_wait[c]),
-                    steps=round(t[STEPS]),
-                    mean_executed_k=_ratio(t[K_SUM], t[STEPS]),
-                    acceptance_length=None if t[SPEC_STEPS] == 0 else float(1 + t[ACCEPTED] / t[SPEC_STEPS]),
+                    requests=n,
+                    completed=round(t[ok]),
+                    error_rate=_ratio(n - t[ok], n),
+                    clock_s=float(t[clock]),
+                    throughput_rps=_ratio(t[ok], t[clock]),
+                    goodput_rps=_ratio(t[met], t[clock]),
+                    goodput_fraction=_ratio(t[met], n),
+                    ttft_s=_quantiles(quantiles[0]),
+                    tpot_s=_quantiles(quantiles[1]),
+                    e2e_s=_quantiles(quantiles[2]),
+                    queue_wait_s=_quantiles(quantiles[3]),
+                    steps=round(t[steps]),
+                    mean_executed_k=_ratio(t[k_sum], t[steps]),
+                    acceptance_length=None if t[spec_steps] == 0 else float(1 + t[accepted] / t[spec_steps]),
                     acceptance_length_by_category={
-                        name: float(1 + accepted_by_category[c, j] / spec_by_category[c, j])
-                        for j, name in enumerate(category_names)
-                        if spec_by_category[c, j] > 0
+                        name: float(1 + drafts_accepted / spec)
+                        for name, (spec, drafts_accepted) in sorted(
+                            agg.by_category.get(key, {}).items(), key=lambda kv: (kv[0] != NO_CATEGORY, kv[0])
+                        )
+                        if spec > 0
                     },
                     speedup=cell_speedup,
                 )
             )
-    unbanded = np.bincount(frame.arm.codes[(cell_of < 0) & (frame.arm.codes >= 0)], minlength=n_arms)
     return OperatingMap(
         measure=bands.measure,
         unit=bands.unit,
         bands=list(bands.bands),
-        baseline=shared.base.name,
-        arms=[a.name for a, code in zip(arms, shared.codes, strict=True) if code >= 0],
+        baseline=base.name,
+        arms=[a.name for a in arms if a.name in present],
         cells=cells,
         crossovers=[crossover(name, v) for name, v in verdicts.items()],
-        unbanded={name: int(unbanded[i]) for i, name in enumerate(frame.arm.names)},
+        unbanded={name: agg.unbanded.get(name, 0) for name in sorted(present)},
         settings=settings,
     )
 
 
 def operating_maps(
-    frame: RequestFrame,
+    requests: Requests,
     arms: Sequence[ArmInfo],
     slos: Slos,
     band_sets: Sequence[BandSet],
     *,
     settings: MapSettings | None = None,
 ) -> list[OperatingMap]:
-    """One map per band set, sharing the band-independent work (SLO checks, pairing, latency columns)."""
+    """One map per band set, from one set of aggregates."""
     chosen = settings or MapSettings()
-    shared = _shared(frame, arms, slos, chosen)
-    return run_parallel(*(lambda b=b: _one_map(frame, arms, shared, b, chosen) for b in band_sets))
+    unknown = sorted(set(requests.arms) - {a.name for a in arms})
+    if unknown:
+        raise ValueError(f"trace has arms with no ArmInfo: {', '.join(unknown)}")
+    base = baseline_arm(list(arms))
+    present = set(requests.arms)
+    aggregates = _aggregates(requests, slos, band_sets, chosen, base.name if base.name in present else None)
+    return [_one_map(agg, arms, present, base, b, chosen) for agg, b in zip(aggregates, band_sets, strict=True)]
 
 
 def operating_map(
-    frame: RequestFrame,
+    requests: Requests,
     arms: Sequence[ArmInfo],
     slos: Slos,
     bands: BandSet,
     *,
     settings: MapSettings | None = None,
 ) -> OperatingMap:
-    return operating_maps(frame, arms, slos, [bands], settings=settings)[0]
+    return operating_maps(requests, arms, slos, [bands], settings=settings)[0]

@@ -1,28 +1,36 @@
 """cross_and_recover runs: after the load crosses the schedule boundary, how long until the executed k follows,
 and after it comes back down, how long until k returns.
 
-Steps are put in time bins; a bin's k is the k most of its steps executed. The crossing comes from the shape
-(crossing_offsets: when the offered rate passed boundary_rate) or from the telemetry (the first bin whose steps'
-batch sizes mostly configure a different k than the quiet start did).
+Steps are put in time bins; a bin's k is the k most of its steps executed. A step's time is its start on the
+engine step timeline, or, for arms without one (endpoints), its share of its request's time in the engine. The
+crossing comes from the shape (crossing_offsets: when the offered rate passed boundary_rate) or from the
+telemetry (the first bin whose steps' batch sizes mostly configure a different k than the quiet start did).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-import pyarrow as pa
 
 from loadshapes.shapes import CrossAndRecover
 from loadshapes.shapes import _Shape as ShapeLike
 from orchestrator.analysis.arms import ArmInfo
-from orchestrator.analysis.clock import RunClock
-from orchestrator.analysis.groups import group_rows
 from orchestrator.analysis.results import SwitchTiming
-from orchestrator.analysis.steps import Steps, timed_steps
 
 Reference = Literal["shape", "batch"]
+
+
+@dataclass(frozen=True)
+class TimedRun:
+    """One run's engine steps in time: seconds from the run's start (NaN where unknown), batch size, k."""
+
+    run: tuple[str, str, str, int]  # arm, shape, run, repeat
+    time_s: np.ndarray
+    batch: np.ndarray
+    k: np.ndarray
 
 
 def _mode(values: np.ndarray) -> int | None:
@@ -144,9 +152,7 @@ def _timing(
 
 
 def switch_timings(
-    table: pa.Table,
-    clock: RunClock,
-    steps: Steps,
+    runs: Sequence[TimedRun],
     arms: Sequence[ArmInfo],
     shapes: Mapping[str, ShapeLike],
     *,
@@ -154,35 +160,23 @@ def switch_timings(
     bin_s: float = 1.0,
     bound_s: float = 10.0,
 ) -> list[SwitchTiming]:
-    """One timing per (dynamic arm, cross_and_recover run); only those runs' steps are placed in time."""
+    """One timing per (dynamic arm, cross_and_recover run) in `runs`."""
     by_name = {a.name: a for a in arms}
-    wanted = [
-        g
-        for g, (arm, shape, _, _) in enumerate(clock.runs)
-        if isinstance(shapes.get(shape), CrossAndRecover) and arm in by_name and by_name[arm].kind == "dynamic"
-    ]
-    if not wanted:
-        return []
-    is_wanted = np.zeros(len(clock.runs), dtype=bool)
-    is_wanted[wanted] = True
-    timed = timed_steps(table, clock, steps, np.flatnonzero(is_wanted[clock.run]))
-    groups = group_rows(clock.run[timed.request], len(clock.runs))
     timings = []
-    for g in wanted:
-        arm_name, shape_name, _, _ = clock.runs[g]
-        arm = by_name[arm_name]
-        rows = groups.rows(g)
-        batch = np.clip(timed.batch[rows], 0, arm.max_num_seqs)
-        shape = shapes[shape_name]
-        assert isinstance(shape, CrossAndRecover)
+    for timed in runs:
+        arm_name, shape_name, _, _ = timed.run
+        arm, shape = by_name.get(arm_name), shapes.get(shape_name)
+        if arm is None or arm.kind != "dynamic" or not isinstance(shape, CrossAndRecover):
+            continue
+        batch = np.clip(timed.batch, 0, arm.max_num_seqs)
         timings.append(
             _timing(
                 arm=arm,
-                run=clock.runs[g],
+                run=timed.run,
                 shape=shape,
-                time_s=timed.time_s[rows],
+                time_s=timed.time_s,
                 batch=batch,
-                executed=timed.k[rows].astype(np.int64),
+                executed=timed.k.astype(np.int64),
                 configured=arm.k_table()[batch],
                 reference=reference,
                 bin_s=bin_s,

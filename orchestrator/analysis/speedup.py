@@ -12,20 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from orchestrator.analysis.bootstrap import interval, merge_blocks, resampled_totals
-from orchestrator.analysis.frame import RequestFrame
 from orchestrator.analysis.results import MapSettings, RatioCI, Speedup, Verdict
 
-# Columns of the per-request statistics, and of the per-pair ones built from them.
+# Columns of a cell's per-block totals (sums of log tpot over usable requests, usable requests, SLO-meeting
+# completions, clock seconds), and of the per-pair ones.
 LOG_TPOT, TPOT_USABLE, MET, CLOCK = range(4)
 PAIR_COLUMNS = 6  # log tpot difference (base - arm), both usable, met arm, met base, clock arm, clock base
-
-
-def request_stats(frame: RequestFrame, met: np.ndarray) -> list[np.ndarray]:
-    """Kept in their own dtypes (bool flags, not float copies): the block sums convert slice by slice."""
-    usable = frame.ok & np.isfinite(frame.tpot) & (frame.tpot > 0)
-    log_tpot = np.zeros(len(usable))
-    np.log(frame.tpot, out=log_tpot, where=usable)
-    return [log_tpot, usable, met, frame.clock_s]
 
 
 @dataclass(frozen=True)

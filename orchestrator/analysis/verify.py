@@ -1,7 +1,10 @@
 """Did each arm execute the draft length its policy configures? Proven from per-step telemetry, not from config.
 
 Every engine step reports its batch size and the k it executed; the configured k for that batch comes from the
-arm's policy as written (not as vLLM resolved it), so a schedule vLLM dropped shows up as a mismatch.
+arm's policy as written (not as vLLM resolved it), so a schedule vLLM dropped shows up as a mismatch. The steps
+come from the engine step timelines (one row per engine step) where the run has them; for arms without one
+(endpoints, or a trace in memory) from the rows' per-step lists, where a step appears once per request in its
+batch. Either way DuckDB reduces them to a histogram of (arm, batch size, k).
 """
 
 from __future__ import annotations
@@ -15,32 +18,13 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
+from loadshapes.shapes import CrossAndRecover
 from loadshapes.shapes import _Shape as ShapeLike
 from orchestrator.analysis.arms import ArmInfo
 from orchestrator.analysis.bands import BandSet, batch_bands
-from orchestrator.analysis.clock import RunKey, encode, run_clock
-from orchestrator.analysis.lists import list_sums
-from orchestrator.analysis.parallel import run_parallel
-from orchestrator.analysis.recovery import switch_timings
+from orchestrator.analysis.recovery import TimedRun, switch_timings
 from orchestrator.analysis.results import ArmVerification, BandKCheck, Finding, VerificationReport
-from orchestrator.analysis.steps import step_columns, step_histogram
-
-VERIFY_COLUMNS = (
-    "arm",
-    "shape",
-    "run",
-    "request_id",
-    "scheduled_ns",
-    "sent_ns",
-    "done_ns",
-    "server_first_scheduled_ns",
-    "server_done_ns",
-    "step_batch_size",
-    "step_k",
-    "per_step_drafted",
-    "schedule_dropped",
-    "resolved_speculative_config",
-)
+from orchestrator.analysis.source import Requests, request_frame
 
 
 class VerifySettings(BaseModel):
@@ -86,36 +70,149 @@ class _ArmTelemetry:
     schedule_in_config: bool  # some reported config still carries num_speculative_tokens_per_batch_size
 
 
-def _telemetry(table: pa.Table, row_arm: np.ndarray, n_arms: int) -> list[_ArmTelemetry]:
-    configs = encode(table["resolved_speculative_config"])
-    parsed = [json.loads(text) if text else None for text in configs.names]
-    # Indexed by config code, with a last entry for rows that report none (code -1).
-    has_config = np.array([c is not None for c in parsed] + [False])
-    carries_schedule = np.array(
-        [isinstance(c, dict) and bool(c.get("num_speculative_tokens_per_batch_size")) for c in parsed] + [False]
-    )
-    config = configs.codes
-    arm = np.where(row_arm >= 0, row_arm, n_arms)  # unconfigured rows go to a bin that is dropped
-
-    def per_arm(weights: np.ndarray | None = None) -> np.ndarray:
-        totals: np.ndarray = np.bincount(arm, weights=weights, minlength=n_arms + 1)[:n_arms]
-        return totals
-
-    rows = per_arm()
-    drafted = per_arm(list_sums(table["per_step_drafted"])[0])
-    dropped = per_arm(table["schedule_dropped"].fill_null(False).to_numpy(zero_copy_only=False).astype(np.float64))
-    with_config = per_arm(has_config[config].astype(np.float64))
-    with_schedule = per_arm(carries_schedule[config].astype(np.float64))
+def _telemetry(requests: Requests, arms: Sequence[ArmInfo]) -> list[_ArmTelemetry]:
+    rows = requests.con.execute(
+        """
+        SELECT arm, resolved_speculative_config, count(*),
+               sum(coalesce(drafted_tokens, list_sum(per_step_drafted), 0)),
+               sum(coalesce(schedule_dropped, false)::INTEGER)
+        FROM trace GROUP BY ALL
+        """
+    ).fetchall()
+    totals = {a.name: [0, 0, 0, 0, False] for a in arms}  # rows, drafted, dropped, with config, carries schedule
+    for arm, config_text, count, drafted, dropped in rows:
+        if arm not in totals:
+            continue
+        t = totals[arm]
+        config = json.loads(config_text) if config_text else None
+        t[0] += int(count)
+        t[1] += int(drafted or 0)
+        t[2] += int(dropped or 0)
+        if config is not None:
+            t[3] += int(count)
+            t[4] = t[4] or (isinstance(config, dict) and bool(config.get("num_speculative_tokens_per_batch_size")))
     return [
         _ArmTelemetry(
-            rows=int(rows[a]),
-            drafted_tokens=int(drafted[a]),
-            dropped_rows=int(dropped[a]),
-            config_rows=int(with_config[a]),
-            schedule_in_config=bool(with_schedule[a] > 0),
+            rows=int(t[0]), drafted_tokens=int(t[1]), dropped_rows=int(t[2]), config_rows=int(t[3]),
+            schedule_in_config=bool(t[4]),
         )
-        for a in range(n_arms)
-    ]
+        for t in (totals[a.name] for a in arms)
+    ]  # fmt: skip
+
+
+# The rows' per-step lists, zipped (only the steps both lists report) and numbered within the request.
+_LIST_STEPS = """
+SELECT t.arm, t.shape, t.run, t.repeat,
+       unnest(t.step_batch_size[1:n]) AS batch_size, unnest(t.step_k[1:n]) AS k, unnest(range(1, n + 1)) AS position,
+       n, t.begin_ns, t.end_ns
+FROM (
+    SELECT *, least(coalesce(len(step_batch_size), 0), coalesce(len(step_k), 0)) AS n,
+           coalesce(server_first_scheduled_ns, sent_ns, scheduled_ns) AS begin_ns,
+           coalesce(server_done_ns, done_ns) AS end_ns
+    FROM trace WHERE arm IN (SELECT unnest(?::VARCHAR[]))
+) t
+"""
+
+
+@dataclass(frozen=True)
+class _StepCounts:
+    histogram: np.ndarray  # (arms, batch sizes 0..batch_limit, k)
+    mismatched_requests: int  # step_k and step_batch_size of different lengths: only their common steps count
+    steps_without_k: dict[str, int]  # per arm, timeline steps that reported no k (left out)
+
+
+def _step_counts(requests: Requests, arms: Sequence[ArmInfo], batch_limit: int) -> _StepCounts:
+    names = [a.name for a in arms]
+    timeline_arms = [n for n in names if n in requests.step_arms]
+    list_arms = [n for n in names if n not in requests.step_arms]
+    found: list[tuple[str, int, int, int]] = []
+    without_k: dict[str, int] = {}
+    clip = f"least(greatest(batch_size, 0), {batch_limit})"
+    if timeline_arms:
+        for arm, batch, k, count in requests.con.execute(
+            f"SELECT arm, {clip}, k, count(*) FROM steps WHERE arm IN (SELECT unnest(?::VARCHAR[])) GROUP BY ALL",
+            [timeline_arms],
+        ).fetchall():
+            if k is None:
+                without_k[arm] = without_k.get(arm, 0) + int(count)
+            else:
+                found.append((arm, int(batch), int(k), int(count)))
+    mismatched = 0
+    if list_arms:
+        found += [
+            (arm, int(batch), int(k), int(count))
+            for arm, batch, k, count in requests.con.execute(
+                f"SELECT arm, {clip}, k, count(*) FROM ({_LIST_STEPS}) GROUP BY ALL", [list_arms]
+            ).fetchall()
+        ]
+        row = requests.con.execute(
+            "SELECT count(*) FROM trace WHERE arm IN (SELECT unnest(?::VARCHAR[])) "
+            "AND coalesce(len(step_batch_size), 0) <> coalesce(len(step_k), 0)",
+            [list_arms],
+        ).fetchone()
+        mismatched = int(row[0]) if row else 0
+    k_width = max((k for _, _, k, _ in found), default=0) + 1
+    histogram = np.zeros((len(arms), batch_limit + 1, k_width), dtype=np.int64)
+    for arm, batch, k, count in found:
+        histogram[names.index(arm), batch, k] += count
+    return _StepCounts(histogram=histogram, mismatched_requests=mismatched, steps_without_k=without_k)
+
+
+def _timed_runs(requests: Requests, arms: Sequence[ArmInfo], shapes: Mapping[str, ShapeLike]) -> list[TimedRun]:
+    """The steps of the dynamic arms' cross_and_recover runs, in time (seconds from the run's start): from the
+    timeline where the arm has one, else each request's steps spread evenly over its time in the engine."""
+    wanted = [a.name for a in arms if a.kind == "dynamic"]
+    cross = [name for name, shape in shapes.items() if isinstance(shape, CrossAndRecover)]
+    if not wanted or not cross:
+        return []
+    from_timeline = [a for a in wanted if a in requests.step_arms]
+    from_lists = [a for a in wanted if a not in requests.step_arms]
+    parts = []
+    if from_timeline:
+        parts.append(
+            requests.con.sql(
+                """
+                SELECT s.arm, s.shape, r.run, s.repeat, (s.start_ns - r.start_ns) / 1e9 AS time_s, s.batch_size, s.k
+                FROM steps s JOIN runs r ON s.arm = r.arm AND s.shape = r.shape AND s.repeat = r.repeat
+                WHERE s.k IS NOT NULL AND s.arm IN (SELECT unnest(?::VARCHAR[]))
+                  AND s.shape IN (SELECT unnest(?::VARCHAR[]))
+                ORDER BY s.arm, s.shape, r.run, s.repeat, s.start_ns
+                """,
+                params=[from_timeline, cross],
+            ).to_arrow_table()
+        )
+    if from_lists:
+        parts.append(
+            requests.con.sql(
+                f"""
+                SELECT l.arm, l.shape, l.run, l.repeat,
+                       (l.begin_ns::DOUBLE - r.start_ns::DOUBLE
+                        + CASE WHEN l.end_ns >= l.begin_ns THEN (l.end_ns - l.begin_ns)::DOUBLE END
+                          * ((l.position - 0.5) / l.n)) / 1e9 AS time_s,
+                       l.batch_size, l.k
+                FROM ({_LIST_STEPS}) l JOIN runs r USING (arm, shape, run, repeat)
+                WHERE l.shape IN (SELECT unnest(?::VARCHAR[]))
+                """,
+                params=[from_lists, cross],
+            ).to_arrow_table()
+        )
+    runs = []
+    for part in parts:
+        keys = part.select(["arm", "shape", "run", "repeat"]).group_by(["arm", "shape", "run", "repeat"]).aggregate([])
+        for key in sorted(tuple(k.values()) for k in keys.to_pylist()):
+            mask = np.ones(part.num_rows, dtype=bool)
+            for name, value in zip(("arm", "shape", "run", "repeat"), key, strict=True):
+                mask &= np.asarray(part[name].to_pylist(), dtype=object) == value
+            rows = part.filter(pa.array(mask))
+            runs.append(
+                TimedRun(
+                    run=(str(key[0]), str(key[1]), str(key[2]), int(key[3])),
+                    time_s=rows["time_s"].to_numpy(zero_copy_only=False).astype(np.float64),
+                    batch=rows["batch_size"].to_numpy(zero_copy_only=False).astype(np.int64),
+                    k=rows["k"].to_numpy(zero_copy_only=False).astype(np.int64),
+                )
+            )
+    return sorted(runs, key=lambda r: r.run)
 
 
 def _identity(arm: ArmInfo, t: _ArmTelemetry, steps: int, k_steps: int, zero_steps: int) -> Finding:
@@ -204,6 +301,7 @@ def _verify_arm(
     bands: BandSet,
     settings: VerifySettings,
     mismatched_requests: int,
+    steps_without_k: int = 0,
 ) -> ArmVerification:
     k_width = counts.shape[1]
     by_batch = counts.sum(axis=1)
@@ -239,6 +337,15 @@ def _verify_arm(
                 ),
             )
         )
+    if steps_without_k:
+        findings.append(
+            Finding(
+                check="telemetry",
+                arm=arm.name,
+                passed=True,
+                message=f"{steps_without_k} engine steps reported no executed k; they were left out",
+            )
+        )
     return ArmVerification(
         arm=arm.name,
         kind=arm.kind,
@@ -252,35 +359,49 @@ def _verify_arm(
 
 
 def verify_executed_policy(
-    table: pa.Table,
+    source: Requests | pa.Table,
     arms: Sequence[ArmInfo],
     *,
     shapes: Mapping[str, ShapeLike] | None = None,
     bands: BandSet | None = None,
     settings: VerifySettings | None = None,
-    run_starts: Mapping[RunKey, int] | None = None,
 ) -> VerificationReport:
-    settings = settings or VerifySettings()
-    bands = bands or batch_bands()
-    clock, steps = run_parallel(lambda: run_clock(table, run_starts=run_starts), lambda: step_columns(table))
+    """`source`: a run's views (orchestrator.analysis.source), or a trace table in memory."""
+    requests = request_frame(source) if isinstance(source, pa.Table) else source
+    try:
+        chosen = settings or VerifySettings()
+        return _verify(requests, arms, shapes=shapes, bands=bands or batch_bands(), settings=chosen)
+    finally:
+        if requests is not source:
+            requests.close()
+
+
+def _verify(
+    requests: Requests,
+    arms: Sequence[ArmInfo],
+    *,
+    shapes: Mapping[str, ShapeLike] | None,
+    bands: BandSet,
+    settings: VerifySettings,
+) -> VerificationReport:
     names = [a.name for a in arms]
-    unknown = sorted(set(clock.arm.names) - set(names))
+    unknown = sorted(set(requests.arms) - set(names))
     if unknown:
         raise ValueError(f"trace has arms with no ArmInfo: {', '.join(unknown)}")
-    row_arm = np.array([names.index(n) for n in clock.arm.names] + [-1], dtype=np.int64)[clock.arm.codes]
     batch_limit = max(a.max_num_seqs for a in arms) + 1  # one bucket past every table: the tail's k
-    histogram = step_histogram(steps, row_arm, len(arms), batch_limit)
+    counts = _step_counts(requests, arms, batch_limit)
     tables = _k_tables(arms, batch_limit)
-    telemetry = _telemetry(table, row_arm, len(arms))
+    telemetry = _telemetry(requests, arms)
     results = [
-        _verify_arm(arm, histogram[i], tables[i], telemetry[i], bands, settings, steps.mismatched_requests)
+        _verify_arm(
+            arm, counts.histogram[i], tables[i], telemetry[i], bands, settings, counts.mismatched_requests,
+            counts.steps_without_k.get(arm.name, 0),
+        )
         for i, arm in enumerate(arms)
-    ]
+    ]  # fmt: skip
     timings = (
         switch_timings(
-            table,
-            clock,
-            steps,
+            _timed_runs(requests, arms, shapes),
             arms,
             shapes,
             reference=settings.reference,

@@ -1,0 +1,54 @@
+"""The analysis engine: DuckDB, with a memory limit and a thread count the caller can set.
+
+DuckDB streams the trace's Parquet files through its GROUP BYs and joins and spills to disk past its memory
+limit, so the report's memory does not grow with the trace; numpy only sees the small aggregates it returns.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import duckdb
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EngineSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # DuckDB's buffer pool; what a query needs beyond it goes to temp_directory. 1 GiB leaves room under 2 GiB
+    # for Python, pyarrow and the aggregates.
+    memory_limit: str = "1GB"
+    threads: int | None = Field(default=None, ge=1)  # None: DuckDB's default, one per core
+    temp_directory: str | None = None  # None: DuckDB's default (.tmp in the working directory) when it spills
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineSettings:
+        """SPECDRILL_DUCKDB_MEMORY_LIMIT, SPECDRILL_DUCKDB_THREADS, SPECDRILL_DUCKDB_TEMP_DIRECTORY where set."""
+        env = os.environ if environ is None else environ
+        values: dict[str, str | int] = {}
+        if env.get("SPECDRILL_DUCKDB_MEMORY_LIMIT"):
+            values["memory_limit"] = env["SPECDRILL_DUCKDB_MEMORY_LIMIT"]
+        if env.get("SPECDRILL_DUCKDB_THREADS"):
+            values["threads"] = int(env["SPECDRILL_DUCKDB_THREADS"])
+        if env.get("SPECDRILL_DUCKDB_TEMP_DIRECTORY"):
+            values["temp_directory"] = env["SPECDRILL_DUCKDB_TEMP_DIRECTORY"]
+        return cls.model_validate(values)
+
+
+def connect(settings: EngineSettings | None = None) -> duckdb.DuckDBPyConnection:
+    chosen = settings or EngineSettings()
+    con = duckdb.connect(":memory:")
+    con.execute(f"SET memory_limit = {sql_string(chosen.memory_limit)}")
+    if chosen.threads is not None:
+        con.execute(f"SET threads = {int(chosen.threads)}")
+    if chosen.temp_directory is not None:
+        con.execute(f"SET temp_directory = {sql_string(chosen.temp_directory)}")
+    # Row order is never needed (every result is grouped and sorted explicitly); without it scans and
+    # aggregates need less memory.
+    con.execute("SET preserve_insertion_order = false")
+    return con
+
+
+def sql_string(value: str) -> str:
+    """A SQL string literal (for the few names DuckDB cannot take as parameters: view bodies)."""
+    return "'" + value.replace("'", "''") + "'"

@@ -1,0 +1,303 @@
+"""What the analysis reads, as DuckDB views: `trace` (the rows of complete units), `runs` (one row per run of a
+shape on an arm: its clock), `requests` (one row per request: the measures every map and check is built from)
+and, where the run has them, `steps` (the engines' step timelines, one row per engine step).
+
+A run's trace is read where it lies (`read_parquet` over its part files with Hive partitioning); a table in
+memory (tests, tools) is registered as it is. Nothing here holds a row in Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from loadshapes.shapes import _Shape as ShapeLike
+from loadshapes.trace import PARTITION_COLUMNS, TRACE_SCHEMA, _filesystem, check_trace_version
+from orchestrator.analysis.db import EngineSettings, connect
+
+RunKey = tuple[str, str, str, int]  # arm, shape, run, repeat
+UnitKey = tuple[str, str, int]  # arm, shape, repeat
+# A ramp from zero would let one early request stand for minutes of clock: each request stands for at most
+# the gap its run's mean rate would leave, times this.
+MAX_CLOCK_STRETCH = 20.0
+
+
+def _measure(column: str) -> str:
+    """NaN as NULL: DuckDB orders NaN above every number (numpy's comparisons are false), and NULL is what every
+    aggregate here skips."""
+    return f"CASE WHEN isnan(t.{column}) THEN NULL ELSE t.{column} END"
+
+
+_RUNS_SQL = """
+CREATE OR REPLACE TEMP TABLE runs AS
+SELECT g.*,
+       coalesce(s.start_ns, g.unit_start_ns, g.first_ns) AS start_ns,
+       (g.last_ns - g.first_ns) / 1e9 AS span_s,
+       CASE WHEN g.last_ns > g.first_ns THEN (g.rows - 1) / ((g.last_ns - g.first_ns) / 1e9) END AS mean_rate
+FROM (
+    SELECT arm, shape, run, repeat, count(*) AS rows, min(scheduled_ns) AS first_ns, max(scheduled_ns) AS last_ns,
+           min(unit_start_ns) AS unit_start_ns
+    FROM trace GROUP BY arm, shape, run, repeat
+) g
+LEFT JOIN run_starts s USING (arm, shape, run, repeat)
+"""
+
+_REQUESTS_SQL = f"""
+CREATE OR REPLACE TEMP VIEW requests AS
+SELECT t.arm, t.shape, t.run, t.repeat, t.request_index, t.category,
+       t.status = 'ok' AS ok,
+       {_measure("ttft_s")} AS ttft, {_measure("tpot_s")} AS tpot, {_measure("e2e_s")} AS e2e,
+       {_measure("queue_wait_s")} AS queue_wait,
+       {_measure("step_batch_mean")} AS typical_batch,
+       coalesce(t.engine_steps, 0) AS steps, coalesce(t.step_k_sum, 0) AS k_sum,
+       coalesce(t.spec_steps, 0) AS spec_steps, coalesce(t.accepted_tokens, 0) AS accepted,
+       (t.scheduled_ns - r.start_ns) / 1e9 AS offset_s,
+       {_measure("offered_rate_rps")} AS offered_rate,
+       r.span_s, r.mean_rate
+FROM trace t JOIN runs r ON t.arm = r.arm AND t.shape = r.shape AND t.run = r.run AND t.repeat = r.repeat
+"""
+
+# Each request stands for 1/rate seconds of its run, summed over a band: the time the band lasted. The rate is
+# the offered rate (at least the run's mean rate / MAX_CLOCK_STRETCH) where known, else the run's mean rate
+# (closed loop).
+CLOCK_SQL = f"""
+CASE WHEN offered_rate > 0
+     THEN CASE WHEN mean_rate IS NULL THEN 0.0 ELSE 1.0 / greatest(offered_rate, mean_rate / {MAX_CLOCK_STRETCH}) END
+     WHEN mean_rate > 0 THEN 1.0 / mean_rate ELSE 0.0 END
+"""
+
+
+@dataclass(frozen=True)
+class Requests:
+    """A connection holding the views above; `arms`: those with rows, by name."""
+
+    con: duckdb.DuckDBPyConnection
+    arms: tuple[str, ...]
+    has_steps: bool  # the `steps` view exists (a run with engine step timelines)
+    step_arms: frozenset[str]  # arms whose steps come from the timelines (the rest: the rows' per-step lists)
+
+    def __len__(self) -> int:
+        row = self.con.execute("SELECT count(*) FROM trace").fetchone()
+        return int(row[0]) if row else 0
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _finish(con: duckdb.DuckDBPyConnection, run_starts: Mapping[RunKey, int] | None, step_arms: frozenset[str],
+            has_steps: bool) -> Requests:  # fmt: skip
+    starts = pa.table(
+        {
+            "arm": pa.array([k[0] for k in (run_starts or {})], pa.string()),
+            "shape": pa.array([k[1] for k in (run_starts or {})], pa.string()),
+            "run": pa.array([k[2] for k in (run_starts or {})], pa.string()),
+            "repeat": pa.array([k[3] for k in (run_starts or {})], pa.int32()),
+            "start_ns": pa.array(list((run_starts or {}).values()), pa.int64()),
+        }
+    )
+    con.register("run_starts", starts)
+    con.execute(_RUNS_SQL)
+    con.execute(_REQUESTS_SQL)
+    arms = tuple(r[0] for r in con.execute("SELECT DISTINCT arm FROM runs ORDER BY arm").fetchall())
+    return Requests(con=con, arms=arms, has_steps=has_steps, step_arms=step_arms)
+
+
+def _plain_strings(table: pa.Table) -> pa.Table:
+    """Dictionary-encoded string columns (pyarrow's dataset reader makes them) as plain strings."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_dictionary(field.type):
+            table = table.set_column(i, field.name, table[field.name].cast(field.type.value_type))
+    return table
+
+
+def _with_trace_columns(table: pa.Table) -> pa.Table:
+    """A table with only some of the trace's columns (tests, tools) gets the rest as nulls."""
+    n = table.num_rows
+    for field in TRACE_SCHEMA:
+        if field.name not in table.column_names:
+            table = table.append_column(field.name, pa.nulls(n, field.type))
+    return _plain_strings(table)
+
+
+def request_frame(
+    table: pa.Table,
+    *,
+    shapes: Mapping[str, ShapeLike] | None = None,
+    offered_rate: np.ndarray | None = None,
+    run_starts: Mapping[RunKey, int] | None = None,
+    settings: EngineSettings | None = None,
+) -> Requests:
+    """The views over a trace table in memory. The offered rate is the trace's `offered_rate_rps`, or else
+    `offered_rate` (per row) or the rate of `shapes` at each row's scheduled time."""
+    if offered_rate is not None and len(offered_rate) != table.num_rows:
+        raise ValueError(f"offered_rate has {len(offered_rate)} values for {table.num_rows} rows")
+    table = _with_trace_columns(table)
+    con = connect(settings)
+    if offered_rate is not None:
+        table = table.set_column(
+            table.schema.get_field_index("offered_rate_rps"),
+            "offered_rate_rps",
+            pa.array(np.asarray(offered_rate, dtype=np.float64), pa.float64()),
+        )
+    con.register("trace", table)
+    requests = _finish(con, run_starts, frozenset(), has_steps=False)
+    if offered_rate is None and shapes and table["offered_rate_rps"].null_count == table.num_rows:
+        # A trace without planning-time rates (built by hand): the shapes' rates at the scheduled offsets.
+        rates = _shape_rates(con, table, shapes)
+        requests.close()
+        return request_frame(table, offered_rate=rates, run_starts=run_starts, settings=settings)
+    return requests
+
+
+def _shape_rates(con: duckdb.DuckDBPyConnection, table: pa.Table, shapes: Mapping[str, ShapeLike]) -> np.ndarray:
+    """Per row of `table`, in its order: the shape's offered rate at the row's offset on its run's clock."""
+    numbered = table.select(["arm", "shape", "run", "repeat", "scheduled_ns"]).append_column(
+        "row_number", pa.array(np.arange(table.num_rows, dtype=np.int64))
+    )
+    con.register("numbered", numbered)
+    found = con.sql(
+        "SELECT n.row_number, n.shape, (n.scheduled_ns - r.start_ns) / 1e9 AS offset_s FROM numbered n "
+        "JOIN runs r USING (arm, shape, run, repeat) ORDER BY n.row_number"
+    ).to_arrow_table()
+    rows = found["row_number"].to_numpy()
+    shape_names = np.asarray(found["shape"].to_pylist(), dtype=object)
+    offsets = found["offset_s"].to_numpy()
+    rates = np.full(table.num_rows, np.nan)
+    for name, shape in shapes.items():
+        if not shape.open_loop:
+            continue
+        mine = shape_names == name
+        rates[rows[mine]] = shape.rate_at(offsets[mine])
+    return rates
+
+
+# --- a run's files --------------------------------------------------------------------------------------------
+def _part_files(fs: pafs.FileSystem, directory: str) -> list[str]:
+    infos = fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+    return sorted(
+        i.path
+        for i in infos
+        if i.type == pafs.FileType.File and i.base_name.endswith(".parquet") and not i.base_name.startswith(".")
+    )
+
+
+def _units_table(units: Sequence[UnitKey]) -> pa.Table:
+    return pa.table(
+        {
+            "arm": pa.array([u[0] for u in units], pa.string()),
+            "shape": pa.array([u[1] for u in units], pa.string()),
+            "repeat": pa.array([u[2] for u in units], pa.int32()),
+            "arm_path": pa.array([quote(u[0], safe="") for u in units], pa.string()),
+            "shape_path": pa.array([quote(u[1], safe="") for u in units], pa.string()),
+        }
+    )
+
+
+def _trace_view(con: duckdb.DuckDBPyConnection, root: str, units: Sequence[UnitKey]) -> None:
+    """`trace`: the rows of the complete units only (a partial unit's rows are not evidence: the rerun redoes
+    it), by partition (only their directories are listed) and by unit (a join on arm, shape, repeat)."""
+    fs, base = _filesystem(root)
+    con.register("complete_units", _units_table(units))
+    pairs = sorted({(u[0], u[1]) for u in units})
+    local = isinstance(fs, pafs.LocalFileSystem)
+    files = [
+        f
+        for arm, shape in pairs
+        for f in _part_files(fs, f"{base}/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}")
+    ]
+    columns = ", ".join(f"t.{c}" for c in TRACE_SCHEMA.names if c not in PARTITION_COLUMNS)
+    if not files:
+        empty = pa.Table.from_batches([], schema=TRACE_SCHEMA)
+        con.register("trace_files", empty)
+        source = "trace_files"
+        arm_key, shape_key = "arm", "shape"
+    elif local:
+        listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+        source = (
+            f"read_parquet([{listed}], hive_partitioning = true, "
+            "hive_types = {'arm': VARCHAR, 'shape': VARCHAR}, union_by_name = true)"
+        )
+        arm_key, shape_key = "arm_path", "shape_path"  # the path segments, as the writer quoted them
+    else:  # object stores: pyarrow's filesystems, streamed into DuckDB batch by batch
+        dataset = ds.dataset(
+            files,
+            filesystem=fs,
+            format="parquet",
+            partitioning=ds.partitioning(pa.schema([(c, pa.string()) for c in PARTITION_COLUMNS]), flavor="hive"),
+            partition_base_dir=base,
+        )
+        con.register("trace_files", dataset)
+        source = "trace_files"
+        arm_key, shape_key = "arm", "shape"
+    con.execute(
+        f"CREATE OR REPLACE TEMP VIEW trace AS SELECT u.arm, u.shape, {columns} FROM {source} t "
+        f"JOIN complete_units u ON t.arm = u.{arm_key} AND t.shape = u.{shape_key} AND t.repeat = u.repeat"
+    )
+
+
+def _steps_view(con: duckdb.DuckDBPyConnection, run_dir: str, units: Sequence[UnitKey]) -> frozenset[str]:
+    """`steps`: every engine step of the complete units' timelines (arm, shape, repeat, engine_id, start_ns,
+    end_ns, batch_size, k); the arms that have one."""
+    fs, base = _filesystem(run_dir)
+    found = []
+    for arm, shape, repeat in units:
+        path = f"{base}/timelines/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}/r{repeat}.parquet"
+        if fs.get_file_info(path).type != pafs.FileType.File:
+            continue
+        with fs.open_input_file(path) as handle:
+            if pq.read_metadata(handle).num_rows:  # an endpoint arm's unit writes an empty timeline
+                found.append((path, arm, shape, repeat))
+    if not found:
+        return frozenset()
+    con.register(
+        "timeline_files",
+        pa.table(
+            {
+                "filename": pa.array([f[0] for f in found], pa.string()),
+                "arm": pa.array([f[1] for f in found], pa.string()),
+                "shape": pa.array([f[2] for f in found], pa.string()),
+                "repeat": pa.array([f[3] for f in found], pa.int32()),
+            }
+        ),
+    )
+    if isinstance(fs, pafs.LocalFileSystem):
+        listed = ", ".join("'" + f[0].replace("'", "''") + "'" for f in found)
+        source = f"read_parquet([{listed}], filename = true, union_by_name = true)"
+    else:
+        tables = []
+        for path, *_ in found:
+            with fs.open_input_file(path) as handle:
+                part = pq.read_table(handle, columns=["engine_id", "start_ns", "end_ns", "batch_size", "k"])
+            tables.append(part.append_column("filename", pa.array([path] * part.num_rows, pa.string())))
+        con.register("timeline_rows", pa.concat_tables(tables))
+        source = "timeline_rows"
+    con.execute(
+        "CREATE OR REPLACE TEMP VIEW steps AS SELECT f.arm, f.shape, f.repeat, s.engine_id, s.start_ns, s.end_ns, "
+        f"s.batch_size, s.k FROM {source} s JOIN timeline_files f ON s.filename = f.filename"
+    )
+    return frozenset(f[1] for f in found)
+
+
+def run_requests(
+    run_dir: str,
+    units: Sequence[UnitKey],
+    *,
+    settings: EngineSettings | None = None,
+    step_lists_only: frozenset[str] = frozenset(),
+) -> Requests:
+    """The views over a run directory's traces and timelines, complete units only. `step_lists_only`: arms whose
+    steps come from the rows' per-step lists even where a timeline exists."""
+    traces = f"{run_dir.rstrip('/')}/traces"
+    check_trace_version(traces)
+    con = connect(settings)
+    _trace_view(con, traces, units)
+    step_arms = _steps_view(con, run_dir.rstrip("/"), units) - step_lists_only
+    return _finish(con, None, step_arms, has_steps=bool(step_arms))
