@@ -188,7 +188,7 @@ def _stream_arrivals(path: str, fmt: Format, start_s: float, duration_s: float |
     first_ns: int | None = None
     previous = -(2**63)
     in_order = True
-    for first, batch in _batches(path, fmt, contents=False):
+    for first, batch in _batches(path, fmt):
         ns, fail = _arrival_columns(path, fmt, batch, first)
         if not len(ns):
             continue
@@ -202,6 +202,9 @@ def _stream_arrivals(path: str, fmt: Format, start_s: float, duration_s: float |
             keep &= ns - first_ns >= start_ns
             if end_ns is not None:
                 keep &= ns - first_ns < end_ns
+        if keep.any():
+            # The replayed rows' lengths are checked now, when the campaign is validated, not in a worker.
+            _contents_columns(path, fmt, batch.filter(pa.array(keep)))
         times.append(ns[keep])
         rows.append(np.flatnonzero(keep) + first)
         failed.append(fail[keep])
@@ -237,9 +240,9 @@ def _earliest(path: str, fmt: Format) -> int:
     return earliest
 
 
-def _batches(path: str, fmt: Format, *, contents: bool) -> Iterator[tuple[int, pa.RecordBatch]]:
+def _batches(path: str, fmt: Format, *, contents: bool = True) -> Iterator[tuple[int, pa.RecordBatch]]:
     """(first data row, batch) for the columns a pass needs, read as strings (CSV) so that a bad cell is found by
-    the checks here, not lost inside a conversion error without its row."""
+    the checks here, not lost inside a conversion error without its row. `contents=False`: the times only."""
     fs, base = _filesystem(path)
     if fmt == "mooncake":
         fields = [pa.field("timestamp", pa.float64())]
