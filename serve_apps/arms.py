@@ -39,6 +39,19 @@ class VllmEngineConfig(_Strict):
     # Environment of the engine's replica (e.g. VLLM_CPU_KVCACHE_SPACE on CPU machines).
     env: dict[str, str] = Field(default_factory=dict)
 
+    @field_validator("env")
+    @classmethod
+    def _no_secrets(cls, v: dict[str, str]) -> dict[str, str]:
+        # env is part of the campaign (written to the run's manifest) and becomes a Ray runtime_env, which Ray's
+        # runtime-env agent logs on every node: a token here would be written in both.
+        secret = next((name for name in sorted(v) if re.search(r"(TOKEN|SECRET|PASSWORD|API_KEY)$", name)), None)
+        if secret is not None:
+            raise ValueError(
+                f"env may not carry {secret}: it would be written to the run's manifest and Ray's logs; give the "
+                "cluster's nodes the variable instead (a Kubernetes Secret: docs/models-on-a-cluster.md)"
+            )
+        return v
+
     @field_validator("engine_kwargs")
     @classmethod
     def _not_owned_by_arm(cls, v: dict[str, Any]) -> dict[str, Any]:
