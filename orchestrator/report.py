@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.table import Table
 
-from loadshapes.trace import PARTITION_COLUMNS, read_traces
+from loadshapes.trace import read_traces
 from orchestrator.analysis import (
     ArmInfo,
     BandSet,
@@ -38,6 +37,7 @@ from orchestrator.analysis import (
 from orchestrator.analysis.bands import auto_rate_quantiles
 from orchestrator.analysis.faults import FAULT_COLUMNS, FaultWindow, fault_windows, outcomes_by_unit
 from orchestrator.analysis.results import Verdict
+from orchestrator.analysis.timelines import TimelineSeries, timeline_series
 from orchestrator.campaign import Campaign
 from orchestrator.report_html import ReportData, render_report_html
 from orchestrator.run import MANIFEST, RunStore, UnitResult, units_of
@@ -144,7 +144,10 @@ def offered_rate_bands(requests: Requests) -> BandSet | None:
     return rate_bands_at(row[0]) if row and row[0] is not None else None
 
 
-def build_summary(inputs: RunInputs, *, engine: EngineSettings | None = None) -> tuple[Summary, pa.Table | None]:
+def build_summary(
+    inputs: RunInputs, *, engine: EngineSettings | None = None
+) -> tuple[Summary, dict[str, TimelineSeries]]:
+    """The summary, and the engine timelines as report.html draws them, from one pass of aggregates."""
     campaign, manifest = inputs.campaign, inputs.manifest
     units = [(u.unit.arm, u.unit.shape, u.unit.repeat) for u in inputs.units]
     requests = run_requests(inputs.store.root, units, settings=engine or EngineSettings.from_env())
@@ -164,6 +167,7 @@ def build_summary(inputs: RunInputs, *, engine: EngineSettings | None = None) ->
                 switch_bound_s=campaign.gates.max_recovery_s or VerifySettings().switch_bound_s,
             ),
         )
+        series = timeline_series(requests, {u.unit.key: u.start_ns for u in inputs.units})
     finally:
         requests.close()
     gates = evaluate_gates(campaign, inputs.arms, verification, inputs.units)
@@ -188,7 +192,7 @@ def build_summary(inputs: RunInputs, *, engine: EngineSettings | None = None) ->
         fault_windows=faults,
         passed=all(g.passed for g in gates),
     )
-    return summary, read_timelines(inputs.store)
+    return summary, series
 
 
 def read_fault_windows(inputs: RunInputs) -> list[FaultWindow]:
@@ -219,25 +223,6 @@ def _only_complete_units(table: pa.Table, units: list[UnitResult]) -> pa.Table:
         value_set=pa.array([f"{a}/{s}" for a, s in complete], pa.string()),
     )
     return table.filter(keep)
-
-
-def read_timelines(store: RunStore) -> pa.Table | None:
-    if not store.exists("timelines"):
-        return None
-    dataset = ds.dataset(
-        f"{store.base}/timelines",
-        filesystem=store.fs,
-        format="parquet",
-        partitioning=ds.partitioning(pa.schema([(c, pa.string()) for c in PARTITION_COLUMNS]), flavor="hive"),
-        ignore_prefixes=[".tmp-", "."],
-    )
-    fragments = []
-    for fragment in dataset.get_fragments():
-        name = fragment.path.rsplit("/", 1)[-1]
-        repeat = int(name.removeprefix("r").removesuffix(".parquet"))
-        part = fragment.to_table(schema=dataset.schema)
-        fragments.append(part.append_column("repeat", pa.array([repeat] * part.num_rows, pa.int64())))
-    return pa.concat_tables(fragments) if fragments else None
 
 
 def evaluate_gates(
@@ -383,7 +368,7 @@ def print_report(summary: Summary, console: Console) -> None:
 
 def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
     inputs = load_run(run_dir)
-    summary, timelines = build_summary(inputs)
+    summary, series = build_summary(inputs)
     store = inputs.store
     store.write_json("summary.json", summary.model_dump(mode="json"))
     html = render_report_html(
@@ -395,7 +380,7 @@ def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
             manifest=inputs.manifest,
             maps=summary.maps,
             verification=summary.verification,
-            timelines=timelines,
+            timeline_series=series,
             unit_starts={u.unit.key: u.start_ns for u in inputs.units},
             shapes=dict(inputs.campaign.shapes),
             headline=[*summary.incomplete_units, *(w.message for w in summary.fault_windows), *summary.headline],

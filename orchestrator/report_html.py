@@ -31,8 +31,8 @@ from orchestrator.analysis.results import (
     Verdict,
     VerificationReport,
 )
+from orchestrator.analysis.timelines import MAX_POINTS, TimelineSeries
 
-MAX_POINTS = 2000  # per series in a timeline chart; longer timelines are bucketed by time
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 NO_DATA = "\u2013"  # en dash
 TIMELINE_COLUMNS = ("arm", "shape", "repeat", "engine_id", "start_ns", "end_ns", "batch_size", "k")
@@ -48,6 +48,8 @@ class ReportData:
     maps: list[OperatingMap]
     verification: VerificationReport
     timelines: pa.Table | None = None  # engine steps: arm, shape, repeat, engine_id, start_ns, end_ns, batch_size, k..
+    # Or the series already bucketed (orchestrator/analysis/timelines.py), by unit "arm/shape/r<repeat>".
+    timeline_series: dict[str, TimelineSeries] | None = None
     unit_starts: dict[str, int] = field(default_factory=dict)  # "arm/shape/r<repeat>" -> unit start, epoch ns
     shapes: dict[str, Shape] = field(default_factory=dict)
     headline: list[str] = field(default_factory=list)
@@ -642,18 +644,6 @@ def _verification_section(report: VerificationReport) -> str:
 # -- timelines ---------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Series:
-    t: np.ndarray  # seconds since the unit's start, ascending
-    k: np.ndarray  # executed k (mean per bucket when bucketed)
-    batch: np.ndarray  # batch size (max per bucket when bucketed)
-    end: float  # the last step's end, seconds since the unit's start
-    steps: int
-    engines: int
-    bucketed: bool
-    early: int  # steps before the unit's start, not drawn
-
-
 def _unit_keys(table: pa.Table, arm_order: Sequence[str]) -> list[tuple[str, str, int]]:
     """The (arm, shape, repeat) units in the table: arms in the manifest's order, then by name."""
     keys = table.group_by(["arm", "shape", "repeat"]).aggregate([]).to_pylist()
@@ -678,7 +668,7 @@ def _bucket(t: np.ndarray, k: np.ndarray, batch: np.ndarray, buckets: int) -> tu
     return edges[index[starts]], np.add.reduceat(k, starts) / counts, np.maximum.reduceat(batch, starts)
 
 
-def _series(rows: pa.Table, start_ns: int | None) -> _Series:
+def _series(rows: pa.Table, start_ns: int | None) -> TimelineSeries:
     start = rows["start_ns"].to_numpy().astype(np.int64)
     order = np.argsort(start, kind="stable")
     if start_ns is None or start_ns > int(start.max()):
@@ -695,7 +685,7 @@ def _series(rows: pa.Table, start_ns: int | None) -> _Series:
     if bucketed:
         t, k, batch = _bucket(t, k, batch, buckets)
     early = rows.num_rows - int(inside.sum())
-    return _Series(t, k, batch, max(end, float(t[-1])), rows.num_rows, engines, bucketed, early)
+    return TimelineSeries(t, k, batch, max(end, float(t[-1])), rows.num_rows, engines, bucketed, early)
 
 
 def _step_path(frame: _Frame, t: np.ndarray, values: np.ndarray, end: float) -> str:
@@ -775,7 +765,7 @@ def _draw_faults(svg: _Svg, frame: _Frame, windows: Sequence[FaultWindow]) -> No
                  fill="#cf222e", fill_opacity="0.18", class_="fault")  # fmt: skip
 
 
-def _timeline_chart(unit: str, series: _Series, shape: Shape | None, faults: Sequence[FaultWindow] = ()) -> str:
+def _timeline_chart(unit: str, series: TimelineSeries, shape: Shape | None, faults: Sequence[FaultWindow] = ()) -> str:
     span = max(series.end, shape.duration if shape is not None else 0.0, 1e-9)
     x_ticks = _ticks(span, 8)
     k_ticks = _ticks(max(float(series.k.max(initial=0.0)), 1.0))
@@ -812,7 +802,7 @@ def _timeline_chart(unit: str, series: _Series, shape: Shape | None, faults: Seq
     return svg.render()
 
 
-def _timeline_caption(unit: str, series: _Series) -> str:
+def _timeline_caption(unit: str, series: TimelineSeries) -> str:
     engines = f"{series.engines} engine{'s' if series.engines != 1 else ''}"
     bucketed = f", shown as {len(series.t)} time buckets (mean k, max batch size)" if series.bucketed else ""
     early = f"; {series.early} steps before the unit's start not shown" if series.early else ""
@@ -820,6 +810,8 @@ def _timeline_caption(unit: str, series: _Series) -> str:
 
 
 def _timelines_section(data: ReportData) -> str:
+    if data.timeline_series is not None:
+        return _series_section(data, data.timeline_series)
     table = data.timelines
     if table is None or table.num_rows == 0:
         return '<section><h2>Engine timelines</h2><p class="muted">No engine timelines in this run.</p></section>'
@@ -836,4 +828,22 @@ def _timelines_section(data: ReportData) -> str:
         faults = [w for w in data.fault_windows if w.unit == unit]
         chart = _timeline_chart(unit, series, data.shapes.get(shape_name), faults)
         figures.append(_figure(chart, _timeline_caption(unit, series)))
+    return f"<section><h2>Engine timelines</h2>{''.join(figures)}</section>"
+
+
+def _series_section(data: ReportData, series: dict[str, TimelineSeries]) -> str:
+    if not series:
+        return '<section><h2>Engine timelines</h2><p class="muted">No engine timelines in this run.</p></section>'
+    rank = {arm: i for i, (arm, _) in enumerate(_manifest_arms(data.manifest))}
+
+    def order(unit: str) -> tuple[int, str, str, int]:
+        arm, shape_name, repeat = unit.rsplit("/", 2)
+        return (rank.get(arm, len(rank)), arm, shape_name, int(repeat.removeprefix("r")))
+
+    figures = []
+    for unit in sorted(series, key=order):
+        shape_name = unit.rsplit("/", 2)[1]
+        faults = [w for w in data.fault_windows if w.unit == unit]
+        chart = _timeline_chart(unit, series[unit], data.shapes.get(shape_name), faults)
+        figures.append(_figure(chart, _timeline_caption(unit, series[unit])))
     return f"<section><h2>Engine timelines</h2>{''.join(figures)}</section>"

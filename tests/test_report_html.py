@@ -31,6 +31,7 @@ from orchestrator.analysis import (
     batch_bands,
     rate_bands,
 )
+from orchestrator.analysis.timelines import series_of_table
 from orchestrator.report_html import MAX_POINTS, ReportData, render_report_html
 
 START_NS = 1_700_000_000 * 10**9
@@ -306,6 +307,19 @@ def test_unit_start_sets_the_time_origin(page: str) -> None:
     late = render_report_html(_data(unit_starts={"fixed-k3/cross/r0": START_NS + 30 * 10**9}))
     assert re.search(r"fixed-k3/cross/r0: 6000 steps on 1 engine, shown as \d+ time buckets \(mean k, max batch "
                      r"size\); \d{4} steps before the unit&#x27;s start not shown", late)  # fmt: skip
+
+
+@pytest.mark.parametrize("shift_s", [None, -100, 30])
+def test_timelines_bucketed_by_duckdb_draw_the_same_charts(shift_s: int | None) -> None:
+    """The report buckets a run's timelines in DuckDB (they may not fit in memory); the charts are the ones the
+    table path draws, unit start shifts and steps before the start included."""
+    starts = {} if shift_s is None else {"fixed-k3/cross/r0": START_NS + shift_s * 10**9}
+    table = render_report_html(_data(unit_starts=starts))
+    series = render_report_html(
+        _data(unit_starts=starts, timelines=None, timeline_series=series_of_table(_timelines(), starts))
+    )
+    section = "<section><h2>Engine timelines"
+    assert series[series.index(section) :] == table[table.index(section) :]
 
 
 def test_empty_run_renders() -> None:

@@ -1,0 +1,143 @@
+"""The engine step timelines as the report draws them: per unit, executed k and batch size over time, at most
+`max_points` points (equal-time buckets: mean k, max batch size) once a unit has more steps than that or more
+than one engine.
+
+DuckDB buckets the steps where they lie, so a day of steps never becomes one table in memory; the buckets are
+the ones orchestrator/report_html.py draws from a timeline table of its own (tests, small runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from orchestrator.analysis.source import Requests
+
+MAX_POINTS = 2000  # per series in a timeline chart; longer timelines are bucketed by time
+
+
+@dataclass(frozen=True)
+class TimelineSeries:
+    t: np.ndarray  # seconds since the unit's start, ascending
+    k: np.ndarray  # executed k (mean per bucket when bucketed)
+    batch: np.ndarray  # batch size (max per bucket when bucketed)
+    end: float  # the last step's end, seconds since the unit's start
+    steps: int
+    engines: int
+    bucketed: bool
+    early: int  # steps before the unit's start, not drawn
+
+
+_UNITS_SQL = """
+SELECT s.arm, s.shape, s.repeat, count(*) AS steps, count(DISTINCT s.engine_id) AS engines,
+       CASE WHEN u.start_ns IS NULL OR u.start_ns > max(s.start_ns) THEN min(s.start_ns) ELSE u.start_ns END
+           AS origin,
+       max(s.end_ns) AS last_end
+FROM steps s LEFT JOIN timeline_unit_starts u USING (arm, shape, repeat)
+GROUP BY s.arm, s.shape, s.repeat, u.start_ns
+"""
+
+_SHAPE_SQL = f"""
+SELECT u.arm, u.shape, u.repeat, u.steps, u.engines, u.origin, u.last_end,
+       count(*) AS inside, min(s.start_ns) AS first_ns, max(s.start_ns) AS last_ns
+FROM ({_UNITS_SQL}) u JOIN steps s USING (arm, shape, repeat)
+WHERE s.start_ns >= u.origin
+GROUP BY ALL
+"""
+
+
+def timeline_series(
+    requests: Requests, unit_starts: Mapping[str, int], *, max_points: int = MAX_POINTS
+) -> dict[str, TimelineSeries]:
+    """Per unit ("arm/shape/r<repeat>"), its series; `unit_starts`: each unit's start, epoch ns (a unit without
+    one, or whose start is after its last step, is timed from its first step)."""
+    if not requests.has_steps:
+        return {}
+    con = requests.con
+    keys = [key.rsplit("/", 2) for key in unit_starts]
+    con.register(
+        "timeline_unit_starts",
+        pa.table(
+            {
+                "arm": pa.array([k[0] for k in keys], pa.string()),
+                "shape": pa.array([k[1] for k in keys], pa.string()),
+                "repeat": pa.array([int(k[2].removeprefix("r")) for k in keys], pa.int32()),
+                "start_ns": pa.array(list(unit_starts.values()), pa.int64()),
+            }
+        ),
+    )
+    con.execute(f"CREATE OR REPLACE TEMP TABLE timeline_units AS {_SHAPE_SQL}")
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE timeline_units_b AS
+        SELECT *, least({max_points}, greatest(1, inside // engines)) AS buckets,
+               (inside > {max_points} OR engines > 1) AS bucketed,
+               (first_ns - origin) / 1e9 AS t0, (last_ns - origin) / 1e9 AS t1
+        FROM timeline_units
+        """
+    )
+    # Raw steps of the small single-engine units; equal-time buckets over [t0, t1] of the others.
+    points = con.sql(
+        """
+        SELECT u.arm, u.shape, u.repeat, (s.start_ns - u.origin) / 1e9 AS t, s.k::DOUBLE AS k,
+               s.batch_size::DOUBLE AS batch
+        FROM timeline_units_b u JOIN steps s USING (arm, shape, repeat)
+        WHERE NOT u.bucketed AND s.start_ns >= u.origin
+        UNION ALL
+        SELECT arm, shape, repeat, t0 + bucket * (t1 - t0) / buckets AS t, avg(k) AS k, max(batch) AS batch
+        FROM (
+            SELECT u.arm, u.shape, u.repeat, u.t0, u.t1, u.buckets, s.k::DOUBLE AS k, s.batch_size::DOUBLE AS batch,
+                   CASE WHEN u.t1 > u.t0
+                        THEN least(greatest(floor(((s.start_ns - u.origin) / 1e9 - u.t0)
+                                                  / ((u.t1 - u.t0) / u.buckets)), 0), u.buckets - 1)
+                        ELSE 0 END AS bucket
+            FROM timeline_units_b u JOIN steps s USING (arm, shape, repeat)
+            WHERE u.bucketed AND s.start_ns >= u.origin
+        ) GROUP BY arm, shape, repeat, t0, t1, buckets, bucket
+        ORDER BY arm, shape, repeat, t
+        """
+    ).to_arrow_table()
+    units = con.execute(
+        "SELECT arm, shape, repeat, steps, engines, origin, last_end, inside, bucketed FROM timeline_units_b"
+    ).fetchall()
+    out: dict[str, TimelineSeries] = {}
+    arm_col = np.asarray(points["arm"].to_pylist(), dtype=object)
+    shape_col = np.asarray(points["shape"].to_pylist(), dtype=object)
+    repeat_col = points["repeat"].to_numpy()
+    t_col = points["t"].to_numpy(zero_copy_only=False)
+    k_col = points["k"].to_numpy(zero_copy_only=False)
+    batch_col = points["batch"].to_numpy(zero_copy_only=False)
+    for arm, shape, repeat, steps, engines, origin, last_end, inside, bucketed in units:
+        mine = (arm_col == arm) & (shape_col == shape) & (repeat_col == repeat)
+        t = t_col[mine]
+        end = (int(last_end) - int(origin)) / 1e9
+        out[f"{arm}/{shape}/r{repeat}"] = TimelineSeries(
+            t=t,
+            k=k_col[mine],
+            batch=batch_col[mine],
+            end=max(end, float(t[-1])) if len(t) else end,
+            steps=int(steps),
+            engines=int(engines),
+            bucketed=bool(bucketed),
+            early=int(steps) - int(inside),
+        )
+    return out
+
+
+def series_of_table(
+    steps: pa.Table, unit_starts: Mapping[str, int], *, max_points: int = MAX_POINTS
+) -> dict[str, TimelineSeries]:
+    """timeline_series over a step table in memory (arm, shape, repeat, engine_id, start_ns, end_ns, batch_size,
+    k): for tools and tests."""
+    from orchestrator.analysis.db import connect
+
+    con = connect()
+    try:
+        con.register("steps", steps)
+        requests = Requests(con=con, arms=(), has_steps=steps.num_rows > 0, step_arms=frozenset())
+        return timeline_series(requests, unit_starts, max_points=max_points)
+    finally:
+        con.close()
