@@ -72,14 +72,14 @@ def is_local_model(model: str) -> bool:
 
 
 def campaign_models(campaign: Any) -> list[str]:
-    """The target model and every drafter model of a vLLM campaign's policies, in order, without repeats."""
+    """The target model and the drafter model of every arm a vLLM campaign runs, in order, without repeats."""
     from serve_apps.arms import VllmEngineConfig
 
     if not isinstance(campaign.engine, VllmEngineConfig):
         raise ModelPullError(f"engine kind {campaign.engine.kind}: only vLLM campaigns load models")
     models = [campaign.engine.model]
-    for policy in campaign.policies.values():
-        drafter = getattr(policy, "model", None)
+    for arm in campaign.arms():  # parsed policies (the campaign keeps short forms as strings)
+        drafter = getattr(arm.policy, "model", None)
         if isinstance(drafter, str):
             models.append(drafter)
     return list(dict.fromkeys(models))
