@@ -360,14 +360,18 @@ def _seconds_ns(seconds: np.ndarray) -> np.ndarray:
 
 
 def _datetime_ns(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Azure's date-times: 2023's have no zone (`2023-11-16 18:15:46.6805900`), 2024's end in `+00:00`."""
+    """Azure's date-times: 2023's have no zone (`2023-11-16 18:15:46.6805900`), 2024's mostly end in `+00:00`.
+
+    Arrow casts a column either with zones or without; a batch that mixes them is cast in two parts."""
     if column.null_count:
         raise ValueError("missing value")
-    try:
-        stamps = pc.cast(column, pa.timestamp("ns"))
-    except pa.ArrowInvalid:
-        stamps = pc.cast(column, pa.timestamp("ns", tz="UTC"))
-    return np.asarray(stamps.cast(pa.int64()).to_numpy(zero_copy_only=False))
+    zoned = np.asarray(pc.match_substring_regex(column, r"(Z|[+-]\d\d:?\d\d)$").to_numpy(zero_copy_only=False))
+    out = np.empty(len(column), dtype=np.int64)
+    for mask, kind in ((zoned, pa.timestamp("ns", tz="UTC")), (~zoned, pa.timestamp("ns"))):
+        if mask.any():
+            part = pc.cast(pc.filter(column, pa.array(mask)), kind).cast(pa.int64())
+            out[mask] = np.asarray(part.to_numpy(zero_copy_only=False))
+    return out
 
 
 # ---- naming the bad row: a line-by-line pass, only once a batch has failed ----

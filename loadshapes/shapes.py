@@ -297,7 +297,10 @@ class Replay(_Shape):
             return "specdrill"
         if self.format is not None:
             return self.format
-        return _detected(self.path, _stamp(self.path))
+        detected = _detected(self.path, _stamp(self.path))
+        if self.column is not None and detected != "specdrill":  # as before detection: a named column, a CSV's
+            return "csv"
+        return detected
 
     @property
     def has_lengths(self) -> bool:
@@ -318,6 +321,8 @@ class Replay(_Shape):
     def requests(self, indices: np.ndarray) -> ReplayedRequests:
         """What the trace records about requests `indices` of the replay: only those rows are read (a worker reads
         its share). Request i is the same whoever asks: it depends on the file, the window and the scaling."""
+        if not self.has_lengths:
+            raise ValueError(f"{self.path}: a {self.trace_format} trace records arrival times only, no lengths")
         replayed = self._replayed()
         indices = np.asarray(indices, dtype=np.int64)
         where = replayed.source[indices]

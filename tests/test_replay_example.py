@@ -16,6 +16,7 @@ from loadshapes.shapes import Replay
 from loadshapes.trace import read_traces
 from orchestrator.campaign import load_campaign
 from orchestrator.cli import cli
+from orchestrator.simulate_campaign import simulate_campaign
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = "campaigns/replay-burstgpt-example.yaml"
@@ -55,3 +56,21 @@ def test_the_example_replays_its_bursts_with_recorded_lengths(tmp_path: Path, mo
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     by_rate = next(m for m in summary["maps"] if m["measure"] == "offered_rate")
     assert max(band["low"] for band in by_rate["bands"]) > 15  # the report's offered-rate map reaches the bursts
+
+
+def test_failed_requests_kept_get_the_error_they_expect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    campaign = load_campaign(EXAMPLE)
+    bursty = campaign.shapes["bursty"]
+    assert isinstance(bursty, Replay)
+    shape = bursty.model_copy(update={"failed": "expect_error", "duration_s": 20.0})
+    campaign = campaign.model_copy(update={"shapes": {"bursty": Replay.model_validate(shape.model_dump())}})
+    simulate_campaign(campaign, output=str(tmp_path / "run"))
+    table = read_traces(str(tmp_path / "run" / "traces"), columns=["arm", "category", "status", "error_message"])
+    off = table.filter(pc.equal(table["arm"], "off-single"))
+    failed = off.filter(pc.equal(off["category"], "failed"))
+    assert failed.num_rows > 0 and set(failed["status"].to_pylist()) == {"error"}
+    messages = set(failed["error_message"].to_pylist())
+    assert messages == {"error event in stream: max_tokens: Input should be greater than or equal to 1"}
+    rest = off.filter(pc.not_equal(off["category"], "failed"))
+    assert set(rest["status"].to_pylist()) == {"ok"}

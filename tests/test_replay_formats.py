@@ -57,12 +57,13 @@ def test_azure_2023_and_2024_date_times_lengths_and_a_rule_by_file(tmp_path: Pat
     assert recorded.categories == ["editing"] * 3
     conv = azure(tmp_path / "AzureLLMInferenceTrace_conv_1week.csv", [
         ("2024-05-10 00:00:00.009930+00:00", 4808, 10), ("2024-05-10 00:00:02.509930+00:00", 3180, 8),
+        ("2024-05-10 00:00:03", 100, 1),  # the 2024 files mix date-times without a zone into the rest
     ])  # fmt: skip
     week = Replay(path=conv, category=CategoryRule(by="file", map={"code": "editing", "conv": "chat"}), speed=2)
-    np.testing.assert_allclose(week.offsets(), [0.0, 1.25])
+    np.testing.assert_allclose(week.offsets(), [0.0, 1.25, 1.495035])
     specs = open_loop_schedule(plan_for(week))
     assert [(s.spec.category, s.spec.prompt_tokens, s.spec.max_tokens) for s in specs] == [
-        ("chat", 4808, 10), ("chat", 3180, 8),
+        ("chat", 4808, 10), ("chat", 3180, 8), ("chat", 100, 1),
     ]  # fmt: skip
     assert all(s.spec.ignore_eos and len(s.spec.prompt.split()) == s.spec.prompt_tokens for s in specs)
     body = json.loads(specs[0].body)
@@ -238,3 +239,14 @@ def test_named_formats_and_rules_are_checked_against_the_file(tmp_path: Path) ->
     clipped = Replay(path=path, max_prompt_tokens=1, max_output_tokens=1, format="burstgpt")
     assert clipped.requests(np.arange(2)).output_tokens.tolist() == [1, 1]
     assert Replay(path=str(times), format="csv").has_lengths is False
+
+
+def test_a_named_column_reads_any_csv_as_timestamps_as_before(tmp_path: Path) -> None:
+    path = burstgpt(tmp_path / "b.csv", [(3.0, "ChatGPT", 1, 1), (5.0, "GPT-4", 2, 0)])
+    shape = Replay(path=path, column="Timestamp")  # failed rows too: a timestamp CSV knows nothing of them
+    assert shape.trace_format == "csv" and not shape.has_lengths
+    np.testing.assert_allclose(shape.offsets(), [0.0, 2.0])
+    with pytest.raises(ValueError, match=r"b\.csv: a csv trace records arrival times only, no lengths"):
+        shape.requests(np.arange(2))
+    specs = [p.spec for p in open_loop_schedule(plan_for(shape))]
+    assert {s.category for s in specs} <= {"chat", "editing"} and not any(s.expect_error for s in specs)
