@@ -142,7 +142,7 @@ def read_contents(path: str, fmt: Format, rows: np.ndarray) -> Contents:
     wanted = np.unique(np.asarray(rows, dtype=np.int64))
     found: dict[str, list[Any]] = {}
     if len(wanted):
-        for first, batch in _batches(path, fmt, contents=True):
+        for first, batch in _batches(path, fmt):
             lo, hi = np.searchsorted(wanted, [first, first + batch.num_rows])
             if lo < hi:
                 picked = batch.take(pa.array(wanted[lo:hi] - first))
@@ -183,21 +183,36 @@ def _in_window(ns: np.ndarray, start_s: float, duration_s: float | None) -> np.n
 
 
 def _stream_arrivals(path: str, fmt: Format, start_s: float, duration_s: float | None, keep_failed: bool) -> Arrivals:
+    # First assume the file is in time order (the public traces are): cut the window as the rows go by and stop at
+    # its end. A row out of order means the trace's first arrival is not known until the end: read it all again.
+    found = _window_pass(path, fmt, start_s, duration_s, keep_failed, in_order=True)
+    if found is None:
+        found = _window_pass(path, fmt, start_s, duration_s, keep_failed, in_order=False)
+    if found is None or not len(found.ns):
+        raise TraceError(f"{path}: no arrivals in the window {_window(start_s, duration_s)}")
+    return found
+
+
+def _window_pass(
+    path: str, fmt: Format, start_s: float, duration_s: float | None, keep_failed: bool, *, in_order: bool
+) -> Arrivals | None:
+    """One pass over the times; None when `in_order` and a row is out of order."""
     start_ns = round(start_s * _NS)
     end_ns = None if duration_s is None else round((start_s + duration_s) * _NS)
     times: list[np.ndarray] = []
     rows: list[np.ndarray] = []
     failed: list[np.ndarray] = []
     first_ns: int | None = None
+    origin = 2**63 - 1  # the earliest arrival, failed requests included: the trace's start
     previous = -(2**63)
-    in_order = True
     for first, batch in _batches(path, fmt):
         ns, fail = _arrival_columns(path, fmt, batch, first)
         if not len(ns):
             continue
         if in_order and (ns[0] < previous or np.any(np.diff(ns) < 0)):
-            in_order = False  # the window can only be cut once the whole file's first arrival is known
-        previous = max(previous, int(ns[-1]))
+            return None
+        previous = max(previous, int(ns.max()))
+        origin = min(origin, int(ns.min()))
         if first_ns is None:
             first_ns = int(ns[0])
         keep = np.ones(len(ns), bool) if keep_failed else ~fail
@@ -215,47 +230,27 @@ def _stream_arrivals(path: str, fmt: Format, start_s: float, duration_s: float |
             break  # a file in time order has nothing more for the window
     if first_ns is None:
         raise TraceError(f"{path}: no arrivals")
-    all_ns = np.concatenate(times) if times else np.zeros(0, np.int64)
-    all_rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-    all_failed = np.concatenate(failed) if failed else np.zeros(0, bool)
+    all_ns = np.concatenate(times) - origin
+    all_rows = np.concatenate(rows)
+    all_failed = np.concatenate(failed)
     if not in_order:
         order = np.argsort(all_ns, kind="stable")
+        inside = _in_window(all_ns[order], start_s, duration_s)
+        order = order[inside]
         all_ns, all_rows, all_failed = all_ns[order], all_rows[order], all_failed[order]
-        # The trace starts at its first arrival, failed requests included, whether or not they are replayed.
-        origin = min(int(all_ns[0]) if len(all_ns) else first_ns, _earliest(path, fmt))
-        all_ns = all_ns - origin
-        inside = _in_window(all_ns, start_s, duration_s)
-        all_ns, all_rows, all_failed = all_ns[inside], all_rows[inside], all_failed[inside]
-    else:
-        all_ns = all_ns - first_ns
-    if not len(all_ns):
-        raise TraceError(f"{path}: no arrivals in the window {_window(start_s, duration_s)}")
     return Arrivals(all_ns, all_rows, all_failed, True)
 
 
-def _earliest(path: str, fmt: Format) -> int:
-    """The first arrival of a file out of time order (failed rows included): one more pass over the times."""
-    earliest = 2**63 - 1
-    for first, batch in _batches(path, fmt, contents=False):
-        ns, _ = _arrival_columns(path, fmt, batch, first)
-        if len(ns):
-            earliest = min(earliest, int(ns.min()))
-    return earliest
-
-
-def _batches(path: str, fmt: Format, *, contents: bool = True) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """(first data row, batch) for the columns a pass needs, read as strings (CSV) so that a bad cell is found by
-    the checks here, not lost inside a conversion error without its row. `contents=False`: the times only."""
+def _batches(path: str, fmt: Format) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(first data row, batch) of the columns replay uses. CSV cells are read as strings so that a bad cell is
+    found by the checks here, not lost inside a conversion error that does not say its row."""
     fs, base = _filesystem(path)
     if fmt == "mooncake":
-        fields = [pa.field("timestamp", pa.float64())]
-        if contents:
-            fields += [
-                pa.field("input_length", pa.int64()),
-                pa.field("output_length", pa.int64()),
-                pa.field("hash_ids", pa.list_(pa.int64())),
-            ]
-        options = pajson.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore")
+        schema = pa.schema([
+            ("timestamp", pa.float64()), ("input_length", pa.int64()), ("output_length", pa.int64()),
+            ("hash_ids", pa.list_(pa.int64())),
+        ])  # fmt: skip
+        options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
         with fs.open_input_stream(base) as stream:
             try:
                 reader = pajson.open_json(stream, read_options=pajson.ReadOptions(block_size=_JSON_BLOCK_BYTES),
@@ -264,14 +259,7 @@ def _batches(path: str, fmt: Format, *, contents: bool = True) -> Iterator[tuple
             except pa.ArrowInvalid as exc:
                 raise _locate(path, fmt, str(exc)) from None
         return
-    need = {
-        "azure": AZURE_COLUMNS if contents else AZURE_COLUMNS[:1],
-        "burstgpt": (
-            ("Timestamp", "Model", "Request tokens", "Response tokens", "Log Type")
-            if contents
-            else ("Timestamp", "Response tokens")
-        ),
-    }[fmt]
+    need = AZURE_COLUMNS if fmt == "azure" else tuple(c for c in BURSTGPT_COLUMNS if c != "Total tokens")
     with fs.open_input_stream(base) as stream:
         try:
             reader = pacsv.open_csv(

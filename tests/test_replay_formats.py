@@ -250,3 +250,12 @@ def test_a_named_column_reads_any_csv_as_timestamps_as_before(tmp_path: Path) ->
         shape.requests(np.arange(2))
     specs = [p.spec for p in open_loop_schedule(plan_for(shape))]
     assert {s.category for s in specs} <= {"chat", "editing"} and not any(s.expect_error for s in specs)
+
+
+def test_a_late_row_out_of_order_moves_the_window_of_a_file_read_in_blocks(tmp_path: Path) -> None:
+    rows = [(100 + i / 100, "ChatGPT", 1 + i % 50, 1) for i in range(20_000)] + [(0.0, "ChatGPT", 7, 1)]
+    path = burstgpt(tmp_path / "b.csv", rows)
+    assert Path(path).stat().st_size > 2 * replay_formats._CSV_BLOCK_BYTES  # the late row is in a later block
+    shape = Replay(path=path, start_s=150, duration_s=10)  # the trace starts at 0 s (its last row), not 100 s
+    np.testing.assert_allclose(shape.offsets(), np.arange(1000) / 100, atol=1e-9)
+    assert shape.requests(np.array([0, 999])).prompt_tokens.tolist() == [1 + 5000 % 50, 1 + 5999 % 50]
