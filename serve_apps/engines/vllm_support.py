@@ -158,5 +158,10 @@ def pull_on_gpu_nodes(models: Sequence[str], *, timeout_s: float = 7200.0) -> di
         ).remote(list(models))
         for n in nodes
     }
-    results: list[dict[str, Any]] = ray.get(list(refs.values()), timeout=timeout_s)
+    try:
+        results: list[dict[str, Any]] = ray.get(list(refs.values()), timeout=timeout_s)
+    except ray.exceptions.RayError as exc:  # a node lost mid-pull, or the timeout (GetTimeoutError)
+        for ref in refs.values():
+            ray.cancel(ref, force=True)
+        raise ModelPullError(f"pulling on {len(refs)} GPU nodes: {_first_line(exc)}") from None
     return dict(zip(refs, results, strict=True))
