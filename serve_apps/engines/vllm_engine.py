@@ -260,11 +260,18 @@ def _stat_logger_factory(timeline: StepTimeline, k_table: list[int], *, with_det
     return TimelineLogger
 
 
+# The module whose VllmConfig.__post_init__ finalises the config: the data-parallel fallback and the CUDA-graph
+# override for dynamic speculation are logged there.
+VLLM_CONFIG_LOGGER = "vllm.config.vllm"
+
+
 @contextmanager
 def captured_vllm_warnings() -> Iterator[list[str]]:
-    """vLLM's warnings while the block runs. vLLM's loggers do not propagate to the root logger, so a handler
-    goes on the `vllm` logger itself; vLLM logs its config warnings once per process (warning_once), so that
-    cache is cleared first, or an engine built after another in the same process would miss them."""
+    """The warnings vLLM's config module logs while the block runs. A filter on that module's logger sees each
+    record it logs, and lets it through. Not a handler: while building its first config vLLM (re)configures
+    logging with dictConfig, which strips the handlers of every existing logger below `vllm` (filters stay); and
+    vLLM's loggers do not propagate to the root. vLLM logs these warnings once per process (warning_once), so
+    that cache is cleared first, or an engine built after another in the same process would miss them."""
     from vllm import logger as vllm_logger
 
     cache = getattr(vllm_logger, "_print_warning_once", None)
@@ -272,17 +279,19 @@ def captured_vllm_warnings() -> Iterator[list[str]]:
         cache.cache_clear()
     messages: list[str] = []
 
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            messages.append(record.getMessage())
+    class Collect(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            if record.levelno >= logging.WARNING:
+                messages.append(record.getMessage())
+            return True
 
-    handler = Collect(level=logging.WARNING)
-    target = logging.getLogger("vllm")
-    target.addHandler(handler)
+    collect = Collect()
+    target = logging.getLogger(VLLM_CONFIG_LOGGER)
+    target.addFilter(collect)
     try:
         yield messages
     finally:
-        target.removeHandler(handler)
+        target.removeFilter(collect)
 
 
 class VllmEngine:
