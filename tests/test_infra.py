@@ -256,14 +256,14 @@ def token_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
         with local_ray(num_cpus=4, num_gpus=1) as info:
             import ray
 
-            node = ray._private.worker._global_node
-            yield {**info, "token": token, "hf_home": hf_home, "temp_dir": node.get_temp_dir_path()}
+            temp_dir = str(info.get("temp_dir") or ray._private.worker._global_node.get_temp_dir_path())
+            yield {**info, "token": token, "hf_home": hf_home, "temp_dir": temp_dir}
 
 
 def test_models_pull_runs_one_task_per_gpu_node_with_the_nodes_offline_setting(
     token_cluster: dict[str, Any], tmp_path: Path
 ) -> None:
-    from serve_apps.engines.vllm_support import pull_on_gpu_nodes
+    from serve_apps.engines.vllm_support import ModelPullError, pull_on_gpu_nodes
 
     local = tmp_path / "tiny"
     local.mkdir()
@@ -275,6 +275,10 @@ def test_models_pull_runs_one_task_per_gpu_node_with_the_nodes_offline_setting(
     assert outcome["error"] == (
         f"{HUB_DRAFTER}: not in the cache at {cache} and HF_HUB_OFFLINE is set: unset it to download"
     )
+    # A pull that does not finish in time (a slow link, a lost node) ends in one line, its tasks cancelled.
+    with pytest.raises(ModelPullError, match=r"^pulling on 1 GPU nodes: .*") as caught:
+        pull_on_gpu_nodes([str(local)], timeout_s=0.001)
+    assert "\n" not in str(caught.value)
 
 
 def _session_processes(temp_dir: str) -> list[Any]:
