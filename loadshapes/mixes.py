@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 
 class _Strict(BaseModel):
@@ -124,22 +124,23 @@ class RequestSpec(BaseModel):
     category: str
     prompt: str
     prompt_tokens: int = Field(ge=1)
+    # A replayed request the trace recorded as failed: sent with max_tokens 0, which OpenAI-compatible servers
+    # (vLLM, the arms' own) refuse, so its arrival is replayed and its answer is the error it expects.
+    # Declared before max_tokens, whose check reads it.
+    expect_error: bool = False
     max_tokens: int = Field(ge=0)
     output_tokens: int | None = Field(default=None, ge=1)  # where the (simulated) model stops
     ignore_eos: bool = False
-    # A replayed request the trace recorded as failed: sent with max_tokens 0, which OpenAI-compatible servers
-    # (vLLM, the arms' own) refuse, so its arrival is replayed and its answer is the error it expects.
-    expect_error: bool = False
 
-    @model_validator(mode="after")
-    def _tokens(self) -> RequestSpec:
-        if (self.max_tokens == 0) != self.expect_error:
-            raise ValueError(
-                "max_tokens must be >= 1"
-                if not self.expect_error
-                else "a request that expects an error has max_tokens 0"
-            )
-        return self
+    @field_validator("max_tokens")
+    @classmethod
+    def _tokens(cls, value: int, info: ValidationInfo) -> int:
+        if info.data.get("expect_error"):
+            if value != 0:
+                raise ValueError("a request that expects an error has max_tokens 0")
+        elif value < 1:
+            raise ValueError("Input should be greater than or equal to 1")
+        return value
 
     def body_hints(self) -> dict[str, int | str]:
         """The `specdrill` body extension: what a simulated engine cannot read from text."""
