@@ -1,27 +1,33 @@
-"""The operating map against DuckDB on 10 million trace rows.
+"""`specdrill report` on DuckDB against DuckDB's own plain aggregates, at 1 and 10 million trace rows.
 
-Generates a realistic synthetic trace (4 arms: off, fixed k=3, dynamic on one engine, dynamic on a data-parallel
-group that fell back to the static k; 3 shapes with the same paired schedule in every arm) as Hive-partitioned
-Parquet, then times in separate processes, so each peak RSS is its own:
-  duckdb      read_parquet(hive_partitioning) + GROUP BY arm, band: count, quantile_cont of ttft/tpot, sum of ok
-  ours        read + request frame + the operating maps by offered rate and by batch size (pairing, bootstrap)
-  duckdb_map  the batch map's arithmetic in SQL (4 latencies x 3 quantiles, SLO goodput, list sums, acceptance
-              by category), without pairing or bootstrap: the same reduction work as ours_batch
-  ours_batch  read + request frame + the batch-size map alone
-  verify      read + executed-policy verification (no DuckDB counterpart)
-Target: ours <= 1.5x DuckDB's plain aggregate.
+Generates a synthetic run directory (manifest, unit markers, version-2 traces, engine step timelines) with
+realistic step counts: output tokens lognormal around 200, steps = output tokens for `off` and output tokens /
+(1 + accepted per step) for the speculative arms; 4 arms (off, fixed k=3, dynamic on one engine, dynamic on a
+data-parallel group that fell back to the static k), 3 shapes with the same paired schedule in every arm. Then,
+each stage in its own process (so each peak RSS is its own), best of --repeats:
+
+  plain_maps    DuckDB: one scan, GROUPING SETS (arm, batch band) and (arm, rate band): count, TTFT/TPOT quantiles
+  maps          ours: both operating maps (per-request view, pairing join, bootstrap, verdicts, crossovers)
+  plain_steps   DuckDB: histogram of (arm, step batch size, step k) over the timelines
+  verify        ours: the executed-policy verification from the timelines (every check, switch timing)
+  report        ours: the whole `specdrill report` (maps, verification, fault windows, summary.json, report.html)
+
+Targets: maps <= 2x plain_maps; verify <= 1.5x plain_steps; report peak RSS <= 2 GiB at 10M rows and at most
+25% above its 1M-row figure. Also the trace's bytes per request with the per-step lists and without (default).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import platform
 import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -34,48 +40,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadshapes.arrivals import shape_arrivals
 from loadshapes.shapes import CrossAndRecover, Ramp, Sustained
-from loadshapes.trace import FILE_SCHEMA, TRACE_SCHEMA
-from orchestrator.analysis import (
-    FRAME_COLUMNS,
-    VERIFY_COLUMNS,
-    ArmInfo,
-    Slos,
-    auto_rate_bands,
-    batch_bands,
-    operating_maps,
-    read_trace_columns,
-    request_frame,
-    verify_executed_policy,
-)
-from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
+from loadshapes.trace import FILE_SCHEMA
+from orchestrator.campaign import Campaign
+from orchestrator.run import RunStore, Unit, UnitResult
 
 MAX_NUM_SEQS = 512
 CATEGORIES = ("reasoning", "chat", "editing")
 ACCEPT_P = np.array([0.62, 0.5, 0.8])
-ROWS_PER_FILE = 250_000
-
-
-def _schedule() -> DynamicPolicy:
-    return DynamicPolicy(method="eagle", model="drafter", max_k=3, schedule=((1, 64, 3), (65, 128, 1), (129, 512, 0)))
-
-
-def bench_arms() -> list[ArmInfo]:
-    return [
-        ArmInfo.from_policy("off", OffPolicy(), max_num_seqs=MAX_NUM_SEQS),
-        ArmInfo.from_policy("fixed-k3", FixedPolicy(method="eagle", model="drafter", k=3), max_num_seqs=MAX_NUM_SEQS),
-        ArmInfo.from_policy("dyn-single", _schedule(), max_num_seqs=MAX_NUM_SEQS),
-        ArmInfo.from_policy(
-            "dyn-dp2", _schedule(), topology=Topology(kind="data_parallel", size=2), max_num_seqs=MAX_NUM_SEQS
-        ),
-    ]
-
-
-def _resolved_config(arm: ArmInfo) -> dict[str, Any]:
-    config: dict[str, Any] = {"method": "eagle", "model": "drafter", "num_speculative_tokens": arm.k}
-    if arm.kind == "dynamic":
-        dropped = arm.expects_static_fallback
-        config["num_speculative_tokens_per_batch_size"] = None if dropped else [list(e) for e in arm.schedule or ()]
-    return config
+ROWS_PER_FILE = 1000  # the load worker's default flush: one part file per 1000 rows
+SCHEDULE = "dynamic:3:1-64=3,65-128=1,129-512=0"
+START_NS = 1_800_000_000 * 10**9
 
 
 def bench_shapes(rows_per_arm: int) -> dict[str, Ramp | CrossAndRecover | Sustained]:
@@ -99,43 +73,81 @@ def bench_shapes(rows_per_arm: int) -> dict[str, Ramp | CrossAndRecover | Sustai
     }
 
 
-def _lists(lengths: np.ndarray, values: np.ndarray) -> pa.ListArray:
+def bench_campaign(rows: int, output: Path) -> Campaign:
+    shapes = bench_shapes(rows // 4)
+    return Campaign.model_validate(
+        {
+            "name": "bench",
+            "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
+            "policies": {"off": "off", "fixed3": "fixed:3", "dyn": SCHEDULE},
+            "topologies": {"single": "single", "dp2": "data_parallel:2"},
+            "arms": [
+                {"policy": "off", "topology": "single"},
+                {"policy": "fixed3", "topology": "single"},
+                {"policy": "dyn", "topology": "single"},
+                {"policy": "dyn", "topology": "dp2"},
+            ],
+            "shapes": {name: shape.model_dump() for name, shape in shapes.items()},
+            "mix": {"entries": [{"workload": "chat", "weight": 1}]},
+            "output": str(output),
+        }
+    )
+
+
+def _executed_k_table(arm: Any) -> np.ndarray:
+    """The k the engine ran per batch size: under data parallelism vLLM dropped the schedule for the static k."""
+    resolved = arm.policy.resolve(arm.topology)
+    return np.asarray(resolved.k_table(MAX_NUM_SEQS), dtype=np.int64)
+
+
+def _resolved_config(arm: Any) -> str | None:
+    resolved = arm.policy.resolve(arm.topology)
+    if resolved.num_speculative_tokens == 0:
+        return None
+    schedule = resolved.schedule
+    return json.dumps(
+        {
+            "method": "eagle",
+            "num_speculative_tokens": resolved.num_speculative_tokens,
+            "num_speculative_tokens_per_batch_size": [list(e) for e in schedule] if schedule else None,
+        },
+        sort_keys=True,
+    )
+
+
+def _lists(lengths: np.ndarray, values: np.ndarray, kind: pa.DataType) -> pa.ListArray:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, kind.value_type), type=kind)
 
 
-def _partition(arm: ArmInfo, arm_index: int, shape_name: str, shape: Any, offsets_s: np.ndarray, seed: int) -> pa.Table:
+def partition(
+    arm: Any, arm_index: int, shape_name: str, shape: Any, offsets_s: np.ndarray, start_ns: int, seed: int,
+    *, step_lists: bool = False,
+) -> pa.Table:  # fmt: skip
+    """One (arm, shape) unit's trace rows (FILE_SCHEMA)."""
     n = len(offsets_s)
-    rng = np.random.default_rng([seed, arm_index, zlib_key(shape_name)])
-    shared = np.random.default_rng([seed, zlib_key(shape_name)])  # per-request traits common to every arm
+    rng = np.random.default_rng([seed, arm_index, zlib.crc32(shape_name.encode())])
+    shared = np.random.default_rng([seed, zlib.crc32(shape_name.encode())])  # traits common to every arm
     rate = shape.rate_at(offsets_s)
     peak = float(rate.max())
     difficulty = shared.lognormal(0.0, 0.25, n)
     category = shared.integers(0, len(CATEGORIES), n)
-    output_tokens = np.clip(shared.lognormal(np.log(200), 0.5, n), 2, 2048).astype(np.int32)
+    output_tokens = np.clip(shared.lognormal(np.log(200), 0.5, n), 2, 2048).astype(np.int64)
     prompt_tokens = np.clip(shared.lognormal(np.log(600), 0.6, n), 8, 8000).astype(np.int32)
 
-    speculative = arm.kind != "off"
-    typical = np.clip(rate * 2.6 * (0.88 if speculative else 1.0) * rng.lognormal(0, 0.1, n), 1, MAX_NUM_SEQS)
-    lengths = rng.integers(3, 7, n)
-    parent = np.repeat(np.arange(n), lengths)
-    steps_batch = np.clip(np.rint(typical[parent] * rng.lognormal(0, 0.15, len(parent))), 1, MAX_NUM_SEQS)
-    steps_batch = steps_batch.astype(np.int32)
-    # What the engine ran: under data parallelism vLLM dropped the schedule for the static max k.
-    table = np.full(MAX_NUM_SEQS + 1, arm.k) if arm.expects_static_fallback else arm.k_table()
-    steps_k = table[steps_batch].astype(np.int16)
-    drafting = steps_k > 0
-    drafted = steps_k[drafting]
-    accepted = rng.binomial(drafted, ACCEPT_P[category[parent[drafting]]]).astype(np.int16)
-    spec_per_request = np.bincount(parent[drafting], minlength=n)
-    accepted_per_request = np.bincount(parent[drafting], weights=accepted, minlength=n)
-    mean_k = np.bincount(parent, weights=steps_k, minlength=n) / lengths
-
-    batch_mean = np.bincount(parent, weights=steps_batch, minlength=n) / lengths
+    table_k = _executed_k_table(arm)
+    speculative = int(table_k.max()) > 0
+    batch_mean = np.clip(rate * 2.6 * (0.88 if speculative else 1.0) * rng.lognormal(0, 0.1, n), 1, MAX_NUM_SEQS)
+    k = table_k[np.rint(batch_mean).astype(np.int64)]
+    accepted_per_step = k * ACCEPT_P[category] * rng.uniform(0.8, 1.0, n)
+    steps = np.maximum(1, np.ceil(output_tokens / (1.0 + accepted_per_step))).astype(np.int64)
+    spec_steps = np.where(k > 0, steps, 0)
+    drafted = spec_steps * k
+    accepted = np.minimum(drafted, np.maximum(0, output_tokens - steps))
     tpot_off = 0.008 + 0.00006 * batch_mean
-    gain = 1.0 + (mean_k / 3.0) * (0.7 * np.exp(-batch_mean / 100.0) - 0.25 * batch_mean / 256)
-    idle = np.where(speculative & (mean_k == 0), 0.93, 1.0)  # a loaded drafter costs even at k = 0
+    gain = 1.0 + (k / 3.0) * (0.7 * np.exp(-batch_mean / 100.0) - 0.25 * batch_mean / 256)
+    idle = np.where(speculative & (k == 0), 0.93, 1.0)  # a loaded drafter costs even at k = 0
     tpot = tpot_off / gain * idle * difficulty * rng.lognormal(0, 0.1, n)
     load = rate / peak
     queue_wait = rng.exponential(0.002 + 0.6 * load**6, n)
@@ -143,7 +155,6 @@ def _partition(arm: ArmInfo, arm_index: int, shape_name: str, shape: Any, offset
     e2e = ttft + tpot * (output_tokens - 1)
     ok = rng.random(n) >= 0.001 + 0.03 * load**4
 
-    start_ns = 1_800_000_000 * 10**9 + arm_index * 10**13
     scheduled = start_ns + np.rint(offsets_s * 1e9).astype(np.int64)
     lateness = rng.integers(50_000, 500_000, n)
     sent = scheduled + lateness
@@ -151,9 +162,9 @@ def _partition(arm: ArmInfo, arm_index: int, shape_name: str, shape: Any, offset
     done = scheduled + np.rint(e2e * 1e9).astype(np.int64)
     received = sent + 300_000
     first_scheduled = received + np.rint(queue_wait * 1e9).astype(np.int64)
-    index = pa.array(np.arange(n))
-    request_id = pc.binary_join_element_wise(arm.name, shape_name, "0", pc.cast(index, pa.string()), ":")
-    config = None if arm.kind == "off" else json.dumps(_resolved_config(arm))
+    index = np.arange(n)
+    request_id = pc.binary_join_element_wise(arm.name, shape_name, "0", pc.cast(pa.array(index), pa.string()), ":")
+    config = _resolved_config(arm)
 
     def when_ok(values: np.ndarray) -> pa.Array:
         return pa.array(values, mask=~ok)
@@ -161,13 +172,18 @@ def _partition(arm: ArmInfo, arm_index: int, shape_name: str, shape: Any, offset
     columns: dict[str, Any] = {
         "campaign": pa.array(np.full(n, "bench")),
         "run": pa.array(np.full(n, "r1")),
-        "policy": pa.array(np.full(n, arm.kind)),
-        "topology": pa.array(np.full(n, arm.topology)),
+        "policy": pa.array(np.full(n, arm.policy.label)),
+        "topology": pa.array(np.full(n, arm.topology.label)),
         "phase": pa.array(shape.phase_at(offsets_s)),
-        "worker": pa.array((np.arange(n) % 4).astype(np.int32)),
+        "worker": pa.array((index % 4).astype(np.int32)),
         "request_id": request_id,
+        "repeat": pa.array(np.zeros(n, np.int32)),
+        "request_index": pa.array(index),
         "category": pa.array(np.array(CATEGORIES)[category]),
         "scheduled_ns": pa.array(scheduled),
+        "unit_start_ns": pa.array(np.full(n, start_ns)),
+        "offset_s": pa.array(offsets_s),
+        "offered_rate_rps": pa.array(rate),
         "sent_ns": pa.array(sent),
         "first_token_ns": when_ok(first_token),
         "done_ns": pa.array(done),
@@ -185,235 +201,324 @@ def _partition(arm: ArmInfo, arm_index: int, shape_name: str, shape: Any, offset
         "server_first_scheduled_ns": pa.array(first_scheduled),
         "server_first_token_ns": when_ok(first_token),
         "server_done_ns": pa.array(done),
-        "step_batch_size": _lists(lengths, steps_batch),
-        "step_k": _lists(lengths, steps_k),
-        "per_step_drafted": _lists(spec_per_request, drafted),
-        "per_step_accepted": _lists(spec_per_request, accepted),
-        "mean_acceptance_length": pa.array(
-            1 + accepted_per_request / np.maximum(spec_per_request, 1), mask=spec_per_request == 0
-        ),
+        "engine_steps": pa.array(steps.astype(np.int32)),
+        "step_batch_mean": pa.array(batch_mean),
+        "step_batch_max": pa.array(np.minimum(MAX_NUM_SEQS, np.ceil(batch_mean * 1.3)).astype(np.int32)),
+        "step_k_sum": pa.array(steps * k),
+        "spec_steps": pa.array(spec_steps.astype(np.int32)),
+        "drafted_tokens": pa.array(drafted),
+        "accepted_tokens": pa.array(accepted),
+        "mean_acceptance_length": pa.array(1 + accepted / np.maximum(spec_steps, 1), mask=spec_steps == 0),
         "resolved_speculative_config": pa.array([config] * n, type=pa.string()),
-        "schedule_dropped": pa.array(np.full(n, arm.topology.startswith("data_parallel") and arm.kind == "dynamic")),
-        "engine_id": pa.array(np.full(n, f"{arm.name}-e0")),
+        "schedule_dropped": pa.array(np.full(n, "dp" in arm.topology.label and arm.policy.kind == "dynamic")),
+        "engine_id": pa.array(np.char.add(f"{arm.name}-sim-", (index % max(1, arm.topology.size)).astype(str))),
         "status": pa.array(np.where(ok, "ok", "error")),
         "error_class": pa.array(np.full(n, "ReadTimeout"), mask=ok),
     }
+    if step_lists:  # what every row carried before version 2: each step of the request, repeated per request
+        parent = np.repeat(index, steps)
+        batch = np.clip(np.rint(batch_mean[parent] * rng.lognormal(0, 0.15, len(parent))), 1, MAX_NUM_SEQS)
+        step_k = table_k[batch.astype(np.int64)]
+        columns["step_batch_size"] = _lists(steps, batch.astype(np.int32), pa.list_(pa.int32()))
+        columns["step_k"] = _lists(steps, step_k.astype(np.int16), pa.list_(pa.int16()))
+        drafting = step_k > 0
+        per_request = np.bincount(parent[drafting], minlength=n)
+        step_drafted = step_k[drafting]
+        columns["per_step_drafted"] = _lists(per_request, step_drafted.astype(np.int16), pa.list_(pa.int16()))
+        step_accepted = rng.binomial(step_drafted, ACCEPT_P[category[parent[drafting]]])
+        columns["per_step_accepted"] = _lists(per_request, step_accepted.astype(np.int16), pa.list_(pa.int16()))
     arrays = [columns.get(f.name, pa.nulls(n, f.type)) for f in FILE_SCHEMA]
     return pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, FILE_SCHEMA, strict=True)], schema=FILE_SCHEMA)
 
 
-def zlib_key(text: str) -> int:
-    import zlib
+def timeline(arm: Any, shape: Any, start_ns: int, seed: int) -> pa.Table:
+    """The unit's engine steps: one row per step of every engine, back to back over the shape's duration."""
+    rng = np.random.default_rng([seed, zlib.crc32(arm.name.encode())])
+    table_k = _executed_k_table(arm)
+    speculative = int(table_k.max()) > 0
+    engines = arm.topology.size if arm.topology.kind != "single" else 1
+    parts = []
+    for rank in range(engines):
+        # Step time grows with the batch; the batch follows the offered rate (split over the engines).
+        guess = np.arange(0.0, shape.duration, 0.012)
+        batch_at = np.clip(shape.rate_at(guess) * 2.6 * (0.88 if speculative else 1.0) / engines, 1, MAX_NUM_SEQS)
+        batch = np.clip(np.rint(batch_at * rng.lognormal(0, 0.15, len(guess))), 1, MAX_NUM_SEQS).astype(np.int64)
+        length = 0.008 + 0.00006 * batch * engines
+        start = np.concatenate([[0.0], np.cumsum(length)[:-1]])
+        keep = start < shape.duration
+        batch, length, start = batch[keep], length[keep], start[keep]
+        k = table_k[batch]
+        drafted = k * batch
+        n = len(batch)
+        parts.append(
+            pa.table(
+                {
+                    "engine_id": pa.array(np.full(n, f"{arm.name}-sim-{rank}")),
+                    "start_ns": pa.array(start_ns + np.rint(start * 1e9).astype(np.int64)),
+                    "end_ns": pa.array(start_ns + np.rint((start + length) * 1e9).astype(np.int64)),
+                    "dp_rank": pa.array(np.full(n, rank, np.int32)),
+                    "batch_size": pa.array(batch.astype(np.int32)),
+                    "num_prefill": pa.array(rng.integers(0, 3, n).astype(np.int32)),
+                    "k": pa.array(k.astype(np.int32)),
+                    "drafted": pa.array(drafted.astype(np.int32)),
+                    "accepted": pa.array(rng.binomial(drafted, 0.6).astype(np.int32)),
+                    "waiting": pa.array(rng.integers(0, 5, n).astype(np.int32)),
+                }
+            )
+        )
+    return pa.concat_tables(parts)
 
-    return zlib.crc32(text.encode())
 
-
-def generate(root: Path, rows: int, seed: int) -> dict[str, Any]:
-    arms = bench_arms()
-    shapes = bench_shapes(rows // len(arms))
+def generate(run_dir: Path, rows: int, seed: int) -> dict[str, Any]:
+    campaign = bench_campaign(rows, run_dir)
+    store = RunStore(str(run_dir))
     t0 = time.perf_counter()
-    written = 0
-    for shape_name, shape in shapes.items():
-        offsets = shape_arrivals(shape, seed=zlib_key(shape_name) ^ seed)
-        for arm_index, arm in enumerate(arms):
-            table = _partition(arm, arm_index, shape_name, shape, offsets, seed)
-            directory = root / f"arm={arm.name}" / f"shape={shape_name}"
+    written, steps = 0, 0
+    units = {}
+    arm_specs = campaign.arms()
+    for shape_index, (shape_name, shape) in enumerate(campaign.shapes.items()):
+        offsets = shape_arrivals(shape, seed=zlib.crc32(shape_name.encode()) ^ seed)
+        for arm_index, arm in enumerate(arm_specs):
+            start_ns = START_NS + (arm_index * 3 + shape_index) * 10**14
+            table = partition(arm, arm_index, shape_name, shape, offsets, start_ns, seed)
+            directory = run_dir / "traces" / f"arm={arm.name}" / f"shape={shape_name}"
             directory.mkdir(parents=True, exist_ok=True)
-            for part, start in enumerate(range(0, table.num_rows, ROWS_PER_FILE)):
-                pq.write_table(
-                    table.slice(start, ROWS_PER_FILE), directory / f"part-{part:04d}.parquet", compression="zstd"
-                )
+            with pq.ParquetWriter(directory / "part-bench-000000.parquet", FILE_SCHEMA, compression="zstd") as w:
+                for begin in range(0, table.num_rows, 200_000):
+                    w.write_table(table.slice(begin, 200_000), row_group_size=ROWS_PER_FILE * 100)
+            steps_table = timeline(arm, shape, start_ns, seed)
+            timeline_dir = run_dir / "timelines" / f"arm={arm.name}" / f"shape={shape_name}"
+            timeline_dir.mkdir(parents=True, exist_ok=True)
+            pq.write_table(steps_table, timeline_dir / "r0.parquet", compression="zstd")
+            unit = Unit(arm=arm.name, shape=shape_name, repeat=0)
+            result = UnitResult(
+                unit=unit, start_ns=start_ns, end_ns=int(pc.max(steps_table["end_ns"]).as_py()),
+                duration_s=shape.duration, scheduled=table.num_rows, rows=table.num_rows, saturated=False,
+                lateness_p99_s=0.0005, workers=[], timeline_steps=steps_table.num_rows,
+            )  # fmt: skip
+            store.write_json(store.unit_marker(unit), result.model_dump(mode="json"))
+            units[unit.key] = {"rows": table.num_rows, "scheduled": table.num_rows}
             written += table.num_rows
-    size = sum(p.stat().st_size for p in root.rglob("*.parquet"))
-    return {"rows": written, "generate_s": time.perf_counter() - t0, "bytes_on_disk": size}
+            steps += steps_table.num_rows
+    manifest = {
+        "campaign": campaign.model_dump(mode="json", by_alias=True),
+        "run": "r1",
+        "mode": "virtual",
+        "arms": {a.name: {"policy": a.policy.label, "topology": a.topology.label} for a in arm_specs},
+        "units": units,
+    }
+    store.write_json("manifest.json", manifest)
+    size = sum(p.stat().st_size for p in (run_dir / "traces").rglob("*.parquet"))
+    return {"rows": written, "timeline_steps": steps, "generate_s": round(time.perf_counter() - t0, 1),
+            "trace_bytes": size}  # fmt: skip
 
 
+def bytes_per_request(seed: int, rows: int = 100_000) -> dict[str, float]:
+    """One unit of the dynamic arm, written as the load worker does (1000-row zstd part files), with the
+    per-step lists (schema 1's rows, and version 2 with store_step_lists) and without (the default)."""
+    campaign = bench_campaign(rows * 4 * 3, Path(tempfile.gettempdir()) / "unused")
+    arm = campaign.arms()[2]
+    shape = campaign.shapes["ramp"]
+    offsets = shape_arrivals(shape, seed=seed)[:rows]
+    out = {}
+    for lists in (True, False):
+        table = partition(arm, 2, "ramp", shape, offsets, START_NS, seed, step_lists=lists)
+        size = 0
+        for begin in range(0, table.num_rows, ROWS_PER_FILE):
+            sink = pa.BufferOutputStream()
+            pq.write_table(table.slice(begin, ROWS_PER_FILE), sink, compression="zstd")
+            size += sink.getvalue().size
+        out["with_step_lists" if lists else "without_step_lists"] = round(size / table.num_rows, 1)
+    return out
+
+
+# --- stages ----------------------------------------------------------------------------------------------------
 def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    """This process's peak resident set (VmHWM): getrusage's ru_maxrss would carry the parent's peak over the
+    exec of a stage process (Linux keeps it across execve)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
-def _ours(root: Path, rows: int, *, by_rate: bool) -> dict[str, Any]:
-    arms = bench_arms()
-    shapes = bench_shapes(rows // len(arms))
+def _edges_case(column: str, edges: list[float]) -> str:
+    cases = " ".join(f"WHEN {column} < {high} THEN {i}" for i, high in enumerate(edges[1:]))
+    return f"CASE WHEN {column} IS NULL OR {column} < {edges[0]} THEN -1 {cases} ELSE {len(edges) - 1} END"
+
+
+def run_plain_maps(run_dir: Path) -> dict[str, Any]:
+    import duckdb
+
     t0 = time.perf_counter()
-    table = read_trace_columns(str(root), FRAME_COLUMNS)
-    t_read = time.perf_counter()
-    frame = request_frame(table, shapes=shapes)
-    del table
-    t_frame = time.perf_counter()
-    band_sets = [auto_rate_bands(frame.offered_rate), batch_bands()] if by_rate else [batch_bands()]
-    maps = operating_maps(frame, arms, Slos(), band_sets)
-    t_end = time.perf_counter()
+    batch = _edges_case("step_batch_mean", [1, 65, 129, 513])
+    rate = _edges_case("offered_rate_rps", [0, 20, 40, 60, 80])
+    result = duckdb.sql(
+        f"""
+        SELECT arm, bb, rb, count(*), quantile_cont(ttft_s, [0.5, 0.9, 0.99]), quantile_cont(tpot_s, [0.5, 0.9, 0.99])
+        FROM (SELECT arm, ttft_s, tpot_s, {batch} AS bb, {rate} AS rb
+              FROM read_parquet('{run_dir}/traces/*/*/*.parquet', hive_partitioning = true))
+        GROUP BY GROUPING SETS ((arm, bb), (arm, rb))
+        """
+    ).fetchall()
+    return {"seconds": time.perf_counter() - t0, "peak_rss_bytes": _peak_rss_bytes(), "groups": len(result)}
+
+
+def run_plain_steps(run_dir: Path) -> dict[str, Any]:
+    import duckdb
+
+    t0 = time.perf_counter()
+    result = duckdb.sql(
+        f"SELECT arm, batch_size, k, count(*) FROM read_parquet('{run_dir}/timelines/*/*/*.parquet', "
+        "hive_partitioning = true) GROUP BY ALL"
+    ).fetchall()
+    return {"seconds": time.perf_counter() - t0, "peak_rss_bytes": _peak_rss_bytes(), "groups": len(result)}
+
+
+def run_maps(run_dir: Path) -> dict[str, Any]:
+    from orchestrator.analysis import operating_maps, run_requests
+    from orchestrator.report import load_run, offered_rate_bands, schedule_bands, slos_of
+
+    t0 = time.perf_counter()
+    inputs = load_run(str(run_dir))
+    units = [(u.unit.arm, u.unit.shape, u.unit.repeat) for u in inputs.units]
+    requests = run_requests(str(run_dir), units)
+    band_sets = [schedule_bands(inputs.campaign)]
+    rate_bands = offered_rate_bands(requests)
+    if rate_bands is not None:
+        band_sets.append(rate_bands)
+    maps = operating_maps(requests, inputs.arms, slos_of(inputs.campaign), band_sets)
     return {
-        "seconds": t_end - t0,
-        "read_s": t_read - t0,
-        "frame_s": t_frame - t_read,
-        "maps_s": t_end - t_frame,
+        "seconds": time.perf_counter() - t0,
         "peak_rss_bytes": _peak_rss_bytes(),
         "crossovers": [c.message for m in maps for c in m.crossovers],
         "cells": sum(len(m.cells) for m in maps),
     }
 
 
-def run_ours(root: Path, rows: int) -> dict[str, Any]:
-    return _ours(root, rows, by_rate=True)
+def run_verify(run_dir: Path) -> dict[str, Any]:
+    from orchestrator.analysis import run_requests, verify_executed_policy
+    from orchestrator.report import load_run, schedule_bands
 
-
-def run_ours_batch(root: Path, rows: int) -> dict[str, Any]:
-    return _ours(root, rows, by_rate=False)
-
-
-def run_verify(root: Path, rows: int) -> dict[str, Any]:
-    arms = bench_arms()
-    shapes = bench_shapes(rows // len(arms))
     t0 = time.perf_counter()
-    table = read_trace_columns(str(root), VERIFY_COLUMNS)
-    t_read = time.perf_counter()
-    report = verify_executed_policy(table, arms, shapes=shapes)
-    t_end = time.perf_counter()
+    inputs = load_run(str(run_dir))
+    units = [(u.unit.arm, u.unit.shape, u.unit.repeat) for u in inputs.units]
+    requests = run_requests(str(run_dir), units)
+    report = verify_executed_policy(
+        requests, inputs.arms, shapes=dict(inputs.campaign.shapes), bands=schedule_bands(inputs.campaign)
+    )
     return {
-        "seconds": t_end - t0,
-        "read_s": t_read - t0,
-        "verify_s": t_end - t_read,
+        "seconds": time.perf_counter() - t0,
         "peak_rss_bytes": _peak_rss_bytes(),
         "failed_findings": [f.message for a in report.arms for f in a.findings if not f.passed],
         "switch_timings": [t.message for t in report.switch_timings],
     }
 
 
-DUCKDB_QUERY = """
-SELECT arm, band, count(*) AS requests,
-       quantile_cont(ttft_s, [0.5, 0.9, 0.99]) AS ttft,
-       quantile_cont(tpot_s, [0.5, 0.9, 0.99]) AS tpot,
-       sum(CAST(status = 'ok' AS INTEGER)) AS ok
-FROM (
-    SELECT arm, ttft_s, tpot_s, status,
-           CASE WHEN b <= 8 THEN '1-8' WHEN b <= 32 THEN '9-32' WHEN b <= 64 THEN '33-64'
-                WHEN b <= 128 THEN '65-128' WHEN b <= 256 THEN '129-256' ELSE '257-512' END AS band
-    FROM (SELECT *, list_aggregate(step_batch_size, 'median') AS b
-          FROM read_parquet('{root}/*/*/*.parquet', hive_partitioning = true))
-)
-GROUP BY arm, band ORDER BY arm, band
-"""
-
-
-# The batch-band map's own arithmetic, without pairing and bootstrap: what DuckDB would have to do instead.
-DUCKDB_MAP_QUERIES = [
-    """
-CREATE TEMP TABLE r AS
-SELECT arm, category, status = 'ok' AS ok, ttft_s, tpot_s, e2e_s, queue_wait_s,
-       len(step_batch_size) AS steps, list_sum(step_k) AS k_sum,
-       len(list_filter(per_step_drafted, lambda x: x > 0)) AS spec,
-       coalesce(list_sum(per_step_accepted), 0) AS accepted,
-       CASE WHEN b < 9 THEN 0 WHEN b < 33 THEN 1 WHEN b < 65 THEN 2 WHEN b < 129 THEN 3 WHEN b < 257 THEN 4
-            WHEN b < 513 THEN 5 END AS band
-FROM (SELECT *, list_avg(step_batch_size) AS b FROM read_parquet('{root}/*/*/*.parquet', hive_partitioning = true))
-""",
-    """
-SELECT arm, band, count(*), sum(ok::INT), sum((ok AND ttft_s <= 2 AND coalesce(tpot_s <= 0.05, true))::INT),
-       quantile_cont(ttft_s, [0.5, 0.9, 0.99]) FILTER (WHERE ok),
-       quantile_cont(tpot_s, [0.5, 0.9, 0.99]) FILTER (WHERE ok),
-       quantile_cont(e2e_s, [0.5, 0.9, 0.99]) FILTER (WHERE ok),
-       quantile_cont(queue_wait_s, [0.5, 0.9, 0.99]),
-       sum(steps), sum(k_sum), sum(spec), sum(accepted)
-FROM r WHERE band IS NOT NULL GROUP BY arm, band
-""",
-    "SELECT arm, band, category, sum(spec), sum(accepted) FROM r WHERE band IS NOT NULL GROUP BY arm, band, category",
-]
-
-
-def run_duckdb(root: Path, rows: int) -> dict[str, Any]:
-    import duckdb
+def run_report(run_dir: Path) -> dict[str, Any]:
+    from orchestrator.report import write_report
 
     t0 = time.perf_counter()
-    result = duckdb.execute(DUCKDB_QUERY.format(root=root)).fetchall()
-    return {"seconds": time.perf_counter() - t0, "peak_rss_bytes": _peak_rss_bytes(), "groups": len(result)}
-
-
-def run_duckdb_map(root: Path, rows: int) -> dict[str, Any]:
-    import duckdb
-
-    t0 = time.perf_counter()
-    connection = duckdb.connect()
-    groups = 0
-    for query in DUCKDB_MAP_QUERIES:
-        groups = len(connection.execute(query.format(root=root)).fetchall())
-    return {"seconds": time.perf_counter() - t0, "peak_rss_bytes": _peak_rss_bytes(), "groups": groups}
+    summary = write_report(str(run_dir))
+    return {"seconds": time.perf_counter() - t0, "peak_rss_bytes": _peak_rss_bytes(), "passed": summary.passed}
 
 
 STAGES = {
-    "duckdb": run_duckdb,
-    "duckdb_map": run_duckdb_map,
-    "ours": run_ours,
-    "ours_batch": run_ours_batch,
+    "plain_maps": run_plain_maps,
+    "maps": run_maps,
+    "plain_steps": run_plain_steps,
     "verify": run_verify,
+    "report": run_report,
 }
 
 
-def _stage(name: str, root: Path, rows: int) -> dict[str, Any]:
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _stage(name: str, run_dir: Path) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, __file__, "--stage", name, "--root", str(root), "--rows", str(rows)],
-        check=True,
-        capture_output=True,
-        text=True,
+        [sys.executable, __file__, "--stage", name, "--root", str(run_dir)], check=True, capture_output=True, text=True
     )
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
+def measure(rows: int, seed: int, repeats: int, root: Path | None) -> dict[str, Any]:
+    keep = root is not None
+    run_dir = root or Path(tempfile.mkdtemp(prefix="specdrill-bench-"))
+    try:
+        generated: dict[str, Any] = {"rows": rows, "reused": True}
+        if not (run_dir / "manifest.json").exists():
+            generated = generate(run_dir, rows, seed)
+        print(json.dumps({"generated": generated}), flush=True)
+        # Stages interleave, repeat by repeat, so a neighbour's load on a shared machine hits them alike.
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in STAGES}
+        for _ in range(repeats):
+            for name in STAGES:
+                runs[name].append(_stage(name, run_dir))
+                print(json.dumps({name: runs[name][-1]}), flush=True)
+        best = {name: min(r, key=lambda x: x["seconds"]) for name, r in runs.items()}
+        return {"generated": generated, "stages": best}
+    finally:
+        if not keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--root", type=Path, default=None, help="existing or new trace directory (kept)")
+    parser.add_argument("--root", type=Path, default=None, help="a run directory to create or reuse (kept)")
     parser.add_argument("--stage", choices=sorted(STAGES), default=None)
     parser.add_argument("--repeats", type=int, default=2, help="timed runs per stage; the best is reported")
     args = parser.parse_args()
     if args.stage:
-        print(json.dumps(STAGES[args.stage](args.root, args.rows)))
+        # CPU time as well as wall time: on a shared machine the wall clock moves with the neighbours' load.
+        before = _cpu_s()
+        result = STAGES[args.stage](args.root)
+        result["cpu_s"] = _cpu_s() - before
+        print(json.dumps(result))
         return
-    keep = args.root is not None
-    root = args.root or Path(tempfile.mkdtemp(prefix="specdrill-bench-"))
-    try:
-        generated = {"rows": args.rows, "generate_s": 0.0, "reused": True}
-        if not any(root.rglob("*.parquet")):
-            generated = generate(root, args.rows, args.seed)
-        print(json.dumps({"generated": generated}), flush=True)
-        results = {}
-        # Stages interleave, repeat by repeat, so a neighbour's load on a shared machine hits them alike.
-        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in STAGES}
-        for _ in range(args.repeats):
-            for name in STAGES:
-                runs[name].append(_stage(name, root, args.rows))
-        results = {name: min(r, key=lambda x: x["seconds"]) for name, r in runs.items()}
-        for name, result in results.items():
-            print(json.dumps({name: result}), flush=True)
+    if args.root is not None and len(args.rows) > 1:
+        parser.error("--root keeps one run directory: give one --rows with it")
+    figures: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores, {platform.platform()}",
+        "bytes_per_request": bytes_per_request(args.seed),
+    }
+    print(json.dumps({"bytes_per_request": figures["bytes_per_request"]}), flush=True)
+    for rows in args.rows:
+        result = measure(rows, args.seed, args.repeats, args.root)
+        stages = result["stages"]
 
-        def seconds(name: str) -> float:
-            return round(float(results[name]["seconds"]), 2)
+        def seconds(name: str, stages: dict[str, Any] = stages) -> float:
+            return round(float(stages[name]["seconds"]), 2)
 
-        def gib(name: str) -> float:
-            return round(float(results[name]["peak_rss_bytes"]) / 2**30, 2)
+        def cpu(name: str, stages: dict[str, Any] = stages) -> float:
+            return round(float(stages[name]["cpu_s"]), 2)
 
-        summary = {
-            "rows": generated["rows"],
-            "ours_both_maps_s": seconds("ours"),
-            "duckdb_plain_aggregate_s": seconds("duckdb"),
-            "ratio_vs_plain_aggregate": round(seconds("ours") / seconds("duckdb"), 2),
-            "target_ratio": 1.5,
-            "ours_batch_map_s": seconds("ours_batch"),
-            "duckdb_batch_map_arithmetic_s": seconds("duckdb_map"),
-            "ratio_same_arithmetic": round(seconds("ours_batch") / seconds("duckdb_map"), 2),
-            "verify_s": seconds("verify"),
+        def gib(name: str, stages: dict[str, Any] = stages) -> float:
+            return round(float(stages[name]["peak_rss_bytes"]) / 2**30, 2)
+
+        figures[str(rows)] = {
+            "timeline_steps": result["generated"].get("timeline_steps"),
+            "trace_bytes": result["generated"].get("trace_bytes"),
+            "seconds": {name: seconds(name) for name in STAGES},
+            "cpu_s": {name: cpu(name) for name in STAGES},
             "peak_rss_gib": {name: gib(name) for name in STAGES},
+            "maps_vs_plain_aggregate": round(seconds("maps") / seconds("plain_maps"), 2),
+            "verify_vs_plain_histogram": round(seconds("verify") / seconds("plain_steps"), 2),
+            "maps_vs_plain_aggregate_cpu": round(cpu("maps") / cpu("plain_maps"), 2),
+            "verify_vs_plain_histogram_cpu": round(cpu("verify") / cpu("plain_steps"), 2),
         }
-        print(json.dumps({"summary": summary}, indent=2))
-    finally:
-        if not keep:
-            shutil.rmtree(root, ignore_errors=True)
+        print(json.dumps({str(rows): figures[str(rows)]}), flush=True)
+    if len(args.rows) > 1:
+        low, high = (figures[str(r)]["peak_rss_gib"]["report"] for r in (min(args.rows), max(args.rows)))
+        figures["report_rss_growth"] = round(high / low - 1, 3)
+    print(json.dumps({"summary": figures}, indent=2))
 
-
-assert TRACE_SCHEMA.names[-1] == "error_message"  # the generator fills columns by FILE_SCHEMA order
 
 if __name__ == "__main__":
     main()

@@ -450,14 +450,14 @@ def recommend_cmd(run_dir: str) -> None:
     import yaml
 
     from orchestrator.recommend import recommend, vllm_snippet
-    from orchestrator.report import build_summary, load_run
+    from orchestrator.report import load_run, summary_for
 
     try:
         inputs = load_run(run_dir)
     except FileNotFoundError as exc:
         _fail(str(exc))
         raise
-    summary, _ = build_summary(inputs)
+    summary = summary_for(inputs)  # the report's aggregates when it already ran for these units
     recommendation, rehearsal = recommend(summary, inputs.campaign, run_dir)
     inputs.store.write_json("recommendation.json", recommendation.model_dump(mode="json"))
     with inputs.store.fs.open_output_stream(f"{inputs.store.base}/recommended-campaign.yaml") as sink:

@@ -37,6 +37,7 @@ from orchestrator.analysis import (
 from orchestrator.analysis.bands import auto_rate_quantiles
 from orchestrator.analysis.faults import FAULT_COLUMNS, FaultWindow, fault_windows, outcomes_by_unit
 from orchestrator.analysis.results import Verdict
+from orchestrator.analysis.source import materialize
 from orchestrator.analysis.timelines import TimelineSeries, timeline_series
 from orchestrator.campaign import Campaign
 from orchestrator.report_html import ReportData, render_report_html
@@ -138,6 +139,7 @@ def schedule_bands(campaign: Campaign) -> BandSet:
 def offered_rate_bands(requests: Requests) -> BandSet | None:
     """Automatic offered-rate bands at quantiles of the rates the requests were offered; None for a run
     without any (closed loop only)."""
+    materialize(requests)  # the maps read the same measures next
     row = requests.con.execute(
         f"SELECT quantile_cont(offered_rate, {auto_rate_quantiles()}) FROM requests WHERE offered_rate > 0"
     ).fetchone()
@@ -193,6 +195,26 @@ def build_summary(
         passed=all(g.passed for g in gates),
     )
     return summary, series
+
+
+def summary_for(inputs: RunInputs) -> Summary:
+    """The run's summary.json when `specdrill report` wrote it for the same complete units, else a new one: the
+    commands that only read the aggregates (recommend) do not analyse the trace a second time."""
+    if inputs.store.exists("summary.json"):
+        try:
+            written = Summary.model_validate(inputs.store.read_json("summary.json"))
+        except ValueError:
+            written = None  # an older specdrill's summary: build a new one
+        if written is not None and written.run == inputs.manifest["run"] and _unit_keys(written.units) == _unit_keys(
+            inputs.units
+        ):
+            return written
+    summary, _ = build_summary(inputs)
+    return summary
+
+
+def _unit_keys(units: list[UnitResult]) -> list[tuple[str, int, int]]:
+    return sorted((u.unit.key, u.rows, u.start_ns) for u in units)
 
 
 def read_fault_windows(inputs: RunInputs) -> list[FaultWindow]:

@@ -154,3 +154,21 @@ def test_an_unreachable_endpoint_is_a_clear_error_at_start(tmp_path: Path) -> No
     missing = {**campaign, "engine": {**campaign["engine"], "urls": {"other": "http://127.0.0.1:1"}}}
     with pytest.raises(CampaignError, match=r"engine\.urls: no URL for arm off-single"):
         load_campaign(_write(tmp_path, missing, "m.yaml"))
+
+
+def test_recommend_reads_the_reports_aggregates(virtual_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator import report
+
+    assert _cli("report", str(virtual_run), "--no-gate-exit").returncode == 0
+    inputs = report.load_run(str(virtual_run))
+    written = json.loads((virtual_run / "summary.json").read_text())
+
+    def analyse_again(*_: object, **__: object) -> object:
+        raise AssertionError("the trace was analysed a second time")
+
+    monkeypatch.setattr(report, "build_summary", analyse_again)
+    assert report.summary_for(inputs).model_dump(mode="json") == written
+    # A summary of other units (the run was resumed since) is not reused.
+    stale = inputs.__class__(**{**inputs.__dict__, "units": inputs.units[:-1]})
+    with pytest.raises(AssertionError, match="analysed a second time"):
+        report.summary_for(stale)

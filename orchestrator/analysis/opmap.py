@@ -18,7 +18,7 @@ from orchestrator.analysis.bands import BandSet
 from orchestrator.analysis.db import sql_string
 from orchestrator.analysis.results import Crossover, MapCell, MapSettings, OperatingMap, Quantiles, Verdict
 from orchestrator.analysis.slo import SloDeadlines, Slos
-from orchestrator.analysis.source import CLOCK_SQL, Requests
+from orchestrator.analysis.source import CLOCK_SQL, Requests, materialize
 from orchestrator.analysis.speedup import CLOCK, PAIR_COLUMNS, CellBlocks, speedup
 
 QUANTILES = (0.5, 0.9, 0.99)
@@ -110,6 +110,7 @@ def _aggregates(
     requests: Requests, slos: Slos, band_sets: Sequence[BandSet], settings: MapSettings, baseline: str | None
 ) -> list[_CellAggregates]:
     con, n = requests.con, len(band_sets)
+    materialize(requests)
     con.execute(f"CREATE OR REPLACE TEMP VIEW scored AS {scored_sql(slos, band_sets, settings.blocks)}")
     band_keys = [f"band_{j}" for j in range(n)]
     out = [

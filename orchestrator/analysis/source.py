@@ -38,7 +38,7 @@ def _measure(column: str) -> str:
 
 _RUNS_SQL = """
 CREATE OR REPLACE TEMP TABLE runs AS
-SELECT g.*,
+SELECT (row_number() OVER (ORDER BY g.arm, g.shape, g.run, g.repeat))::INTEGER AS run_id, g.*,
        coalesce(s.start_ns, g.unit_start_ns, g.first_ns) AS start_ns,
        (g.last_ns - g.first_ns) / 1e9 AS span_s,
        CASE WHEN g.last_ns > g.first_ns THEN (g.rows - 1) / ((g.last_ns - g.first_ns) / 1e9) END AS mean_rate
@@ -50,20 +50,38 @@ FROM (
 LEFT JOIN run_starts s USING (arm, shape, run, repeat)
 """
 
-_REQUESTS_SQL = f"""
-CREATE OR REPLACE TEMP VIEW requests AS
-SELECT t.arm, t.shape, t.run, t.repeat, t.request_index, t.category,
+# The per-request measures; names and per-run values stay in `runs`, joined back by run_id in `requests`.
+_MEASURES_SQL = f"""
+CREATE OR REPLACE TEMP VIEW request_measures AS
+SELECT r.run_id, t.request_index, t.category,
        t.status = 'ok' AS ok,
        {_measure("ttft_s")} AS ttft, {_measure("tpot_s")} AS tpot, {_measure("e2e_s")} AS e2e,
        {_measure("queue_wait_s")} AS queue_wait,
        {_measure("step_batch_mean")} AS typical_batch,
-       coalesce(t.engine_steps, 0) AS steps, coalesce(t.step_k_sum, 0) AS k_sum,
-       coalesce(t.spec_steps, 0) AS spec_steps, coalesce(t.accepted_tokens, 0) AS accepted,
+       coalesce(t.engine_steps, 0)::INTEGER AS steps, coalesce(t.step_k_sum, 0)::BIGINT AS k_sum,
+       coalesce(t.spec_steps, 0)::INTEGER AS spec_steps, coalesce(t.accepted_tokens, 0)::BIGINT AS accepted,
        (t.scheduled_ns - r.start_ns) / 1e9 AS offset_s,
-       {_measure("offered_rate_rps")} AS offered_rate,
-       r.span_s, r.mean_rate
+       {_measure("offered_rate_rps")} AS offered_rate
 FROM trace t JOIN runs r ON t.arm = r.arm AND t.shape = r.shape AND t.run = r.run AND t.repeat = r.repeat
 """
+
+_REQUESTS_SQL = """
+CREATE OR REPLACE TEMP VIEW requests AS
+SELECT r.arm, r.shape, r.run, r.repeat, m.*, r.span_s, r.mean_rate
+FROM {measures} m JOIN runs r USING (run_id)
+"""
+
+
+def materialize(requests: Requests) -> None:
+    """Read the per-request measures from the files once into DuckDB's buffer pool (spilled to disk past its
+    memory limit), for work that groups them several ways (the maps): a narrow table of numbers is cheaper to
+    scan again than the Parquet files. The verification reads other columns and does not need it."""
+    con = requests.con
+    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'request_numbers'").fetchone()
+    if found and found[0]:
+        return
+    con.execute("CREATE TEMP TABLE request_numbers AS SELECT * FROM request_measures")
+    con.execute(_REQUESTS_SQL.format(measures="request_numbers"))
 
 # Each request stands for 1/rate seconds of its run, summed over a band: the time the band lasted. The rate is
 # the offered rate (at least the run's mean rate / MAX_CLOCK_STRETCH) where known, else the run's mean rate
@@ -105,7 +123,8 @@ def _finish(con: duckdb.DuckDBPyConnection, run_starts: Mapping[RunKey, int] | N
     )
     con.register("run_starts", starts)
     con.execute(_RUNS_SQL)
-    con.execute(_REQUESTS_SQL)
+    con.execute(_MEASURES_SQL)
+    con.execute(_REQUESTS_SQL.format(measures="request_measures"))
     arms = tuple(r[0] for r in con.execute("SELECT DISTINCT arm FROM runs ORDER BY arm").fetchall())
     return Requests(con=con, arms=arms, has_steps=has_steps, step_arms=step_arms)
 
