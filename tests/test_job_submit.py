@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import re
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,9 @@ import pytest
 import yaml
 
 from loadshapes.trace import read_traces
+from orchestrator.localray import wait_for_job_agent
 from tests.ray_helpers import free_port, is_loopback, listeners
+from tests.ray_helpers import ray_head as start_ray_head
 
 REPO = Path(__file__).resolve().parent.parent
 RAY = str(Path(sys.executable).parent / "ray")
@@ -25,32 +26,18 @@ RAY = str(Path(sys.executable).parent / "ray")
 
 @pytest.fixture(scope="module")
 def ray_head() -> Iterator[dict[str, Any]]:
-    temp_dir = tempfile.mkdtemp(prefix="sdjob", dir="/tmp")
-    dashboard = free_port()
-    env = {
-        **os.environ,
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-        "RAY_AUTH_MODE": "token",
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-    }
-    env.pop("RAY_ADDRESS", None)
-    start = [
-        RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={free_port()}",
-        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--num-cpus=8",
-        f"--temp-dir={temp_dir}", "--disable-usage-stats",
-    ]  # fmt: skip
-    subprocess.run(start, env=env, check=True, capture_output=True, timeout=120)
-    try:
-        yield {"env": env, "address": f"http://127.0.0.1:{dashboard}", "dashboard": dashboard, "temp_dir": temp_dir,
-               # One Serve per cluster: every campaign on this head uses the port the first one started it on.
-               "serve_port": free_port()}  # fmt: skip
-    finally:
-        subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120, check=False)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    # Ray's token auth, as a cluster would have it: the job clients below send the head's token (in head["env"]).
+    with start_ray_head(8, token=True, prefix="sdjob") as head:
+        ports = head["ports"]
+        why = wait_for_job_agent(head["temp_dir"], ports.dashboard, ports.dashboard_agent_http, 300)
+        assert why is None, why
+        # One Serve per cluster: every campaign on this head uses the port the first one started it on.
+        yield {**head, "serve_port": free_port()}
 
 
-def _submit(head: dict[str, Any], campaign: Path) -> subprocess.CompletedProcess[str]:
-    command = [RAY, "job", "submit", "--address", head["address"], "--working-dir", str(REPO),
+def _submit(head: dict[str, Any], campaign: Path, job_id: str | None = None) -> subprocess.CompletedProcess[str]:
+    named = ["--submission-id", job_id] if job_id else []
+    command = [RAY, "job", "submit", "--address", head["address"], *named, "--working-dir", str(REPO),
                "--", "specdrill", "run", str(campaign)]  # fmt: skip
     deadline = time.monotonic() + 300  # the job agent can take minutes on a busy 2-core machine
     while True:
@@ -79,9 +66,23 @@ def test_job_submit_runs_the_campaign_and_a_rerun_resumes(ray_head: dict[str, An
     path = tmp_path / "campaign.yaml"
     path.write_text(yaml.safe_dump(campaign))
 
-    first = _submit(ray_head, path)
+    job_id = f"jobtest-{os.getpid()}"
+    first = _submit(ray_head, path, job_id)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert "operating map by offered rate" in first.stdout and "succeeded" in first.stdout + first.stderr
+    # The job's log (the dashboard's job page shows the same): a line per unit started and finished, then the
+    # report's verdict; no progress bar, which is for terminals only.
+    log = _ray(ray_head, "logs", job_id).stdout
+    for arm, shape in (("off-single", "first"), ("off-single", "second"), ("fixed3-single", "first")):
+        assert re.search(rf"^unit \d/4 arm={arm} shape={shape} repeat=0 started$", log, re.M), log[-3000:]
+        finished = (rf"^unit \d/4 arm={arm} shape={shape} repeat=0 finished: requests=(\d+) ok=(\d+) errors=0 "
+                    r"tpot_p50=[\d.]+ms send_lateness_p99=[\d.]+ms saturated=(yes|no) took=[\d.]+s$")
+        done = re.search(finished, log, re.M)
+        assert done and int(done.group(1)) == int(done.group(2)) > 0, log[-3000:]
+    last = re.search(r"^unit 4/4 .* finished: ", log, re.M)
+    assert last and last.start() < log.index("executed policy"), log[-3000:]
+    assert "all gates pass" in log or "a gate failed" in log
+    assert not re.search(r"\d/4 units", log)  # rich's progress bar
     manifest = json.loads((output / "manifest.json").read_text())
     assert manifest["arms"]["fixed3-single"]["resolved_speculative_config"]["num_speculative_tokens"] == 3
     scheduled = {k: v["scheduled"] for k, v in manifest["units"].items()}

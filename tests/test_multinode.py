@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pytest
 import yaml
 
 from loadshapes.trace import read_traces
-from tests.ray_helpers import free_port, is_loopback, listeners
+from tests.ray_helpers import free_port, is_loopback, listeners, stop
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -28,10 +29,13 @@ BIN = Path(sys.executable).parent
 def cluster() -> Iterator[dict[str, Any]]:
     temp_dir = tempfile.mkdtemp(prefix="sdmn", dir="/tmp")
     port, dashboard = free_port(), free_port()
+    # The script gives every other listener of the three nodes a free port. A token of this cluster's own: nothing
+    # depends on ~/.ray/auth_token existing.
     env = {**os.environ, "RAY_PORT": str(port), "RAY_DASHBOARD_PORT": str(dashboard), "RAY_AUTH_MODE": "token",
-           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_BIN": str(BIN / "ray"),
-           "PATH": f"{BIN}:{os.environ['PATH']}"}  # fmt: skip
+           "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+           "RAY_BIN": str(BIN / "ray"), "PATH": f"{BIN}:{os.environ['PATH']}"}  # fmt: skip
     env.pop("RAY_ADDRESS", None)
+    env.pop("RAY_AUTH_TOKEN_PATH", None)
     process = subprocess.Popen([str(REPO / "infra" / "ray-multinode.sh"), "2", temp_dir], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     assert process.stdout is not None
@@ -40,13 +44,19 @@ def cluster() -> Iterator[dict[str, Any]]:
         lines.append(line)
         if line.startswith("RAY_ADDRESS="):
             break
-    assert lines and lines[-1].startswith("RAY_ADDRESS="), "".join(lines[-20:])
+    if not (lines and lines[-1].startswith("RAY_ADDRESS=")):
+        process.kill()
+        stop(temp_dir)
+        pytest.fail("infra/ray-multinode.sh did not bring its nodes up:\n" + "".join(lines[-40:]))
     try:
         yield {"env": env, "address": f"http://127.0.0.1:{dashboard}", "gcs": f"127.0.0.1:{port}", "temp_dir": temp_dir}
     finally:
         process.terminate()  # the script's SIGTERM handler shuts the three nodes down
-        process.wait(120)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        try:
+            process.wait(120)
+        finally:
+            stop(temp_dir)  # whatever the shutdown left behind, and only this cluster's
+            shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _nodes(cluster: dict[str, Any]) -> dict[str, dict[str, float]]:
