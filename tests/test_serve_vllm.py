@@ -172,3 +172,6 @@ def test_dynamic_draft_model_arm_runs_the_schedule_exactly(arms: dict[str, str])
     assert timeline["end"] == sorted(timeline["end"])
     since = _get(f"{url}/specdrill/timeline?since_step={len(rows) - 3}")
     assert since["batch_size"] == timeline["batch_size"][-3:]
+    # Every request's steps were found exactly: its last by the step vLLM reported it finished in, its first by
+    # vLLM's TTFT of it (not by time).
+    assert _get(f"{url}/specdrill/info")["telemetry_fallbacks"] == {"first_step_by_time": 0, "finish_not_reported": 0}

@@ -90,6 +90,8 @@ class StepTimeline:
         self._first_token: dict[tuple[int, float], int] = {}  # (rank, vLLM TTFT) -> row of the first token
         self._finished: dict[str, tuple[int, int]] = {}  # request id -> (rank, row of its last step)
         self._waiters: dict[str, asyncio.Future[tuple[int, int]]] = {}
+        # Requests whose steps could not be found exactly (see request_steps and finished): 0 when all is well.
+        self.fallbacks = {"first_step_by_time": 0, "finish_not_reported": 0}
 
     def record(self, step: StepStats) -> None:
         with self._lock:
@@ -145,6 +147,7 @@ class StepTimeline:
         except TimeoutError:
             with self._lock:
                 self._waiters.pop(request_id, None)
+                self.fallbacks["finish_not_reported"] += 1
             log.warning("no engine step reported request %s finished within %.0f s", request_id, timeout_s)
             return None
 
@@ -160,6 +163,7 @@ class StepTimeline:
             if first_token_latency is not None:
                 first = self._first_token.pop((rank, first_token_latency), None)
             if first is None:
+                self.fallbacks["first_step_by_time"] += 1
                 since = first_scheduled if first_scheduled is not None else self.rows["end"][last_row]
                 starts = [self.rows["start"][i] for i in mine]
                 at = bisect.bisect_left(starts, since)
@@ -486,6 +490,7 @@ class VllmEngine:
             "data_parallel_size": self.data_parallel_size,
             "engine_ids": {str(r): e for r, e in self.rank_engine_ids().items()},
             "schedule_dropped_reason": self.schedule_dropped_reason,
+            "telemetry_fallbacks": dict(self.timeline_data.fallbacks),
         }
 
     def timeline(self, since_step: int = 0) -> dict[str, list[Any]]:
