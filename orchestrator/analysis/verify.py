@@ -167,23 +167,22 @@ def _timed_runs(requests: Requests, arms: Sequence[ArmInfo], shapes: Mapping[str
         return []
     from_timeline = [a for a in wanted if a in requests.step_arms]
     from_lists = [a for a in wanted if a not in requests.step_arms]
-    parts = []
+    queries: list[tuple[str, list[object]]] = []
     if from_timeline:
-        parts.append(
-            requests.con.sql(
+        queries.append(
+            (
                 """
                 SELECT s.arm, s.shape, r.run, s.repeat, (s.start_ns - r.start_ns) / 1e9 AS time_s, s.batch_size, s.k
                 FROM steps s JOIN runs r ON s.arm = r.arm AND s.shape = r.shape AND s.repeat = r.repeat
                 WHERE s.k IS NOT NULL AND s.arm IN (SELECT unnest(?::VARCHAR[]))
                   AND s.shape IN (SELECT unnest(?::VARCHAR[]))
-                ORDER BY s.arm, s.shape, r.run, s.repeat, s.start_ns
                 """,
-                params=[from_timeline, cross],
-            ).to_arrow_table()
+                [from_timeline, cross],
+            )
         )
     if from_lists:
-        parts.append(
-            requests.con.sql(
+        queries.append(
+            (
                 f"""
                 SELECT l.arm, l.shape, l.run, l.repeat,
                        (l.begin_ns::DOUBLE - r.start_ns::DOUBLE
@@ -193,23 +192,24 @@ def _timed_runs(requests: Requests, arms: Sequence[ArmInfo], shapes: Mapping[str
                 FROM ({_LIST_STEPS}) l JOIN runs r USING (arm, shape, run, repeat)
                 WHERE l.shape IN (SELECT unnest(?::VARCHAR[]))
                 """,
-                params=[from_lists, cross],
-            ).to_arrow_table()
+                [from_lists, cross],
+            )
         )
     runs = []
-    for part in parts:
-        keys = part.select(["arm", "shape", "run", "repeat"]).group_by(["arm", "shape", "run", "repeat"]).aggregate([])
-        for key in sorted(tuple(k.values()) for k in keys.to_pylist()):
-            mask = np.ones(part.num_rows, dtype=bool)
-            for name, value in zip(("arm", "shape", "run", "repeat"), key, strict=True):
-                mask &= np.asarray(part[name].to_pylist(), dtype=object) == value
-            rows = part.filter(pa.array(mask))
+    for sql, params in queries:
+        requests.con.execute(f"CREATE OR REPLACE TEMP TABLE timed_steps AS {sql}", params)
+        keys = requests.con.execute("SELECT DISTINCT arm, shape, run, repeat FROM timed_steps ORDER BY ALL").fetchall()
+        for arm, shape, run, repeat in keys:
+            found = requests.con.execute(
+                "SELECT time_s, batch_size, k FROM timed_steps WHERE arm = ? AND shape = ? AND run = ? AND repeat = ?",
+                [arm, shape, run, repeat],
+            ).fetchnumpy()
             runs.append(
                 TimedRun(
-                    run=(str(key[0]), str(key[1]), str(key[2]), int(key[3])),
-                    time_s=rows["time_s"].to_numpy(zero_copy_only=False).astype(np.float64),
-                    batch=rows["batch_size"].to_numpy(zero_copy_only=False).astype(np.int64),
-                    k=rows["k"].to_numpy(zero_copy_only=False).astype(np.int64),
+                    run=(str(arm), str(shape), str(run), int(repeat)),
+                    time_s=np.ma.filled(np.ma.asarray(found["time_s"], dtype=np.float64), np.nan),  # NULL: NaN
+                    batch=np.asarray(found["batch_size"], dtype=np.int64),
+                    k=np.asarray(found["k"], dtype=np.int64),
                 )
             )
     return sorted(runs, key=lambda r: r.run)
