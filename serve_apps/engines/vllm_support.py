@@ -9,7 +9,6 @@ every runtime_env it creates, env_vars included, to the node's session logs.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -95,7 +94,7 @@ class PulledModel:
 def pull_here(models: Sequence[str]) -> list[PulledModel]:
     """Download each Hugging Face model into this machine's cache (HF_HOME; token from HF_TOKEN, read by
     huggingface_hub itself). Local paths are skipped. Raises ModelPullError in one line on the first failure."""
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, get_token, snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     pulled: list[PulledModel] = []
@@ -104,15 +103,17 @@ def pull_here(models: Sequence[str]) -> list[PulledModel]:
             pulled.append(PulledModel(model, None, skipped="local path"))
             continue
         try:
-            path = snapshot_download(model)
+            # vLLM's own default (LoadConfig.ignore_patterns): repos like Llama-3.1 carry a second, unused copy
+            # of the weights in original/ (~16 GB for 8B).
+            path = snapshot_download(model, ignore_patterns=["original/**/*", "original/*"])
         except LocalEntryNotFoundError as exc:
-            if os.environ.get("HF_HUB_OFFLINE", "") not in {"", "0"}:
+            if constants.is_offline_mode():  # HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE), as huggingface_hub read it
                 raise ModelPullError(
                     f"{model}: not in the cache at {_cache_dir()} and HF_HUB_OFFLINE is set: unset it to download"
                 ) from exc
             raise ModelPullError(f"{model}: could not be downloaded into {_cache_dir()}: {_first_line(exc)}") from exc
         except HfHubHTTPError as exc:  # gated or missing repos: 401/403/404 with the Hub's own reason
-            hint = "" if os.environ.get("HF_TOKEN") else " (HF_TOKEN is not set: gated models need it)"
+            hint = "" if get_token() else " (no Hugging Face token here: gated models need HF_TOKEN)"
             raise ModelPullError(f"{model}: {_first_line(exc)}{hint}") from exc
         pulled.append(PulledModel(model, path))
     return pulled
