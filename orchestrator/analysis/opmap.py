@@ -151,8 +151,7 @@ def _aggregates(
         out[m].blocks[(band, arm)] = (totals, sum(c for _, c in found))
     _quantile_aggregates(requests, out, band_keys)
     if baseline is not None:
-        for m in range(n):
-            _pair_aggregates(requests, out[m], f"band_{m}", baseline)
+        _pair_aggregates(requests, out, baseline)
     return out
 
 
@@ -173,29 +172,38 @@ def _quantile_aggregates(requests: Requests, out: list[_CellAggregates], band_ke
             out[m].quantiles[(int(band), str(arm))] = list(values)
 
 
-def _pair_aggregates(requests: Requests, agg: _CellAggregates, band: str, baseline: str) -> None:
-    """Each arm's requests joined to the baseline's copy of the same request (shape, repeat, request_index) in
-    the same band: per (cell, block of the arm's request), the paired totals."""
+def _pair_aggregates(requests: Requests, out: list[_CellAggregates], baseline: str) -> None:
+    """Each arm's requests joined to the baseline's copy of the same request (shape, repeat, request_index),
+    once for every band set; a pair counts in a band set's map when both copies are in the same band there:
+    per (cell, block of the arm's request), the paired totals."""
+    n = len(out)
+    same = ", ".join(f"a.band_{j} = b.band_{j}" for j in range(n))
+    bands = ", ".join(f"a.band_{j}" for j in range(n))
     rows = requests.con.execute(
         f"""
-        SELECT a.{band}, a.arm, a.shape, a.run, a.repeat, a.block, count(*),
-               sum(CASE WHEN a.usable AND b.usable THEN b.log_tpot - a.log_tpot ELSE 0.0 END),
-               sum((a.usable AND b.usable)::DOUBLE), sum(a.met::DOUBLE), sum(b.met::DOUBLE),
-               sum(a.clock_s), sum(b.clock_s)
-        FROM scored a JOIN (SELECT * FROM scored WHERE arm = ? AND request_index >= 0) b
-          ON a.shape = b.shape AND a.repeat = b.repeat AND a.request_index = b.request_index
-             AND a.{band} = b.{band}
-        WHERE a.arm <> ? AND a.{band} >= 0 AND a.request_index >= 0
-        GROUP BY ALL ORDER BY 1, 2, 3, 4, 5, 6
+        WITH pairs AS (
+            SELECT [{same}] AS same, [{bands}] AS bands, a.arm, a.shape, a.run, a.repeat, a.block,
+                   CASE WHEN a.usable AND b.usable THEN b.log_tpot - a.log_tpot ELSE 0.0 END AS log_ratio,
+                   (a.usable AND b.usable)::DOUBLE AS both_usable, a.met::DOUBLE AS met_a, b.met::DOUBLE AS met_b,
+                   a.clock_s AS clock_a, b.clock_s AS clock_b
+            FROM scored a JOIN (SELECT * FROM scored WHERE arm = ? AND request_index >= 0) b
+              ON a.shape = b.shape AND a.repeat = b.repeat AND a.request_index = b.request_index
+            WHERE a.arm <> ? AND a.request_index >= 0
+        )
+        SELECT m, bands[m + 1] AS band, arm, shape, run, repeat, block, count(*),
+               sum(log_ratio), sum(both_usable), sum(met_a), sum(met_b), sum(clock_a), sum(clock_b)
+        FROM pairs, range({n}) AS sets(m)
+        WHERE same[m + 1] AND bands[m + 1] >= 0
+        GROUP BY ALL ORDER BY 1, 2, 3, 4, 5, 6, 7
         """,
         [baseline, baseline],
     ).fetchall()
-    found: dict[tuple[int, str], list[tuple[list[float], int]]] = {}
-    for b, arm, _shape, _run, _repeat, _block, count, *values in rows:
-        found.setdefault((int(b), str(arm)), []).append(([float(v) for v in values], int(count)))
-    for key, blocks in found.items():
+    found: dict[tuple[int, int, str], list[tuple[list[float], int]]] = {}
+    for m, band, arm, _shape, _run, _repeat, _block, count, *values in rows:
+        found.setdefault((int(m), int(band), str(arm)), []).append(([float(v) for v in values], int(count)))
+    for (m, band, arm), blocks in found.items():
         totals = np.array([v for v, _ in blocks], dtype=np.float64).reshape(-1, PAIR_COLUMNS)
-        agg.pairs[key] = (totals, sum(c for _, c in blocks))
+        out[m].pairs[(band, arm)] = (totals, sum(c for _, c in blocks))
 
 
 def crossover(arm: str, verdicts: Sequence[tuple[str, int, Verdict]]) -> Crossover:
