@@ -25,7 +25,7 @@ import itertools
 import json
 import math
 import posixpath
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -70,6 +70,7 @@ class Arrivals:
     ns: np.ndarray  # int64
     rows: np.ndarray  # int64: 0-based data rows (header and blank lines not counted); what read_contents takes
     failed: np.ndarray  # bool: recorded as failed (BurstGPT's 0 response tokens); all False elsewhere
+    files: np.ndarray  # int64: which of the paths each arrival is from
     has_lengths: bool
 
 
@@ -109,7 +110,7 @@ def detect_format(path: str) -> Format:
 
 
 def read_arrivals(
-    path: str,
+    paths: Sequence[str],
     fmt: Format,
     *,
     start_s: float = 0.0,
@@ -119,8 +120,13 @@ def read_arrivals(
     arm: str | None = None,
     shape: str | None = None,
 ) -> Arrivals:
-    """The arrivals inside [start_s, start_s + duration_s) of the trace's own seconds from its first arrival."""
+    """The arrivals inside [start_s, start_s + duration_s) of the trace's own seconds from its first arrival.
+
+    Several files of one format (Azure's code and conversation traces) are one trace, merged by time."""
     if fmt in ("csv", "specdrill"):
+        path = paths[0]
+        if len(paths) != 1:
+            raise TraceError(f"{', '.join(paths)}: a {fmt} trace is one file or trace directory")
         if fmt == "csv" and (arm is not None or shape is not None):
             raise TraceError(f"{path}: arm and shape pick from a trace, not a CSV")
         if fmt == "specdrill" and column is not None:
@@ -131,15 +137,37 @@ def read_arrivals(
         inside = _in_window(ns, start_s, duration_s)
         if not inside.any():
             raise TraceError(f"{path}: no arrivals in the window {_window(start_s, duration_s)}")
-        return Arrivals(ns[inside], order[inside], np.zeros(int(inside.sum()), bool), False)
+        n = int(inside.sum())
+        return Arrivals(ns[inside], order[inside], np.zeros(n, bool), np.zeros(n, np.int64), False)
     if column is not None or arm is not None or shape is not None:
-        raise TraceError(f"{path}: column, arm and shape apply to csv and specdrill traces, not {fmt}")
-    return _stream_arrivals(path, fmt, start_s, duration_s, keep_failed)
+        raise TraceError(f"{paths[0]}: column, arm and shape apply to csv and specdrill traces, not {fmt}")
+    return _stream_arrivals(paths, fmt, start_s, duration_s, keep_failed)
 
 
-def read_contents(path: str, fmt: Format, rows: np.ndarray) -> Contents:
-    """The recorded lengths (and rule keys, prefix blocks) of `rows` (data-row numbers, any order, repeats allowed)."""
-    wanted = np.unique(np.asarray(rows, dtype=np.int64))
+def read_contents(paths: Sequence[str], fmt: Format, files: np.ndarray, rows: np.ndarray) -> Contents:
+    """The recorded lengths (and rule keys, prefix blocks) of rows `rows` of files `files` (indices into paths)."""
+    files = np.asarray(files, dtype=np.int64)
+    rows = np.asarray(rows, dtype=np.int64)
+    prompts = np.zeros(len(rows), np.int64)
+    outputs = np.zeros(len(rows), np.int64)
+    labels = {key: np.empty(len(rows), dtype=object) for key in RULE_KEYS[fmt]}
+    hash_ids: list[np.ndarray] | None = [np.zeros(0, np.int64)] * len(rows) if fmt == "mooncake" else None
+    for f in np.unique(files):
+        at = np.flatnonzero(files == f)
+        part = _contents_of(paths[int(f)], fmt, rows[at])
+        prompts[at] = part.prompt_tokens
+        outputs[at] = part.output_tokens
+        for key, values in part.labels.items():
+            labels[key][at] = values
+        if hash_ids is not None and part.hash_ids is not None:
+            for position, ids in zip(at, part.hash_ids, strict=True):
+                hash_ids[int(position)] = ids
+    return Contents(prompt_tokens=prompts, output_tokens=outputs, labels=labels, hash_ids=hash_ids)
+
+
+def _contents_of(path: str, fmt: Format, rows: np.ndarray) -> Contents:
+    """read_contents of one file: one pass, stopped at the last row asked for."""
+    wanted = np.unique(rows)
     found: dict[str, list[Any]] = {}
     if len(wanted):
         for first, batch in _batches(path, fmt):
@@ -182,66 +210,96 @@ def _in_window(ns: np.ndarray, start_s: float, duration_s: float | None) -> np.n
     return inside
 
 
-def _stream_arrivals(path: str, fmt: Format, start_s: float, duration_s: float | None, keep_failed: bool) -> Arrivals:
-    # First assume the file is in time order (the public traces are): cut the window as the rows go by and stop at
-    # its end. A row out of order means the trace's first arrival is not known until the end: read it all again.
-    found = _window_pass(path, fmt, start_s, duration_s, keep_failed, in_order=True)
-    if found is None:
-        found = _window_pass(path, fmt, start_s, duration_s, keep_failed, in_order=False)
-    if found is None or not len(found.ns):
-        raise TraceError(f"{path}: no arrivals in the window {_window(start_s, duration_s)}")
+@dataclass(frozen=True)
+class _Pass:
+    ns: np.ndarray  # absolute
+    rows: np.ndarray
+    failed: np.ndarray
+    earliest: int  # the file's first arrival, failed requests included
+
+
+def _stream_arrivals(
+    paths: Sequence[str], fmt: Format, start_s: float, duration_s: float | None, keep_failed: bool
+) -> Arrivals:
+    # First assume the files are in time order (the public traces are): the trace starts at the earliest first row,
+    # the window is cut as the rows go by, and each file is read up to the window's end. A row out of order means
+    # the trace's start is only known at the end: then every file is read whole and the window cut after.
+    origin = min(_first_arrival(path, fmt) for path in paths)
+    ordered = [_window_pass(path, fmt, start_s, duration_s, keep_failed, origin=origin) for path in paths]
+    parts = [p for p in ordered if p is not None]
+    whole = len(parts) < len(paths)
+    if whole:
+        parts = [_whole_pass(path, fmt, keep_failed) for path in paths]
+        origin = min(p.earliest for p in parts)
+    ns = np.concatenate([p.ns for p in parts]) - origin
+    rows = np.concatenate([p.rows for p in parts])
+    failed = np.concatenate([p.failed for p in parts])
+    files = np.concatenate([np.full(len(p.ns), i, np.int64) for i, p in enumerate(parts)])
+    order = np.argsort(ns, kind="stable")  # files merged by time (ties: in the order the paths are named)
+    if whole:
+        order = order[_in_window(ns[order], start_s, duration_s)]
+    if not len(order):
+        raise TraceError(f"{', '.join(paths)}: no arrivals in the window {_window(start_s, duration_s)}")
+    return Arrivals(ns[order], rows[order], failed[order], files[order], True)
+
+
+def _first_arrival(path: str, fmt: Format) -> int:
+    batches = _batches(path, fmt)
+    try:
+        for first, batch in batches:
+            ns, _ = _arrival_columns(path, fmt, batch, first)
+            if len(ns):
+                return int(ns[0])
+    finally:
+        batches.close()
+    raise TraceError(f"{path}: no arrivals")
+
+
+def _whole_pass(path: str, fmt: Format, keep_failed: bool) -> _Pass:
+    found = _window_pass(path, fmt, 0.0, None, keep_failed, origin=None)
+    assert found is not None  # only a pass in time order gives up
     return found
 
 
 def _window_pass(
-    path: str, fmt: Format, start_s: float, duration_s: float | None, keep_failed: bool, *, in_order: bool
-) -> Arrivals | None:
-    """One pass over the times; None when `in_order` and a row is out of order."""
+    path: str, fmt: Format, start_s: float, duration_s: float | None, keep_failed: bool, *, origin: int | None
+) -> _Pass | None:
+    """One pass over a file. With `origin`, rows are kept inside the window from it, the pass stops at the window's
+    end, and it gives up (None) at a row out of order; without, every row is kept."""
     start_ns = round(start_s * _NS)
     end_ns = None if duration_s is None else round((start_s + duration_s) * _NS)
     times: list[np.ndarray] = []
     rows: list[np.ndarray] = []
     failed: list[np.ndarray] = []
-    first_ns: int | None = None
-    origin = 2**63 - 1  # the earliest arrival, failed requests included: the trace's start
+    earliest = 2**63 - 1
     previous = -(2**63)
     for first, batch in _batches(path, fmt):
         ns, fail = _arrival_columns(path, fmt, batch, first)
         if not len(ns):
             continue
-        if in_order and (ns[0] < previous or np.any(np.diff(ns) < 0)):
+        if origin is not None and (ns[0] < previous or np.any(np.diff(ns) < 0)):
             return None
         previous = max(previous, int(ns.max()))
-        origin = min(origin, int(ns.min()))
-        if first_ns is None:
-            first_ns = int(ns[0])
+        earliest = min(earliest, int(ns.min()))
         keep = np.ones(len(ns), bool) if keep_failed else ~fail
-        if in_order:
-            keep &= ns - first_ns >= start_ns
+        if origin is not None:
+            keep &= ns - origin >= start_ns
             if end_ns is not None:
-                keep &= ns - first_ns < end_ns
+                keep &= ns - origin < end_ns
         if keep.any():
             # The replayed rows' lengths are checked now, when the campaign is validated, not in a worker.
             _contents_columns(path, fmt, batch.filter(pa.array(keep)))
         times.append(ns[keep])
         rows.append(np.flatnonzero(keep) + first)
         failed.append(fail[keep])
-        if in_order and end_ns is not None and previous - first_ns >= end_ns:
+        if origin is not None and end_ns is not None and previous - origin >= end_ns:
             break  # a file in time order has nothing more for the window
-    if first_ns is None:
+    if not times:
         raise TraceError(f"{path}: no arrivals")
-    all_ns = np.concatenate(times) - origin
-    all_rows = np.concatenate(rows)
-    all_failed = np.concatenate(failed)
-    if not in_order:
-        order = np.argsort(all_ns, kind="stable")
-        inside = _in_window(all_ns[order], start_s, duration_s)
-        order = order[inside]
-        all_ns, all_rows, all_failed = all_ns[order], all_rows[order], all_failed[order]
-    return Arrivals(all_ns, all_rows, all_failed, True)
+    return _Pass(np.concatenate(times), np.concatenate(rows), np.concatenate(failed), earliest)
 
 
-def _batches(path: str, fmt: Format) -> Iterator[tuple[int, pa.RecordBatch]]:
+def _batches(path: str, fmt: Format) -> Generator[tuple[int, pa.RecordBatch], None, None]:
     """(first data row, batch) of the columns replay uses. CSV cells are read as strings so that a bad cell is
     found by the checks here, not lost inside a conversion error that does not say its row."""
     fs, base = _filesystem(path)

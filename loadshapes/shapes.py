@@ -247,7 +247,8 @@ class Replay(_Shape):
     """
 
     kind: Literal["replay"] = "replay"
-    path: str = Field(min_length=1)
+    # One file, or several of one format replayed as one trace merged by time (Azure's code and conversation files).
+    path: str | tuple[str, ...] = Field(min_length=1)
     # None: from the path and the header (replay_formats.detect_format); parquet is the older name of specdrill.
     format: Literal["azure", "burstgpt", "mooncake", "specdrill", "csv", "parquet"] | None = None
     column: str | None = None  # csv only: read this column of a CSV with a header
@@ -281,15 +282,24 @@ class Replay(_Shape):
         }
         for name, given in lengths_only.items():
             if given and not with_lengths:
-                raise ValueError(f"{self.path}: {name} applies to traces with request lengths "
+                raise ValueError(f"{self.label}: {name} applies to traces with request lengths "
                                  f"(azure, burstgpt, mooncake), not {fmt}")  # fmt: skip
         if self.failed != "skip" and fmt != "burstgpt":
-            raise ValueError(f"{self.path}: failed applies to BurstGPT traces (0 response tokens), not {fmt}")
+            raise ValueError(f"{self.label}: failed applies to BurstGPT traces (0 response tokens), not {fmt}")
         if isinstance(self.category, CategoryRule) and self.category.by not in replay_formats.RULE_KEYS[fmt]:
             keys = ", ".join(replay_formats.RULE_KEYS[fmt])
-            raise ValueError(f"{self.path}: category by {self.category.by!r}: a {fmt} trace has {keys}")
+            raise ValueError(f"{self.label}: category by {self.category.by!r}: a {fmt} trace has {keys}")
         self.offsets()
         return self
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return (self.path,) if isinstance(self.path, str) else self.path
+
+    @property
+    def label(self) -> str:
+        """The file (or files) for messages."""
+        return ", ".join(self.paths)
 
     @property
     def trace_format(self) -> replay_formats.Format:
@@ -297,7 +307,7 @@ class Replay(_Shape):
             return "specdrill"
         if self.format is not None:
             return self.format
-        detected = _detected(self.path, _stamp(self.path))
+        detected = _detected(self.paths, _stamps(self.paths))
         if self.column is not None and detected != "specdrill":  # as before detection: a named column, a CSV's
             return "csv"
         return detected
@@ -322,12 +332,13 @@ class Replay(_Shape):
         """What the trace records about requests `indices` of the replay: only those rows are read (a worker reads
         its share). Request i is the same whoever asks: it depends on the file, the window and the scaling."""
         if not self.has_lengths:
-            raise ValueError(f"{self.path}: a {self.trace_format} trace records arrival times only, no lengths")
+            raise ValueError(f"{self.label}: a {self.trace_format} trace records arrival times only, no lengths")
         replayed = self._replayed()
         indices = np.asarray(indices, dtype=np.int64)
         where = replayed.source[indices]
         fmt = self.trace_format
-        contents = replay_formats.read_contents(self.path, fmt, replayed.arrivals.rows[where])
+        arrivals = replayed.arrivals
+        contents = replay_formats.read_contents(self.paths, fmt, arrivals.files[where], arrivals.rows[where])
         failed = replayed.arrivals.failed[where]
         prompts = np.maximum(contents.prompt_tokens, 1)  # a recorded 0 still sends a one-token prompt
         outputs = np.maximum(contents.output_tokens, 1)
@@ -353,9 +364,9 @@ class Replay(_Shape):
 
     def _replayed(self) -> _Replayed:
         return _replayed(
-            self.path, self.trace_format, self.column, self.arm, self.shape, self.start_s, self.duration_s,
+            self.paths, self.trace_format, self.column, self.arm, self.shape, self.start_s, self.duration_s,
             self.speed, self.rate_scale, self.target_rate, self.seed, self.failed == "expect_error", self.bin_s,
-            _stamp(self.path),
+            _stamps(self.paths),
         )  # fmt: skip
 
 
@@ -384,29 +395,38 @@ def _stamp(path: str) -> _Stamp:
     return is_dir, tuple(sorted((i.path, i.mtime_ns, i.size) for i in infos if i.type == pafs.FileType.File))
 
 
+def _stamps(paths: tuple[str, ...]) -> tuple[_Stamp, ...]:
+    return tuple(_stamp(path) for path in paths)
+
+
 @functools.lru_cache(maxsize=64)
-def _detected(path: str, stamp: _Stamp) -> replay_formats.Format:
-    return replay_formats.detect_format(path)
+def _detected(paths: tuple[str, ...], stamps: tuple[_Stamp, ...]) -> replay_formats.Format:
+    formats = [replay_formats.detect_format(path) for path in paths]
+    for path, fmt in zip(paths[1:], formats[1:], strict=True):
+        if fmt != formats[0]:
+            raise ValueError(f"{paths[0]} is {formats[0]} but {path} is {fmt}: the files of one replay share a format")
+    return formats[0]
 
 
 @functools.lru_cache(maxsize=16)
 def _replayed(
-    path: str, fmt: replay_formats.Format, column: str | None, arm: str | None, shape: str | None, start_s: float,
-    duration_s: float | None, speed: float, rate_scale: float | None, target_rate: float | None, seed: int,
-    keep_failed: bool, bin_s: float, stamp: _Stamp,
+    paths: tuple[str, ...], fmt: replay_formats.Format, column: str | None, arm: str | None, shape: str | None,
+    start_s: float, duration_s: float | None, speed: float, rate_scale: float | None, target_rate: float | None,
+    seed: int, keep_failed: bool, bin_s: float, stamps: tuple[_Stamp, ...],
 ) -> _Replayed:  # fmt: skip
+    name = ", ".join(paths)
     arrivals = replay_formats.read_arrivals(
-        path, fmt, start_s=start_s, duration_s=duration_s, keep_failed=keep_failed, column=column, arm=arm,
+        paths, fmt, start_s=start_s, duration_s=duration_s, keep_failed=keep_failed, column=column, arm=arm,
         shape=shape,
     )  # fmt: skip
     recorded = (arrivals.ns / 1e9 - start_s) / speed
     end = duration_s / speed if duration_s is not None else float(recorded[-1]) + _REPLAY_TAIL_S
     if end / bin_s > _REPLAY_MAX_BINS:
-        raise ValueError(f"{path}: {end:g} s in bins of {bin_s:g} s is over {_REPLAY_MAX_BINS} phases: raise bin_s")
+        raise ValueError(f"{name}: {end:g} s in bins of {bin_s:g} s is over {_REPLAY_MAX_BINS} phases: raise bin_s")
     factor = rate_scale if target_rate is None else target_rate * end / len(recorded)
     offsets, source, copy = _scaled(recorded, end, factor or 1.0, seed)
     if not len(offsets):
-        raise ValueError(f"{path}: rate scaling by {factor:g} leaves no request of the {len(recorded)} in the window")
+        raise ValueError(f"{name}: rate scaling by {factor:g} leaves no request of the {len(recorded)} in the window")
     edges = np.append(np.arange(0.0, end, bin_s), end)
     if len(edges) > 2 and edges[-1] - edges[-2] < bin_s / 2:
         edges = np.delete(edges, -2)  # no sliver of a last bin

@@ -259,3 +259,25 @@ def test_a_late_row_out_of_order_moves_the_window_of_a_file_read_in_blocks(tmp_p
     shape = Replay(path=path, start_s=150, duration_s=10)  # the trace starts at 0 s (its last row), not 100 s
     np.testing.assert_allclose(shape.offsets(), np.arange(1000) / 100, atol=1e-9)
     assert shape.requests(np.array([0, 999])).prompt_tokens.tolist() == [1 + 5000 % 50, 1 + 5999 % 50]
+
+
+def test_azure_code_and_conversation_files_replay_as_one_trace(tmp_path: Path) -> None:
+    code = azure(tmp_path / "AzureLLMInferenceTrace_code.csv", [
+        ("2023-11-16 18:15:47", 300, 30), ("2023-11-16 18:15:49", 301, 31), ("2023-11-16 18:15:55", 302, 32),
+    ])  # fmt: skip
+    conv = azure(tmp_path / "AzureLLMInferenceTrace_conv.csv", [
+        ("2023-11-16 18:15:46", 100, 10), ("2023-11-16 18:15:48", 101, 11), ("2023-11-16 18:15:49", 102, 12),
+    ])  # fmt: skip
+    rule = CategoryRule(by="file", map={"code": "editing", "conv": "chat"})
+    shape = Replay.model_validate({"kind": "replay", "path": [code, conv], "category": rule, "start_s": 1})
+    assert shape.paths == (code, conv) and shape.trace_format == "azure"
+    np.testing.assert_allclose(shape.offsets(), [0.0, 1.0, 2.0, 2.0, 8.0])  # from 18:15:47, the window's start
+    recorded = shape.requests(np.arange(5))
+    assert recorded.prompt_tokens.tolist() == [300, 101, 301, 102, 302]  # a tie keeps the order the paths are named
+    assert recorded.categories == ["editing", "chat", "editing", "chat", "editing"]
+    times = tmp_path / "t.csv"
+    times.write_text("0\n")
+    with pytest.raises(ValidationError, match=r"AzureLLMInferenceTrace_code\.csv is azure but .*t\.csv is csv"):
+        Replay.model_validate({"kind": "replay", "path": [code, str(times)]})
+    with pytest.raises(ValidationError, match=r"t\.csv, .*t\.csv: a csv trace is one file or trace directory"):
+        Replay.model_validate({"kind": "replay", "path": [str(times), str(times)]})
