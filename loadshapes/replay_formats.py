@@ -9,12 +9,12 @@ Formats (README "Traffic", docs/replay.md):
   - csv: timestamps in seconds, one per line or a named column.
 
 Reading is in two passes so that a worker never holds a whole multi-million-row file: `read_arrivals` streams the
-time column only and keeps the rows inside the window (every worker needs every arrival time: request i is the
-i-th arrival of the window); `read_contents` streams the file again and keeps the lengths of the rows the caller
-asks for (a worker's share). Both stop at the end of the window when the file is in time order, as the public
-traces are. pyarrow's streaming CSV and JSON readers do the parsing (in C++, a block at a time); a batch that
-fails to convert or check sends the reader through the file again line by line with the csv / json modules, only
-to name the line and field of the first bad row in one line.
+file and keeps the arrival times of the rows inside the window (every worker needs them all: request i is the
+i-th arrival of the window), checking those rows' lengths without keeping them; `read_contents` streams it again
+and keeps the lengths of the rows the caller asks for (a worker's share). Both stop at the end of the window when
+the file is in time order, as the public traces are. pyarrow's streaming CSV and JSON readers do the parsing (in
+C++, a block at a time); a batch that fails to convert or check sends the reader through the file again line by
+line with the csv / json modules, only to name the line and field of the first bad row in one line.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ import pyarrow.json as pajson
 from loadshapes.trace import PARTITION_COLUMNS, _filesystem, read_traces
 
 Format = Literal["azure", "burstgpt", "mooncake", "specdrill", "csv"]
-FORMATS: tuple[Format, ...] = ("azure", "burstgpt", "mooncake", "specdrill", "csv")
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type")
@@ -246,8 +245,8 @@ def _stream_arrivals(
 def _first_arrival(path: str, fmt: Format) -> int:
     batches = _batches(path, fmt)
     try:
-        for first, batch in batches:
-            ns, _ = _arrival_columns(path, fmt, batch, first)
+        for _, batch in batches:
+            ns, _ = _arrival_columns(path, fmt, batch)
             if len(ns):
                 return int(ns[0])
     finally:
@@ -274,7 +273,7 @@ def _window_pass(
     earliest = 2**63 - 1
     previous = -(2**63)
     for first, batch in _batches(path, fmt):
-        ns, fail = _arrival_columns(path, fmt, batch, first)
+        ns, fail = _arrival_columns(path, fmt, batch)
         if not len(ns):
             continue
         if origin is not None and (ns[0] < previous or np.any(np.diff(ns) < 0)):
@@ -339,7 +338,7 @@ def _numbered(reader: Any) -> Iterator[tuple[int, pa.RecordBatch]]:
         first += batch.num_rows
 
 
-def _arrival_columns(path: str, fmt: Format, batch: pa.RecordBatch, first: int) -> tuple[np.ndarray, np.ndarray]:
+def _arrival_columns(path: str, fmt: Format, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
     """(arrival ns, failed) of a batch; a bad value sends the reader back to name its line."""
     try:
         if fmt == "azure":
