@@ -259,7 +259,7 @@ class Replay(_Shape):
     speed: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     rate_scale: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     target_rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    seed: int = 0  # thinning and replication only: the recorded arrivals themselves are not random
+    seed: int = Field(default=0, ge=0)  # thinning and replication only: the recorded arrivals are not random
     # Traces with lengths (azure, burstgpt, mooncake): the category of each request, its prompt's generator.
     category: str | CategoryRule | None = None  # None: the mix draws it, as for any shape
     failed: Literal["skip", "expect_error"] = "skip"  # BurstGPT's failed requests (0 response tokens)
