@@ -232,7 +232,6 @@ class RequestMix(_Strict):
         weights = np.array([e.weight for e in self.entries]) if self.entries else np.ones(1)
         cumulative = np.cumsum(weights / weights.sum())
         dataset = _cached_jsonl(self.dataset) if self.dataset is not None else None
-        blocks: dict[tuple[int, int], list[str]] = {}  # shared prefix blocks are built once per call
         out: list[RequestSpec] = []
         for n, i in enumerate(indices):
             rng = np.random.default_rng([seed, i])
@@ -245,7 +244,7 @@ class RequestMix(_Strict):
                     category = workloads[pick].category
             prompt_tokens = int(recorded.prompt_tokens[n])
             if recorded.prefixes is not None:
-                prompt = prefixed_prompt(recorded.prefixes[n], prompt_tokens, seed, blocks)
+                prompt = prefixed_prompt(recorded.prefixes[n], prompt_tokens, seed)
             else:
                 prompt = PROMPT_BUILDERS.get(category, PROMPT_BUILDERS["chat"])(prompt_tokens, rng)
             failed = bool(recorded.expect_error[n])

@@ -6,6 +6,7 @@ somewhat more tokens per word, so a prompt's `prompt_tokens` is a target, not a 
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -98,30 +99,39 @@ PROMPT_BUILDERS = {"reasoning": reasoning_prompt, "chat": chat_prompt, "editing"
 _PREFIX_KEY = 0x50524546  # separates prefix-block seeds from request seeds ([seed, i])
 
 
-def prefixed_prompt(prefix: PrefixBlocks, target_words: int, seed: int, built: dict[tuple[int, int], list[str]]) -> str:
+def prefixed_prompt(prefix: PrefixBlocks, target_words: int, seed: int) -> str:
     """A prompt of `target_words` words made of `prefix.block_tokens`-word blocks, block j from hash id j alone.
 
     Two requests whose hash ids agree up to block j have the same first j + 1 blocks, so a prefix cache sees what
     it saw in the trace. The blocks are neutral chat text whatever the request's category: a shared block must
     read the same in every request that holds it. Words past the last block (a trace with fewer hash ids than its
-    length needs) come from the last id's continuation, so they are not shared. `built` caches blocks.
+    length needs), and a copy's last block, are the request's own.
     """
-    words: list[str] = []
-    ids = list(prefix.hash_ids) or [0]
-    needed = max(1, -(-target_words // prefix.block_tokens))
+    ids = prefix.hash_ids or (0,)
+    size = prefix.block_tokens
+    needed = max(1, -(-target_words // size))
+    texts: list[str] = []
     for j in range(needed):
-        own = j >= len(ids) - 1 and prefix.copy > 0  # a copy's last block (and beyond) is not shared
-        key = (ids[min(j, len(ids) - 1)], j - len(ids) + 1 if j >= len(ids) else 0)
-        if own or j >= len(ids):
-            salt = [seed, _PREFIX_KEY, key[0], key[1], prefix.copy]
-            block = chat_prompt(prefix.block_tokens, np.random.default_rng(salt)).split()
+        beyond = max(0, j - len(ids) + 1)
+        hash_id = ids[min(j, len(ids) - 1)]
+        if beyond or (prefix.copy and j >= len(ids) - 1):
+            texts.append(_block_text(seed, hash_id, beyond, prefix.copy, size))
         else:
-            if key not in built:
-                built[key] = chat_prompt(
-                    prefix.block_tokens, np.random.default_rng([seed, _PREFIX_KEY, key[0]])
-                ).split()
-            block = built[key]
-        words.extend(block)
-        if len(words) >= target_words:
-            break
-    return " ".join(words[:target_words])
+            texts.append(_shared_block(seed, hash_id, size))
+    tail = target_words - size * (needed - 1)
+    if tail < size:
+        texts[-1] = " ".join(texts[-1].split()[:tail])
+    return " ".join(texts)
+
+
+def _block_text(seed: int, hash_id: int, beyond: int, copy: int, words: int) -> str:
+    """Exactly `words` words (chat_prompt fills to its target), from (seed, hash id) alone when shared."""
+    key = [seed, _PREFIX_KEY, hash_id] if not (beyond or copy) else [seed, _PREFIX_KEY, hash_id, beyond, copy]
+    return chat_prompt(words, np.random.default_rng(key))
+
+
+@functools.lru_cache(maxsize=4096)
+def _shared_block(seed: int, hash_id: int, words: int) -> str:
+    # Shared blocks recur (Mooncake's system prompts lead most requests); 4096 cached blocks of 512 words are
+    # about 15 MB of text, where caching every block of a worker's share could hold its whole prompt text again.
+    return _block_text(seed, hash_id, 0, 0, words)
