@@ -12,12 +12,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.table import Table
 
-from loadshapes.trace import read_traces
 from orchestrator.analysis import (
     ArmInfo,
     BandSet,
@@ -35,7 +33,7 @@ from orchestrator.analysis import (
     verify_executed_policy,
 )
 from orchestrator.analysis.bands import auto_rate_quantiles
-from orchestrator.analysis.faults import FAULT_COLUMNS, FaultWindow, fault_windows, outcomes_by_unit
+from orchestrator.analysis.faults import FaultWindow, fault_windows_of
 from orchestrator.analysis.results import Verdict
 from orchestrator.analysis.source import materialize
 from orchestrator.analysis.timelines import TimelineSeries, timeline_series
@@ -170,10 +168,10 @@ def build_summary(
             ),
         )
         series = timeline_series(requests, {u.unit.key: u.start_ns for u in inputs.units})
+        faults = fault_windows_of(requests, {u.unit.key: u.start_ns for u in inputs.units})
     finally:
         requests.close()
     gates = evaluate_gates(campaign, inputs.arms, verification, inputs.units)
-    faults = read_fault_windows(inputs)
     saturated = [u.unit.key for u in inputs.units if u.saturated]
     summary = Summary(
         campaign=campaign.name,
@@ -215,36 +213,6 @@ def summary_for(inputs: RunInputs) -> Summary:
 
 def _unit_keys(units: list[UnitResult]) -> list[tuple[str, int, int]]:
     return sorted((u.unit.key, u.rows, u.start_ns) for u in units)
-
-
-def read_fault_windows(inputs: RunInputs) -> list[FaultWindow]:
-    """Failed rows are few: read them alone (status pushed down into the scan), then the outcome times of just
-    the units they belong to, for the "N of M failed" count."""
-    import pyarrow.compute as pc
-
-    traces = inputs.store.traces
-    failed = _only_complete_units(
-        read_traces(traces, columns=FAULT_COLUMNS, where=pc.field("status") != "ok"), inputs.units
-    )
-    if failed.num_rows == 0:
-        return []
-    arms = pa.array(pc.unique(pc.cast(failed["arm"], pa.string())))
-    shapes = pa.array(pc.unique(pc.cast(failed["shape"], pa.string())))
-    scope = pc.field("arm").isin(arms) & pc.field("shape").isin(shapes)
-    ended_ns = outcomes_by_unit(read_traces(traces, columns=FAULT_COLUMNS, where=scope))
-    return fault_windows(failed, ended_ns, {u.unit.key: u.start_ns for u in inputs.units})
-
-
-def _only_complete_units(table: pa.Table, units: list[UnitResult]) -> pa.Table:
-    """Rows of a partial unit (a run interrupted mid-unit) are not evidence yet: the rerun redoes the unit."""
-    import pyarrow.compute as pc
-
-    complete = {(u.unit.arm, u.unit.shape) for u in units}
-    keep = pc.is_in(
-        pc.binary_join_element_wise(pc.cast(table["arm"], pa.string()), pc.cast(table["shape"], pa.string()), "/"),
-        value_set=pa.array([f"{a}/{s}" for a, s in complete], pa.string()),
-    )
-    return table.filter(keep)
 
 
 def evaluate_gates(

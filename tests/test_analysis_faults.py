@@ -6,7 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from orchestrator.analysis.faults import fault_windows, outcome_ns, outcomes_by_unit, unit_keys
+from orchestrator.analysis import request_frame
+from orchestrator.analysis.faults import fault_windows, fault_windows_of, outcome_ns, outcomes_by_unit, unit_keys
 
 START = 1_800_000_000 * 10**9
 
@@ -59,3 +60,18 @@ def test_windows_are_per_unit_and_a_request_never_sent_counts_at_its_scheduled_t
         ("off-single/cross/r1", 2.0, 1),
     ]
     assert fault_windows(failed.slice(0, 0), {}, {}) == []
+
+
+def test_a_runs_views_give_the_same_windows_as_its_table() -> None:
+    outcomes: list[tuple[float, str, str | None]] = [(t, "ok", None) for t in np.arange(0.25, 30, 0.5)]
+    outcomes += [(10.0, "error", "truncated_stream")] * 4 + [(11.5, "error", "http_503")] * 2
+    outcomes += [(25.0, "not_sent", "not_sent")]
+    one = _rows("off-single", "steady", 2, outcomes)
+    other = _rows("dyn-single", "steady", 2, [(3.0, "ok", None), (4.0, "error", "http_500")])
+    table = pa.concat_tables([one, other], promote_options="permissive")
+    starts = {"off-single/steady/r2": START, "dyn-single/steady/r2": START - 10**9}
+    expected = fault_windows(table.filter(pc.not_equal(table["status"], "ok")), outcomes_by_unit(table), starts)
+    plain = table.cast(pa.schema([pa.field(f.name, pa.string()) if f.name in ("arm", "shape") else f
+                                  for f in table.schema]))  # fmt: skip
+    requests = request_frame(plain.append_column("repeat", pa.array([2] * table.num_rows, pa.int32())))
+    assert fault_windows_of(requests, starts) == expected and len(expected) == 3

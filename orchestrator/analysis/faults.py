@@ -15,7 +15,29 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
-FAULT_COLUMNS = ("arm", "shape", "request_id", "scheduled_ns", "done_ns", "status", "error_class")
+from orchestrator.analysis.source import Requests
+
+FAULT_COLUMNS = ("arm", "shape", "repeat", "scheduled_ns", "done_ns", "status", "error_class")
+
+
+def fault_windows_of(requests: Requests, unit_starts: dict[str, int], *, gap_s: float = 2.0) -> list[FaultWindow]:
+    """fault_windows over a run's views: the failed rows (few), then only the outcome times of the units they
+    belong to (one integer per row), never the rows themselves."""
+    columns = ", ".join(FAULT_COLUMNS)
+    failed = requests.con.sql(f"SELECT {columns} FROM trace WHERE status <> 'ok'").to_arrow_table()
+    if failed.num_rows == 0:
+        return []
+    ended: dict[str, np.ndarray] = {}
+    for arm, shape, repeat in requests.con.execute(
+        "SELECT DISTINCT arm, shape, repeat FROM trace WHERE status <> 'ok'"
+    ).fetchall():
+        times = requests.con.execute(
+            "SELECT coalesce(done_ns, scheduled_ns) AS t FROM trace WHERE arm = ? AND shape = ? AND repeat = ? "
+            "ORDER BY t",
+            [arm, shape, repeat],
+        ).fetchnumpy()["t"]
+        ended[f"{arm}/{shape}/r{repeat}"] = np.asarray(times, dtype=np.int64)
+    return fault_windows(failed, ended, unit_starts, gap_s=gap_s)
 
 
 class FaultWindow(BaseModel):
@@ -42,9 +64,13 @@ def outcome_ns(table: pa.Table) -> np.ndarray:
 
 
 def _unit_codes(table: pa.Table) -> tuple[np.ndarray, list[str]]:
-    """Per row, a code into the run's unit names (arm/shape/rN, from the request id {arm}:{shape}:{repeat}:{i}):
-    Arrow dictionary-encodes the keys, so no row becomes a Python object."""
-    repeat = pc.list_element(pc.split_pattern(table["request_id"], ":"), 2)
+    """Per row, a code into the run's unit names (arm/shape/rN; the repeat from the trace's `repeat` column, or
+    from a request id {arm}:{shape}:{repeat}:{i}): Arrow dictionary-encodes the keys, so no row becomes a
+    Python object."""
+    if "repeat" in table.column_names:
+        repeat = pc.cast(table["repeat"], pa.string())
+    else:
+        repeat = pc.list_element(pc.split_pattern(table["request_id"], ":"), 2)
     arm, shape = pc.cast(table["arm"], pa.string()), pc.cast(table["shape"], pa.string())
     keys = pc.binary_join_element_wise(arm, shape, pc.binary_join_element_wise("r", repeat, ""), "/")
     encoded = pc.dictionary_encode(keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys)

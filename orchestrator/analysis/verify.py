@@ -200,16 +200,17 @@ def _timed_runs(requests: Requests, arms: Sequence[ArmInfo], shapes: Mapping[str
         requests.con.execute(f"CREATE OR REPLACE TEMP TABLE timed_steps AS {sql}", params)
         keys = requests.con.execute("SELECT DISTINCT arm, shape, run, repeat FROM timed_steps ORDER BY ALL").fetchall()
         for arm, shape, run, repeat in keys:
-            found = requests.con.execute(
+            found = requests.con.sql(
                 "SELECT time_s, batch_size, k FROM timed_steps WHERE arm = ? AND shape = ? AND run = ? AND repeat = ?",
-                [arm, shape, run, repeat],
-            ).fetchnumpy()
+                params=[arm, shape, run, repeat],
+            ).to_arrow_table()
             runs.append(
                 TimedRun(
                     run=(str(arm), str(shape), str(run), int(repeat)),
-                    time_s=np.ma.filled(np.ma.asarray(found["time_s"], dtype=np.float64), np.nan),  # NULL: NaN
-                    batch=np.asarray(found["batch_size"], dtype=np.int64),
-                    k=np.asarray(found["k"], dtype=np.int64),
+                    # Arrow gives NaN for a NULL (unknown) time.
+                    time_s=found["time_s"].to_numpy(zero_copy_only=False).astype(np.float64),
+                    batch=found["batch_size"].to_numpy(zero_copy_only=False).astype(np.int64),
+                    k=found["k"].to_numpy(zero_copy_only=False).astype(np.int64),
                 )
             )
     return sorted(runs, key=lambda r: r.run)
