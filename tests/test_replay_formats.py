@@ -8,9 +8,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from loadshapes import replay_formats
+from loadshapes import replay_formats, shapes
 from loadshapes.arrivals import shape_arrivals
 from loadshapes.mixes import RequestMix
 from loadshapes.plan import Target, WorkerPlan, open_loop_schedule
@@ -281,3 +283,25 @@ def test_azure_code_and_conversation_files_replay_as_one_trace(tmp_path: Path) -
         Replay.model_validate({"kind": "replay", "path": [code, str(times)]})
     with pytest.raises(ValidationError, match=r"t\.csv, .*t\.csv: a csv trace is one file or trace directory"):
         Replay.model_validate({"kind": "replay", "path": [str(times), str(times)]})
+
+
+@given(
+    st.lists(st.floats(0, 100, allow_nan=False), min_size=1, max_size=60),
+    st.floats(0.05, 6.0),
+    st.integers(0, 2**32),
+)
+@settings(max_examples=200, deadline=None)
+def test_scaling_keeps_order_and_lands_copies_before_the_next_arrival(times: list[float], factor: float,
+                                                                        seed: int) -> None:  # fmt: skip
+    recorded = np.sort(np.array(times))
+    end = float(recorded[-1]) + 1.0
+    offsets, source, copy = shapes._scaled(recorded, end, factor, seed)
+    assert np.all(np.diff(offsets) >= 0) and np.all(np.diff(source) >= 0)
+    nxt = np.append(recorded[1:], end)
+    assert np.all(offsets >= recorded[source]) and np.all(offsets <= nxt[source])
+    assert np.all(offsets[copy == 0] == recorded[source[copy == 0]])  # the recorded request keeps its time
+    counts = np.bincount(source, minlength=len(recorded))
+    assert set(counts.tolist()) <= {int(factor), int(factor) + 1}
+    np.testing.assert_array_equal(copy, np.concatenate([np.arange(c) for c in counts]).astype(np.int64))
+    again = shapes._scaled(recorded, end, factor, seed)
+    assert all(np.array_equal(a, b) for a, b in zip((offsets, source, copy), again, strict=True))
