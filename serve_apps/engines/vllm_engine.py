@@ -161,7 +161,8 @@ class StepTimeline:
             mine = self._rank_rows.get(rank, [])
             first: int | None = None
             if first_token_latency is not None:
-                first = self._first_token.pop((rank, first_token_latency), None)
+                # Not popped: two requests that arrived at the same instant share the key, and the step.
+                first = self._first_token.get((rank, first_token_latency))
             if first is None:
                 self.fallbacks["first_step_by_time"] += 1
                 since = first_scheduled if first_scheduled is not None else self.rows["end"][last_row]
