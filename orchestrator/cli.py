@@ -476,6 +476,9 @@ def unit_line(unit: Unit, result: UnitResult | None, n: int, total: int) -> str:
         f"saturated={'yes' if result.saturated else 'no'}",
         f"took={(result.end_ns - result.start_ns) / 1e9:.1f}s",
     ]
+    if result.engine_lag_p99_s is not None:
+        parts.insert(-1, f"engine_lag_p99={result.engine_lag_p99_s * 1000:.1f}ms")
+        parts.insert(-1, f"engine_lagged={'yes' if result.engine_lagged else 'no'}")
     if result.missing:
         parts.append(f"missing={result.missing}" + (" (a load worker was lost)" if result.incomplete else ""))
     return " ".join(parts)

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.table import Table
 
@@ -68,6 +68,8 @@ class Summary(BaseModel):
     gates: list[GateResult]
     headline: list[str]
     saturated_units: list[str]
+    # The simulated engine fell behind its own step schedule (p99 engine lag above the bound): "unit: p99 ..."
+    engine_lagged_units: list[str] = Field(default_factory=list)
     incomplete_units: list[str]  # a load worker was lost mid-run: "unit: N of M requests missing"
     fault_windows: list[FaultWindow]  # where requests failed (a replica died, a stream broke), per unit
     passed: bool
@@ -184,6 +186,7 @@ def build_summary(
         gates=gates,
         headline=headline(maps, verification, inputs.arms),
         saturated_units=saturated,
+        engine_lagged_units=engine_lagged(inputs.units),
         incomplete_units=[
             f"{u.unit.key}: {u.missing} of {u.scheduled} requests missing (a load worker was lost)"
             for u in inputs.units
@@ -213,6 +216,16 @@ def summary_for(inputs: RunInputs) -> Summary:
 
 def _unit_keys(units: list[UnitResult]) -> list[tuple[str, int, int]]:
     return sorted((u.unit.key, u.rows, u.start_ns) for u in units)
+
+
+def engine_lagged(units: list[UnitResult]) -> list[str]:
+    """One line per unit whose simulated engine lagged behind its step schedule: its latencies are the host's."""
+    return [
+        f"{u.unit.key}: p99 engine lag {(u.engine_lag_p99_s or 0.0) * 1e3:.1f} ms > bound "
+        f"{(u.engine_lag_bound_s or 0.0) * 1e3:.1f} ms"
+        for u in units
+        if u.engine_lagged
+    ]
 
 
 def evaluate_gates(
@@ -272,6 +285,14 @@ def evaluate_gates(
                         f"{unit.lateness_p99_s * 1e3:.1f} ms{at_cap})",
                     )
                 )  # fmt: skip
+    if gates.fail_on_engine_lag:
+        for line, unit in zip(engine_lagged(units), [u for u in units if u.engine_lagged], strict=True):
+            results.append(
+                GateResult(
+                    gate="engine_lagged", arm=unit.unit.arm, passed=False,
+                    message=f"{line}: the simulated engine fell behind its step schedule (latencies are the host's)",
+                )
+            )  # fmt: skip
     return results
 
 
@@ -350,6 +371,8 @@ def print_report(summary: Summary, console: Console) -> None:
         console.print(f"[red]fault window[/red] {window.message}")
     if summary.saturated_units:
         console.print(f"[yellow]load generator saturated in: {', '.join(summary.saturated_units)}[/yellow]")
+    for line in summary.engine_lagged_units:
+        console.print(f"[yellow]engine lagged (latencies are the host's, not the model's)[/yellow] {line}")
     for gate in summary.gates:
         if not gate.passed:
             console.print(f"[red]gate {gate.gate} failed[/red]: {gate.message}")
@@ -375,6 +398,7 @@ def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
             shapes=dict(inputs.campaign.shapes),
             headline=[*summary.incomplete_units, *(w.message for w in summary.fault_windows), *summary.headline],
             saturated_units=summary.saturated_units,
+            engine_lagged_units=summary.engine_lagged_units,
             gate_failures=[g.message for g in summary.gates if not g.passed],
             fault_windows=summary.fault_windows,
         )

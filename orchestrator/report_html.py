@@ -54,6 +54,7 @@ class ReportData:
     shapes: dict[str, Shape] = field(default_factory=dict)
     headline: list[str] = field(default_factory=list)
     saturated_units: list[str] = field(default_factory=list)
+    engine_lagged_units: list[str] = field(default_factory=list)
     gate_failures: list[str] = field(default_factory=list)
     fault_windows: list[FaultWindow] = field(default_factory=list)
 
@@ -172,6 +173,13 @@ def _headline(data: ReportData) -> str:
             '<div class="warn"><b>Load generator saturated</b> on '
             f"{len(data.saturated_units)} unit(s): it could not send on schedule, so the offered load there is "
             f"lower than the shape asks for.{_list(data.saturated_units)}</div>"
+        )
+    if data.engine_lagged_units:
+        parts.append(
+            '<div class="warn"><b>Engine lagged</b> on '
+            f"{len(data.engine_lagged_units)} unit(s): the simulated engine handed tokens out later than its "
+            "model's step ends (this host could not keep up), so latencies there are the host's, not the model's; "
+            f"a larger engine.time_scale helps.{_list(data.engine_lagged_units)}</div>"
         )
     return "\n".join(parts)
 

@@ -22,6 +22,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 from urllib.parse import quote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow.fs import FileSelector, FileType
@@ -71,6 +72,13 @@ class UnitResult(BaseModel):
     incomplete: bool = False  # a load worker was lost: rows < scheduled, the gap is `missing`
     missing: int = 0
     tpot_p50_s: float | None = None  # of the unit's ok requests with a TPOT; None when it has none
+    # Engine lag (the simulated engine in real time: how late a step's tokens went out after the model's step
+    # end, wall seconds, over every engine of the unit); None where no engine reports it (vLLM, virtual time).
+    engine_lag_p50_s: float | None = None
+    engine_lag_p99_s: float | None = None
+    engine_lag_max_s: float | None = None
+    engine_lag_bound_s: float | None = None  # the bound the p99 was held to (see engine_lag_of)
+    engine_lagged: bool = False  # p99 above the bound: the unit's latencies are the host's, not the model's
 
     @property
     def statuses(self) -> dict[str, int]:
@@ -278,21 +286,34 @@ TIMELINE_INT_COLUMNS = (
 )  # fmt: skip
 
 
+# lag_s (float64, wall seconds): how late the simulated engine in real time handed a step's tokens out after the
+# model's step end. Only that engine knows it: the column is written when some engine reported it (null for
+# the others), and absent otherwise (vLLM, virtual time), so files without it stay what they were.
+TIMELINE_FLOAT_COLUMNS = ("lag_s",)
+
+
 def timeline_table(timelines: dict[str, dict[str, list[Any]]]) -> pa.Table:
-    columns: dict[str, list[Any]] = {name: [] for name in ("engine_id", "start", "end", *TIMELINE_INT_COLUMNS)}
+    names = ("start", "end", *TIMELINE_INT_COLUMNS, *TIMELINE_FLOAT_COLUMNS)
+    columns: dict[str, list[Any]] = {name: [] for name in ("engine_id", *names)}
     for engine_id, data in timelines.items():
         n = len(data.get("start", []))
         columns["engine_id"].extend([engine_id] * n)
-        for name in ("start", "end", *TIMELINE_INT_COLUMNS):
+        for name in names:
             default = 0 if name == "dp_rank" else None  # an engine without ranks is rank 0
             values = data.get(name)
             columns[name].extend(values if values is not None else [default] * n)
+    floats = {
+        name: pa.array(columns[name], pa.float64())
+        for name in TIMELINE_FLOAT_COLUMNS
+        if any(name in data for data in timelines.values())
+    }
     return pa.table(
         {
             "engine_id": pa.array(columns["engine_id"], pa.string()),
             "start_ns": pa.array([round(t * 1e9) for t in columns["start"]], pa.int64()),
             "end_ns": pa.array([round(t * 1e9) for t in columns["end"]], pa.int64()),
             **{name: pa.array(columns[name], pa.int32()) for name in TIMELINE_INT_COLUMNS},
+            **floats,
         }
     )
 
@@ -402,7 +423,8 @@ def run_unit(
         ready_timeout_s=campaign.load.ready_timeout_s,
         env=secrets,  # to the worker processes' environment only: never in a plan, a trace or a log
     )
-    steps = write_timeline(store, unit, fetch_timelines(url, replicas=replicas_of(arm), since=since))
+    timelines = fetch_timelines(url, replicas=replicas_of(arm), since=since)
+    steps = write_timeline(store, unit, timelines)
     start = min(s.start_ns or 0 for s in summaries)
     rows = sum(s.rows_written for s in summaries if not s.lost)
     if any(s.lost for s in summaries):
@@ -421,6 +443,7 @@ def run_unit(
         incomplete=any(s.lost for s in summaries),
         missing=sum(s.scheduled for s in summaries) - rows,
         tpot_p50_s=unit_tpot_p50(store, unit),
+        **engine_lag_of(timelines, bound_s=campaign.load.engine_lag_bound_s),
     )
     if result.incomplete:
         log.error("unit.incomplete", unit=unit.key, missing=result.missing, note="a load worker was lost")
@@ -429,8 +452,38 @@ def run_unit(
     if result.saturated:
         capped = sum(s.waited_at_connection_cap for s in summaries)
         log.warning("unit.generator_saturated", unit=unit.key, lateness_p99_s=result.lateness_p99_s, at_cap=capped)
+    if result.engine_lagged:
+        log.warning("unit.engine_lagged", unit=unit.key, engine_lag_p99_s=result.engine_lag_p99_s,
+                    bound_s=result.engine_lag_bound_s)  # fmt: skip
     store.write_json(store.unit_marker(unit), result.model_dump(mode="json"))
     return result
+
+
+# Without a campaign bound, a unit's p99 engine lag is held to this share of its median step (wall): a step
+# stretched by a fifth is a fifth more per-token latency for every request in it, the size of effect the
+# report's verdicts are about (a 2% margin on ratios of 1.2-1.8x), so past it the unit measures the host. Relative
+# to the step, because the same millisecond of lag matters half as much at time_scale 2 as at 1.
+ENGINE_LAG_STEP_FRACTION = 0.2
+
+
+def engine_lag_of(timelines: dict[str, dict[str, list[Any]]], *, bound_s: float | None) -> dict[str, Any]:
+    """The unit's engine lag summary (UnitResult's engine_lag_* fields) from the engines' step timelines: empty
+    when no engine reported lag (vLLM, endpoints), so those fields keep their defaults."""
+    lags = [float(x) for data in timelines.values() for x in (data.get("lag_s") or []) if x is not None]
+    if not lags:
+        return {}
+    values = np.asarray(lags)
+    if bound_s is None:
+        durations = [e - s for data in timelines.values() for s, e in zip(data["start"], data["end"], strict=True)]
+        bound_s = ENGINE_LAG_STEP_FRACTION * float(np.median(durations))
+    p99 = float(np.quantile(values, 0.99))
+    return {
+        "engine_lag_p50_s": float(np.quantile(values, 0.5)),
+        "engine_lag_p99_s": p99,
+        "engine_lag_max_s": float(values.max()),
+        "engine_lag_bound_s": bound_s,
+        "engine_lagged": p99 > bound_s,
+    }
 
 
 def unit_tpot_p50(store: RunStore, unit: Unit) -> float | None:

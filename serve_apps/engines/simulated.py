@@ -110,6 +110,9 @@ class SimulatedEngine:
             out[name] = [int(x) for x in steps.column(name)[since_step:]]
         # One engine per replica: a simulated DP rank is its own replica, so within an engine the rank is 0.
         out["dp_rank"] = [0] * len(out["start"])
+        # Wall seconds each step's tokens went out after the model's step end: where this host fell behind the
+        # model, the latencies measured there are the host's (the report flags such units).
+        out["lag_s"] = list(self._realtime.step_lag[since_step : since_step + len(out["start"])])
         return out
 
     def live(self) -> dict[str, float]:
