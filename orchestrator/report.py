@@ -37,6 +37,7 @@ from orchestrator.analysis.faults import FaultWindow, fault_windows_of
 from orchestrator.analysis.results import Verdict
 from orchestrator.analysis.source import materialize
 from orchestrator.analysis.timelines import TimelineSeries, timeline_series
+from orchestrator.baselines import baselines
 from orchestrator.campaign import Campaign
 from orchestrator.report_html import ReportData, render_report_html
 from orchestrator.run import MANIFEST, RunStore, UnitResult, units_of
@@ -97,8 +98,12 @@ def load_run(run_dir: str) -> RunInputs:
         if store.is_complete(u)
     ]
     max_num_seqs = _max_num_seqs(campaign)
+    compared = baselines(campaign.arms())  # off on the same hardware, else on one engine per engine
     arms = [
-        ArmInfo.from_policy(arm.name, arm.policy, topology=arm.topology, max_num_seqs=max_num_seqs)
+        ArmInfo.from_policy(
+            arm.name, arm.policy, topology=arm.topology, max_num_seqs=max_num_seqs,
+            compared_with=compared[arm.name].baseline, engines_ratio=compared[arm.name].engines_ratio,
+        )
         for arm in campaign.arms()
         if arm.name in {u.unit.arm for u in units}
     ]
@@ -318,13 +323,18 @@ def _ms(value: float | None) -> str:
 def _speedup(cell: Any) -> str:
     if cell.speedup is None:
         return "baseline"
-    ratio = cell.speedup.tpot
+    # The ratio shown is the one whose interval decided the verdict, named: per-token (tpot) or goodput.
+    ratio = cell.speedup.deciding
     if ratio.point is None:
         return "n/a"
     colour = {Verdict.HELPS: "green", Verdict.HURTS: "red"}.get(cell.speedup.verdict, "yellow")
     low = f"{ratio.low:.2f}" if ratio.low is not None else "?"
     high = f"{ratio.high:.2f}" if ratio.high is not None else "?"
-    return f"[{colour}]{ratio.point:.2f}x [{low},{high}] {cell.speedup.verdict.value.replace('_', ' ')}[/{colour}]"
+    what = "goodput" if cell.speedup.decided_by == "goodput" else "tpot"
+    if cell.speedup.engines_ratio != 1 and what == "goodput":
+        what = "goodput/engine"
+    said = cell.speedup.verdict.value.replace("_", " ")
+    return f"[{colour}]{what} {ratio.point:.2f}x [{low},{high}] {said}[/{colour}]"
 
 
 def map_table(operating_map: OperatingMap) -> Table:

@@ -248,6 +248,18 @@ def _ci(ratio: RatioCI) -> str:
     return f"{_ratio(ratio.point)} [{_num(ratio.low)}, {_num(ratio.high)}]"
 
 
+def _baselines(opmap: OperatingMap) -> str:
+    """Who is compared with whom: 'dyn-dp2 vs off-single per engine' where the hardware differs."""
+    pairs = []
+    for arm, base in opmap.baselines.items():
+        if arm == base:
+            continue
+        cell = next((c for c in opmap.cells if c.arm == arm and c.speedup is not None), None)
+        per_engine = cell is not None and cell.speedup is not None and cell.speedup.engines_ratio != 1
+        pairs.append(f"{arm} vs {base}{' per engine' if per_engine else ''}")
+    return "; ".join(pairs) or opmap.baseline
+
+
 def _cell_html(cell: MapCell | None, baseline: bool) -> str:
     if cell is None:
         return '<span class="muted">no data</span>'
@@ -263,20 +275,24 @@ def _cell_html(cell: MapCell | None, baseline: bool) -> str:
     if baseline or cell.speedup is None:
         return out + '<div class="muted">baseline</div>'
     s = cell.speedup
+    goodput = "goodput ratio per engine" if s.engines_ratio != 1 else "goodput ratio"
+    decided = " (decided the verdict)"
+    marks = {m: decided if s.decided_by in (m, "both") else "" for m in ("per-token latency", "goodput")}
     return (
         out
-        + f"<div>TPOT speedup {_e(_ci(s.tpot))}</div><div>goodput ratio {_e(_ci(s.goodput))}</div>"
+        + f"<div>TPOT speedup {_e(_ci(s.tpot))}{marks['per-token latency']}</div>"
+        + f"<div>{goodput} {_e(_ci(s.goodput))}{marks['goodput']}</div>"
         + f'<div>{_verdict(s.verdict)} <span class="muted">{"paired" if s.paired else "unpaired"}, '
         + f"{s.pairs} pairs</span></div>"
     )
 
 
 def _map_table(opmap: OperatingMap) -> str:
-    head = "".join(f"<th>{_e(arm)}{' (baseline)' if arm == opmap.baseline else ''}</th>" for arm in opmap.arms)
+    head = "".join(f"<th>{_e(arm)}{' (baseline)' if opmap.is_baseline(arm) else ''}</th>" for arm in opmap.arms)
     rows = []
     for band in opmap.bands:
         cells = "".join(
-            f'<td class="cell">{_cell_html(_cell_or_none(opmap, band.label, arm), arm == opmap.baseline)}</td>'
+            f'<td class="cell">{_cell_html(_cell_or_none(opmap, band.label, arm), opmap.is_baseline(arm))}</td>'
             for arm in opmap.arms
         )
         rows.append(f"<tr><th>{_e(band.label)}</th>{cells}</tr>")
@@ -297,11 +313,11 @@ def _map_section(opmap: OperatingMap, index: int) -> str:
     unbanded = ", ".join(f"{_e(a)} {n}" for a, n in opmap.unbanded.items() if n) or "none"
     return (
         f"<section><h2>Operating map {index + 1}: by {_e(opmap.measure.replace('_', ' '))} ({_e(opmap.unit)})</h2>"
-        f'<p class="meta">baseline <b>{_e(opmap.baseline)}</b> &middot; confidence {s.confidence:g}, '
+        f'<p class="meta">baselines <b>{_e(_baselines(opmap))}</b> &middot; confidence {s.confidence:g}, '
         f"margin {s.margin:g}, {s.bootstrap_samples} bootstrap samples, at least {s.min_requests} requests per "
         f"cell &middot; requests outside every band: {unbanded}</p>"
         f"{_map_table(opmap)}"
-        f"<h3>TPOT speedup over {_e(opmap.baseline)}</h3>{_figure(_heatmap(opmap), 'point estimate per cell')}"
+        f"<h3>TPOT speedup over each arm's baseline</h3>{_figure(_heatmap(opmap), 'point estimate per cell')}"
         f"<h3>Goodput and TPOT by band</h3>"
         f"{_figure(_band_chart(opmap, 'goodput (req/s)', lambda c: c.goodput_rps), 'goodput per band')}"
         f"{_figure(_band_chart(opmap, 'TPOT p50 (ms)', _tpot_ms), 'median time per output token per band')}"
@@ -489,7 +505,7 @@ def _heatmap(opmap: OperatingMap) -> str:
         y = top + row * i
         svg.text(left - 8, y + row / 2 + 4, band.label, font_size=11, text_anchor="end", fill="#333")
         for j, arm in enumerate(opmap.arms):
-            point, text, tip = _heat_value(_cell_or_none(opmap, band.label, arm), arm == opmap.baseline)
+            point, text, tip = _heat_value(_cell_or_none(opmap, band.label, arm), opmap.is_baseline(arm))
             x = left + col * j
             svg.rect(x, y, col, row, f"{arm} @ {band.label}: {tip}", fill=_speedup_colour(point), stroke="#fff")
             svg.text(x + col / 2, y + row / 2 + 4, text, font_size=11, text_anchor="middle", fill="#111")

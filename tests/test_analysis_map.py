@@ -85,8 +85,12 @@ def test_counts_throughput_goodput_percentiles_k_and_acceptance() -> None:
     assert off.speedup is None and fixed.speedup is not None and fixed.speedup.paired
     assert fixed.speedup.tpot.point == pytest.approx(2.0) and fixed.speedup.goodput.point == pytest.approx(1.0)
     by_batch = operating_map(frame, [OFF, FIXED], Slos(), batch_bands())
-    assert by_batch.cell("1-8", "off").requests == 100 and by_batch.cell("9-32", "fixed").requests == 100
-    assert by_batch.cell("9-32", "fixed").speedup.verdict is Verdict.INSUFFICIENT_DATA  # type: ignore[union-attr]
+    # The fixed arm ran at batch 20-40, its `off` twins at 4-8: each request is banded by its twin's batch, so
+    # the band compares the same requests in both arms.
+    assert by_batch.cell("1-8", "off").requests == 100 and by_batch.cell("1-8", "fixed").requests == 100
+    shared = by_batch.cell("1-8", "fixed")
+    assert shared.own_batch_band == 0 and shared.speedup is not None and shared.speedup.pairs == 100
+    assert not [c for c in by_batch.cells if c.band == "9-32" and c.requests]
     assert OperatingMap.model_validate_json(result.model_dump_json()) == result
 
 
@@ -160,9 +164,48 @@ def test_unconfigured_arms_and_baselines_are_refused() -> None:
     frame = request_frame(trace_table(arm=["off", "other"], scheduled_ns=[START_NS, START_NS]))
     with pytest.raises(ValueError, match="no ArmInfo: other"):
         operating_map(frame, [OFF], Slos(), ONE_BAND)
-    with pytest.raises(ValueError, match="exactly one arm must be the baseline"):
-        arms = [OFF.model_copy(update={"baseline": False}), FIXED.model_copy(update={"name": "other"})]
-        operating_map(frame, arms, Slos(), ONE_BAND)
+    # No baseline among the arms: every speedup is "insufficient data", never a traceback.
+    arms = [OFF.model_copy(update={"baseline": False}), FIXED.model_copy(update={"name": "other"})]
+    alone = operating_map(frame, arms, Slos(), ONE_BAND)
+    assert all(c.speedup is not None and c.speedup.verdict is Verdict.INSUFFICIENT_DATA for c in alone.cells)
+    # Several baselines: an arm must name the one it is compared with.
+    three = request_frame(trace_table(arm=["off", "other", "fixed"], scheduled_ns=[START_NS] * 3))
+    two = [OFF, OFF.model_copy(update={"name": "other"}), FIXED]
+    with pytest.raises(ValueError, match="arm fixed: several baselines"):
+        operating_map(three, two, Slos(), ONE_BAND)
+
+
+def test_each_arm_is_compared_with_its_own_baseline_and_per_engine_when_normalised() -> None:
+    rows, rates = _latency_trace(200, [1.5])
+    rows2, _ = _latency_trace(200, [1.0], seed=1)
+    # A second pair of arms on other hardware: `off2` and `fixed2` (no speedup there), and `dp` compared with
+    # `off` per engine: the same per-token speedup, its goodput per engine halved.
+    for name, source in (("off2", "off"), ("fixed2", "fixed"), ("dp", "fixed")):
+        picked = [i for i, arm in enumerate(rows2["arm"] if name != "dp" else rows["arm"]) if arm == source]
+        table = rows2 if name != "dp" else rows
+        for key in list(rows):
+            rows[key] = [*rows[key], *[table[key][i] for i in picked]]
+        for i in range(len(rows["arm"]) - len(picked), len(rows["arm"])):
+            rows["arm"][i] = name
+            rows["request_id"][i] = str(rows["request_id"][i]).replace(f"{source}:", f"{name}:", 1)
+    rates = np.concatenate([rates, rates[:200], rates[:200], rates[200:]])
+    frame = request_frame(trace_table(**rows), offered_rate=rates)
+    arms = [
+        OFF, FIXED.model_copy(update={"compared_with": "off"}), OFF.model_copy(update={"name": "off2"}),
+        FIXED.model_copy(update={"name": "fixed2", "compared_with": "off2"}),
+        FIXED.model_copy(update={"name": "dp", "compared_with": "off", "engines_ratio": 2.0}),
+    ]  # fmt: skip
+    result = operating_map(frame, arms, Slos(), ONE_BAND)
+    assert result.baselines == {"off": "off", "fixed": "off", "off2": "off2", "fixed2": "off2", "dp": "off"}
+    assert result.is_baseline("off2") and not result.is_baseline("fixed2")
+    fixed, fixed2, dp = (result.cell("0+", a).speedup for a in ("fixed", "fixed2", "dp"))
+    assert fixed is not None and fixed2 is not None and dp is not None
+    assert fixed.baseline == "off" and fixed2.baseline == "off2" and fixed.pairs == fixed2.pairs == 200
+    assert fixed.tpot.point == pytest.approx(1.5, rel=0.05) and fixed2.tpot.point == pytest.approx(1.0, rel=0.05)
+    assert dp.tpot.point == pytest.approx(fixed.tpot.point)
+    assert dp.goodput.point == pytest.approx(fixed.goodput.point / 2) and dp.engines_ratio == 2.0
+    assert "per engine (2 engines against 1)" in dp.message and dp.verdict is Verdict.HURTS
+    assert dp.decided_by == "goodput" and dp.message.index("goodput per engine") < dp.message.index("per-token")
 
 
 def test_sparse_request_ids_still_pair() -> None:

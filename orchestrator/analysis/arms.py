@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, Self
 
 import numpy as np
@@ -32,7 +33,11 @@ class ArmInfo(BaseModel):
     topology: str = "single"
     data_parallel_size: int = Field(default=1, ge=1)
     max_num_seqs: int = Field(default=512, ge=1)
-    baseline: bool = False  # the arm every other arm's speedup is measured against
+    baseline: bool = False  # an `off` arm: other arms' speedups are measured against it
+    # The baseline this arm is compared with (orchestrator/baselines.py): `off` on its topology, or on one engine
+    # with rates per engine (engines_ratio engines against one). None: the campaign's only baseline.
+    compared_with: str | None = None
+    engines_ratio: float = Field(default=1.0, gt=0)
 
     @model_validator(mode="after")
     def _policy_is_whole(self) -> Self:
@@ -55,6 +60,8 @@ class ArmInfo(BaseModel):
         topology: Topology = SINGLE,
         max_num_seqs: int = 512,
         baseline: bool | None = None,
+        compared_with: str | None = None,
+        engines_ratio: float = 1.0,
     ) -> ArmInfo:
         k = policy.k if isinstance(policy, FixedPolicy) else policy.max_k if isinstance(policy, DynamicPolicy) else 0
         return cls(
@@ -66,6 +73,8 @@ class ArmInfo(BaseModel):
             data_parallel_size=topology.data_parallel_size,
             max_num_seqs=max_num_seqs,
             baseline=policy.kind == "off" if baseline is None else baseline,
+            compared_with=compared_with,
+            engines_ratio=engines_ratio,
         )
 
     def k_table(self) -> np.ndarray:
@@ -84,9 +93,20 @@ class ArmInfo(BaseModel):
         return self.kind == "dynamic" and self.data_parallel_size > 1
 
 
-def baseline_arm(arms: list[ArmInfo] | tuple[ArmInfo, ...]) -> ArmInfo:
-    chosen = [a for a in arms if a.baseline]
-    if len(chosen) != 1:
-        names = ", ".join(a.name for a in chosen) or "none"
-        raise ValueError(f"exactly one arm must be the baseline (normally the off arm); got {names}")
-    return chosen[0]
+def baselines_of(arms: Sequence[ArmInfo]) -> dict[str, ArmInfo | None]:
+    """The baseline arm of every arm (a baseline is its own): the one it names, else the only baseline there is.
+    None where that baseline has no data here (its units did not complete): no speedup can be measured."""
+    chosen = {a.name: a for a in arms if a.baseline}
+    found: dict[str, ArmInfo | None] = {}
+    for arm in arms:
+        if arm.baseline:
+            found[arm.name] = arm
+        elif arm.compared_with is not None:
+            found[arm.name] = chosen.get(arm.compared_with)
+        elif len(chosen) <= 1:
+            found[arm.name] = next(iter(chosen.values()), None)
+        else:
+            raise ValueError(
+                f"arm {arm.name}: several baselines ({', '.join(chosen)}); name the one it is compared with"
+            )
+    return found

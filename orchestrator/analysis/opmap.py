@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.analysis.arms import ArmInfo, baseline_arm
+from orchestrator.analysis.arms import ArmInfo, baselines_of
 from orchestrator.analysis.bands import BandSet
 from orchestrator.analysis.db import sql_string
 from orchestrator.analysis.results import Crossover, MapCell, MapSettings, OperatingMap, Quantiles, Verdict
@@ -23,7 +23,7 @@ from orchestrator.analysis.speedup import CLOCK, PAIR_COLUMNS, CellBlocks, speed
 
 QUANTILES = (0.5, 0.9, 0.99)
 NO_CATEGORY = "(none)"
-_CELL_SUMS = ("ok", "met", "clock_s", "steps", "k_sum", "spec_steps", "accepted")
+_CELL_SUMS = ("ok", "met", "clock_s", "steps", "k_sum", "spec_steps", "accepted", "own_band")
 _BLOCK_SUMS = ("log_tpot", "usable", "met", "clock_s")  # speedup's LOG_TPOT, TPOT_USABLE, MET, CLOCK
 
 
@@ -67,11 +67,11 @@ def met_sql(slos: Slos) -> str:
 def scored_sql(slos: Slos, band_sets: Sequence[BandSet], blocks: int) -> str:
     """Per request: the map's measures, its time block within its run (the bootstrap resamples blocks, as
     requests close in time share queue state) and its band in each band set (band_0, band_1, ...)."""
-    measures = {"batch_size": "typical_batch", "offered_rate": "offered_rate"}
+    measures = {"batch_size": "band_batch", "offered_rate": "offered_rate"}
     bands = ", ".join(f"{b.sql(measures[b.measure])} AS band_{j}" for j, b in enumerate(band_sets))
     return f"""
     SELECT arm, shape, run, repeat, request_index, category, ok, ttft, tpot, e2e, queue_wait,
-           steps, k_sum, spec_steps, accepted,
+           steps, k_sum, spec_steps, accepted, own_band,
            {met_sql(slos)} AS met,
            coalesce(ok AND tpot > 0, false) AS usable,
            CASE WHEN ok AND tpot > 0 THEN ln(tpot) ELSE 0.0 END AS log_tpot,
@@ -79,7 +79,20 @@ def scored_sql(slos: Slos, band_sets: Sequence[BandSet], blocks: int) -> str:
            CASE WHEN span_s > 0 THEN least(CAST(trunc(offset_s * ({blocks} / span_s)) AS BIGINT), {blocks - 1})
                 ELSE abs(request_index) % {blocks} END AS block,
            {bands}
-    FROM requests
+    FROM banded
+    """
+
+
+def banded_sql() -> str:
+    """Each request with the batch it is banded by: its baseline twin's typical batch (the same request in the
+    `off` arm it is compared with), so a band holds the same requests in every arm, whichever arm is faster.
+    A request without a twin is banded by its own batch (own_band)."""
+    return """
+    SELECT r.*, coalesce(t.typical_batch, r.typical_batch) AS band_batch, (t.arm IS NULL) AS own_band
+    FROM requests r
+    LEFT JOIN arm_baselines m ON r.arm = m.arm
+    LEFT JOIN requests t ON t.arm = m.baseline AND t.shape = r.shape AND t.repeat = r.repeat
+         AND t.request_index = r.request_index AND r.request_index >= 0
     """
 
 
@@ -107,10 +120,15 @@ class _CellAggregates:
 
 
 def _aggregates(
-    requests: Requests, slos: Slos, band_sets: Sequence[BandSet], settings: MapSettings, baseline: str | None
+    requests: Requests, slos: Slos, band_sets: Sequence[BandSet], settings: MapSettings, baselines: dict[str, str]
 ) -> list[_CellAggregates]:
+    """`baselines`: arm -> the baseline arm it is compared with (a baseline names itself), arms with data only."""
     con, n = requests.con, len(band_sets)
     materialize(requests)
+    con.execute("CREATE OR REPLACE TEMP TABLE arm_baselines (arm VARCHAR, baseline VARCHAR)")
+    if baselines:
+        con.executemany("INSERT INTO arm_baselines VALUES (?, ?)", sorted(baselines.items()))
+    con.execute(f"CREATE OR REPLACE TEMP VIEW banded AS {banded_sql()}")
     con.execute(f"CREATE OR REPLACE TEMP VIEW scored AS {scored_sql(slos, band_sets, settings.blocks)}")
     band_keys = [f"band_{j}" for j in range(n)]
     out = [
@@ -150,30 +168,30 @@ def _aggregates(
         totals = np.array([values for values, _ in found], dtype=np.float64).reshape(-1, len(_BLOCK_SUMS))
         out[m].blocks[(band, arm)] = (totals, sum(c for _, c in found))
     _quantile_aggregates(requests, out, band_keys)
-    if baseline is not None:
-        _pair_aggregates(requests, out, baseline)
+    if any(arm != base for arm, base in baselines.items()):
+        _pair_aggregates(requests, out)
     return out
 
 
 def _quantile_aggregates(requests: Requests, out: list[_CellAggregates], band_keys: list[str]) -> None:
     """DuckDB's exact quantile_cont (numpy's linear percentile) of the completed requests' latencies, and of
-    every request's queue wait."""
-    n, q = len(band_keys), list(QUANTILES)
-    rows = requests.con.execute(
-        f"""
-        SELECT {_which_set(n)} AS m, {_band(n)} AS band, arm,
-               quantile_cont(ttft, {q}) FILTER (WHERE ok), quantile_cont(tpot, {q}) FILTER (WHERE ok),
-               quantile_cont(e2e, {q}) FILTER (WHERE ok), quantile_cont(queue_wait, {q})
-        FROM scored GROUP BY GROUPING SETS ({", ".join(f"({k}, arm)" for k in band_keys)})
-        """
-    ).fetchall()
-    for m, band, arm, *values in rows:
-        if band >= 0:
-            out[m].quantiles[(int(band), str(arm))] = list(values)
+    every request's queue wait. One query per band set and measure: an exact quantile holds its group's values
+    in memory (DuckDB cannot spill it), so they take turns and at most one column of the trace is held."""
+    q = list(QUANTILES)
+    measures = (("ttft", "ok"), ("tpot", "ok"), ("e2e", "ok"), ("queue_wait", "true"))
+    for m, key in enumerate(band_keys):
+        for position, (measure, where) in enumerate(measures):
+            rows = requests.con.execute(
+                f"SELECT {key}, arm, quantile_cont({measure}, {q}) FROM scored "
+                f"WHERE {key} >= 0 AND {where} AND {measure} IS NOT NULL GROUP BY ALL"
+            ).fetchall()
+            for band, arm, values in rows:
+                cell = out[m].quantiles.setdefault((int(band), str(arm)), [None] * len(measures))
+                cell[position] = values
 
 
-def _pair_aggregates(requests: Requests, out: list[_CellAggregates], baseline: str) -> None:
-    """Each arm's requests joined to the baseline's copy of the same request (shape, repeat, request_index),
+def _pair_aggregates(requests: Requests, out: list[_CellAggregates]) -> None:
+    """Each arm's requests joined to its baseline's copy of the same request (shape, repeat, request_index),
     once for every band set; a pair counts in a band set's map when both copies are in the same band there:
     per (cell, block of the arm's request), the paired totals."""
     n = len(out)
@@ -186,17 +204,17 @@ def _pair_aggregates(requests: Requests, out: list[_CellAggregates], baseline: s
                    CASE WHEN a.usable AND b.usable THEN b.log_tpot - a.log_tpot ELSE 0.0 END AS log_ratio,
                    (a.usable AND b.usable)::DOUBLE AS both_usable, a.met::DOUBLE AS met_a, b.met::DOUBLE AS met_b,
                    a.clock_s AS clock_a, b.clock_s AS clock_b
-            FROM scored a JOIN (SELECT * FROM scored WHERE arm = ? AND request_index >= 0) b
-              ON a.shape = b.shape AND a.repeat = b.repeat AND a.request_index = b.request_index
-            WHERE a.arm <> ? AND a.request_index >= 0
+            FROM scored a JOIN arm_baselines m ON a.arm = m.arm AND m.baseline <> a.arm
+            JOIN scored b ON b.arm = m.baseline AND a.shape = b.shape AND a.repeat = b.repeat
+                 AND a.request_index = b.request_index
+            WHERE a.request_index >= 0
         )
         SELECT m, bands[m + 1] AS band, arm, shape, run, repeat, block, count(*),
                sum(log_ratio), sum(both_usable), sum(met_a), sum(met_b), sum(clock_a), sum(clock_b)
         FROM pairs, range({n}) AS sets(m)
         WHERE same[m + 1] AND bands[m + 1] >= 0
         GROUP BY ALL ORDER BY 1, 2, 3, 4, 5, 6, 7
-        """,
-        [baseline, baseline],
+        """
     ).fetchall()
     found: dict[tuple[int, int, str], list[tuple[list[float], int]]] = {}
     for m, band, arm, _shape, _run, _repeat, _block, count, *values in rows:
@@ -232,27 +250,29 @@ def _one_map(
     agg: _CellAggregates,
     arms: Sequence[ArmInfo],
     present: set[str],
-    base: ArmInfo,
+    bases: dict[str, ArmInfo | None],
     bands: BandSet,
     settings: MapSettings,
 ) -> OperatingMap:
-    ok, met, clock, steps, k_sum, spec_steps, accepted = range(len(_CELL_SUMS))
+    ok, met, clock, steps, k_sum, spec_steps, accepted, own_band = range(len(_CELL_SUMS))
     cells: list[MapCell] = []
-    verdicts: dict[str, list[tuple[str, int, Verdict]]] = {a.name: [] for a in arms if a is not base}
+    verdicts: dict[str, list[tuple[str, int, Verdict]]] = {a.name: [] for a in arms if not a.baseline}
     for b, spec_band in enumerate(bands.bands):
         for arm_position, arm in enumerate(arms):
             if arm.name not in present:
                 continue
             key = (b, arm.name)
             cell_speedup = None
-            if arm is not base:
+            base = bases.get(arm.name)
+            if not arm.baseline:
                 cell_speedup = speedup(
                     arm=_blocks(agg.blocks.get(key), CLOCK + 1),
-                    base=_blocks(agg.blocks.get((b, base.name)), CLOCK + 1),
+                    base=_blocks(agg.blocks.get((b, base.name)) if base else None, CLOCK + 1),
                     pairs=_blocks(agg.pairs.get(key), PAIR_COLUMNS),
-                    baseline=base.name,
+                    baseline=base.name if base else (arm.compared_with or "(none)"),
                     settings=settings,
                     rng=np.random.default_rng([settings.seed, b, arm_position]),
+                    engines_ratio=arm.engines_ratio,
                 )
                 verdicts[arm.name].append((spec_band.label, b, cell_speedup.verdict))
             t = agg.sums.get(key, np.zeros(len(_CELL_SUMS)))
@@ -285,13 +305,15 @@ def _one_map(
                         if spec > 0
                     },
                     speedup=cell_speedup,
+                    own_batch_band=round(t[own_band]) if bands.measure == "batch_size" else 0,
                 )
             )
     return OperatingMap(
         measure=bands.measure,
         unit=bands.unit,
         bands=list(bands.bands),
-        baseline=base.name,
+        baseline=next((a.name for a in arms if a.baseline and a.name in present), ""),
+        baselines={name: base.name for name, base in bases.items() if base is not None and name in present},
         arms=[a.name for a in arms if a.name in present],
         cells=cells,
         crossovers=[crossover(name, v) for name, v in verdicts.items()],
@@ -313,10 +335,12 @@ def operating_maps(
     unknown = sorted(set(requests.arms) - {a.name for a in arms})
     if unknown:
         raise ValueError(f"trace has arms with no ArmInfo: {', '.join(unknown)}")
-    base = baseline_arm(list(arms))
     present = set(requests.arms)
-    aggregates = _aggregates(requests, slos, band_sets, chosen, base.name if base.name in present else None)
-    return [_one_map(agg, arms, present, base, b, chosen) for agg, b in zip(aggregates, band_sets, strict=True)]
+    bases = baselines_of([a for a in arms if a.name in present or a.baseline])
+    bases = {name: base if base is not None and base.name in present else None for name, base in bases.items()}
+    pairing = {name: base.name for name, base in bases.items() if base is not None and name in present}
+    aggregates = _aggregates(requests, slos, band_sets, chosen, pairing)
+    return [_one_map(agg, arms, present, bases, b, chosen) for agg, b in zip(aggregates, band_sets, strict=True)]
 
 
 def operating_map(

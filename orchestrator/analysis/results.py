@@ -36,14 +36,24 @@ class RatioCI(_Result):
     verdict: Verdict
 
 
+Measure = Literal["per-token latency", "goodput", "both", "neither"]
+
+
 class Speedup(_Result):
     baseline: str
     paired: bool  # the same requests in both arms, compared request by request
     pairs: int
     tpot: RatioCI  # baseline per-token latency / the arm's (geometric means)
-    goodput: RatioCI  # the arm's goodput / the baseline's
+    goodput: RatioCI  # the arm's goodput / the baseline's (per engine when engines_ratio != 1)
     verdict: Verdict
+    decided_by: Measure = "both"  # which ratio's interval decided the verdict
+    engines_ratio: float = 1.0  # the arm's engines per baseline engine: 1 on equal hardware
     message: str
+
+    @property
+    def deciding(self) -> RatioCI:
+        """The ratio whose interval decided the verdict (per-token latency's when both or neither did)."""
+        return self.goodput if self.decided_by == "goodput" else self.tpot
 
 
 class MapCell(_Result):
@@ -66,6 +76,9 @@ class MapCell(_Result):
     acceptance_length: float | None  # 1 + accepted drafts per drafting step
     acceptance_length_by_category: dict[str, float | None]
     speedup: Speedup | None  # None for the baseline arm
+    # Batch bands are the baseline twin's (the same requests in every arm's band); requests without a twin are
+    # banded by their own batch, counted here.
+    own_batch_band: int = 0
 
 
 class Crossover(_Result):
@@ -89,12 +102,16 @@ class OperatingMap(_Result):
     measure: Literal["batch_size", "offered_rate"]
     unit: str
     bands: list[Band]
-    baseline: str
+    baseline: str  # the first baseline arm; every arm's own is in `baselines`
     arms: list[str]
+    baselines: dict[str, str] = Field(default_factory=dict)  # arm -> the baseline it is compared with
     cells: list[MapCell]
     crossovers: list[Crossover]
     unbanded: dict[str, int]  # per arm: requests outside every band (no steps, no offered rate, out of range)
     settings: MapSettings
+
+    def is_baseline(self, arm: str) -> bool:
+        return self.baselines.get(arm, self.baseline) == arm
 
     def cell(self, band: str, arm: str) -> MapCell:
         for c in self.cells:

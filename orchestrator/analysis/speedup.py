@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from orchestrator.analysis.bootstrap import interval, merge_blocks, resampled_totals
-from orchestrator.analysis.results import MapSettings, RatioCI, Speedup, Verdict
+from orchestrator.analysis.results import MapSettings, Measure, RatioCI, Speedup, Verdict
 
 # Columns of a cell's per-block totals (sums of log tpot over usable requests, usable requests, SLO-meeting
 # completions, clock seconds), and of the per-pair ones.
@@ -38,16 +38,21 @@ def verdict_for(low: float | None, high: float | None, margin: float) -> Verdict
     return Verdict.NO_DIFFERENCE
 
 
-def combined_verdict(tpot: Verdict, goodput: Verdict) -> Verdict:
-    """Faster tokens bought with lost goodput do not help; either ratio hurting is enough to hurt."""
-    both = {tpot, goodput}
-    if Verdict.HURTS in both:
-        return Verdict.HURTS
-    if Verdict.HELPS in both:
-        return Verdict.HELPS
-    if both == {Verdict.INSUFFICIENT_DATA}:
-        return Verdict.INSUFFICIENT_DATA
-    return Verdict.NO_DIFFERENCE
+def combined_verdict(tpot: Verdict, goodput: Verdict) -> tuple[Verdict, Measure]:
+    """Faster tokens bought with lost goodput do not help; either ratio hurting is enough to hurt. Returns the
+    verdict and the measure that decided it."""
+    for verdict in (Verdict.HURTS, Verdict.HELPS):
+        if tpot is verdict and goodput is verdict:
+            return verdict, "both"
+        if tpot is verdict:
+            return verdict, "per-token latency"
+        if goodput is verdict:
+            return verdict, "goodput"
+    if tpot is Verdict.INSUFFICIENT_DATA and goodput is Verdict.INSUFFICIENT_DATA:
+        return Verdict.INSUFFICIENT_DATA, "neither"
+    return Verdict.NO_DIFFERENCE, "both" if Verdict.INSUFFICIENT_DATA not in (tpot, goodput) else (
+        "per-token latency" if goodput is Verdict.INSUFFICIENT_DATA else "goodput"
+    )
 
 
 def _divide(a: np.ndarray | float, b: np.ndarray | float) -> np.ndarray:
@@ -67,15 +72,17 @@ def _ratio(point: np.ndarray, draws: np.ndarray, settings: MapSettings, enough: 
     return RatioCI(point=value, low=low, high=high, verdict=verdict_for(low, high, settings.margin))
 
 
-def _paired(pairs: CellBlocks, settings: MapSettings, rng: np.random.Generator) -> tuple[RatioCI, RatioCI]:
+def _paired(
+    pairs: CellBlocks, settings: MapSettings, rng: np.random.Generator, engines: float
+) -> tuple[RatioCI, RatioCI]:
     t = pairs.totals.sum(axis=0)
     d = resampled_totals(merge_blocks(pairs.totals, settings.blocks), settings.bootstrap_samples, rng)
     tpot = _ratio(
         np.exp(_divide(t[0], t[1])), np.exp(_divide(d[:, 0], d[:, 1])), settings, bool(t[1] >= settings.min_requests)
     )
     goodput = _ratio(
-        _divide(_divide(t[2], t[4]), _divide(t[3], t[5])),
-        _divide(_divide(d[:, 2], d[:, 4]), _divide(d[:, 3], d[:, 5])),
+        _divide(_divide(t[2], t[4]), _divide(t[3], t[5])) / engines,
+        _divide(_divide(d[:, 2], d[:, 4]), _divide(d[:, 3], d[:, 5])) / engines,
         settings,
         pairs.rows >= settings.min_requests,
     )
@@ -83,7 +90,7 @@ def _paired(pairs: CellBlocks, settings: MapSettings, rng: np.random.Generator) 
 
 
 def _unpaired(
-    arm: CellBlocks, base: CellBlocks, settings: MapSettings, rng: np.random.Generator
+    arm: CellBlocks, base: CellBlocks, settings: MapSettings, rng: np.random.Generator, engines: float
 ) -> tuple[RatioCI, RatioCI]:
     a, b = arm.totals.sum(axis=0), base.totals.sum(axis=0)
     a_draws = resampled_totals(merge_blocks(arm.totals, settings.blocks), settings.bootstrap_samples, rng)
@@ -96,7 +103,7 @@ def _unpaired(
         return ratio
 
     def goodput(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return _divide(_divide(x[..., MET], x[..., CLOCK]), _divide(y[..., MET], y[..., CLOCK]))
+        return _divide(_divide(x[..., MET], x[..., CLOCK]), _divide(y[..., MET], y[..., CLOCK])) / engines
 
     enough = min(a[TPOT_USABLE], b[TPOT_USABLE]) >= settings.min_requests
     enough_rows = min(arm.rows, base.rows) >= settings.min_requests
@@ -122,23 +129,29 @@ def speedup(
     baseline: str,
     settings: MapSettings,
     rng: np.random.Generator,
+    engines_ratio: float = 1.0,
 ) -> Speedup:
-    """Pair by pair when enough of the smaller side has its partner in the band, else side against side."""
+    """Pair by pair when enough of the smaller side has its partner in the band, else side against side. With
+    engines_ratio N (the arm runs N engines, its baseline one), goodput is compared per engine."""
     smaller = min(arm.rows, base.rows)
     paired = pairs.rows >= 2 and pairs.rows >= settings.min_paired_share * smaller
     if paired:
-        tpot, goodput = _paired(pairs, settings, rng)
+        tpot, goodput = _paired(pairs, settings, rng, engines_ratio)
     elif smaller:
-        tpot, goodput = _unpaired(arm, base, settings, rng)
+        tpot, goodput = _unpaired(arm, base, settings, rng, engines_ratio)
     else:
         missing = RatioCI(point=None, low=None, high=None, verdict=Verdict.INSUFFICIENT_DATA)
         tpot, goodput = missing, missing
-    verdict = combined_verdict(tpot.verdict, goodput.verdict)
+    verdict, decided_by = combined_verdict(tpot.verdict, goodput.verdict)
     how = f"{pairs.rows} pairs" if paired else "unpaired"
-    message = (
-        f"vs {baseline} ({how}): {_describe(tpot, 'per-token speedup')}, {_describe(goodput, 'goodput')}: "
-        f"{verdict.value.replace('_', ' ')}"
-    )
+    against = baseline if engines_ratio == 1 else f"{baseline} per engine ({engines_ratio:g} engines against 1)"
+    goodput_name = "goodput per engine" if engines_ratio != 1 else "goodput"
+    parts = {"per-token latency": _describe(tpot, "per-token speedup"), "goodput": _describe(goodput, goodput_name)}
+    # The measure that decided the verdict comes first, so the interval read next to the verdict is its own.
+    order = ["goodput", "per-token latency"] if decided_by == "goodput" else ["per-token latency", "goodput"]
+    said = verdict.value.replace("_", " ")
+    decided = "" if decided_by in ("both", "neither") else f" on {decided_by}"
+    message = f"vs {against} ({how}): {said}{decided}: {parts[order[0]]}; {parts[order[1]]}"
     return Speedup(
         baseline=baseline,
         paired=paired,
@@ -146,5 +159,7 @@ def speedup(
         tpot=tpot,
         goodput=goodput,
         verdict=verdict,
+        decided_by=decided_by,
+        engines_ratio=engines_ratio,
         message=message,
     )
