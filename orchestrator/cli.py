@@ -478,6 +478,7 @@ def unit_line(unit: Unit, result: UnitResult | None, n: int, total: int) -> str:
     ]
     if result.engine_lag_p99_s is not None:
         parts.insert(-1, f"engine_lag_p99={result.engine_lag_p99_s * 1000:.1f}ms")
+        parts.insert(-1, f"engine_lag_share={result.engine_lag_share or 0.0:.0%}")
         parts.insert(-1, f"engine_lagged={'yes' if result.engine_lagged else 'no'}")
     if result.missing:
         parts.append(f"missing={result.missing}" + (" (a load worker was lost)" if result.incomplete else ""))

@@ -69,7 +69,7 @@ class Summary(BaseModel):
     gates: list[GateResult]
     headline: list[str]
     saturated_units: list[str]
-    # The simulated engine fell behind its own step schedule (p99 engine lag above the bound): "unit: p99 ..."
+    # The simulated engine fell behind its own step schedule (load.engine_lag_bound): one line per unit
     engine_lagged_units: list[str] = Field(default_factory=list)
     incomplete_units: list[str]  # a load worker was lost mid-run: "unit: N of M requests missing"
     fault_windows: list[FaultWindow]  # where requests failed (a replica died, a stream broke), per unit
@@ -226,8 +226,8 @@ def _unit_keys(units: list[UnitResult]) -> list[tuple[str, int, int]]:
 def engine_lagged(units: list[UnitResult]) -> list[str]:
     """One line per unit whose simulated engine lagged behind its step schedule: its latencies are the host's."""
     return [
-        f"{u.unit.key}: p99 engine lag {(u.engine_lag_p99_s or 0.0) * 1e3:.1f} ms > bound "
-        f"{(u.engine_lag_bound_s or 0.0) * 1e3:.1f} ms"
+        f"{u.unit.key}: engine lag added {u.engine_lag_share or 0.0:.0%} to the model's step time (bound "
+        f"{u.engine_lag_bound or 0.0:.0%}; p99 lag {(u.engine_lag_p99_s or 0.0) * 1e3:.1f} ms)"
         for u in units
         if u.engine_lagged
     ]

@@ -77,8 +77,9 @@ class UnitResult(BaseModel):
     engine_lag_p50_s: float | None = None
     engine_lag_p99_s: float | None = None
     engine_lag_max_s: float | None = None
-    engine_lag_bound_s: float | None = None  # the bound the p99 was held to (see engine_lag_of)
-    engine_lagged: bool = False  # p99 above the bound: the unit's latencies are the host's, not the model's
+    engine_lag_share: float | None = None  # summed lag / summed model step time: how much slower the engine ran
+    engine_lag_bound: float | None = None  # the share it was held to (load.engine_lag_bound)
+    engine_lagged: bool = False  # share above the bound: the unit's latencies are the host's, not the model's
 
     @property
     def statuses(self) -> dict[str, int]:
@@ -443,7 +444,7 @@ def run_unit(
         incomplete=any(s.lost for s in summaries),
         missing=sum(s.scheduled for s in summaries) - rows,
         tpot_p50_s=unit_tpot_p50(store, unit),
-        **engine_lag_of(timelines, bound_s=campaign.load.engine_lag_bound_s),
+        **engine_lag_of(timelines, bound=campaign.load.engine_lag_bound),
     )
     if result.incomplete:
         log.error("unit.incomplete", unit=unit.key, missing=result.missing, note="a load worker was lost")
@@ -453,36 +454,39 @@ def run_unit(
         capped = sum(s.waited_at_connection_cap for s in summaries)
         log.warning("unit.generator_saturated", unit=unit.key, lateness_p99_s=result.lateness_p99_s, at_cap=capped)
     if result.engine_lagged:
-        log.warning("unit.engine_lagged", unit=unit.key, engine_lag_p99_s=result.engine_lag_p99_s,
-                    bound_s=result.engine_lag_bound_s)  # fmt: skip
+        log.warning("unit.engine_lagged", unit=unit.key, engine_lag_share=result.engine_lag_share,
+                    engine_lag_p99_s=result.engine_lag_p99_s, bound=result.engine_lag_bound)  # fmt: skip
     store.write_json(store.unit_marker(unit), result.model_dump(mode="json"))
     return result
 
 
-# Without a campaign bound, a unit's p99 engine lag is held to this share of its median step (wall): a step
-# stretched by a fifth is a fifth more per-token latency for every request in it, the size of effect the
-# report's verdicts are about (a 2% margin on ratios of 1.2-1.8x), so past it the unit measures the host. Relative
-# to the step, because the same millisecond of lag matters half as much at time_scale 2 as at 1.
-ENGINE_LAG_STEP_FRACTION = 0.2
-
-
-def engine_lag_of(timelines: dict[str, dict[str, list[Any]]], *, bound_s: float | None) -> dict[str, Any]:
+def engine_lag_of(timelines: dict[str, dict[str, list[Any]]], *, bound: float) -> dict[str, Any]:
     """The unit's engine lag summary (UnitResult's engine_lag_* fields) from the engines' step timelines: empty
-    when no engine reported lag (vLLM, endpoints), so those fields keep their defaults."""
+    when no engine reported lag (vLLM, endpoints), so those fields keep their defaults.
+
+    The flag is on the lag's share of the model's step time (summed over the unit's steps), not on a tail
+    quantile: a late step delays the next one by as much, so that share is how much slower than its model the
+    engine ran, i.e. how much of every per-token latency in the unit is the host's. A p99 is reported but held to
+    nothing: a loaded host has a few long scheduling stalls even where the pace is kept (measured on this 2-core
+    machine: p99 13 ms at 2 req/s with a share of 13%, 98 ms where the share reached 95%)."""
     lags = [float(x) for data in timelines.values() for x in (data.get("lag_s") or []) if x is not None]
     if not lags:
         return {}
     values = np.asarray(lags)
-    if bound_s is None:
-        durations = [e - s for data in timelines.values() for s, e in zip(data["start"], data["end"], strict=True)]
-        bound_s = ENGINE_LAG_STEP_FRACTION * float(np.median(durations))
-    p99 = float(np.quantile(values, 0.99))
+    model_s = sum(
+        e - s
+        for data in timelines.values()
+        if data.get("lag_s")
+        for s, e in zip(data["start"], data["end"], strict=True)
+    )
+    share = float(values.sum() / model_s) if model_s > 0 else 0.0
     return {
         "engine_lag_p50_s": float(np.quantile(values, 0.5)),
-        "engine_lag_p99_s": p99,
+        "engine_lag_p99_s": float(np.quantile(values, 0.99)),
         "engine_lag_max_s": float(values.max()),
-        "engine_lag_bound_s": bound_s,
-        "engine_lagged": p99 > bound_s,
+        "engine_lag_share": share,
+        "engine_lag_bound": bound,
+        "engine_lagged": share > bound,
     }
 
 
