@@ -16,8 +16,10 @@ temp_dir="$(mktemp -d /tmp/sddemo.XXXXXX)"   # short: Ray's socket paths have a 
 log="$temp_dir.log"
 started=0
 cleanup() {
+  local status=$?
   if [ "$started" = 1 ]; then infra/ray-down.sh "$temp_dir" >/dev/null 2>&1 || true; fi
-  rm -rf "$temp_dir" "$log"
+  rm -f "$log"
+  if [ "$status" -eq 0 ]; then rm -rf "$temp_dir"; else echo "demo: Ray's logs are kept in $temp_dir/session_latest/logs" >&2; fi
 }
 trap cleanup EXIT
 echo "demo: starting a Ray head on 127.0.0.1 (temp dir $temp_dir)"
