@@ -504,7 +504,9 @@ def report_cmd(run_dir: str, no_gate_exit: bool) -> None:
 @cli.command("recommend")
 @click.argument("run_dir")
 def recommend_cmd(run_dir: str) -> None:
-    """Per batch band, the k with the best goodput: a vLLM speculative_config and a campaign that rehearses it."""
+    """Per batch band, the smallest k within the margin of the fastest on the same requests, from the report's
+    evidence: a vLLM speculative_config, a campaign that rehearses it, and a follow-up campaign for the loads
+    where some k was never measured."""
     import yaml
 
     from orchestrator.recommend import recommend, vllm_snippet
@@ -516,13 +518,21 @@ def recommend_cmd(run_dir: str) -> None:
         _fail(str(exc))
         raise
     summary = summary_for(inputs)  # the report's aggregates when it already ran for these units
-    recommendation, rehearsal = recommend(summary, inputs.campaign, run_dir)
+    recommendation, rehearsal, followup = recommend(summary, inputs.campaign, run_dir)
     inputs.store.write_json("recommendation.json", recommendation.model_dump(mode="json"))
-    with inputs.store.fs.open_output_stream(f"{inputs.store.base}/recommended-campaign.yaml") as sink:
-        sink.write(yaml.safe_dump(rehearsal, sort_keys=False).encode())
+    written = {"recommended-campaign.yaml": rehearsal, "followup-campaign.yaml": followup}
+    for name, campaign in written.items():
+        if campaign is not None:
+            with inputs.store.fs.open_output_stream(f"{inputs.store.base}/{name}") as sink:
+                sink.write(yaml.safe_dump(campaign, sort_keys=False).encode())
     click.echo(recommendation.message)
     click.echo(vllm_snippet(recommendation), nl=False)
     click.echo(f"rehearse it: specdrill run {inputs.store.root}/recommended-campaign.yaml")
+    if followup is not None:
+        click.echo(
+            f"not measured in {', '.join(recommendation.not_measured)}: measure them first with "
+            f"specdrill run {inputs.store.root}/followup-campaign.yaml"
+        )
 
 
 @cli.group("models")

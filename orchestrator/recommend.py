@@ -1,5 +1,6 @@
-"""`specdrill recommend RUN_DIR`: aggregate (the batch-size map) -> select (per band, the k with the best
-goodput among the arms that really ran it) -> build (a vLLM schedule, and a campaign that rehearses it)."""
+"""`specdrill recommend RUN_DIR`: the report's evidence (summary.json's k_choices: per batch band, every k some arm
+executed there compared on the same requests) -> a vLLM schedule, a campaign that rehearses it, and a follow-up
+campaign for the loads where some k was never measured (instead of guessing there)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.analysis import OperatingMap
+from orchestrator.analysis.kchoice import BandChoice
 from orchestrator.campaign import Campaign
 from orchestrator.report import Summary
-from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, validate_schedule
-
-
-class BandChoice(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    band: str
-    low: int
-    high: int
-    k: int | None  # None: no arm had data in this band (the choice is inherited from the band below)
-    arm: str | None
-    goodput_rps: float | None
-    tpot_p50_s: float | None
-    candidates: dict[str, float | None]  # arm -> goodput in this band
+from serve_apps.policies import DynamicPolicy, FixedPolicy, validate_schedule
 
 
 class Recommendation(BaseModel):
@@ -32,82 +21,40 @@ class Recommendation(BaseModel):
     model: str | None
     num_speculative_tokens: int
     schedule: list[list[int]]  # vLLM's num_speculative_tokens_per_batch_size
-    bands: list[BandChoice]
+    bands: list[BandChoice]  # per band: the choice, its evidence (n, ratio, interval) and a confidence word
+    not_measured: list[str]  # bands where some k in 0..max_k was never measured (see the follow-up campaign)
     speculative_config: dict[str, Any] | None  # None: speculation off everywhere measured is best
     message: str
 
 
-def executed_k(arm_policy: OffPolicy | FixedPolicy | DynamicPolicy, low: int, high: int) -> int | None:
-    """The one k an arm ran throughout a band, or None when it varies inside the band (not a clean candidate)."""
-    if isinstance(arm_policy, OffPolicy):
-        return 0
-    if isinstance(arm_policy, FixedPolicy):
-        return arm_policy.k
-    table = arm_policy.resolve().k_table(max(high, 1))
-    ks = set(table[low : high + 1])
-    return int(ks.pop()) if len(ks) == 1 else None
-
-
-def select(campaign: Campaign, batch_map: OperatingMap, dropped: set[str]) -> list[BandChoice]:
-    arms = {a.name: a for a in campaign.arms()}
-    cells = {(c.band_index, c.arm): c for c in batch_map.cells}
-    choices: list[BandChoice] = []
-    for i, band in enumerate(batch_map.bands):
-        low, high = int(band.low), int(band.upper - 1) if band.high is not None else 512
-        best: tuple[float, float, str, int] | None = None  # (goodput, -TPOT p50, arm, k)
-        candidates: dict[str, float | None] = {}
-        for name, arm in arms.items():
-            if name in dropped or name not in batch_map.arms:
-                continue  # an arm whose engine dropped its schedule did not run what its policy says
-            cell = cells.get((i, name))
-            k = executed_k(arm.policy, low, high)
-            if cell is None or cell.requests < batch_map.settings.min_requests or k is None:
-                continue
-            candidates[name] = cell.goodput_rps
-            tpot = cell.tpot_s.p50 if cell.tpot_s.p50 is not None else float("inf")
-            key = (cell.goodput_rps or 0.0, -tpot, name, k)
-            if best is None or key[:2] > best[:2]:
-                best = key
-        choices.append(
-            BandChoice(
-                band=band.label,
-                low=low,
-                high=high,
-                k=best[3] if best else None,
-                arm=best[2] if best else None,
-                goodput_rps=best[0] if best else None,
-                tpot_p50_s=-best[1] if best else None,
-                candidates=candidates,
-            )
-        )
-    return choices
-
-
 def build(campaign: Campaign, choices: list[BandChoice]) -> Recommendation:
+    """The schedule from the bands' choices; a band without a choice keeps the band below's k (vLLM's own rule
+    for gaps) and is listed as not measured."""
     drafters = [a.policy for a in campaign.arms() if isinstance(a.policy, FixedPolicy | DynamicPolicy)]
     method = drafters[0].method if drafters else "ngram"
     model = drafters[0].model if drafters else None
     schedule: list[list[int]] = []
-    previous = 0
+    previous: int | None = None
     for choice in choices:
-        k = choice.k if choice.k is not None else previous  # no data: keep what the band below chose
-        if schedule and schedule[-1][2] == k and schedule[-1][1] + 1 == choice.low:
+        k = choice.k if choice.k is not None else previous
+        if k is None:
+            continue  # nothing measured from batch 1 up to here: the first measured band starts the schedule
+        low = 1 if not schedule else choice.low
+        if schedule and schedule[-1][2] == k:
             schedule[-1][1] = choice.high
         else:
-            schedule.append([choice.low, choice.high, k])
+            schedule.append([low, choice.high, k])
         previous = k
+    not_measured = [c.band for c in choices if c.k is None or c.unmeasured_k]
     max_k = max((entry[2] for entry in schedule), default=0)
-    measured = [c for c in choices if c.k is not None]
-    if max_k == 0:
+    lines = [c.message for c in choices]
+    if not schedule or max_k == 0:
+        said = "no k > 0 was measured in any band" if not schedule else "k = 0 was best in every measured band"
         return Recommendation(
-            method=method,
-            model=model,
-            num_speculative_tokens=0,
-            schedule=schedule,
-            bands=choices,
-            speculative_config=None,
-            message="plain decoding had the best goodput in every measured band: leave it off",
-        )
+            method=method, model=model, num_speculative_tokens=0, schedule=schedule, bands=choices,
+            not_measured=not_measured, speculative_config=None,
+            message=f"{said}: leave speculation off\n" + "\n".join(lines),
+        )  # fmt: skip
     validate_schedule([tuple(e) for e in schedule])
     config: dict[str, Any] = {
         "method": method,
@@ -116,16 +63,31 @@ def build(campaign: Campaign, choices: list[BandChoice]) -> Recommendation:
     }
     if model:
         config["model"] = model
-    bands = ", ".join(f"{c.band}: k={c.k} ({c.arm})" for c in measured)
     return Recommendation(
-        method=method,
-        model=model,
-        num_speculative_tokens=max_k,
-        schedule=schedule,
-        bands=choices,
-        speculative_config=config,
-        message=f"best goodput per batch band: {bands}",
-    )
+        method=method, model=model, num_speculative_tokens=max_k, schedule=schedule, bands=choices,
+        not_measured=not_measured, speculative_config=config,
+        message="per batch band, the smallest k within the margin of the fastest, on the same requests:\n"
+        + "\n".join(lines),
+    )  # fmt: skip
+
+
+def followup_campaign(campaign: Campaign, recommendation: Recommendation, run_dir: str) -> dict[str, Any] | None:
+    """Fixed-k arms for every k some band never measured, on the same traffic (the loads that reached those
+    bands), on one engine with `off`; None when every band measured every k."""
+    missing = sorted({k for c in recommendation.bands for k in c.unmeasured_k if k > 0})
+    if not missing:
+        return None
+    data = campaign.model_dump(mode="json", by_alias=True, exclude_none=True)
+    drafter: dict[str, Any] = {"method": recommendation.method}
+    if recommendation.model:
+        drafter["model"] = recommendation.model
+    policies: dict[str, Any] = {"off": "off", **{f"fixed{k}": {"kind": "fixed", **drafter, "k": k} for k in missing}}
+    data.update(
+        policies=policies, topologies={"single": "single"},
+        arms=[{"policy": name, "topology": "single"} for name in policies],
+        name=f"{campaign.name}-followup"[:41], output=f"{run_dir.rstrip('/')}-followup",
+    )  # fmt: skip
+    return data
 
 
 def rehearsal_campaign(campaign: Campaign, recommendation: Recommendation, run_dir: str) -> dict[str, Any]:
@@ -169,11 +131,16 @@ def _single_arms(campaign: Campaign) -> list[_ArmRef]:
     return refs
 
 
-def recommend(summary: Summary, campaign: Campaign, run_dir: str) -> tuple[Recommendation, dict[str, Any]]:
-    batch_map = next(m for m in summary.maps if m.measure == "batch_size")
-    dropped = {a.arm for a in summary.verification.arms for f in a.findings if "dropped" in f.check and not f.passed}
-    recommendation = build(campaign, select(campaign, batch_map, dropped))
-    return recommendation, rehearsal_campaign(campaign, recommendation, run_dir)
+def recommend(
+    summary: Summary, campaign: Campaign, run_dir: str
+) -> tuple[Recommendation, dict[str, Any], dict[str, Any] | None]:
+    """The recommendation, its rehearsal campaign, and a follow-up campaign where some k was never measured."""
+    recommendation = build(campaign, summary.k_choices)
+    return (
+        recommendation,
+        rehearsal_campaign(campaign, recommendation, run_dir),
+        followup_campaign(campaign, recommendation, run_dir),
+    )
 
 
 def vllm_snippet(recommendation: Recommendation) -> str:

@@ -34,6 +34,7 @@ from orchestrator.analysis import (
 )
 from orchestrator.analysis.bands import auto_rate_quantiles
 from orchestrator.analysis.faults import FaultWindow, fault_windows_of
+from orchestrator.analysis.kchoice import BandChoice, choose_k
 from orchestrator.analysis.results import Verdict
 from orchestrator.analysis.source import materialize
 from orchestrator.analysis.timelines import TimelineSeries, timeline_series
@@ -73,6 +74,8 @@ class Summary(BaseModel):
     engine_lagged_units: list[str] = Field(default_factory=list)
     incomplete_units: list[str]  # a load worker was lost mid-run: "unit: N of M requests missing"
     fault_windows: list[FaultWindow]  # where requests failed (a replica died, a stream broke), per unit
+    # Per batch band: every k measured there on the same requests, and the k the evidence supports (recommend)
+    k_choices: list[BandChoice] = Field(default_factory=list)
     passed: bool
 
 
@@ -174,6 +177,13 @@ def build_summary(
                 switch_bound_s=campaign.gates.max_recovery_s or VerifySettings().switch_bound_s,
             ),
         )
+        dropped = {
+            a.arm for a in verification.arms for f in a.findings if "dropped" in f.check and not f.passed
+        }  # an engine that dropped its schedule did not run what its policy says
+        k_choices = choose_k(
+            requests, maps[0], inputs.arms, band_set=0, max_k=max((a.k for a in inputs.arms), default=0),
+            dropped=dropped,
+        )  # fmt: skip
         series = timeline_series(requests, {u.unit.key: u.start_ns for u in inputs.units})
         faults = fault_windows_of(requests, {u.unit.key: u.start_ns for u in inputs.units})
     finally:
@@ -198,6 +208,7 @@ def build_summary(
             if u.incomplete
         ],
         fault_windows=faults,
+        k_choices=k_choices,
         passed=all(g.passed for g in gates),
     )
     return summary, series

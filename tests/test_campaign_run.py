@@ -120,7 +120,16 @@ def test_recommend_builds_a_valid_vllm_schedule_and_a_rehearsal(virtual_run: Pat
     result = _cli("recommend", str(virtual_run))
     assert result.returncode == 0, result.stderr
     recommendation = json.loads((virtual_run / "recommendation.json").read_text())
-    assert "dyn-dp2" not in {b["arm"] for b in recommendation["bands"]}  # it did not run its policy
+    candidates = [c for b in recommendation["bands"] for c in b["candidates"]]
+    assert candidates and "dyn-dp2" not in {c["arm"] for c in candidates}  # it did not run its policy
+    for band in recommendation["bands"]:  # the evidence behind each choice: n, ratio, interval, a word
+        assert band["confidence"] in {"high", "medium", "low", "none"} and band["message"].startswith(band["band"])
+        if band["k"] is not None:
+            assert band["k"] in {c["k"] for c in band["candidates"]} and band["k"] > 0 or any(
+                c["k"] > 0 for c in band["candidates"]
+            )
+        for c in band["candidates"]:
+            assert c["requests"] >= 20 and (c["vs_best"] is None or c["pairs"] > 0)
     if recommendation["speculative_config"] is not None:
         from serve_apps.policies import validate_schedule
 

@@ -72,9 +72,10 @@ def _ratio(point: np.ndarray, draws: np.ndarray, settings: MapSettings, enough: 
     return RatioCI(point=value, low=low, high=high, verdict=verdict_for(low, high, settings.margin))
 
 
-def _paired(
-    pairs: CellBlocks, settings: MapSettings, rng: np.random.Generator, engines: float
+def paired_ratios(
+    pairs: CellBlocks, settings: MapSettings, rng: np.random.Generator, engines: float = 1.0
 ) -> tuple[RatioCI, RatioCI]:
+    """Per-token speedup (base / arm, geometric means) and goodput ratio (arm / base) of paired requests."""
     t = pairs.totals.sum(axis=0)
     d = resampled_totals(merge_blocks(pairs.totals, settings.blocks), settings.bootstrap_samples, rng)
     tpot = _ratio(
@@ -136,7 +137,7 @@ def speedup(
     smaller = min(arm.rows, base.rows)
     paired = pairs.rows >= 2 and pairs.rows >= settings.min_paired_share * smaller
     if paired:
-        tpot, goodput = _paired(pairs, settings, rng, engines_ratio)
+        tpot, goodput = paired_ratios(pairs, settings, rng, engines_ratio)
     elif smaller:
         tpot, goodput = _unpaired(arm, base, settings, rng, engines_ratio)
     else:

@@ -1,0 +1,243 @@
+"""Which draft length k to run in each batch band, from evidence: every k some arm executed there, compared on
+the same requests, with intervals.
+
+Per band, the candidates are the arms on one engine's hardware (the primary baseline's) that ran one k there
+throughout (their configured k for the band's batch sizes, confirmed by the k they executed). The best is the
+candidate with the shortest per-token latency. Every other candidate is compared with it request by request
+(the same requests: bands are the baseline twin's), giving its per-token latency relative to the best with a
+block-bootstrap interval. The choice is the smallest k whose latency is within the margin of the best (ties go
+to the smaller k); a k not measured in the band is never chosen, nor k = 0 where no k > 0 was measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.analysis.arms import ArmInfo
+from orchestrator.analysis.results import MapCell, MapSettings, OperatingMap, RatioCI, Verdict
+from orchestrator.analysis.source import Requests
+from orchestrator.analysis.speedup import PAIR_COLUMNS, CellBlocks, paired_ratios
+
+Confidence = Literal["high", "medium", "low", "none"]
+# How far the k an arm executed in a band may stray from its configured k and still count as running it.
+K_EVIDENCE_TOLERANCE = 0.5
+
+
+class KCandidate(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    k: int
+    arm: str
+    requests: int
+    mean_executed_k: float | None
+    tpot_p50_s: float | None
+    # This candidate's per-token latency over the band's best candidate's, on the same requests (>= 1: slower);
+    # None for the best itself.
+    vs_best: RatioCI | None
+    pairs: int
+
+
+class BandChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    band: str
+    band_index: int
+    low: int
+    high: int
+    candidates: list[KCandidate]  # by k
+    best_k: int | None
+    k: int | None  # the choice; None: no k > 0 measured here, nothing to choose
+    unmeasured_k: list[int]  # 0..max_k with no candidate in this band
+    confidence: Confidence
+    message: str
+
+
+def _band_limits(bands: OperatingMap, index: int) -> tuple[int, int]:
+    band = bands.bands[index]
+    return int(band.low), int(band.upper - 1) if band.high is not None else int(band.low)
+
+
+def _configured_k(arm: ArmInfo, low: int, high: int) -> int | None:
+    """The one k the arm's policy gives for every batch size of the band, else None."""
+    table = arm.k_table()
+    ks = set(table[max(low, 1) : min(high, len(table) - 1) + 1].tolist())
+    return int(ks.pop()) if len(ks) == 1 else None
+
+
+def _candidates(
+    batch_map: OperatingMap, index: int, arms: Sequence[ArmInfo], dropped: set[str], settings: MapSettings
+) -> list[tuple[int, ArmInfo, MapCell]]:
+    low, high = _band_limits(batch_map, index)
+    primary = batch_map.baseline
+    found: dict[int, tuple[int, ArmInfo, MapCell]] = {}
+    for arm in arms:
+        on_primary = arm.name == primary or (batch_map.baselines.get(arm.name) == primary and arm.engines_ratio == 1)
+        if not on_primary or arm.name in dropped or arm.data_parallel_size > 1:
+            continue
+        k = _configured_k(arm, low, high)
+        cell = next((c for c in batch_map.cells if c.band_index == index and c.arm == arm.name), None)
+        if k is None or cell is None or cell.requests < settings.min_requests:
+            continue
+        ran = cell.mean_executed_k if cell.mean_executed_k is not None else 0.0
+        if abs(ran - k) > K_EVIDENCE_TOLERANCE:
+            continue  # configured for k but did not run it here: no evidence for k
+        if k not in found or cell.requests > found[k][2].requests:
+            found[k] = (k, arm, cell)
+    return [found[k] for k in sorted(found)]
+
+
+def _tpot_speedup(cell: MapCell) -> float:
+    """Per-token speedup over the primary baseline (the baseline itself: 1); -inf without one."""
+    if cell.speedup is None:
+        return 1.0
+    point = cell.speedup.tpot.point
+    return float(point) if point is not None else float("-inf")
+
+
+def _pairs_vs_best(
+    requests: Requests, band_set: int, comparisons: list[tuple[int, str, str]]
+) -> dict[tuple[int, str], CellBlocks]:
+    """Per (band, candidate): per-block totals of the candidate's requests paired with the band's best's copy, in
+    PAIR_COLUMNS' layout with the sign turned so that paired_ratios' per-token ratio reads candidate / best
+    (>= 1: the candidate is slower), from the maps' `scored` view."""
+    con = requests.con
+    con.execute("CREATE OR REPLACE TEMP TABLE k_pairs (band BIGINT, best VARCHAR, other VARCHAR)")
+    if not comparisons:
+        return {}
+    con.executemany("INSERT INTO k_pairs VALUES (?, ?, ?)", comparisons)
+    key = f"band_{band_set}"
+    rows = con.execute(
+        f"""
+        SELECT p.band, p.other, count(*),
+               sum(CASE WHEN a.usable AND b.usable THEN a.log_tpot - b.log_tpot ELSE 0.0 END),
+               sum((a.usable AND b.usable)::DOUBLE), sum(a.met::DOUBLE), sum(b.met::DOUBLE),
+               sum(a.clock_s), sum(b.clock_s)
+        FROM k_pairs p
+        JOIN scored a ON a.arm = p.other AND a.{key} = p.band
+        JOIN scored b ON b.arm = p.best AND b.{key} = p.band AND b.shape = a.shape AND b.repeat = a.repeat
+             AND b.request_index = a.request_index
+        WHERE a.request_index >= 0
+        GROUP BY p.band, p.other, a.shape, a.run, a.repeat, a.block
+        ORDER BY 1, 2, a.shape, a.run, a.repeat, a.block
+        """
+    ).fetchall()
+    found: dict[tuple[int, str], list[tuple[list[float], int]]] = {}
+    for band, other, count, *values in rows:
+        found.setdefault((int(band), str(other)), []).append(([float(v) for v in values], int(count)))
+    return {
+        key_: CellBlocks(
+            totals=np.array([v for v, _ in blocks], dtype=np.float64).reshape(-1, PAIR_COLUMNS),
+            rows=sum(c for _, c in blocks),
+        )
+        for key_, blocks in found.items()
+    }
+
+
+def choose_k(
+    requests: Requests,
+    batch_map: OperatingMap,
+    arms: Sequence[ArmInfo],
+    *,
+    band_set: int,
+    max_k: int,
+    dropped: set[str] | None = None,
+    settings: MapSettings | None = None,
+) -> list[BandChoice]:
+    """Per band of the batch map (band set `band_set` of the maps' `scored` view, which must exist on
+    `requests`), the evidence and the choice of k."""
+    chosen_settings = settings or batch_map.settings
+    per_band = {
+        i: _candidates(batch_map, i, arms, dropped or set(), chosen_settings) for i in range(len(batch_map.bands))
+    }
+    best: dict[int, tuple[int, ArmInfo, MapCell]] = {}
+    comparisons: list[tuple[int, str, str]] = []
+    for i, found in per_band.items():
+        if not found:
+            continue
+        # Fastest per-token latency; ties to the smaller k (sorted by k, max keeps the first of equals).
+        top = max(found, key=lambda c: (_tpot_speedup(c[2]), -c[0]))
+        best[i] = top
+        comparisons += [(i, top[1].name, arm.name) for k, arm, _ in found if arm.name != top[1].name]
+    blocks = _pairs_vs_best(requests, band_set, comparisons)
+    rng_seed = chosen_settings.seed
+    return [
+        _decide(batch_map, i, per_band[i], best.get(i), blocks, max_k, chosen_settings, rng_seed)
+        for i in range(len(batch_map.bands))
+    ]
+
+
+def _decide(
+    batch_map: OperatingMap,
+    index: int,
+    found: list[tuple[int, ArmInfo, MapCell]],
+    best: tuple[int, ArmInfo, MapCell] | None,
+    blocks: dict[tuple[int, str], CellBlocks],
+    max_k: int,
+    settings: MapSettings,
+    seed: int,
+) -> BandChoice:
+    low, high = _band_limits(batch_map, index)
+    label = batch_map.bands[index].label
+    measured = [k for k, _, _ in found]
+    unmeasured = [k for k in range(max_k + 1) if k not in measured]
+    candidates: list[KCandidate] = []
+    for position, (k, arm, cell) in enumerate(found):
+        vs_best: RatioCI | None = None
+        pairs = 0
+        if best is not None and arm.name != best[1].name:
+            pair_blocks = blocks.get((index, arm.name), CellBlocks(totals=np.zeros((0, PAIR_COLUMNS)), rows=0))
+            pairs = pair_blocks.rows
+            if pairs:
+                vs_best = paired_ratios(pair_blocks, settings, np.random.default_rng([seed, index, position, 7]))[0]
+            else:
+                vs_best = RatioCI(point=None, low=None, high=None, verdict=Verdict.INSUFFICIENT_DATA)
+        candidates.append(
+            KCandidate(
+                k=k, arm=arm.name, requests=cell.requests, mean_executed_k=cell.mean_executed_k,
+                tpot_p50_s=cell.tpot_s.p50, vs_best=vs_best, pairs=pairs,
+            )
+        )  # fmt: skip
+    if best is None or not any(c.k > 0 for c in candidates):
+        why = (
+            f"no arm with {settings.min_requests}+ requests here ran one k throughout" if not candidates
+            else "no k > 0 was measured here"
+        )  # fmt: skip
+        return BandChoice(
+            band=label, band_index=index, low=low, high=high, candidates=candidates,
+            best_k=best[0] if best else None, k=None, unmeasured_k=unmeasured, confidence="none",
+            message=f"{label}: not measured ({why}); a follow-up campaign runs fixed k = "
+            f"{', '.join(str(k) for k in unmeasured if k > 0) or '-'} at these loads",
+        )  # fmt: skip
+    limit = 1 + settings.margin
+    acceptable = [
+        c for c in candidates
+        if c.k == best[0] or (c.vs_best is not None and c.vs_best.point is not None and c.vs_best.point <= limit)
+    ]  # fmt: skip
+    choice = min(acceptable, key=lambda c: c.k)
+    smaller = [c for c in candidates if c.k < choice.k]
+    clearly_worse = all(c.vs_best is not None and c.vs_best.low is not None and c.vs_best.low > limit for c in smaller)
+    within = choice.vs_best is None or (choice.vs_best.high is not None and choice.vs_best.high <= limit)
+    confidence: Confidence = (
+        "high" if clearly_worse and within and not [k for k in unmeasured if k < max_k] else
+        "medium" if clearly_worse or within else "low"
+    )  # fmt: skip
+    evidence = ", ".join(
+        f"k={c.k} " + ("best" if c.vs_best is None else _ratio_text(c.vs_best)) + f" (n={c.requests})"
+        for c in candidates
+    )
+    gaps = f"; k = {', '.join(map(str, unmeasured))} not measured" if unmeasured else ""
+    return BandChoice(
+        band=label, band_index=index, low=low, high=high, candidates=candidates, best_k=best[0], k=choice.k,
+        unmeasured_k=unmeasured, confidence=confidence,
+        message=f"{label}: k={choice.k} ({confidence} confidence; per-token latency vs the best: {evidence}{gaps})",
+    )  # fmt: skip
+
+
+def _ratio_text(ratio: RatioCI) -> str:
+    if ratio.point is None:
+        return "n/a"
+    if ratio.low is None or ratio.high is None:
+        return f"{ratio.point:.3f}x"
+    return f"{ratio.point:.3f}x [{ratio.low:.3f}, {ratio.high:.3f}]"
