@@ -439,8 +439,10 @@ def _cpu_s() -> float:
 
 def _stage(name: str, run_dir: Path) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, __file__, "--stage", name, "--root", str(run_dir)], check=True, capture_output=True, text=True
+        [sys.executable, __file__, "--stage", name, "--root", str(run_dir)], capture_output=True, text=True, check=False
     )
+    if done.returncode != 0:
+        raise SystemExit(f"stage {name} failed:\n{done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
