@@ -96,7 +96,6 @@ def test_a_data_parallel_vllm_arm_runs_static_k_and_the_verifier_names_the_fallb
         finally:
             done.set()
             watcher.join(30)
-    summary = write_report(str(output))
 
     # What the engine read back: no schedule, vLLM's own warning, two ranks, no CUDA graphs on CPU.
     arm = manifest["arms"]["dyn-dp2"]
@@ -137,6 +136,7 @@ def test_a_data_parallel_vllm_arm_runs_static_k_and_the_verifier_names_the_fallb
     assert max(b for r in rows for b in r["step_batch_size"]) >= 3
 
     # The verifier, from the run's files: vLLM's data-parallel fallback.
+    summary = write_report(str(output))
     verdict = next(a for a in summary.verification.arms if a.arm == "dyn-dp2")
     findings = {f.check: f for f in verdict.findings}
     assert not findings["static_fallback"].passed
