@@ -19,6 +19,11 @@ set -a
 # shellcheck disable=SC1091
 . "$temp_dir/ports.env"   # the given ports, free ones for the rest; exported: the metrics ports are read from env
 set +a
+# A given port that is taken makes `ray start` hang ~90 s and fail with a traceback that does not name it.
+if ! held="$(cd "$here" && "$python_bin" -m orchestrator.localray held "$temp_dir")"; then
+  echo "ray-up: cannot start Ray: $(echo "$held" | paste -sd ';' | sed 's/;/; /g')" >&2
+  exit 1
+fi
 # `ray start` in token mode refuses to start without a token; Ray's own ray.init makes one the same way.
 if [ "${RAY_AUTH_MODE:-}" = token ] && [ -z "${RAY_AUTH_TOKEN:-}" ] && [ -z "${RAY_AUTH_TOKEN_PATH:-}" ]; then
   "$ray_bin" get-auth-token --generate >/dev/null

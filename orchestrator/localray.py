@@ -9,6 +9,7 @@ stops a Ray by the processes of its temp dir (`stop`); the test helpers and the 
     python -m orchestrator.localray ports     # RAY_*_PORT=... lines for a shell: one free port per listener
     python -m orchestrator.localray stop DIR  # stop the Ray whose temp dir is DIR, nothing else
     python -m orchestrator.localray wait-job-agent DIR DASHBOARD_PORT AGENT_PORT TIMEOUT_S
+    python -m orchestrator.localray held DIR  # which of the RAY_*_PORT ports something else listens on
 """
 
 from __future__ import annotations
@@ -215,7 +216,32 @@ def stop(temp_dir: str, grace_s: float = 10.0) -> int:
     return len(victims) + len(late)
 
 
+_LISTENER_NAMES = {
+    "gcs": "GCS", "dashboard": "dashboard", "dashboard_agent_http": "dashboard agent's HTTP (runs jobs)",
+    "dashboard_agent_grpc": "dashboard agent's gRPC", "runtime_env_agent": "runtime-env agent",
+    "metrics_export": "metrics export", "node_manager": "node manager", "object_manager": "object manager",
+    "client_server": "Ray client server", "autoscaler_metrics": "autoscaler metrics",
+    "dashboard_metrics": "dashboard metrics",
+}  # fmt: skip
+
+
+def held_ports(ports: RayPorts, temp_dir: str) -> list[str]:
+    """One line per port of `ports` that a process of another Ray (or anything else) listens on."""
+    ours = {p.pid for p in processes_of(temp_dir)}
+    lines = []
+    for name, port in asdict(ports).items():
+        holders = _listener_pids(port) - ours
+        if holders:
+            lines.append(f"port {port} ({_LISTENER_NAMES[name]}, {_env_name(name)}) is held by {_describe(holders)}")
+    return lines
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "held":  # TEMP_DIR; the ports from the environment (all set: ports.env)
+        held = held_ports(RayPorts.from_env(), argv[1])
+        for line in held:
+            print(line)
+        return 1 if held else 0
     if argv[:1] == ["ports"]:
         for name, value in RayPorts.from_env().env().items():
             print(f"{name}={value}")
