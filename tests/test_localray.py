@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.localray import RayPorts, _ephemeral_range, free_ports, processes_of, stop, wait_for_job_agent
+from orchestrator.localray import (
+    RayPorts,
+    _ephemeral_range,
+    free_ports,
+    held_ports,
+    processes_of,
+    stop,
+    wait_for_job_agent,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 # Ray's fixed defaults, which another Ray on the machine may hold.
@@ -99,3 +107,14 @@ def test_the_job_agent_wait_says_in_one_line_who_holds_its_port(tmp_path: Path) 
     assert why is not None and len(why.splitlines()) == 1
     assert f"its port {port} is held by " in why and f"(pid {os.getpid()})" in why
     assert "RAY_DASHBOARD_AGENT_HTTP_PORT" in why
+
+
+def test_a_held_port_is_named_with_its_listener_and_variable(tmp_path: Path) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        ports = RayPorts.from_env({"RAY_DASHBOARD_AGENT_HTTP_PORT": str(port)})
+        (line,) = held_ports(ports, str(tmp_path))
+    assert line.startswith(f"port {port} (dashboard agent's HTTP (runs jobs), RAY_DASHBOARD_AGENT_HTTP_PORT) is held")
+    assert held_ports(ports, str(tmp_path)) == []  # released
