@@ -42,6 +42,11 @@ for i in (1, 2):
     cluster.add_node(num_cpus=4, num_gpus=gpus, resources={f"worker{i}": 1}, node_ip_address="127.0.0.1",
                      runtime_env_dir_name=f"runtime_resources_worker{i}", **RayPorts.pick().node_args(head=False))
 cluster.wait_for_nodes()
+# A job's supervisor finds its cluster through the address file in the node's temp dir (`ray start` writes it
+# there; Cluster only to /tmp/ray); without it Ray falls back to "any GCS process on this machine", so with
+# another Ray running here the job's driver may join that one.
+with open(get_ray_address_file(temp_dir), "w") as f:
+    f.write(cluster.address)
 print(f"RAY_ADDRESS={cluster.address}  dashboard: http://127.0.0.1:{head_ports.dashboard}  (3 nodes, {gpus} fake GPUs "
       "per worker)", flush=True)
 stop = threading.Event()
