@@ -411,8 +411,8 @@ def run_cmd(
     except CampaignError as exc:
         _fail(str(exc))
     units = [u for arm in campaign.arms() for u in units_of(campaign, arm)]
-    store = RunStore(campaign.output_dir())
-    done = sum(1 for u in units if store.is_complete(u))  # a rerun skips these
+    existing = RunStore.existing(campaign.output_dir())
+    done = sum(1 for u in units if existing.is_complete(u)) if existing else 0  # a rerun skips these
     progress = _unit_progress(campaign.name, len(units), done) if sys.stdout.isatty() else None
     count = [done]
 

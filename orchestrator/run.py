@@ -99,6 +99,12 @@ class RunStore:
         self.fs, self.base = _filesystem(self.root)
         self.fs.create_dir(self.base, recursive=True)
 
+    @classmethod
+    def existing(cls, root: str) -> RunStore | None:
+        """The run directory if it exists, without creating it (a campaign refused at start leaves nothing)."""
+        fs, base = _filesystem(root.rstrip("/"))
+        return cls(root) if fs.get_file_info(base).type != FileType.NotFound else None
+
     @property
     def traces(self) -> str:
         return f"{self.root}/traces"
