@@ -700,8 +700,13 @@ def _series(rows: pa.Table, start_ns: int | None) -> TimelineSeries:
     t = (start[order] - start_ns) / 1e9
     inside = t >= 0  # steps before the unit started (another unit's tail) are left out
     t = t[inside]
-    k = rows["k"].to_numpy().astype(np.float64)[order][inside]
+    k = rows["k"].to_numpy(zero_copy_only=False).astype(np.float64)[order][inside]
     batch = rows["batch_size"].to_numpy().astype(np.float64)[order][inside]
+    # vLLM's k is unknown (null) for a step whose drafts nobody verified: leave those steps out of the chart.
+    known = ~np.isnan(k)
+    t, k, batch = t[known], k[known], batch[known]
+    if not len(t):
+        t, k, batch = np.zeros(1), np.zeros(1), np.zeros(1)
     end = float((int(pc.max(rows["end_ns"]).as_py()) - start_ns) / 1e9)
     engines = len(pc.unique(rows["engine_id"]))
     buckets = min(MAX_POINTS, max(1, len(t) // engines))
