@@ -199,7 +199,10 @@ def build_summary(
         maps=maps,
         verification=verification,
         gates=gates,
-        headline=headline(maps, verification, inputs.arms),
+        headline=[
+            *headline(maps, verification, inputs.arms),
+            *filter(None, [graph_mode_confound(manifest)]),
+        ],
         saturated_units=saturated,
         engine_lagged_units=engine_lagged(inputs.units),
         incomplete_units=[
@@ -322,6 +325,18 @@ def headline(maps: list[OperatingMap], verification: VerificationReport, arms: l
         lines.extend(f.message for f in checked.findings if not f.passed)
     lines.extend(t.message for t in verification.switch_timings)
     return lines
+
+
+def graph_mode_confound(manifest: dict[str, Any]) -> str | None:
+    """vLLM's model runner V1 runs a dynamic schedule with PIECEWISE CUDA graphs, while fixed k and the
+    data-parallel fallback keep full graphs: where the arms' graph modes differ, part of any difference between
+    them is the graph mode, not k. One line naming each arm's mode, or None when they agree (or are unknown)."""
+    modes = {name: entry.get("cudagraph_mode") for name, entry in manifest.get("arms", {}).items()}
+    known = {name: str(mode) for name, mode in modes.items() if mode is not None}
+    if len(set(known.values())) <= 1:
+        return None
+    listed = ", ".join(f"{name} {mode}" for name, mode in sorted(known.items()))
+    return f"CUDA graph modes differ between arms ({listed}): part of their difference is the graph mode, not k"
 
 
 # --- output -------------------------------------------------------------------------------------------------
