@@ -135,6 +135,20 @@ def _pairs_vs_best(
     }
 
 
+def paired_vs(
+    requests: Requests, band_set: int, comparisons: Sequence[tuple[int, str, str]], settings: MapSettings
+) -> dict[tuple[int, str], RatioCI]:
+    """Per (band, other): `other`'s per-token latency over `reference`'s on the same requests in that band of
+    band set `band_set` (>= 1: other is slower), with a block-bootstrap interval, for (band, reference, other)
+    triples; each (band, other) once. The maps' `scored` view must exist on `requests`."""
+    blocks = _pairs_vs_best(requests, band_set, list(comparisons))
+    return {
+        key: paired_ratios(found, settings, np.random.default_rng([settings.seed, key[0], position, 11]))[0]
+        for position, (key, found) in enumerate(sorted(blocks.items()))
+        if found.rows
+    }
+
+
 def choose_k(
     requests: Requests,
     batch_map: OperatingMap,
