@@ -12,7 +12,7 @@ STAMP := $(VENV)/.specdrill-installed
 # gets the rest when make test runs (its stamp is missing), whatever the order.
 DEMO_STAMP := $(VENV)/.specdrill-demo-installed
 
-.PHONY: venv test demo lint bench bench-clients bench-loadgen bench-report chromium clean
+.PHONY: venv test demo lint bench bench-clients bench-loadgen bench-report bench-oracle chromium clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,10 @@ bench-loadgen: $(STAMP)
 
 bench-report: $(STAMP)
 	$(BIN)/python benchmarks/bench_report.py
+
+# The analysis against the simulator's ground truth (docs/ground-truth.md); QUICK=1 for the tests' sizes.
+bench-oracle: $(STAMP)
+	$(BIN)/python benchmarks/bench_oracle.py $(if $(QUICK),--quick,)
 
 clean:
 	rm -rf $(VENV) $(GUIDELLM_VENV)

@@ -9,7 +9,7 @@ benchmarks/bench_oracle.py so that the test and the benchmark make the same comp
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -64,6 +64,25 @@ def costly_verify_profile(per_batched_token: float = 2e-4) -> dict[str, Any]:
 
 def short_chat() -> Workload:
     return Workload.model_validate(SHORT_CHAT)
+
+
+def fixed_k_campaign(
+    profile: str | Path, output: str | Path, *, rate_to: float, duration_s: float, **changes: Any
+) -> dict[str, Any]:
+    """`off`, fixed k = 1..4 and the band-edges arm over a ramp from 1 req/s to `rate_to`, short chat."""
+    data: dict[str, Any] = {
+        "name": "ground-truth",
+        "engine": {"kind": "simulated", "profile": str(profile)},
+        "policies": {"off": "off", **{f"fixed{k}": f"fixed:{k}" for k in range(1, 5)}, "bands": BAND_EDGES_ARM},
+        "topologies": {"single": "single"},
+        "shapes": {"ramp": {"kind": "ramp", "rate_from": 1, "rate_to": rate_to, "duration_s": duration_s}},
+        "mix": {"entries": [{"workload": SHORT_CHAT, "weight": 1}]},
+        "load": {"workers": 1, "drain_s": 30},
+        "seed": 0,
+        "output": str(output),
+    }
+    data.update(changes)
+    return data
 
 
 # --- 1. recommended schedule vs oracle ----------------------------------------------------------------------
@@ -188,6 +207,19 @@ def rehearsal_vs_fixed(
 
 
 # --- 3. crossover: report vs dense sweep --------------------------------------------------------------------
+
+
+def crossover_campaign(
+    profile: str | Path, output: str | Path, *, rates: Iterable[float], duration_s: float
+) -> dict[str, Any]:
+    """`off` and fixed k = 3 under steady Poisson traffic at each rate, one shape per rate: the traffic of a
+    sweep. Not a ramp: near saturation the engine's queues lag a rising rate, which a sweep does not see."""
+    return fixed_k_campaign(
+        profile, output, rate_to=1, duration_s=1,
+        policies={"off": "off", "fixed3": "fixed:3"},
+        shapes={f"r{rate:g}".replace(".", "_"): {"kind": "sustained", "rate": rate, "duration_s": duration_s}
+                for rate in rates},
+    )  # fmt: skip
 
 
 def report_crossover(rate_map: OperatingMap, arm: str) -> tuple[float, float | None] | None:

@@ -12,25 +12,25 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import yaml
 
+from orchestrator.analysis.kchoice import BandChoice
 from orchestrator.analysis.results import MapSettings
 from orchestrator.campaign import Campaign, load_campaign
 from orchestrator.ground_truth import (
-    BAND_EDGES_ARM,
-    SHORT_CHAT,
     costly_verify_profile,
+    crossover_campaign,
+    fixed_k_campaign,
     rehearsal_vs_fixed,
     report_crossover,
     schedule_agreement,
     short_chat,
     sweep_crossover,
 )
-from orchestrator.oracle import Oracle, oracle
+from orchestrator.oracle import Oracle, OraclePoint, oracle
 from orchestrator.recommend import Recommendation
 from orchestrator.report import write_report
 from orchestrator.simulate_campaign import simulate_campaign
@@ -64,26 +64,10 @@ def profile(profile_path: Path) -> Profile:
     return load_profile(str(profile_path))
 
 
-def fixed_k_campaign(profile_path: Path, output: Path, **changes: Any) -> dict[str, Any]:
-    """`off` and fixed k = 1..4 over a ramp from an idle engine to past the load where no k helps any more."""
-    data: dict[str, Any] = {
-        "name": "ground-truth",
-        "engine": {"kind": "simulated", "profile": str(profile_path)},
-        "policies": {"off": "off", **{f"fixed{k}": f"fixed:{k}" for k in range(1, 5)}, "bands": BAND_EDGES_ARM},
-        "topologies": {"single": "single"},
-        "shapes": {"ramp": {"kind": "ramp", "rate_from": 1, "rate_to": 27, "duration_s": 90}},
-        "mix": {"entries": [{"workload": SHORT_CHAT, "weight": 1}]},
-        "load": {"workers": 1, "drain_s": 30},
-        "seed": 0,
-        "output": str(output),
-    }
-    data.update(changes)
-    return data
-
-
 @pytest.fixture(scope="module")
 def fixed_run(root: Path, profile_path: Path) -> Path:
-    campaign = Campaign.model_validate(fixed_k_campaign(profile_path, root / "run"))
+    # From an idle engine to past the load where no k helps any more (off saturates at ~25 req/s).
+    campaign = Campaign.model_validate(fixed_k_campaign(profile_path, root / "run", rate_to=27, duration_s=90))
     store, _ = simulate_campaign(campaign)
     write_report(store.root)
     result = _cli("recommend", store.root)
@@ -140,14 +124,7 @@ def test_the_rehearsed_recommendation_is_no_worse_than_the_best_fixed_arm_in_any
 
 
 def test_the_reports_crossover_for_k3_is_the_dense_sweeps(root: Path, profile_path: Path, profile: Profile) -> None:
-    """Steady Poisson traffic at a few rates (the campaign) against many (the sweep), same requests' shape: on a
-    ramp the engine's queues lag the rate near saturation, which is not what a sweep measures."""
-    rates = (16, 18, 20, 22, 24, 26, 28, 30)
-    data = fixed_k_campaign(
-        profile_path, root / "crossover",
-        policies={"off": "off", "fixed3": "fixed:3"},
-        shapes={f"r{r}": {"kind": "sustained", "rate": r, "duration_s": 40} for r in rates},
-    )  # fmt: skip
+    data = crossover_campaign(profile_path, root / "crossover", rates=range(16, 31, 2), duration_s=40)
     store, _ = simulate_campaign(Campaign.model_validate(data))
     summary = write_report(store.root)
     rate_map = next(m for m in summary.maps if m.measure == "offered_rate")
@@ -159,3 +136,40 @@ def test_the_reports_crossover_for_k3_is_the_dense_sweeps(root: Path, profile_pa
     assert band is not None and dense.crossover is not None, said
     low, _ = band
     assert abs(low - dense.crossover) <= 0.1 * dense.crossover, said
+
+
+def _point(batch: int, best: int, ties: tuple[int, ...]) -> OraclePoint:
+    tpot = {k: 0.01 * (1 + abs(k - best)) for k in range(5)}
+    return OraclePoint(
+        batch_size=batch, tpot_p50_s=tpot, tokens_per_s=tpot, mean_batch={k: float(batch) for k in tpot},
+        best_k=best, margin=1.0, near_best=ties,
+    )  # fmt: skip
+
+
+def _band(index: int, low: int, high: int, k: int | None) -> BandChoice:
+    return BandChoice(
+        band=f"{low}-{high}", band_index=index, low=low, high=high, candidates=[], best_k=k, k=k, unmeasured_k=[],
+        confidence="high" if k is not None else "none", message="",
+    )  # fmt: skip
+
+
+def test_agreement_is_exact_on_ties_slack_one_band_from_the_oracles_k_and_a_miss_beyond() -> None:
+    """How schedule_agreement judges, on a hand-made oracle: 4 up to batch 4, 3 to 16, 1 beyond."""
+    points = (_point(1, 4, (4,)), _point(4, 4, (3, 4)), _point(8, 3, (3,)), _point(16, 3, (3,)), _point(32, 1, (1,)),
+              _point(64, 1, (1,)), _point(128, 1, (0, 1)))  # fmt: skip
+    truth = Oracle(profile="p", workload="w", method="eagle", max_k=4, seed=0, tolerance=0.02, points=points)
+    bands = [_band(0, 1, 4, 3), _band(1, 5, 16, 4), _band(2, 17, 64, 1), _band(3, 65, 96, 3), _band(4, 97, 512, None)]
+    schedule = [[1, 4, 3], [5, 16, 4], [17, 64, 1], [65, 512, 3]]
+    recommendation = Recommendation(
+        method="eagle", model=None, num_speculative_tokens=4, schedule=schedule, bands=bands, not_measured=[],
+        speculative_config={"method": "eagle"}, message="",
+    )  # fmt: skip
+    rows = {r.batch_size: r.match for r in schedule_agreement(truth, recommendation)}
+    # 1: k=3 is not the oracle's 4 but its tie at batch 4, one band away at most; 4: a tie; 8, 16: k=4 is the
+    # oracle's in the band below; 32, 64: exact; 128: no k was chosen there (not covered).
+    assert rows == {1: "slack", 4: "exact", 8: "slack", 16: "slack", 32: "exact", 64: "exact"}
+    # k=3 at 128 (chosen now): the oracle's 3 is two bands below, at batch 16.
+    chosen_at_128 = recommendation.model_copy(
+        update={"bands": [*bands[:3], _band(3, 65, 127, 3), _band(4, 128, 512, 3)]}
+    )
+    assert [(r.batch_size, r.match) for r in schedule_agreement(truth, chosen_at_128)][-1] == (128, "miss")
