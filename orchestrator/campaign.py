@@ -113,6 +113,8 @@ class GateConfig(_Strict):
     fail_on_engine_lag: bool = False  # a unit whose simulated engine lagged (load.engine_lag_bound) fails
     max_recovery_s: float | None = Field(default=None, gt=0)  # cross_and_recover: k must switch within this
     exempt_arms: list[str] = Field(default_factory=list)  # reported, never failing (e.g. a known DP fallback)
+    # A check without evidence (e.g. a foreign server that reports no config): "report" lists it, "fail" fails
+    not_verifiable: Literal["report", "fail"] = "report"
 
 
 def _default_mix() -> RequestMix:

@@ -40,6 +40,7 @@ from orchestrator.analysis.source import materialize
 from orchestrator.analysis.timelines import TimelineSeries, timeline_series
 from orchestrator.baselines import baselines
 from orchestrator.campaign import Campaign
+from orchestrator.endpoint_metrics import read_samples
 from orchestrator.report_html import ReportData, render_report_html
 from orchestrator.run import MANIFEST, RunStore, UnitResult, units_of
 from serve_apps.arms import EndpointEngineConfig, VllmEngineConfig
@@ -176,6 +177,9 @@ def build_summary(
             settings=VerifySettings(
                 switch_bound_s=campaign.gates.max_recovery_s or VerifySettings().switch_bound_s,
             ),
+            endpoint_samples=read_samples(inputs.store.root, units)
+            if isinstance(campaign.engine, EndpointEngineConfig)
+            else None,
         )
         dropped = {
             a.arm for a in verification.arms for f in a.findings if "dropped" in f.check and not f.passed
@@ -259,12 +263,17 @@ def evaluate_gates(
             continue
         exempt = arm.name in gates.exempt_arms
         if gates.dynamic_follows_schedule and arm.kind == "dynamic":
+            # A check without evidence fails only where the campaign says so (gates.not_verifiable).
+            strict = gates.not_verifiable == "fail"
             follows = (
-                checked.passed
+                (checked.passed if strict else not checked.failed)
                 and checked.match_fraction is not None
                 and checked.match_fraction >= gates.min_follow_fraction
             )
-            reason = "; ".join(f.message for f in checked.findings if not f.passed) or "executed k follows the schedule"
+            reason = "; ".join(f.message for f in checked.findings if f.failed) or "executed k follows the schedule"
+            unverified = [f.check for f in checked.unverified]
+            if unverified:
+                reason += f" (not verifiable: {', '.join(unverified)})"
             results.append(
                 GateResult(
                     gate="dynamic_follows_schedule",
@@ -275,7 +284,10 @@ def evaluate_gates(
                 )
             )
         if gates.fail_on_schedule_dropped:
-            dropped = [f for f in checked.findings if "dropped" in f.check and not f.passed]
+            dropped = [
+                f for f in checked.findings
+                if "dropped" in f.check and (f.failed or (not f.verifiable and gates.not_verifiable == "fail"))
+            ]  # fmt: skip
             results.append(
                 GateResult(
                     gate="schedule_dropped", arm=arm.name, passed=not dropped or exempt,

@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 from urllib.parse import quote
@@ -32,6 +33,8 @@ from loadshapes.plan import Target, WorkerPlan
 from loadshapes.trace import _filesystem
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.deploy import connect, deploy, preflight, teardown_arms
+from orchestrator.endpoint_metrics import ROOT as ENDPOINT_METRICS
+from orchestrator.endpoint_metrics import MetricsSampler, write_samples
 from orchestrator.load_workers import LoadWorkers, WorkerSummary
 from orchestrator.logs import get_logger
 from serve_apps.arms import ArmSpec, EndpointEngineConfig
@@ -141,7 +144,7 @@ class RunStore:
     def remove_partial(self, unit: Unit) -> int:
         """Delete part files a previous, interrupted attempt at this unit left behind."""
         removed = 0
-        for root in (f"{self.base}/traces", f"{self.base}/timelines"):
+        for root in (f"{self.base}/traces", f"{self.base}/timelines", f"{self.base}/{ENDPOINT_METRICS}"):
             directory = f"{root}/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
             if self.fs.get_file_info(directory).type == FileType.NotFound:
                 continue
@@ -422,15 +425,21 @@ def run_unit(
     if removed:
         log.info("unit.partial_removed", unit=unit.key, files=removed)
     plans = plans_for(campaign, arm, unit, run=run, url=url, traces=store.traces)
-    fetch_timelines(url, replicas=replicas_of(arm), since=since)  # skip steps from warm-up and earlier units
+    # A foreign server gets no request to specdrill's own endpoints: its engine is sampled from /metrics instead.
+    endpoint = isinstance(campaign.engine, EndpointEngineConfig)
+    if not endpoint:
+        fetch_timelines(url, replicas=replicas_of(arm), since=since)  # skip steps from warm-up and earlier units
     key_env = plans[0].target.api_key_env
     secrets = {key_env: os.environ[key_env]} if key_env and key_env in os.environ else None
-    summaries = workers.run(
-        plans,
-        ready_timeout_s=campaign.load.ready_timeout_s,
-        env=secrets,  # to the worker processes' environment only: never in a plan, a trace or a log
-    )
-    timelines = fetch_timelines(url, replicas=replicas_of(arm), since=since)
+    with MetricsSampler(url, auth_headers(campaign)) if endpoint else nullcontext() as sampler:
+        summaries = workers.run(
+            plans,
+            ready_timeout_s=campaign.load.ready_timeout_s,
+            env=secrets,  # to the worker processes' environment only: never in a plan, a trace or a log
+        )
+    if sampler is not None:
+        write_samples(store.root, unit.arm, unit.shape, unit.repeat, sampler.table())
+    timelines = {} if endpoint else fetch_timelines(url, replicas=replicas_of(arm), since=since)
     steps = write_timeline(store, unit, timelines)
     start = min(s.start_ns or 0 for s in summaries)
     rows = sum(s.rows_written for s in summaries if not s.lost)

@@ -202,3 +202,71 @@ def test_steps_without_a_k_are_left_out_and_reported() -> None:
     assert _finding(result, "telemetry")[1] == (
         "1 requests report step_k and step_batch_size of different lengths; only their common steps were checked"
     )
+
+
+# --- endpoint arms (foreign servers): per_step_drafted + /metrics samples -------------------------------------
+EP_SCHEDULE = ((1, 2, 4), (3, 6, 2), (7, 16, 1))
+EP_POLICY = DynamicPolicy(method="draft_model", model="d", max_k=4, schedule=EP_SCHEDULE)
+
+
+def _endpoint_case(arm: ArmInfo, running: int, drafted: int, *, counters_off_by: int = 0) -> VerificationReport:
+    """30 requests each drafting `drafted` tokens in 5 steps while the server reports `running` requests; the
+    server's counters move by exactly the trace's totals (plus `counters_off_by` drafts)."""
+    import pyarrow as pa
+
+    from orchestrator.endpoint_metrics import SCHEMA
+
+    n = 30
+    steps = 5 if drafted else 0  # vLLM omits steps without drafts from per_step_drafted
+    table = trace_table(
+        arm=[arm.name] * n,
+        scheduled_ns=[START_NS + i * 10**8 for i in range(n)],
+        first_token_ns=[START_NS + i * 10**8 + 10**7 for i in range(n)],
+        done_ns=[START_NS + i * 10**8 + 5 * 10**8 for i in range(n)],
+        per_step_drafted=[[drafted] * steps] * n,
+        per_step_accepted=[[1] * steps] * n,
+    )
+    times = [START_NS - 10**8 + i * 3 * 10**8 for i in range(14)]
+    total = n * steps
+    samples = pa.table(
+        {
+            "time_ns": times, "running": [float(running)] * 14, "waiting": [0.0] * 14, "engines": [1] * 14,
+            "num_drafts": [100.0] + [100.0 + total + counters_off_by] * 13,
+            "draft_tokens": [400.0] + [400.0 + total * drafted] * 13,
+            "accepted_tokens": [50.0] + [50.0 + total] * 13,
+        },
+        schema=SCHEMA,
+    ).append_column("arm", pa.array([arm.name] * 14)).append_column("shape", pa.array(["s"] * 14)).append_column(
+        "repeat", pa.array([0] * 14, pa.int32())
+    )  # fmt: skip
+    return verify_executed_policy(table, [arm], endpoint_samples=samples)
+
+
+def test_an_endpoint_arm_following_its_schedule_passes_with_evidence_and_reconciles() -> None:
+    arm = ArmInfo.from_policy("dyn-single", EP_POLICY, max_num_seqs=16)
+    (result,) = _endpoint_case(arm, running=4, drafted=2).arms
+    status = {f.check: f.status for f in result.findings}
+    assert status["executed_k"] == "pass" and result.steps == 150
+    assert status["static_fallback"] == "pass" and status["reconciliation"] == "pass"
+    assert status["schedule_dropped"] == "not_verifiable"  # a foreign server reports no resolved config
+    approximation = next(f for f in result.findings if f.check == "endpoint_approximation")
+    assert "exact for a draft-model" in approximation.message and "num_requests_running" in approximation.message
+    assert not result.failed and not result.passed  # not every check had evidence
+
+
+def test_an_endpoint_arm_on_data_parallel_is_caught_running_max_k() -> None:
+    arm = ArmInfo.from_policy("dyn-dp2", EP_POLICY, topology=Topology(kind="data_parallel", size=2), max_num_seqs=16)
+    (result,) = _endpoint_case(arm, running=4, drafted=4).arms
+    fallback = next(f for f in result.findings if f.check == "static_fallback")
+    assert fallback.status == "fail" and "data-parallel fallback" in fallback.message
+
+
+def test_an_endpoint_without_drafts_is_not_verifiable_and_counters_that_disagree_fail() -> None:
+    off = ArmInfo.from_policy("off-single", OffPolicy(), max_num_seqs=16)
+    (result,) = _endpoint_case(off, running=4, drafted=0).arms
+    status = {f.check: f.status for f in result.findings}
+    assert status["executed_k"] == "not_verifiable" and not result.failed
+    arm = ArmInfo.from_policy("dyn-single", EP_POLICY, max_num_seqs=16)
+    (wrong,) = _endpoint_case(arm, running=4, drafted=2, counters_off_by=3).arms
+    reconciliation = next(f for f in wrong.findings if f.check == "reconciliation")
+    assert reconciliation.status == "fail" and "num_drafts delta" in reconciliation.message

@@ -38,6 +38,7 @@ class ArmInfo(BaseModel):
     # with rates per engine (engines_ratio engines against one). None: the campaign's only baseline.
     compared_with: str | None = None
     engines_ratio: float = Field(default=1.0, gt=0)
+    method: str | None = None  # the speculative method (an n-gram drafter may propose fewer tokens than k)
 
     @model_validator(mode="after")
     def _policy_is_whole(self) -> Self:
@@ -75,6 +76,7 @@ class ArmInfo(BaseModel):
             baseline=policy.kind == "off" if baseline is None else baseline,
             compared_with=compared_with,
             engines_ratio=engines_ratio,
+            method=None if isinstance(policy, OffPolicy) else policy.method,
         )
 
     def k_table(self) -> np.ndarray:

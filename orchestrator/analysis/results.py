@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.analysis.bands import Band
 
@@ -120,12 +120,39 @@ class OperatingMap(_Result):
         raise KeyError(f"no cell for band {band!r} and arm {arm!r}")
 
 
+FindingStatus = Literal["pass", "fail", "not_verifiable"]
+
+
 class Finding(_Result):
+    """`passed` is true only for a pass: a finding without evidence (`status` "not_verifiable") does not pass, and
+    does not fail either; consumers that know only `passed` see it as not passed, never as a pass."""
+
     check: str
     arm: str
     passed: bool
     message: str  # one line, for a person
     band: str | None = None
+    status: FindingStatus | None = None  # None: from `passed` (findings written before the status existed)
+
+    @model_validator(mode="after")
+    def _status_agrees(self) -> Self:
+        if self.status is None:
+            object.__setattr__(self, "status", "pass" if self.passed else "fail")
+        elif self.passed != (self.status == "pass"):
+            raise ValueError(f"finding {self.check}: passed={self.passed} contradicts status {self.status}")
+        return self
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "fail"
+
+    @property
+    def verifiable(self) -> bool:
+        return self.status != "not_verifiable"
+
+    @classmethod
+    def not_verifiable(cls, check: str, arm: str, message: str, band: str | None = None) -> Finding:
+        return cls(check=check, arm=arm, passed=False, status="not_verifiable", message=message, band=band)
 
 
 class BandKCheck(_Result):
@@ -146,7 +173,15 @@ class ArmVerification(_Result):
     match_fraction: float | None
     bands: list[BandKCheck]
     findings: list[Finding]
-    passed: bool
+    passed: bool  # every finding passed
+
+    @property
+    def failed(self) -> bool:
+        return any(f.failed for f in self.findings)
+
+    @property
+    def unverified(self) -> list[Finding]:
+        return [f for f in self.findings if not f.verifiable]
 
 
 class SwitchTiming(_Result):

@@ -22,6 +22,7 @@ from loadshapes.shapes import CrossAndRecover
 from loadshapes.shapes import _Shape as ShapeLike
 from orchestrator.analysis.arms import ArmInfo
 from orchestrator.analysis.bands import BandSet, batch_bands
+from orchestrator.analysis.endpoint_verify import endpoint_findings
 from orchestrator.analysis.recovery import TimedRun, switch_timings
 from orchestrator.analysis.results import ArmVerification, BandKCheck, Finding, VerificationReport
 from orchestrator.analysis.source import Requests, request_frame
@@ -114,19 +115,57 @@ FROM (
 """
 
 
+# An endpoint arm's steps (a foreign server: no step timeline, no step_batch_size / step_k in its rows): the
+# executed k of each drafting step from per_step_drafted, placed evenly between the request's first token and its
+# end, and the batch at that time from the server's /metrics samples (the latest sample at or before it, the
+# running requests over the engines reporting them).
+_ENDPOINT_STEPS = """
+SELECT s.arm, s.shape, s.run, s.repeat, s.k, s.position, s.n, s.time_ns,
+       CASE WHEN m.running IS NOT NULL
+            THEN greatest(round(m.running / greatest(m.engines, 1)), 1)::INTEGER END AS batch_size
+FROM (
+    SELECT *, (begin_ns + (end_ns - begin_ns) * ((position - 0.5) / n))::BIGINT AS time_ns
+    FROM (
+        SELECT t.arm, t.shape, t.run, t.repeat, unnest(t.per_step_drafted) AS k,
+               unnest(range(1, len(t.per_step_drafted) + 1)) AS position, len(t.per_step_drafted) AS n,
+               coalesce(t.first_token_ns, t.sent_ns, t.scheduled_ns) AS begin_ns,
+               greatest(coalesce(t.done_ns, t.first_token_ns, t.sent_ns, t.scheduled_ns),
+                        coalesce(t.first_token_ns, t.sent_ns, t.scheduled_ns)) AS end_ns
+        FROM trace t
+        WHERE t.arm IN (SELECT unnest(?::VARCHAR[])) AND len(t.per_step_drafted) > 0
+    )
+) s
+ASOF LEFT JOIN endpoint_samples m
+    ON s.arm = m.arm AND s.shape = m.shape AND s.repeat = m.repeat AND s.time_ns >= m.time_ns
+"""
+
+
 @dataclass(frozen=True)
 class _StepCounts:
     histogram: np.ndarray  # (arms, batch sizes 0..batch_limit, k)
     mismatched_requests: int  # step_k and step_batch_size of different lengths: only their common steps count
     steps_without_k: dict[str, int]  # per arm, timeline steps that reported no k (left out)
+    steps_without_batch: dict[str, int]  # per endpoint arm, drafting steps with no /metrics sample (left out)
 
 
-def _step_counts(requests: Requests, arms: Sequence[ArmInfo], batch_limit: int) -> _StepCounts:
+def _step_counts(
+    requests: Requests, arms: Sequence[ArmInfo], batch_limit: int, endpoint_arms: Sequence[str] = ()
+) -> _StepCounts:
     names = [a.name for a in arms]
     timeline_arms = [n for n in names if n in requests.step_arms]
-    list_arms = [n for n in names if n not in requests.step_arms]
+    list_arms = [n for n in names if n not in requests.step_arms and n not in endpoint_arms]
     found: list[tuple[str, int, int, int]] = []
     without_k: dict[str, int] = {}
+    without_batch: dict[str, int] = {}
+    if endpoint_arms:
+        for arm, batch, k, count in requests.con.execute(
+            f"SELECT arm, least(batch_size, {batch_limit}), k, count(*) FROM ({_ENDPOINT_STEPS}) GROUP BY ALL",
+            [list(endpoint_arms)],
+        ).fetchall():
+            if batch is None:
+                without_batch[arm] = without_batch.get(arm, 0) + int(count)
+            else:
+                found.append((arm, int(batch), int(k), int(count)))
     clip = f"least(greatest(batch_size, 0), {batch_limit})"
     if timeline_arms:
         for arm, batch, k, count in requests.con.execute(
@@ -155,7 +194,10 @@ def _step_counts(requests: Requests, arms: Sequence[ArmInfo], batch_limit: int) 
     histogram = np.zeros((len(arms), batch_limit + 1, k_width), dtype=np.int64)
     for arm, batch, k, count in found:
         histogram[names.index(arm), batch, k] += count
-    return _StepCounts(histogram=histogram, mismatched_requests=mismatched, steps_without_k=without_k)
+    return _StepCounts(
+        histogram=histogram, mismatched_requests=mismatched, steps_without_k=without_k,
+        steps_without_batch=without_batch,
+    )  # fmt: skip
 
 
 def _timed_runs(requests: Requests, arms: Sequence[ArmInfo], shapes: Mapping[str, ShapeLike]) -> list[TimedRun]:
@@ -216,8 +258,18 @@ def _timed_runs(requests: Requests, arms: Sequence[ArmInfo], shapes: Mapping[str
     return sorted(runs, key=lambda r: r.run)
 
 
-def _identity(arm: ArmInfo, t: _ArmTelemetry, steps: int, k_steps: int, zero_steps: int) -> Finding:
+def _identity(
+    arm: ArmInfo, t: _ArmTelemetry, steps: int, k_steps: int, zero_steps: int, *, endpoint: bool = False
+) -> Finding:
     """Tell `off` (no speculative config, no drafts) from `dynamic` whose schedule gives k = 0."""
+    if arm.kind == "off" and endpoint and not (t.config_rows or k_steps or t.drafted_tokens):
+        # A foreign server reports no config and omits steps without drafts: "no drafts" is all its rows can say;
+        # the spec-decode counters (the reconciliation finding) are the evidence either way.
+        return Finding.not_verifiable(
+            "identity", arm.name,
+            f"{arm.name}: declared off; the server reports no speculative config and its {t.rows} requests no "
+            "drafts, but it does not report steps without drafts: see the server's spec-decode counters",
+        )  # fmt: skip
     if arm.kind == "off":
         problems = []
         if t.config_rows:
@@ -303,6 +355,9 @@ def _verify_arm(
     settings: VerifySettings,
     mismatched_requests: int,
     steps_without_k: int = 0,
+    *,
+    endpoint: bool = False,
+    extra: Sequence[Finding] = (),
 ) -> ArmVerification:
     k_width = counts.shape[1]
     by_batch = counts.sum(axis=1)
@@ -312,8 +367,8 @@ def _verify_arm(
     band_of_batch = bands.assign(np.arange(len(table), dtype=np.float64))
     band_checks = _band_checks(arm, counts, table, band_of_batch, bands, settings)
     findings = [
-        _identity(arm, telemetry, steps, int(by_k[1:].sum()), int(by_k[0]) if k_width else 0),
-        _executed_k_finding(arm, steps, float(matched.sum()), band_checks, settings),
+        _identity(arm, telemetry, steps, int(by_k[1:].sum()), int(by_k[0]) if k_width else 0, endpoint=endpoint),
+        _executed_k_finding(arm, steps, float(matched.sum()), band_checks, settings, endpoint=endpoint),
     ]
     if arm.kind == "dynamic":
         seen = np.flatnonzero(by_batch)
@@ -322,7 +377,7 @@ def _verify_arm(
         ran_max = int(counts[below_max, arm.k].sum()) if arm.k < k_width else 0
         configured_values = np.flatnonzero(np.bincount(table, weights=by_batch))
         findings += [
-            _dropped_finding(arm, telemetry),
+            _dropped_finding(arm, telemetry, endpoint=endpoint),
             _fallback_finding(arm, int(by_batch[below_max].sum()), ran_max, settings),
             _switched_finding(arm, np.flatnonzero(by_k), configured_values, steps, low, high, settings),
         ]
@@ -347,6 +402,7 @@ def _verify_arm(
                 message=f"{steps_without_k} engine steps reported no executed k; they were left out",
             )
         )
+    findings += extra
     return ArmVerification(
         arm=arm.name,
         kind=arm.kind,
@@ -366,12 +422,17 @@ def verify_executed_policy(
     shapes: Mapping[str, ShapeLike] | None = None,
     bands: BandSet | None = None,
     settings: VerifySettings | None = None,
+    endpoint_samples: pa.Table | None = None,
 ) -> VerificationReport:
-    """`source`: a run's views (orchestrator.analysis.source), or a trace table in memory."""
+    """`source`: a run's views (orchestrator.analysis.source), or a trace table in memory. `endpoint_samples`:
+    the /metrics samples of endpoint arms (orchestrator.endpoint_metrics.read_samples); every arm with samples is
+    verified as a foreign server: steps from per_step_drafted, batch sizes from the samples, totals reconciled."""
     requests = request_frame(source) if isinstance(source, pa.Table) else source
     try:
         chosen = settings or VerifySettings()
-        return _verify(requests, arms, shapes=shapes, bands=bands or batch_bands(), settings=chosen)
+        return _verify(
+            requests, arms, shapes=shapes, bands=bands or batch_bands(), settings=chosen, samples=endpoint_samples
+        )
     finally:
         if requests is not source:
             requests.close()
@@ -384,22 +445,35 @@ def _verify(
     shapes: Mapping[str, ShapeLike] | None,
     bands: BandSet,
     settings: VerifySettings,
+    samples: pa.Table | None = None,
 ) -> VerificationReport:
     names = [a.name for a in arms]
     unknown = sorted(set(requests.arms) - set(names))
     if unknown:
         raise ValueError(f"trace has arms with no ArmInfo: {', '.join(unknown)}")
+    endpoint_arms = endpoint_step_arms(requests, samples, names)
     batch_limit = max(a.max_num_seqs for a in arms) + 1  # one bucket past every table: the tail's k
-    counts = _step_counts(requests, arms, batch_limit)
+    counts = _step_counts(requests, arms, batch_limit, endpoint_arms)
     tables = _k_tables(arms, batch_limit)
     telemetry = _telemetry(requests, arms)
-    results = [
-        _verify_arm(
-            arm, counts.histogram[i], tables[i], telemetry[i], bands, settings, counts.mismatched_requests,
-            counts.steps_without_k.get(arm.name, 0),
-        )
-        for i, arm in enumerate(arms)
-    ]  # fmt: skip
+    sampled = {str(a) for a in samples.column("arm").to_pylist()} if samples is not None else set()
+    results = []
+    for i, arm in enumerate(arms):
+        endpoint = arm.name in sampled
+        extra = (
+            endpoint_findings(
+                requests, arm, samples, counts.steps_without_batch.get(arm.name, 0),
+                steps_from_drafts=arm.name in endpoint_arms,
+            )
+            if endpoint and samples is not None
+            else []
+        )  # fmt: skip
+        results.append(
+            _verify_arm(
+                arm, counts.histogram[i], tables[i], telemetry[i], bands, settings, counts.mismatched_requests,
+                counts.steps_without_k.get(arm.name, 0), endpoint=endpoint, extra=extra,
+            )
+        )  # fmt: skip
     timings = (
         switch_timings(
             _timed_runs(requests, arms, shapes),
@@ -417,9 +491,36 @@ def _verify(
     )
 
 
+def endpoint_step_arms(requests: Requests, samples: pa.Table | None, names: Sequence[str]) -> list[str]:
+    """Arms with /metrics samples whose rows carry no step lists of their own (a foreign server, not a
+    specdrill arm behind an endpoint URL): their steps come from per_step_drafted. Registers the samples."""
+    if samples is None or not samples.num_rows:
+        return []
+    requests.con.register("endpoint_samples", samples)
+    sampled = sorted({str(a) for a in samples.column("arm").to_pylist()} & set(names))
+    with_lists = {
+        str(r[0])
+        for r in requests.con.execute(
+            "SELECT DISTINCT arm FROM trace WHERE len(step_k) > 0 AND arm IN (SELECT unnest(?::VARCHAR[]))", [sampled]
+        ).fetchall()
+    }
+    return [a for a in sampled if a not in with_lists and a not in requests.step_arms]
+
+
 def _executed_k_finding(
-    arm: ArmInfo, steps: int, matched: float, band_checks: list[BandKCheck], settings: VerifySettings
+    arm: ArmInfo,
+    steps: int,
+    matched: float,
+    band_checks: list[BandKCheck],
+    settings: VerifySettings,
+    *,
+    endpoint: bool = False,
 ) -> Finding:
+    if steps == 0 and endpoint:
+        # Per-request metrics omit steps without drafts (vLLM), so an arm that never drafts has no steps to show.
+        return Finding.not_verifiable(
+            "executed_k", arm.name, f"{arm.name}: not verifiable: the server reported no drafting steps"
+        )
     if steps == 0:
         return Finding(check="executed_k", arm=arm.name, passed=False, message=f"{arm.name}: no engine steps reported")
     fraction = matched / steps
@@ -444,7 +545,7 @@ def _executed_k_finding(
     )
 
 
-def _dropped_finding(arm: ArmInfo, t: _ArmTelemetry) -> Finding:
+def _dropped_finding(arm: ArmInfo, t: _ArmTelemetry, *, endpoint: bool = False) -> Finding:
     if t.dropped_rows or (t.config_rows and not t.schedule_in_config):
         evidence = (
             f"schedule_dropped on {t.dropped_rows} of {t.rows} requests"
@@ -462,6 +563,13 @@ def _dropped_finding(arm: ArmInfo, t: _ArmTelemetry) -> Finding:
             passed=False,
             message=f"{arm.name}: the engine dropped the schedule: {evidence}{why}",
         )
+    if endpoint and not t.config_rows:
+        # No resolved config to read (a foreign server): whether the schedule ran is the static_fallback check's.
+        return Finding.not_verifiable(
+            "schedule_dropped", arm.name,
+            f"{arm.name}: not verifiable from config: the server reports no resolved speculative config"
+            + (" (the executed k decides: static_fallback)" if endpoint else ""),
+        )  # fmt: skip
     return Finding(
         check="schedule_dropped", arm=arm.name, passed=True, message=f"{arm.name}: the engine kept the schedule"
     )

@@ -1,0 +1,184 @@
+"""What a foreign server (an endpoint arm: `vllm serve`, any OpenAI server with Prometheus /metrics) says about
+its engine while a unit runs, sampled from /metrics into `endpoint_metrics/arm=/shape=/r<repeat>.parquet`.
+
+Such a server has no step timeline; its per-request `per_step_drafted` gives the executed k of every drafting
+step, but not the batch it ran in. The gauge `vllm:num_requests_running` sampled every few hundred milliseconds
+gives that batch approximately, and the spec-decode counters before and after the unit let the report check that
+the trace holds every draft the server verified. Only GET /metrics is sent: never specdrill's own endpoints.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from loadshapes.trace import _filesystem
+from serve_apps.clock import now_ns
+
+ROOT = "endpoint_metrics"
+
+# Prometheus names as vLLM exports them; Ray Serve LLM prefixes them (ray_vllm:...), so names match by suffix.
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+COUNTERS = {
+    "num_drafts": "vllm:spec_decode_num_drafts_total",
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+}
+
+SCHEMA = pa.schema(
+    [
+        pa.field("time_ns", pa.int64()),
+        pa.field("running", pa.float64()),  # summed over the server's engines (DP ranks)
+        pa.field("waiting", pa.float64()),
+        pa.field("engines", pa.int32()),  # label sets reporting `running`: one per engine
+        pa.field("num_drafts", pa.float64()),  # null where the server exports no such counter (no speculation)
+        pa.field("draft_tokens", pa.float64()),
+        pa.field("accepted_tokens", pa.float64()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    time_ns: int
+    running: float | None
+    waiting: float | None
+    engines: int
+    counters: dict[str, float | None] = field(default_factory=dict)
+
+
+def parse(text: str, time_ns: int) -> Sample:
+    """One scrape: the gauges and counters summed over their label sets (a data-parallel server labels each
+    engine), the number of engines from the label sets of the running gauge."""
+    sums: dict[str, float] = {}
+    running_sets = 0
+    wanted = (RUNNING, WAITING, *COUNTERS.values())
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name = head.split("{", 1)[0]
+        metric = next((w for w in wanted if name.endswith(w)), None)
+        if metric is None:
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        sums[metric] = sums.get(metric, 0.0) + number
+        if metric == RUNNING:
+            running_sets += 1
+    return Sample(
+        time_ns=time_ns,
+        running=sums.get(RUNNING),
+        waiting=sums.get(WAITING),
+        engines=running_sets,
+        counters={key: sums.get(name) for key, name in COUNTERS.items()},
+    )
+
+
+def scrape(url: str, headers: dict[str, str], timeout_s: float = 5.0) -> Sample | None:
+    """None when the server has no /metrics (or does not answer): the unit still runs, unverified."""
+    try:
+        request = urllib.request.Request(f"{url}/metrics", headers=headers)
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            text = response.read().decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError):
+        return None
+    return parse(text, now_ns())
+
+
+class MetricsSampler:
+    """Scrapes /metrics every `interval_s` on a thread while a unit runs. The first and last samples are taken
+    synchronously in start() and stop(), so the counters' deltas cover exactly the unit's traffic (the warm-up and
+    earlier units are before the first)."""
+
+    def __init__(self, url: str, headers: dict[str, str], interval_s: float = 0.3) -> None:
+        self.url = url
+        self.headers = headers
+        self.interval_s = interval_s
+        self.samples: list[Sample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="endpoint-metrics", daemon=True)
+
+    def _take(self) -> None:
+        sample = scrape(self.url, self.headers)
+        if sample is not None:
+            self.samples.append(sample)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._take()
+
+    def __enter__(self) -> MetricsSampler:
+        self._take()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        # The server's counters are updated when a request's last step is recorded, a moment after its response
+        # went out: a short pause keeps the final scrape from missing the last requests' drafts.
+        time.sleep(max(self.interval_s, 0.5))
+        self._take()
+
+    def table(self) -> pa.Table:
+        ordered = sorted(self.samples, key=lambda s: s.time_ns)
+        return pa.table(
+            {
+                "time_ns": [s.time_ns for s in ordered],
+                "running": [s.running for s in ordered],
+                "waiting": [s.waiting for s in ordered],
+                "engines": [s.engines for s in ordered],
+                **{key: [s.counters.get(key) for s in ordered] for key in COUNTERS},
+            },
+            schema=SCHEMA,
+        )
+
+
+def unit_path(root: str, arm: str, shape: str, repeat: int) -> str:
+    return f"{root}/{ROOT}/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}/r{repeat}.parquet"
+
+
+def write_samples(run_root: str, arm: str, shape: str, repeat: int, table: pa.Table) -> int:
+    fs, base = _filesystem(run_root)
+    path = unit_path(base, arm, shape, repeat)
+    directory = path.rsplit("/", 1)[0]
+    fs.create_dir(directory, recursive=True)
+    temporary = f"{directory}/.tmp-r{repeat}.parquet"
+    with fs.open_output_stream(temporary) as sink:
+        pq.write_table(table, sink, compression="zstd")
+    fs.move(temporary, path)
+    return int(table.num_rows)
+
+
+def read_samples(run_root: str, units: list[tuple[str, str, int]]) -> pa.Table:
+    """Every complete unit's samples, with arm, shape and repeat columns; empty when the run has none."""
+    fs, base = _filesystem(run_root)
+    parts = []
+    for arm, shape, repeat in units:
+        path = unit_path(base, arm, shape, repeat)
+        if fs.get_file_info(path).type != pafs.FileType.File:
+            continue
+        with fs.open_input_file(path) as handle:
+            part = pq.read_table(handle, schema=SCHEMA)
+        n = part.num_rows
+        parts.append(
+            part.append_column("arm", pa.array([arm] * n, pa.string()))
+            .append_column("shape", pa.array([shape] * n, pa.string()))
+            .append_column("repeat", pa.array([repeat] * n, pa.int32()))
+        )
+    if not parts:
+        empty = SCHEMA.append(pa.field("arm", pa.string())).append(pa.field("shape", pa.string()))
+        return pa.Table.from_batches([], schema=empty.append(pa.field("repeat", pa.int32())))
+    return pa.concat_tables(parts)
