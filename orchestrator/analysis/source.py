@@ -8,6 +8,7 @@ memory (tests, tools) is registered as it is. Nothing here holds a row in Python
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -91,6 +92,8 @@ def materialize(requests: Requests) -> None:
     if parent:
         os.makedirs(parent, exist_ok=True)
     directory = tempfile.mkdtemp(prefix="specdrill-analysis-", dir=parent)
+    # close() removes it; a caller that never closes (a script, a test) still leaves nothing at exit.
+    atexit.register(shutil.rmtree, directory, True)
     con.execute(f"ATTACH {sql_string(os.path.join(directory, 'scratch.duckdb'))} AS scratch")
     con.execute("CREATE TABLE scratch.request_numbers AS SELECT * FROM request_measures")
     con.execute(_REQUESTS_SQL.format(measures="scratch.request_numbers"))
