@@ -373,13 +373,16 @@ def warm(url: str, arm: ArmSpec, requests: int, headers: dict[str, str] | None =
     return telemetry
 
 
-def check_endpoints(campaign: Campaign) -> None:
-    """Before anything runs: every endpoint answers, or a one-line error names the unreachable one."""
+def check_endpoints(campaign: Campaign, arms: Sequence[str] | None = None) -> None:
+    """Before anything runs: every endpoint of the arms to run answers, or a one-line error names the
+    unreachable one (arms run in separate calls may have their servers up at different times)."""
     engine = campaign.engine
     if not isinstance(engine, EndpointEngineConfig):
         return
     headers = auth_headers(campaign)
     for name, url in engine.urls.items():
+        if arms is not None and name not in arms:
+            continue
         request = urllib.request.Request(f"{url}/v1/models", headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
@@ -549,7 +552,7 @@ def run_campaign(
     """Run every pending unit of every arm; returns the run store and the final manifest. `on_unit(unit, "start",
     None)` before a unit, `on_unit(unit, "done", result)` after it."""
     campaign.require_traffic()
-    check_endpoints(campaign)
+    check_endpoints(campaign, arms)
     store = RunStore(campaign.output_dir())
     manifest = open_run(campaign, store)
     store.write_json(MANIFEST, manifest)

