@@ -187,8 +187,11 @@ def test_step_timeline_endpoint(cluster: dict[str, Any]) -> None:
     assert len(timeline["batch_size"]) > 10
     assert timeline["k"] == [table[b] for b in timeline["batch_size"]]
     assert timeline["end"] == sorted(timeline["end"])
+    # Engine lag: one non-negative wall-clock delay per step, what the report holds the unit's latencies to.
+    assert len(timeline["lag_s"]) == len(timeline["k"]) and min(timeline["lag_s"]) >= 0.0
     with urllib.request.urlopen(f"{url}/specdrill/timeline?since_step={len(timeline['k']) - 3}") as response:
-        assert len(json.loads(response.read())["k"]) == 3
+        tail = json.loads(response.read())
+        assert len(tail["k"]) == 3 and tail["lag_s"] == timeline["lag_s"][-3:]
 
 
 def test_bad_requests_get_openai_errors(cluster: dict[str, Any]) -> None:
