@@ -125,7 +125,7 @@ def test_recommend_builds_a_valid_vllm_schedule_and_a_rehearsal(virtual_run: Pat
     for band in recommendation["bands"]:  # the evidence behind each choice: n, ratio, interval, a word
         assert band["confidence"] in {"high", "medium", "low", "none"} and band["message"].startswith(band["band"])
         if band["k"] is not None:
-            assert band["k"] in {c["k"] for c in band["candidates"]} and band["k"] > 0 or any(
+            assert (band["k"] in {c["k"] for c in band["candidates"]} and band["k"] > 0) or any(
                 c["k"] > 0 for c in band["candidates"]
             )
         for c in band["candidates"]:

@@ -314,7 +314,7 @@ def test_load_workers_on_ray_write_one_row_per_request(cluster: dict[str, Any], 
             campaign="simtest", run="r1", arm="dyn-single", policy=SCHEDULE, topology="single", shape_name="quiet",
             shape=Quiet(rate=10, duration_s=8), mix=RequestMix(entries=[MixEntry(workload="chat", weight=1)]),
             target=Target(base_url=cluster["urls"]["dyn-single"], model=MODEL), trace_root=str(root),
-            worker=w, workers=2, seed=7,
+            worker=w, workers=2, seed=7, store_step_lists=True,  # the lists are optional since schema 2
         )
         for w in range(2)
     ]  # fmt: skip
