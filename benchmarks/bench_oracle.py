@@ -27,6 +27,7 @@ import yaml
 from orchestrator.analysis.results import MapSettings
 from orchestrator.campaign import Campaign, load_campaign
 from orchestrator.ground_truth import (
+    FIXED_ARMS,
     SHIPPED_EAGLE,
     costly_verify_profile,
     crossover_campaign,
@@ -44,7 +45,6 @@ from orchestrator.simulate_campaign import simulate_campaign
 from serve_apps.sim.profile import load_profile
 
 MARGIN = MapSettings().margin
-FIXED = [f"fixed{k}-single" for k in range(1, 5)]
 
 
 def _ratio(r: object) -> str:
@@ -86,7 +86,7 @@ def schedule_and_rehearsal(
     t0 = time.perf_counter()
     rehearsal = load_campaign(Path(store.root) / "recommended-campaign.yaml")
     rehearsed, _ = simulate_campaign(rehearsal)
-    _, bands = rehearsal_vs_fixed(rehearsed.root, "recommended-single", FIXED)
+    _, bands = rehearsal_vs_fixed(rehearsed.root, "recommended-single", FIXED_ARMS)
     print(f"2. rehearsal ({time.perf_counter() - t0:.0f} s wall): fixed arm's per-token latency over the "
           "recommended arm's, same requests (> 1: recommended faster)")  # fmt: skip
     for band in bands:

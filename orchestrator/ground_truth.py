@@ -66,6 +66,11 @@ def short_chat() -> Workload:
     return Workload.model_validate(SHORT_CHAT)
 
 
+FIXED_KS = range(1, 5)
+# The fixed-k arms fixed_k_campaign runs (on its one topology, `single`): what the rehearsal is held against.
+FIXED_ARMS = [f"fixed{k}-single" for k in FIXED_KS]
+
+
 def fixed_k_campaign(
     profile: str | Path, output: str | Path, *, rate_to: float, duration_s: float, **changes: Any
 ) -> dict[str, Any]:
@@ -73,7 +78,7 @@ def fixed_k_campaign(
     data: dict[str, Any] = {
         "name": "ground-truth",
         "engine": {"kind": "simulated", "profile": str(profile)},
-        "policies": {"off": "off", **{f"fixed{k}": f"fixed:{k}" for k in range(1, 5)}, "bands": BAND_EDGES_ARM},
+        "policies": {"off": "off", **{f"fixed{k}": f"fixed:{k}" for k in FIXED_KS}, "bands": BAND_EDGES_ARM},
         "topologies": {"single": "single"},
         "shapes": {"ramp": {"kind": "ramp", "rate_from": 1, "rate_to": rate_to, "duration_s": duration_s}},
         "mix": {"entries": [{"workload": SHORT_CHAT, "weight": 1}]},

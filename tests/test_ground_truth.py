@@ -21,6 +21,7 @@ from orchestrator.analysis.kchoice import BandChoice
 from orchestrator.analysis.results import MapSettings
 from orchestrator.campaign import Campaign, load_campaign
 from orchestrator.ground_truth import (
+    FIXED_ARMS,
     costly_verify_profile,
     crossover_campaign,
     fixed_k_campaign,
@@ -37,7 +38,6 @@ from orchestrator.simulate_campaign import simulate_campaign
 from serve_apps.sim.profile import Profile, load_profile
 
 MARGIN = MapSettings().margin
-FIXED = [f"fixed{k}-single" for k in range(1, 5)]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -109,9 +109,9 @@ def test_the_rehearsed_recommendation_is_no_worse_than_the_best_fixed_arm_in_any
 ) -> None:
     assert recommendation.speculative_config is not None
     rehearsal = load_campaign(fixed_run / "recommended-campaign.yaml")
-    assert {a.name for a in rehearsal.arms()} >= {"recommended-single", *FIXED}
+    assert {a.name for a in rehearsal.arms()} >= {"recommended-single", *FIXED_ARMS}
     store, _ = simulate_campaign(rehearsal)
-    _, rows = rehearsal_vs_fixed(store.root, "recommended-single", FIXED)
+    _, rows = rehearsal_vs_fixed(store.root, "recommended-single", FIXED_ARMS)
     said = "\n".join(
         f"{r.band}: best fixed {r.best_fixed}; fixed/recommended "
         + ", ".join(f"{a} {v.point:.3f} [{v.low:.3f}, {v.high:.3f}]" for a, v in r.fixed_over_recommended.items()

@@ -281,24 +281,13 @@ def test_models_pull_runs_one_task_per_gpu_node_with_the_nodes_offline_setting(
     assert "\n" not in str(caught.value)
 
 
-def _session_processes(temp_dir: str) -> list[Any]:
-    import psutil
-
-    roots = [p for p in psutil.process_iter(["cmdline"]) if any(temp_dir in x for x in p.info["cmdline"] or ())]
-    found = {p.pid: p for p in roots}
-    for process in roots:
-        try:
-            found.update({c.pid: c for c in process.children(recursive=True)})
-        except psutil.NoSuchProcess:
-            continue
-    return list(found.values())
-
-
 def _replica_environments(temp_dir: str, app: str) -> list[dict[str, str]]:
     import psutil
 
     envs = []
-    for process in _session_processes(temp_dir):
+    from orchestrator.localray import processes_of
+
+    for process in processes_of(temp_dir):
         try:
             if any(f"ServeReplica:{app}" in part for part in process.cmdline()):
                 envs.append(process.environ())

@@ -50,9 +50,11 @@ def combined_verdict(tpot: Verdict, goodput: Verdict) -> tuple[Verdict, Measure]
             return verdict, "goodput"
     if tpot is Verdict.INSUFFICIENT_DATA and goodput is Verdict.INSUFFICIENT_DATA:
         return Verdict.INSUFFICIENT_DATA, "neither"
-    return Verdict.NO_DIFFERENCE, "both" if Verdict.INSUFFICIENT_DATA not in (tpot, goodput) else (
-        "per-token latency" if goodput is Verdict.INSUFFICIENT_DATA else "goodput"
-    )
+    if goodput is Verdict.INSUFFICIENT_DATA:
+        return Verdict.NO_DIFFERENCE, "per-token latency"
+    if tpot is Verdict.INSUFFICIENT_DATA:
+        return Verdict.NO_DIFFERENCE, "goodput"
+    return Verdict.NO_DIFFERENCE, "both"
 
 
 def _divide(a: np.ndarray | float, b: np.ndarray | float) -> np.ndarray:
