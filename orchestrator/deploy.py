@@ -128,14 +128,16 @@ def _bring_up(
     return arms, plans
 
 
-def preflight(campaign: Campaign, *, address: str | None = None) -> None:
-    """Before a campaign runs (arm by arm): every arm's layout runs on these nodes, and each arm alone fits."""
+def preflight(campaign: Campaign, *, address: str | None = None) -> Campaign:
+    """Before a campaign runs (arm by arm): every arm's layout runs on these nodes, and each arm alone fits.
+    Returns the campaign placed on these nodes, for the arm-by-arm deploys (no second look at the cluster)."""
     if isinstance(campaign.engine, EndpointEngineConfig):
-        return
+        return campaign
     connect(address)
     campaign = placed(campaign)
     for arm in campaign.arms():
         check_capacity([arm], {arm.name: plan_placement(arm)})
+    return campaign
 
 
 def node_resources() -> list[dict[str, float]]:

@@ -553,11 +553,12 @@ def run_campaign(
     None)` before a unit, `on_unit(unit, "done", result)` after it."""
     campaign.require_traffic()
     check_endpoints(campaign, arms)
+    connect(address)
+    # A layout these nodes cannot run is refused before any arm deploys and before the run directory exists.
+    deployable = preflight(campaign)
     store = RunStore(campaign.output_dir())
     manifest = open_run(campaign, store)
     store.write_json(MANIFEST, manifest)
-    connect(address)
-    preflight(campaign)  # a layout these nodes cannot run is refused before any arm deploys
     # One set of load worker actors for the whole campaign (spread over the nodes), a Locust process per unit.
     with LoadWorkers(cpus_per_worker=campaign.load.cpus_per_worker) as workers:
         for arm in campaign.arms():
@@ -570,7 +571,7 @@ def run_campaign(
             endpoint = isinstance(campaign.engine, EndpointEngineConfig)
             url = campaign.engine.urls[arm.name] if isinstance(campaign.engine, EndpointEngineConfig) else None
             if url is None:
-                url = deploy(campaign, address=address, only=[arm.name])[arm.name]
+                url = deploy(deployable, address=address, only=[arm.name])[arm.name]
             try:
                 headers = auth_headers(campaign)
                 telemetry = warm(url, arm, campaign.warmup.requests, headers)

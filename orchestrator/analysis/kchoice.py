@@ -175,9 +175,8 @@ def choose_k(
         best[i] = top
         comparisons += [(i, top[1].name, arm.name) for k, arm, _ in found if arm.name != top[1].name]
     blocks = _pairs_vs_best(requests, band_set, comparisons)
-    rng_seed = chosen_settings.seed
     return [
-        _decide(batch_map, i, per_band[i], best.get(i), blocks, max_k, chosen_settings, rng_seed)
+        _decide(batch_map, i, per_band[i], best.get(i), blocks, max_k, chosen_settings)
         for i in range(len(batch_map.bands))
     ]
 
@@ -190,7 +189,6 @@ def _decide(
     blocks: dict[tuple[int, str], CellBlocks],
     max_k: int,
     settings: MapSettings,
-    seed: int,
 ) -> BandChoice:
     low, high = _band_limits(batch_map, index)
     label = batch_map.bands[index].label
@@ -204,7 +202,8 @@ def _decide(
             pair_blocks = blocks.get((index, arm.name), CellBlocks(totals=np.zeros((0, PAIR_COLUMNS)), rows=0))
             pairs = pair_blocks.rows
             if pairs:
-                vs_best = paired_ratios(pair_blocks, settings, np.random.default_rng([seed, index, position, 7]))[0]
+                rng = np.random.default_rng([settings.seed, index, position, 7])
+                vs_best = paired_ratios(pair_blocks, settings, rng)[0]
             else:
                 vs_best = RatioCI(point=None, low=None, high=None, verdict=Verdict.INSUFFICIENT_DATA)
         candidates.append(
