@@ -270,3 +270,46 @@ def test_an_endpoint_without_drafts_is_not_verifiable_and_counters_that_disagree
     (wrong,) = _endpoint_case(arm, running=4, drafted=2, counters_off_by=3).arms
     reconciliation = next(f for f in wrong.findings if f.check == "reconciliation")
     assert reconciliation.status == "fail" and "num_drafts delta" in reconciliation.message
+
+
+def _gate(checked: ArmVerification, not_verifiable: str) -> tuple[bool, str]:
+    from pathlib import Path
+
+    from orchestrator.campaign import load_campaign
+    from orchestrator.report import evaluate_gates
+
+    campaign = load_campaign(Path(__file__).resolve().parent.parent / "campaigns" / "quickstart.yaml")
+    campaign = campaign.model_copy(
+        update={"gates": campaign.gates.model_copy(update={"not_verifiable": not_verifiable})}
+    )
+    arm = ArmInfo.from_policy(checked.arm, EP_POLICY, max_num_seqs=16)
+    report = VerificationReport(arms=[checked], switch_timings=[], passed=checked.passed)
+    (gate,) = [g for g in evaluate_gates(campaign, [arm], report, []) if g.gate == "dynamic_follows_schedule"]
+    return gate.passed, gate.message
+
+
+def test_an_endpoint_dynamic_arm_is_gated_on_fallback_and_switch_not_on_gauge_estimated_batch_sizes() -> None:
+    from orchestrator.analysis.results import Finding
+
+    def checked(fallback_passes: bool) -> ArmVerification:
+        findings = [
+            Finding.not_verifiable("executed_k", "ep", "ep: not verifiable step by step: 65% at the sampled batch"),
+            Finding(check="endpoint_approximation", arm="ep", passed=True, message="ep: batch size from /metrics"),
+            Finding.not_verifiable("schedule_dropped", "ep", "ep: not verifiable from config"),
+            Finding(check="static_fallback", arm="ep", passed=fallback_passes, message="ep: fallback check"),
+            Finding(check="schedule_switched", arm="ep", passed=True, message="ep: executed k took 1, 2, 4"),
+        ]
+        return ArmVerification(arm="ep", kind="dynamic", topology="single", steps=900, match_fraction=0.65,
+                               bands=[], findings=findings, passed=False)  # fmt: skip
+
+    passed, message = _gate(checked(True), "report")
+    # 65% step-by-step match is below min_follow_fraction, yet the schedule demonstrably ran: the gate says so
+    assert passed and "judged by static_fallback and schedule_switched" in message and "sampled /metrics" in message
+    assert "not verifiable: executed_k, schedule_dropped" in message
+    assert not _gate(checked(True), "fail")[0]  # the campaign asked for evidence on every check
+    assert not _gate(checked(False), "report")[0]  # a static fallback fails it whatever the gauge says
+    # a specdrill arm (no endpoint_approximation) keeps the step-by-step fraction
+    exact = checked(True).model_copy(
+        update={"findings": [f for f in checked(True).findings if f.check != "endpoint_approximation"]}
+    )
+    assert not _gate(exact, "report")[0]
