@@ -12,7 +12,7 @@ STAMP := $(VENV)/.specdrill-installed
 # gets the rest when make test runs (its stamp is missing), whatever the order.
 DEMO_STAMP := $(VENV)/.specdrill-demo-installed
 
-.PHONY: venv test demo lint bench bench-clients bench-loadgen bench-report bench-oracle chromium clean
+.PHONY: venv test test-fast demo lint bench bench-clients bench-loadgen bench-report bench-oracle chromium clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ chromium:
 test: $(STAMP) chromium
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+# The unit tier only (no Ray, Serve, vLLM or other servers; see tests/conftest.py): under a minute.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "unit and not slow" tests
 
 demo: $(DEMO_STAMP)
 	VENV="$(abspath $(VENV))" infra/demo.sh
