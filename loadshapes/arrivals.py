@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadshapes.shapes import Replay
-from loadshapes.shapes import _Shape as _ShapeLike
+from loadshapes.shapes import Replay, ShapeBase
 
 
 def poisson_arrivals(rate: float, duration: float, *, seed: int, start: float = 0.0) -> np.ndarray:
@@ -41,7 +40,7 @@ def renewal_gaps(process: str, n: int, rng: np.random.Generator, *, cv: float = 
     raise ValueError(f"unknown arrival process {process!r}: poisson, gamma or constant")
 
 
-def shape_arrivals(shape: _ShapeLike, *, process: str = "poisson", seed: int, cv: float = 1.0) -> np.ndarray:
+def shape_arrivals(shape: ShapeBase, *, process: str = "poisson", seed: int, cv: float = 1.0) -> np.ndarray:
     """Absolute send offsets for an open-loop shape, by time rescaling.
 
     Unit-rate renewal events in operational time s are mapped through the inverse of Lambda(t), the integral of

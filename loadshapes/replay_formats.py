@@ -36,7 +36,7 @@ import pyarrow.csv as pacsv
 import pyarrow.fs as pafs
 import pyarrow.json as pajson
 
-from loadshapes.trace import PARTITION_COLUMNS, _filesystem, read_traces
+from loadshapes.trace import PARTITION_COLUMNS, filesystem, read_traces
 
 Format = Literal["azure", "burstgpt", "mooncake", "specdrill", "csv"]
 
@@ -53,7 +53,7 @@ RULE_KEYS: dict[Format, tuple[str, ...]] = {
 }
 # pyarrow's read block. A streaming reader's pool peaked near 40x its block here (a 4 MiB block: 160 MiB, 256 KiB:
 # 10 MiB) on a 5M-row BurstGPT file, with no gain in speed; JSON lines (Mooncake's hash_ids) must fit in one block.
-_CSV_BLOCK_BYTES = 256 << 10
+CSV_BLOCK_BYTES = 256 << 10
 _JSON_BLOCK_BYTES = 1 << 20
 _NS = 1_000_000_000
 
@@ -86,7 +86,7 @@ class Contents:
 def detect_format(path: str) -> Format:
     """The format from the path and the first line: a directory or Parquet is a trace, `{` starts Mooncake JSONL,
     a header naming Azure's or BurstGPT's columns is that, anything else is a timestamp CSV."""
-    fs, base = _filesystem(path)
+    fs, base = filesystem(path)
     info = fs.get_file_info(base)
     if info.type == pafs.FileType.NotFound:
         raise TraceError(f"{path}: no such file or directory")
@@ -130,7 +130,7 @@ def read_arrivals(
             raise TraceError(f"{path}: arm and shape pick from a trace, not a CSV")
         if fmt == "specdrill" and column is not None:
             raise TraceError(f"{path}: column names a CSV column; a trace replays scheduled_ns")
-        ns = _csv_ns(path, column) if fmt == "csv" else _trace_ns(path, arm, shape)
+        ns = csv_ns(path, column) if fmt == "csv" else _trace_ns(path, arm, shape)
         order = np.argsort(ns, kind="stable")
         ns = ns[order] - ns[order[0]]
         inside = _in_window(ns, start_s, duration_s)
@@ -173,7 +173,7 @@ def _contents_of(path: str, fmt: Format, rows: np.ndarray) -> Contents:
             lo, hi = np.searchsorted(wanted, [first, first + batch.num_rows])
             if lo < hi:
                 picked = batch.take(pa.array(wanted[lo:hi] - first))
-                for name, values in _contents_columns(path, fmt, picked).items():
+                for name, values in contents_columns(path, fmt, picked).items():
                     found.setdefault(name, []).append(values)
             if hi == len(wanted):
                 break  # every row asked for is read: the rest of the file is not
@@ -287,7 +287,7 @@ def _window_pass(
                 keep &= ns - origin < end_ns
         if keep.any():
             # The replayed rows' lengths are checked now, when the campaign is validated, not in a worker.
-            _contents_columns(path, fmt, batch.filter(pa.array(keep)))
+            contents_columns(path, fmt, batch.filter(pa.array(keep)))
         times.append(ns[keep])
         rows.append(np.flatnonzero(keep) + first)
         failed.append(fail[keep])
@@ -301,7 +301,7 @@ def _window_pass(
 def _batches(path: str, fmt: Format) -> Generator[tuple[int, pa.RecordBatch], None, None]:
     """(first data row, batch) of the columns replay uses. CSV cells are read as strings so that a bad cell is
     found by the checks here, not lost inside a conversion error that does not say its row."""
-    fs, base = _filesystem(path)
+    fs, base = filesystem(path)
     if fmt == "mooncake":
         schema = pa.schema([
             ("timestamp", pa.float64()), ("input_length", pa.int64()), ("output_length", pa.int64()),
@@ -321,7 +321,7 @@ def _batches(path: str, fmt: Format) -> Generator[tuple[int, pa.RecordBatch], No
         try:
             reader = pacsv.open_csv(
                 stream,
-                read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK_BYTES),
+                read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
                 convert_options=pacsv.ConvertOptions(
                     include_columns=list(need), column_types=dict.fromkeys(need, pa.string())
                 ),
@@ -356,7 +356,7 @@ def _arrival_columns(path: str, fmt: Format, batch: pa.RecordBatch) -> tuple[np.
         raise _locate(path, fmt, str(exc)) from None
 
 
-def _contents_columns(path: str, fmt: Format, batch: pa.RecordBatch) -> dict[str, Any]:
+def contents_columns(path: str, fmt: Format, batch: pa.RecordBatch) -> dict[str, Any]:
     try:
         if fmt == "azure":
             prompts = _numbers(batch.column("ContextTokens"), pa.int64())
@@ -458,7 +458,7 @@ def _cell_checks(fmt: Format) -> dict[str, Callable[[str], str | None]]:
 
 def _locate(path: str, fmt: Format, arrow_message: str) -> TraceError:
     """The first bad row as `file:line: field: what is wrong` (the Arrow message when the rescan finds none)."""
-    fs, base = _filesystem(path)
+    fs, base = filesystem(path)
     with fs.open_input_stream(base) as raw:
         lines = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
         found = _locate_jsonl(lines) if fmt == "mooncake" else _locate_csv(lines, fmt)
@@ -515,9 +515,9 @@ def _locate_jsonl(lines: io.TextIOWrapper) -> str | None:
 # ---- csv and specdrill traces: arrival times only ----
 
 
-def _csv_ns(path: str, column: str | None) -> np.ndarray:
+def csv_ns(path: str, column: str | None) -> np.ndarray:
     """Timestamps in seconds (absolute epoch or relative), one per line or in the named column of a header."""
-    fs, base = _filesystem(path)
+    fs, base = filesystem(path)
     with fs.open_input_stream(base) as stream:
         text = stream.read().decode("utf-8-sig")
     reader = csv.reader(io.StringIO(text))

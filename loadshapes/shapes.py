@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from loadshapes import replay_formats
 from loadshapes.mixes import PrefixBlocks, ReplayedRequests
-from loadshapes.trace import _filesystem
+from loadshapes.trace import filesystem
 
 
 class Phase(BaseModel):
@@ -34,7 +34,7 @@ class Phase(BaseModel):
         return 0.5 * (self.rate_start + self.rate_end) * self.duration
 
 
-class _Shape(BaseModel):
+class ShapeBase(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: str
     open_loop: bool = True
@@ -88,7 +88,7 @@ class _Shape(BaseModel):
         return picked
 
 
-class Quiet(_Shape):
+class Quiet(ShapeBase):
     kind: Literal["quiet"] = "quiet"
     rate: float = Field(gt=0)
     duration_s: float = Field(gt=0)
@@ -97,7 +97,7 @@ class Quiet(_Shape):
         return [Phase(name="quiet", duration=self.duration_s, rate_start=self.rate, rate_end=self.rate)]
 
 
-class Ramp(_Shape):
+class Ramp(ShapeBase):
     kind: Literal["ramp"] = "ramp"
     rate_from: float = Field(ge=0)
     rate_to: float = Field(ge=0)
@@ -107,7 +107,7 @@ class Ramp(_Shape):
         return [Phase(name="ramp", duration=self.duration_s, rate_start=self.rate_from, rate_end=self.rate_to)]
 
 
-class Sustained(_Shape):
+class Sustained(ShapeBase):
     kind: Literal["sustained"] = "sustained"
     rate: float = Field(gt=0)
     duration_s: float = Field(gt=0)
@@ -116,7 +116,7 @@ class Sustained(_Shape):
         return [Phase(name="sustained", duration=self.duration_s, rate_start=self.rate, rate_end=self.rate)]
 
 
-class Step(_Shape):
+class Step(ShapeBase):
     kind: Literal["step"] = "step"
     rates: list[float] = Field(min_length=1)
     step_s: float = Field(gt=0)
@@ -134,7 +134,7 @@ class Step(_Shape):
         ]
 
 
-class CrossAndRecover(_Shape):
+class CrossAndRecover(ShapeBase):
     """Quiet, rise past a named load boundary, hold above it, fall back below, quiet again."""
 
     kind: Literal["cross_and_recover"] = "cross_and_recover"
@@ -175,7 +175,7 @@ class CrossAndRecover(_Shape):
         ]
 
 
-class Day(_Shape):
+class Day(ShapeBase):
     """A diurnal curve (trough at the start, peak half way) compressed into `duration_s`, in `segments` pieces."""
 
     kind: Literal["day"] = "day"
@@ -197,7 +197,7 @@ class Day(_Shape):
         ]
 
 
-class Concurrency(_Shape):
+class Concurrency(ShapeBase):
     """CLOSED LOOP: `users` users, each sending its next request when the previous one ends."""
 
     kind: Literal["concurrency"] = "concurrency"
@@ -236,7 +236,7 @@ class CategoryRule(BaseModel):
         return out
 
 
-class Replay(_Shape):
+class Replay(ShapeBase):
     """Arrivals, and where the trace records them request lengths, replayed from a file (replay_formats.py).
 
     `start_s` / `duration_s` cut a window of the trace's own seconds (from its first request); offsets start at the
@@ -386,7 +386,7 @@ class _Replayed:
 
 def _stamp(path: str) -> _Stamp:
     """Whether `path` is a directory, and (path, mtime, size) of its files: a new version means a new stamp."""
-    fs, base = _filesystem(path)
+    fs, base = filesystem(path)
     info = fs.get_file_info(base)
     if info.type == pafs.FileType.NotFound:
         raise ValueError(f"{path}: no such file or directory")
@@ -424,7 +424,7 @@ def _replayed(
     if end / bin_s > _REPLAY_MAX_BINS:
         raise ValueError(f"{name}: {end:g} s in bins of {bin_s:g} s is over {_REPLAY_MAX_BINS} phases: raise bin_s")
     factor = rate_scale if target_rate is None else target_rate * end / len(recorded)
-    offsets, source, copy = _scaled(recorded, end, factor or 1.0, seed)
+    offsets, source, copy = scaled(recorded, end, factor or 1.0, seed)
     if not len(offsets):
         raise ValueError(f"{name}: rate scaling by {factor:g} leaves no request of the {len(recorded)} in the window")
     edges = np.append(np.arange(0.0, end, bin_s), end)
@@ -450,7 +450,7 @@ def _replayed(
     return _Replayed(offsets, phases, source, copy, arrivals)
 
 
-def _scaled(recorded: np.ndarray, end: float, factor: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def scaled(recorded: np.ndarray, end: float, factor: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Thin (factor < 1) or replicate (> 1) the recorded arrivals: (offsets, source index, copy number).
 
     Request r is sent floor(factor) times, plus once more with probability frac(factor), so the mean rate scales by

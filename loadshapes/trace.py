@@ -125,7 +125,7 @@ def step_summaries(
     }
 
 
-def _filesystem(root: str) -> tuple[pafs.FileSystem, str]:
+def filesystem(root: str) -> tuple[pafs.FileSystem, str]:
     if "://" in root:
         fs, path = pafs.FileSystem.from_uri(root)
         return fs, str(path)
@@ -137,7 +137,7 @@ class PartWriter:
     on a worker thread (the load worker does, off its event loop)."""
 
     def __init__(self, root: str, *, writer_id: str) -> None:
-        self.fs, self.base = _filesystem(root)
+        self.fs, self.base = filesystem(root)
         self.root = root
         self.writer_id = writer_id
         self.parts = 0
@@ -271,7 +271,7 @@ def check_trace_version(root: str) -> None:
     first one found speaks for all. Version 1 lacks the planning keys and the step summaries, which only the
     campaign's plans (and the full step lists) could rebuild: rerun the campaign (`specdrill run` or
     `specdrill simulate` into a new output) to get a version-2 trace."""
-    fs, base = _filesystem(root)
+    fs, base = filesystem(root)
     part = _first_part(fs, base)
     if part is None:
         return
@@ -287,7 +287,7 @@ def check_trace_version(root: str) -> None:
 
 def read_traces(root: str, *, columns: Sequence[str] | None = None, where: ds.Expression | None = None) -> pa.Table:
     check_trace_version(root)
-    fs, base = _filesystem(root)
+    fs, base = filesystem(root)
     dataset = ds.dataset(
         base,
         filesystem=fs,

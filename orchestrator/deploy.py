@@ -60,7 +60,7 @@ def deploy(
     only: Sequence[str] | None = None,
 ) -> dict[str, str]:
     """Deploy the campaign's arms (or only the named ones) and return {arm name: base URL}."""
-    arms, _ = _bring_up(campaign, address=address, timeout_s=timeout_s, only=only, probe=False)
+    arms, _ = bring_up(campaign, address=address, timeout_s=timeout_s, only=only, probe=False)
     urls = {arm.name: base_url(campaign, arm) for arm in arms}
     names = [arm.app_name for arm in arms]
     timeout = timeout_s or (900.0 if isinstance(campaign.engine, VllmEngineConfig) else 180.0)
@@ -83,7 +83,7 @@ def check_deploy(
     could not get its devices."""
     reports: dict[str, list[dict[str, Any]]] = {}
     for name in [arm.name for arm in campaign.arms()]:
-        arms, plans = _bring_up(campaign, address=address, timeout_s=timeout_s or 120.0, only=[name], probe=True)
+        arms, plans = bring_up(campaign, address=address, timeout_s=timeout_s or 120.0, only=[name], probe=True)
         try:
             reports[name] = _probe_reports(base_url(campaign, arms[0]), plans[name].replicas)
         finally:
@@ -91,7 +91,7 @@ def check_deploy(
     return reports
 
 
-def _bring_up(
+def bring_up(
     campaign: Campaign, *, address: str | None, timeout_s: float | None, only: Sequence[str] | None, probe: bool
 ) -> tuple[list[ArmSpec], dict[str, ArmPlacement]]:
     from ray import serve
@@ -121,7 +121,7 @@ def _bring_up(
             ],
             wait_for_applications_running=False,
         )
-        _wait_running(names, deadline=time.monotonic() + timeout, autoscaling=campaign.resources.autoscaling)
+        wait_running(names, deadline=time.monotonic() + timeout, autoscaling=campaign.resources.autoscaling)
     except BaseException:
         teardown_arms(names)
         raise
@@ -232,7 +232,7 @@ def _check_listening(campaign: Campaign) -> None:
 _UNSCHEDULED = "to be scheduled"
 
 
-def _wait_running(names: Sequence[str], *, deadline: float, autoscaling: bool = False) -> None:
+def wait_running(names: Sequence[str], *, deadline: float, autoscaling: bool = False) -> None:
     from ray import serve
     from ray.serve.schema import ApplicationStatus
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from loadshapes.trace import _filesystem
+from loadshapes.trace import filesystem
 from serve_apps.clock import now_ns
 
 ROOT = "endpoint_metrics"
@@ -151,7 +151,7 @@ def unit_path(root: str, arm: str, shape: str, repeat: int) -> str:
 
 
 def write_samples(run_root: str, arm: str, shape: str, repeat: int, table: pa.Table) -> int:
-    fs, base = _filesystem(run_root)
+    fs, base = filesystem(run_root)
     path = unit_path(base, arm, shape, repeat)
     directory = path.rsplit("/", 1)[0]
     fs.create_dir(directory, recursive=True)
@@ -164,7 +164,7 @@ def write_samples(run_root: str, arm: str, shape: str, repeat: int, table: pa.Ta
 
 def read_samples(run_root: str, units: list[tuple[str, str, int]]) -> pa.Table:
     """Every complete unit's samples, with arm, shape and repeat columns; empty when the run has none."""
-    fs, base = _filesystem(run_root)
+    fs, base = filesystem(run_root)
     parts = []
     for arm, shape, repeat in units:
         path = unit_path(base, arm, shape, repeat)

@@ -27,7 +27,7 @@ from typing import Any
 _LOW = 20000
 
 
-def _ephemeral_range() -> tuple[int, int]:
+def ephemeral_range() -> tuple[int, int]:
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
             low, high = (int(x) for x in handle.read().split())
@@ -47,7 +47,7 @@ def _is_free(port: int) -> bool:
 
 def free_ports(count: int) -> list[int]:
     """`count` distinct ports that nothing on this machine holds now."""
-    low, high = _ephemeral_range()
+    low, high = ephemeral_range()
     pool: list[int] = []
     if low > _LOW:
         pool = list(range(_LOW, low))

@@ -30,7 +30,7 @@ from pyarrow.fs import FileSelector, FileType
 from pydantic import BaseModel, ConfigDict
 
 from loadshapes.plan import Target, WorkerPlan
-from loadshapes.trace import _filesystem
+from loadshapes.trace import filesystem
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.deploy import connect, deploy, preflight, teardown_arms
 from orchestrator.endpoint_metrics import ROOT as ENDPOINT_METRICS
@@ -99,13 +99,13 @@ class RunStore:
 
     def __init__(self, root: str) -> None:
         self.root = root.rstrip("/")
-        self.fs, self.base = _filesystem(self.root)
+        self.fs, self.base = filesystem(self.root)
         self.fs.create_dir(self.base, recursive=True)
 
     @classmethod
     def existing(cls, root: str) -> RunStore | None:
         """The run directory if it exists, without creating it (a campaign refused at start leaves nothing)."""
-        fs, base = _filesystem(root.rstrip("/"))
+        fs, base = filesystem(root.rstrip("/"))
         return cls(root) if fs.get_file_info(base).type != FileType.NotFound else None
 
     @property

@@ -28,7 +28,7 @@ import pyarrow as pa
 import serve_apps
 from loadshapes.mixes import RequestSpec
 from loadshapes.plan import Planned, WorkerPlan, open_loop_schedule
-from loadshapes.shapes import _Shape as ShapeLike
+from loadshapes.shapes import ShapeBase
 from loadshapes.sse import StreamResult, telemetry_columns
 from loadshapes.trace import FILE_SCHEMA, PartWriter
 from orchestrator.campaign import Campaign, CampaignError
@@ -340,7 +340,7 @@ class RowContext:
     store_prompts: bool
     speculative: bool  # the engine runs a drafter (vLLM reports metrics.speculative_decoding)
     repeat: int = 0
-    shape: ShapeLike | None = None  # its rate at each scheduled offset is the row's offered rate (open loop)
+    shape: ShapeBase | None = None  # its rate at each scheduled offset is the row's offered rate (open loop)
     store_step_lists: bool = False
 
 

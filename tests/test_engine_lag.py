@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.agreement import compare_summaries, format_agreement
 from orchestrator.analysis.results import VerificationReport
-from orchestrator.analysis.source import _steps_view
+from orchestrator.analysis.source import steps_view
 from orchestrator.campaign import load_campaign
 from orchestrator.report import engine_lagged, evaluate_gates
 from orchestrator.report_html import ReportData, render_report_html
@@ -109,7 +109,7 @@ def test_timelines_with_and_without_lag_read_together(tmp_path: Path) -> None:
     write_timeline(store, old, {"e": _steps(4, None)})
     write_timeline(store, new, {"e": _steps(3, [0.0, 0.0, 0.01])})
     con = duckdb.connect()
-    arms = _steps_view(con, store.root, [("off", "q", 0), ("off", "q", 1)])
+    arms = steps_view(con, store.root, [("off", "q", 0), ("off", "q", 1)])
     assert arms == frozenset({"off"})
     rows = con.execute("SELECT repeat, count(*) FROM steps GROUP BY repeat ORDER BY repeat").fetchall()
     assert rows == [(0, 4), (1, 3)]

@@ -320,7 +320,7 @@ def test_the_hf_token_reaches_every_replica_from_the_cluster_env_and_no_file(
     engine.env becomes a runtime_env) and of a simulated arm's, and in no file of a run directory, nor in Ray's
     session logs (a token passed as runtime_env env_vars would be: Ray's runtime-env agent logs them)."""
     from orchestrator.campaign import Campaign
-    from orchestrator.deploy import _bring_up, teardown_arms
+    from orchestrator.deploy import bring_up, teardown_arms
     from orchestrator.run import run_campaign
     from tests.ray_helpers import free_port
 
@@ -343,7 +343,7 @@ def test_the_hf_token_reaches_every_replica_from_the_cluster_env_and_no_file(
 
     store = RunStore(vllm_campaign.output_dir())
     store.write_json(MANIFEST, open_run(vllm_campaign, store))
-    arms, _ = _bring_up(vllm_campaign, address=None, timeout_s=180, only=None, probe=True)
+    arms, _ = bring_up(vllm_campaign, address=None, timeout_s=180, only=None, probe=True)
     try:
         (env,) = _replica_environments(temp_dir, arms[0].app_name)
     finally:

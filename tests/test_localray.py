@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.localray import (
     RayPorts,
-    _ephemeral_range,
+    ephemeral_range,
     free_ports,
     held_ports,
     processes_of,
@@ -31,7 +31,7 @@ def test_ports_are_distinct_free_and_out_of_the_kernels_way() -> None:
     ports = RayPorts.pick()
     values = list(vars(ports).values())
     assert len(set(values)) == len(values) == 11
-    low, high = _ephemeral_range()
+    low, high = ephemeral_range()
     assert all(not low <= p <= high and p >= 20000 for p in values) and not set(values) & RAY_DEFAULTS
     for port in values:
         with socket.socket() as s:

@@ -162,7 +162,7 @@ def test_the_old_layout_is_caught_by_the_probe_within_seconds(gpu_cluster: dict[
     bundle is that GPU. vLLM's Ray worker 0 would wait for it forever; the probe fails the deploy instead."""
     from ray import serve
 
-    from orchestrator.deploy import _wait_running, teardown_arms
+    from orchestrator.deploy import teardown_arms, wait_running
     from serve_apps.arms import ArmSpec
     from serve_apps.deployment import ArmDeployment
 
@@ -189,7 +189,7 @@ def test_the_old_layout_is_caught_by_the_probe_within_seconds(gpu_cluster: dict[
     )
     try:
         with pytest.raises(DeployError, match=r"bundle 0 of the placement group: a 1-GPU actor was not placed"):
-            _wait_running([arm.app_name], deadline=time.monotonic() + 180)
+            wait_running([arm.app_name], deadline=time.monotonic() + 180)
     finally:
         teardown_arms([arm.app_name])
 

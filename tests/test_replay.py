@@ -147,13 +147,13 @@ def test_validates_from_data_and_loads_once(tmp_path: Path, monkeypatch: pytest.
     shape = SHAPES.validate_python({"kind": "replay", "path": path, "speed": 2, "bin_s": 0.5})
     assert isinstance(shape, Replay) and shape.expected_requests == 3 and shape.duration == pytest.approx(1 + 1e-6)
     reads: list[str] = []
-    original = replay_formats._csv_ns
+    original = replay_formats.csv_ns
 
     def counting(*args: Any) -> np.ndarray:
         reads.append(args[0])
         return original(*args)
 
-    monkeypatch.setattr(replay_formats, "_csv_ns", counting)
+    monkeypatch.setattr(replay_formats, "csv_ns", counting)
     for _ in range(3):
         shape.phases()
         shape.rate_at(0.5)

@@ -135,13 +135,13 @@ def test_a_worker_reads_only_the_lengths_of_its_share(tmp_path: Path, monkeypatc
     path = burstgpt(tmp_path / "b.csv", [(t * 0.1, "ChatGPT", 100 + t, 1 + t) for t in range(200)])
     shape = Replay(path=path)
     converted: list[int] = []
-    original = replay_formats._contents_columns
+    original = replay_formats.contents_columns
 
     def counting(path: str, fmt: replay_formats.Format, batch: Any) -> dict[str, Any]:
         converted.append(batch.num_rows)
         return original(path, fmt, batch)
 
-    monkeypatch.setattr(replay_formats, "_contents_columns", counting)
+    monkeypatch.setattr(replay_formats, "contents_columns", counting)
     mine = open_loop_schedule(plan_for(shape, worker=1, workers=4))
     assert [p.index for p in mine] == list(range(1, 200, 4)) and sum(converted) == 50
     assert [p.spec.prompt_tokens for p in mine] == [100 + i for i in range(1, 200, 4)]
@@ -257,7 +257,7 @@ def test_a_named_column_reads_any_csv_as_timestamps_as_before(tmp_path: Path) ->
 def test_a_late_row_out_of_order_moves_the_window_of_a_file_read_in_blocks(tmp_path: Path) -> None:
     rows = [(100 + i / 100, "ChatGPT", 1 + i % 50, 1) for i in range(20_000)] + [(0.0, "ChatGPT", 7, 1)]
     path = burstgpt(tmp_path / "b.csv", rows)
-    assert Path(path).stat().st_size > 2 * replay_formats._CSV_BLOCK_BYTES  # the late row is in a later block
+    assert Path(path).stat().st_size > 2 * replay_formats.CSV_BLOCK_BYTES  # the late row is in a later block
     shape = Replay(path=path, start_s=150, duration_s=10)  # the trace starts at 0 s (its last row), not 100 s
     np.testing.assert_allclose(shape.offsets(), np.arange(1000) / 100, atol=1e-9)
     assert shape.requests(np.array([0, 999])).prompt_tokens.tolist() == [1 + 5000 % 50, 1 + 5999 % 50]
@@ -295,7 +295,7 @@ def test_scaling_keeps_order_and_lands_copies_before_the_next_arrival(times: lis
                                                                         seed: int) -> None:  # fmt: skip
     recorded = np.sort(np.array(times))
     end = float(recorded[-1]) + 1.0
-    offsets, source, copy = shapes._scaled(recorded, end, factor, seed)
+    offsets, source, copy = shapes.scaled(recorded, end, factor, seed)
     assert np.all(np.diff(offsets) >= 0) and np.all(np.diff(source) >= 0)
     nxt = np.append(recorded[1:], end)
     assert np.all(offsets >= recorded[source]) and np.all(offsets <= nxt[source])
@@ -303,5 +303,5 @@ def test_scaling_keeps_order_and_lands_copies_before_the_next_arrival(times: lis
     counts = np.bincount(source, minlength=len(recorded))
     assert set(counts.tolist()) <= {int(factor), int(factor) + 1}
     np.testing.assert_array_equal(copy, np.concatenate([np.arange(c) for c in counts]).astype(np.int64))
-    again = shapes._scaled(recorded, end, factor, seed)
+    again = shapes.scaled(recorded, end, factor, seed)
     assert all(np.array_equal(a, b) for a, b in zip((offsets, source, copy), again, strict=True))

@@ -15,8 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from loadshapes.shapes import CrossAndRecover
-from loadshapes.shapes import _Shape as ShapeLike
+from loadshapes.shapes import CrossAndRecover, ShapeBase
 from orchestrator.analysis.arms import ArmInfo
 from orchestrator.analysis.results import SwitchTiming
 
@@ -154,7 +153,7 @@ def _timing(
 def switch_timings(
     runs: Sequence[TimedRun],
     arms: Sequence[ArmInfo],
-    shapes: Mapping[str, ShapeLike],
+    shapes: Mapping[str, ShapeBase],
     *,
     reference: Reference = "shape",
     bin_s: float = 1.0,

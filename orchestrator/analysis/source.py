@@ -23,8 +23,8 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from loadshapes.shapes import _Shape as ShapeLike
-from loadshapes.trace import PARTITION_COLUMNS, TRACE_SCHEMA, _filesystem, check_trace_version
+from loadshapes.shapes import ShapeBase
+from loadshapes.trace import PARTITION_COLUMNS, TRACE_SCHEMA, check_trace_version, filesystem
 from orchestrator.analysis.db import EngineSettings, connect, sql_string
 
 RunKey = tuple[str, str, str, int]  # arm, shape, run, repeat
@@ -167,7 +167,7 @@ def _with_trace_columns(table: pa.Table) -> pa.Table:
 def request_frame(
     table: pa.Table,
     *,
-    shapes: Mapping[str, ShapeLike] | None = None,
+    shapes: Mapping[str, ShapeBase] | None = None,
     offered_rate: np.ndarray | None = None,
     run_starts: Mapping[RunKey, int] | None = None,
     settings: EngineSettings | None = None,
@@ -194,7 +194,7 @@ def request_frame(
     return requests
 
 
-def _shape_rates(con: duckdb.DuckDBPyConnection, table: pa.Table, shapes: Mapping[str, ShapeLike]) -> np.ndarray:
+def _shape_rates(con: duckdb.DuckDBPyConnection, table: pa.Table, shapes: Mapping[str, ShapeBase]) -> np.ndarray:
     """Per row of `table`, in its order: the shape's offered rate at the row's offset on its run's clock."""
     numbered = table.select(["arm", "shape", "run", "repeat", "scheduled_ns"]).append_column(
         "row_number", pa.array(np.arange(table.num_rows, dtype=np.int64))
@@ -241,7 +241,7 @@ def _units_table(units: Sequence[UnitKey]) -> pa.Table:
 def _trace_view(con: duckdb.DuckDBPyConnection, root: str, units: Sequence[UnitKey]) -> None:
     """`trace`: the rows of the complete units only (a partial unit's rows are not evidence: the rerun redoes
     it), by partition (only their directories are listed) and by unit (a join on arm, shape, repeat)."""
-    fs, base = _filesystem(root)
+    fs, base = filesystem(root)
     con.register("complete_units", _units_table(units))
     pairs = sorted({(u[0], u[1]) for u in units})
     local = isinstance(fs, pafs.LocalFileSystem)
@@ -280,10 +280,10 @@ def _trace_view(con: duckdb.DuckDBPyConnection, root: str, units: Sequence[UnitK
     )
 
 
-def _steps_view(con: duckdb.DuckDBPyConnection, run_dir: str, units: Sequence[UnitKey]) -> frozenset[str]:
+def steps_view(con: duckdb.DuckDBPyConnection, run_dir: str, units: Sequence[UnitKey]) -> frozenset[str]:
     """`steps`: every engine step of the complete units' timelines (arm, shape, repeat, engine_id, start_ns,
     end_ns, batch_size, k); the arms that have one."""
-    fs, base = _filesystem(run_dir)
+    fs, base = filesystem(run_dir)
     found = []
     for arm, shape, repeat in units:
         path = f"{base}/timelines/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}/r{repeat}.parquet"
@@ -336,5 +336,5 @@ def run_requests(
     check_trace_version(traces)
     con = connect(settings or EngineSettings.from_env())
     _trace_view(con, traces, units)
-    step_arms = _steps_view(con, run_dir.rstrip("/"), units) - step_lists_only
+    step_arms = steps_view(con, run_dir.rstrip("/"), units) - step_lists_only
     return _finish(con, None, step_arms, has_steps=bool(step_arms))

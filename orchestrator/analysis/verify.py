@@ -18,8 +18,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from loadshapes.shapes import CrossAndRecover
-from loadshapes.shapes import _Shape as ShapeLike
+from loadshapes.shapes import CrossAndRecover, ShapeBase
 from orchestrator.analysis.arms import ArmInfo
 from orchestrator.analysis.bands import BandSet, batch_bands
 from orchestrator.analysis.endpoint_verify import endpoint_findings
@@ -200,7 +199,7 @@ def _step_counts(
     )  # fmt: skip
 
 
-def _timed_runs(requests: Requests, arms: Sequence[ArmInfo], shapes: Mapping[str, ShapeLike]) -> list[TimedRun]:
+def _timed_runs(requests: Requests, arms: Sequence[ArmInfo], shapes: Mapping[str, ShapeBase]) -> list[TimedRun]:
     """The steps of the dynamic arms' cross_and_recover runs, in time (seconds from the run's start): from the
     timeline where the arm has one, else each request's steps spread evenly over its time in the engine."""
     wanted = [a.name for a in arms if a.kind == "dynamic"]
@@ -419,7 +418,7 @@ def verify_executed_policy(
     source: Requests | pa.Table,
     arms: Sequence[ArmInfo],
     *,
-    shapes: Mapping[str, ShapeLike] | None = None,
+    shapes: Mapping[str, ShapeBase] | None = None,
     bands: BandSet | None = None,
     settings: VerifySettings | None = None,
     endpoint_samples: pa.Table | None = None,
@@ -442,7 +441,7 @@ def _verify(
     requests: Requests,
     arms: Sequence[ArmInfo],
     *,
-    shapes: Mapping[str, ShapeLike] | None,
+    shapes: Mapping[str, ShapeBase] | None,
     bands: BandSet,
     settings: VerifySettings,
     samples: pa.Table | None = None,
