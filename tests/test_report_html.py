@@ -31,8 +31,8 @@ from orchestrator.analysis import (
     batch_bands,
     rate_bands,
 )
-from orchestrator.analysis.timelines import series_of_table
-from orchestrator.report_html import MAX_POINTS, ReportData, render_report_html
+from orchestrator.analysis.timelines import MAX_POINTS, series_of_table
+from orchestrator.report_html import ReportData, render_report_html
 
 START_NS = 1_700_000_000 * 10**9
 ARMS = ["off", "fixed-k3", "dyn-dp2"]

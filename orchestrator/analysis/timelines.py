@@ -2,8 +2,8 @@
 `max_points` points (equal-time buckets: mean k, max batch size) once a unit has more steps than that or more
 than one engine.
 
-DuckDB buckets the steps where they lie, so a day of steps never becomes one table in memory; the buckets are
-the ones orchestrator/report_html.py draws from a timeline table of its own (tests, small runs).
+DuckDB buckets the steps where they lie, so a day of steps never becomes one table in memory; `series_of_steps`
+makes the same buckets in numpy from a step table already in memory (tests, small runs).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from orchestrator.analysis.source import Requests
 
@@ -141,3 +142,56 @@ def series_of_table(
         return timeline_series(requests, unit_starts, max_points=max_points)
     finally:
         con.close()
+
+
+def series_of_steps(
+    steps: pa.Table, unit_starts: Mapping[str, int], *, max_points: int = MAX_POINTS
+) -> dict[str, TimelineSeries]:
+    """timeline_series of a step table in memory, in numpy. Unlike the DuckDB path, a step whose k is null (vLLM
+    reports none for a step whose drafts no request verified) is left out of the points instead of drawn as NaN."""
+    keys = steps.group_by(["arm", "shape", "repeat"]).aggregate([]).to_pylist()
+    out: dict[str, TimelineSeries] = {}
+    for arm, shape, repeat in sorted((str(k["arm"]), str(k["shape"]), int(k["repeat"])) for k in keys):
+        unit = f"{arm}/{shape}/r{repeat}"
+        out[unit] = _unit_series(_unit_rows(steps, arm, shape, repeat), unit_starts.get(unit), max_points)
+    return out
+
+
+def _unit_rows(steps: pa.Table, arm: str, shape: str, repeat: int) -> pa.Table:
+    mask = pc.and_(
+        pc.and_(pc.equal(steps["arm"], arm), pc.equal(steps["shape"], shape)), pc.equal(steps["repeat"], repeat)
+    )
+    return steps.filter(mask)
+
+
+def _bucket(t: np.ndarray, k: np.ndarray, batch: np.ndarray, buckets: int) -> tuple[np.ndarray, ...]:
+    """Equal-time buckets over sorted t: (bucket start, mean k, max batch) for each non-empty bucket."""
+    edges = np.linspace(t[0], t[-1], buckets + 1)
+    index = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, buckets - 1)
+    starts = np.flatnonzero(np.diff(index, prepend=-1))
+    counts = np.diff(np.append(starts, len(t)))
+    return edges[index[starts]], np.add.reduceat(k, starts) / counts, np.maximum.reduceat(batch, starts)
+
+
+def _unit_series(rows: pa.Table, start_ns: int | None, max_points: int) -> TimelineSeries:
+    start = rows["start_ns"].to_numpy().astype(np.int64)
+    order = np.argsort(start, kind="stable")
+    if start_ns is None or start_ns > int(start.max()):
+        start_ns = int(start.min())  # no (usable) unit start: time from the first step
+    t = (start[order] - start_ns) / 1e9
+    inside = t >= 0  # steps before the unit started (another unit's tail) are left out
+    t = t[inside]
+    k = rows["k"].to_numpy(zero_copy_only=False).astype(np.float64)[order][inside]
+    batch = rows["batch_size"].to_numpy().astype(np.float64)[order][inside]
+    known = ~np.isnan(k)
+    t, k, batch = t[known], k[known], batch[known]
+    if not len(t):
+        t, k, batch = np.zeros(1), np.zeros(1), np.zeros(1)
+    end = float((int(pc.max(rows["end_ns"]).as_py()) - start_ns) / 1e9)
+    engines = len(pc.unique(rows["engine_id"]))
+    buckets = min(max_points, max(1, len(t) // engines))
+    bucketed = len(t) > max_points or engines > 1
+    if bucketed:
+        t, k, batch = _bucket(t, k, batch, buckets)
+    early = rows.num_rows - int(inside.sum())
+    return TimelineSeries(t, k, batch, max(end, float(t[-1])), rows.num_rows, engines, bucketed, early)

@@ -1,0 +1,94 @@
+"""An operating map's section of report.html: the band-by-arm table, its heatmap and band charts, crossovers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from orchestrator.analysis.results import Crossover, MapCell, OperatingMap, Quantiles
+from orchestrator.report_html.charts import band_chart, cell_or_none, heatmap
+from orchestrator.report_html.text import ci, dur, esc, figure, num, pct, verdict
+
+
+def _quantiles(q: Quantiles, *names: str) -> str:
+    return " / ".join(dur(getattr(q, n)) for n in names)
+
+
+def _baselines(opmap: OperatingMap) -> str:
+    """Who is compared with whom: 'dyn-dp2 vs off-single per engine' where the hardware differs."""
+    pairs = []
+    for arm, base in opmap.baselines.items():
+        if arm == base:
+            continue
+        cell = next((c for c in opmap.cells if c.arm == arm and c.speedup is not None), None)
+        per_engine = cell is not None and cell.speedup is not None and cell.speedup.engines_ratio != 1
+        pairs.append(f"{arm} vs {base}{' per engine' if per_engine else ''}")
+    return "; ".join(pairs) or opmap.baseline
+
+
+def _cell_html(cell: MapCell | None, baseline: bool) -> str:
+    if cell is None:
+        return '<span class="muted">no data</span>'
+    lines = [
+        f"n {cell.requests}, done {cell.completed}, errors {pct(cell.error_rate)}",
+        f"throughput {num(cell.throughput_rps)} rps, goodput {num(cell.goodput_rps)} rps",
+        f"TTFT p50/p99 {_quantiles(cell.ttft_s, 'p50', 'p99')}",
+        f"TPOT p50/p99 {_quantiles(cell.tpot_s, 'p50', 'p99')}",
+        f"queue wait p50 {dur(cell.queue_wait_s.p50)}",
+        f"mean executed k {num(cell.mean_executed_k)}",
+    ]
+    out = "".join(f"<div>{esc(line)}</div>" for line in lines)
+    if baseline or cell.speedup is None:
+        return out + '<div class="muted">baseline</div>'
+    s = cell.speedup
+    goodput = "goodput ratio per engine" if s.engines_ratio != 1 else "goodput ratio"
+    decided = " (decided the verdict)"
+    marks = {m: decided if s.decided_by in (m, "both") else "" for m in ("per-token latency", "goodput")}
+    return (
+        out
+        + f"<div>TPOT speedup {esc(ci(s.tpot))}{marks['per-token latency']}</div>"
+        + f"<div>{goodput} {esc(ci(s.goodput))}{marks['goodput']}</div>"
+        + f'<div>{verdict(s.verdict)} <span class="muted">{"paired" if s.paired else "unpaired"}, '
+        + f"{s.pairs} pairs</span></div>"
+    )
+
+
+def _map_table(opmap: OperatingMap) -> str:
+    head = "".join(f"<th>{esc(arm)}{' (baseline)' if opmap.is_baseline(arm) else ''}</th>" for arm in opmap.arms)
+    rows = []
+    for band in opmap.bands:
+        cells = "".join(
+            f'<td class="cell">{_cell_html(cell_or_none(opmap, band.label, arm), opmap.is_baseline(arm))}</td>'
+            for arm in opmap.arms
+        )
+        rows.append(f"<tr><th>{esc(band.label)}</th>{cells}</tr>")
+    return (
+        f"<table><thead><tr><th>band ({esc(opmap.unit)})</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _crossovers(crossovers: Sequence[Crossover]) -> str:
+    if not crossovers:
+        return '<p class="muted">No crossovers.</p>'
+    items = "".join(f"<li><b>{esc(c.arm)}</b>: {esc(c.message)}</li>" for c in crossovers)
+    return f"<ul>{items}</ul>"
+
+
+def _tpot_ms(cell: MapCell) -> float | None:
+    return None if cell.tpot_s.p50 is None else cell.tpot_s.p50 * 1000
+
+
+def map_section(opmap: OperatingMap, index: int) -> str:
+    s = opmap.settings
+    unbanded = ", ".join(f"{esc(a)} {n}" for a, n in opmap.unbanded.items() if n) or "none"
+    return (
+        f"<section><h2>Operating map {index + 1}: by {esc(opmap.measure.replace('_', ' '))} ({esc(opmap.unit)})</h2>"
+        f'<p class="meta">baselines <b>{esc(_baselines(opmap))}</b> &middot; confidence {s.confidence:g}, '
+        f"margin {s.margin:g}, {s.bootstrap_samples} bootstrap samples, at least {s.min_requests} requests per "
+        f"cell &middot; requests outside every band: {unbanded}</p>"
+        f"{_map_table(opmap)}"
+        f"<h3>TPOT speedup over each arm's baseline</h3>{figure(heatmap(opmap), 'point estimate per cell')}"
+        f"<h3>Goodput and TPOT by band</h3>"
+        f"{figure(band_chart(opmap, 'goodput (req/s)', lambda c: c.goodput_rps), 'goodput per band')}"
+        f"{figure(band_chart(opmap, 'TPOT p50 (ms)', _tpot_ms), 'median time per output token per band')}"
+        f"<h3>Crossovers</h3>{_crossovers(opmap.crossovers)}</section>"
+    )

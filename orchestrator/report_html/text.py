@@ -1,0 +1,72 @@
+"""Text and HTML fragments of report.html: escaping, numbers with units, verdict marks, lists and tables."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from orchestrator.analysis.results import RatioCI, Verdict
+
+NO_DATA = "\u2013"  # en dash
+
+
+def esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def num(value: float | None, digits: int = 2) -> str:
+    if value is None or not math.isfinite(value):
+        return NO_DATA
+    return f"{value:.{digits}f}"
+
+
+def dur(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return NO_DATA
+    return f"{seconds * 1000:.1f} ms" if abs(seconds) < 1 else f"{seconds:.2f} s"
+
+
+def pct(value: float | None) -> str:
+    return NO_DATA if value is None or not math.isfinite(value) else f"{100 * value:.1f}%"
+
+
+def ratio(value: float | None) -> str:
+    return NO_DATA if value is None or not math.isfinite(value) else f"{value:.2f}x"
+
+
+def ci(interval: RatioCI) -> str:
+    return f"{ratio(interval.point)} [{num(interval.low)}, {num(interval.high)}]"
+
+
+def verdict(value: Verdict) -> str:
+    return f'<span class="v v-{esc(value.value)}">{esc(value.value.replace("_", " "))}</span>'
+
+
+def passfail(passed: bool) -> str:
+    return '<span class="ok">pass</span>' if passed else '<span class="bad">FAIL</span>'
+
+
+def badge(passed: bool, text: str) -> str:
+    return f'<span class="badge {"pass" if passed else "fail"}">{esc(text)}</span>'
+
+
+def bullets(items: Iterable[str]) -> str:
+    return "<ul>" + "".join(f"<li>{esc(item)}</li>" for item in items) + "</ul>"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Header cells are escaped here; row cells are HTML already (escape their text before)."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def json_code(value: Any) -> str:
+    return NO_DATA if value is None else f"<code>{esc(json.dumps(value, sort_keys=True, default=str))}</code>"
+
+
+def figure(svg: str, caption: str) -> str:
+    return f"<figure>{svg}<figcaption>{esc(caption)}</figcaption></figure>"
