@@ -23,7 +23,7 @@ from geventhttpclient import HTTPClient  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadshapes.wire import Exchange, WireClient, request_bytes, request_head  # noqa: E402
-from serve_apps.clock import now_ns  # noqa: E402
+from timebase.clock import now_ns  # noqa: E402
 
 BODY = json.dumps({
     "model": "null-model", "prompt": "x " * 16, "max_tokens": 16, "stream": True,

@@ -43,7 +43,7 @@ from loadshapes.plan import Planned, WorkerPlan, closed_loop_users, open_loop_sc
 from loadshapes.sse import StreamError, StreamResult, body_lines, latency_columns, telemetry_columns
 from loadshapes.trace import STEP_LIST_COLUMNS, PartWriter, rows_to_table_in_steps, step_summaries
 from loadshapes.wire import Exchange, WireClient, decode_response, request_bytes, request_head
-from serve_apps.clock import now_ns
+from timebase.clock import now_ns
 
 # Below this no step is assumed to fit before a send: Python's timing of a fast step is noisy.
 _MIN_STEP_COST_NS = 150_000

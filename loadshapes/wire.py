@@ -28,7 +28,7 @@ import gevent.monkey
 from geventhttpclient._parser import HTTPParseError, HTTPResponseParser
 from geventhttpclient.response import HTTPResponse
 
-from serve_apps.clock import now_ns
+from timebase.clock import now_ns
 
 # The unpatched socket and select: gevent's versions would switch greenlets inside a libev callback.
 _socket: type[socket.socket] = gevent.monkey.get_original("socket", "socket")

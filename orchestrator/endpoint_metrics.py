@@ -21,7 +21,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from loadshapes.trace import filesystem
-from serve_apps.clock import now_ns
+from timebase.clock import now_ns
 
 ROOT = "endpoint_metrics"
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from loadshapes.plan import WorkerPlan
 from orchestrator.logs import get_logger
-from serve_apps.clock import now_ns
+from timebase.clock import now_ns
 
 log = get_logger(__name__)
 LOCUSTFILE = Path(__file__).resolve().parent.parent / "loadshapes" / "locustfile.py"

@@ -38,8 +38,8 @@ from orchestrator.endpoint_metrics import MetricsSampler, write_samples
 from orchestrator.load_workers import LoadWorkers, WorkerSummary
 from orchestrator.logs import get_logger
 from serve_apps.arms import ArmSpec, EndpointEngineConfig
-from serve_apps.clock import now_ns
 from serve_apps.placement import plan_placement
+from timebase.clock import now_ns
 
 log = get_logger(__name__)
 MANIFEST = "manifest.json"

@@ -47,13 +47,13 @@ from orchestrator.run import (
     write_timeline,
 )
 from serve_apps.arms import ArmSpec, SimulatedEngineConfig
-from serve_apps.clock import now_ns
 from serve_apps.engines.simulated import SimulatedEngine
 from serve_apps.service import ArmService, Placement
 from serve_apps.sim.engine import EngineCore
 from serve_apps.sim.profile import Profile, load_profile
 from serve_apps.sim.request import RequestRecord, SimRequest
 from serve_apps.sim.virtual import run_open_loop
+from timebase.clock import now_ns
 
 log = get_logger(__name__)
 

@@ -19,11 +19,11 @@ from ray import serve
 
 import serve_apps
 from serve_apps.arms import ArmSpec, VllmEngineConfig
-from serve_apps.clock import now
 from serve_apps.engines.base import live_by_rank, rank_engine_ids
 from serve_apps.engines.factory import build_engine
 from serve_apps.placement import plan_placement
 from serve_apps.service import ArmService, Placement, RequestError, error_body
+from timebase.clock import now
 
 app = FastAPI(title="specdrill arm")
 METRICS_PERIOD_S = 1.0

@@ -20,7 +20,7 @@ from loadshapes.shapes import Concurrency, Quiet, Step
 from loadshapes.sse import StreamError, StreamResult, body_lines, latency_columns
 from loadshapes.trace import read_traces
 from orchestrator.load_workers import LocustProcess, WorkerSummary
-from serve_apps.clock import now_ns
+from timebase.clock import now_ns
 
 CHAT = RequestMix(entries=[MixEntry(workload="chat", weight=1)])
 

@@ -15,7 +15,7 @@ from loadshapes.plan import Target, WorkerPlan, open_loop_schedule
 from loadshapes.shapes import CategoryRule, Replay
 from loadshapes.trace import read_traces
 from orchestrator.load_workers import LocustProcess
-from serve_apps.clock import now_ns
+from timebase.clock import now_ns
 
 
 class RecordingServer(NullServer):

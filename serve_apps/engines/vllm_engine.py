@@ -18,9 +18,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from serve_apps import clock
 from serve_apps.arms import ArmSpec, VllmEngineConfig
 from serve_apps.engines.base import GenerationInput, GenerationResult, TextDelta
+from timebase import clock
 
 log = logging.getLogger(__name__)
 

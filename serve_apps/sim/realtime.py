@@ -14,9 +14,9 @@ import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from serve_apps import clock
 from serve_apps.sim.engine import EngineCore
 from serve_apps.sim.request import RequestRecord, SimRequest
+from timebase import clock
 
 
 @dataclass(frozen=True, slots=True)
