@@ -36,7 +36,6 @@ from orchestrator.analysis.bands import auto_rate_quantiles
 from orchestrator.analysis.faults import FaultWindow, fault_windows_of
 from orchestrator.analysis.kchoice import BandChoice, choose_k
 from orchestrator.analysis.results import ArmVerification, Verdict
-from orchestrator.analysis.source import materialize
 from orchestrator.analysis.timelines import TimelineSeries, timeline_series
 from orchestrator.baselines import baselines
 from orchestrator.campaign import Campaign, GateConfig
@@ -148,7 +147,6 @@ def schedule_bands(campaign: Campaign) -> BandSet:
 def offered_rate_bands(requests: Requests) -> BandSet | None:
     """Automatic offered-rate bands at quantiles of the rates the requests were offered; None for a run
     without any (closed loop only)."""
-    materialize(requests)  # the maps read the same measures next
     row = requests.con.execute(
         f"SELECT quantile_cont(offered_rate, {auto_rate_quantiles()}) FROM requests WHERE offered_rate > 0"
     ).fetchone()

@@ -6,21 +6,26 @@ limit, so the report's memory does not grow with the trace; numpy only sees the 
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from collections.abc import Mapping
 
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
+_PRIVATE_SPILL = "specdrill-duckdb-"
+
 
 class EngineSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    # DuckDB's buffer pool; what a query needs beyond it goes to temp_directory (exact quantiles excepted: a
-    # group's values stay in memory, one measure at a time). 512 MB kept 10 million rows under 0.8 GiB of RSS at
-    # no measurable cost in time against 1 GB (benchmarks/bench_report.py).
+    # DuckDB's buffer pool; what a query or a temporary table needs beyond it goes to temp_directory (exact
+    # quantiles excepted: a group's values stay in memory, one measure at a time). 512 MB kept 10 million rows
+    # under 0.8 GiB of RSS at no measurable cost in time against 1 GB (benchmarks/bench_report.py).
     memory_limit: str = "512MB"
     threads: int | None = Field(default=None, ge=1)  # None: DuckDB's default, one per core
-    temp_directory: str | None = None  # None: DuckDB's default (.tmp in the working directory) when it spills
+    temp_directory: str | None = None  # None: a private directory in the system's, removed on close
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineSettings:
@@ -42,12 +47,24 @@ def connect(settings: EngineSettings | None = None) -> duckdb.DuckDBPyConnection
     con.execute(f"SET memory_limit = {sql_string(chosen.memory_limit)}")
     if chosen.threads is not None:
         con.execute(f"SET threads = {int(chosen.threads)}")
-    if chosen.temp_directory is not None:
-        con.execute(f"SET temp_directory = {sql_string(chosen.temp_directory)}")
+    # DuckDB's own default spill directory is .tmp in the working directory, which may not be writable or may
+    # be a user's checkout: spill to a private directory unless one was chosen.
+    spill = chosen.temp_directory or tempfile.mkdtemp(prefix=_PRIVATE_SPILL)
+    if chosen.temp_directory is None:
+        atexit.register(shutil.rmtree, spill, True)  # a caller that never closes (a script) leaves nothing
+    con.execute(f"SET temp_directory = {sql_string(spill)}")
     # Row order is never needed (every result is grouped and sorted explicitly); without it scans and
     # aggregates need less memory.
     con.execute("SET preserve_insertion_order = false")
     return con
+
+
+def close(con: duckdb.DuckDBPyConnection) -> None:
+    """Close the connection and remove its private spill directory."""
+    row = con.execute("SELECT current_setting('temp_directory')").fetchone()
+    con.close()
+    if row and row[0] and os.path.basename(str(row[0]).rstrip("/")).startswith(_PRIVATE_SPILL):
+        shutil.rmtree(str(row[0]), ignore_errors=True)
 
 
 def sql_string(value: str) -> str:

@@ -18,7 +18,7 @@ from orchestrator.analysis.bands import BandSet
 from orchestrator.analysis.db import sql_string
 from orchestrator.analysis.results import Crossover, MapCell, MapSettings, OperatingMap, Quantiles, Verdict
 from orchestrator.analysis.slo import SloDeadlines, Slos
-from orchestrator.analysis.source import CLOCK_SQL, Requests, materialize
+from orchestrator.analysis.source import CLOCK_SQL, Requests
 from orchestrator.analysis.speedup import CLOCK, PAIR_COLUMNS, CellBlocks, speedup
 
 QUANTILES = (0.5, 0.9, 0.99)
@@ -86,14 +86,22 @@ def scored_sql(slos: Slos, band_sets: Sequence[BandSet], blocks: int) -> str:
 def banded_sql() -> str:
     """Each request with the batch it is banded by: its baseline twin's typical batch (the same request in the
     `off` arm it is compared with), so a band holds the same requests in every arm, whichever arm is faster.
-    A request without a twin is banded by its own batch (own_band)."""
+    A request without a twin is banded by its own batch (own_band). The twins come from `baseline_twins`, the
+    baselines' (shape, repeat, request_index, typical batch): a narrow table, so the trace is read once."""
     return """
-    SELECT r.*, coalesce(t.typical_batch, r.typical_batch) AS band_batch, (t.arm IS NULL) AS own_band
+    SELECT r.*, coalesce(t.typical_batch, r.typical_batch) AS band_batch, (t.baseline IS NULL) AS own_band
     FROM requests r
     LEFT JOIN arm_baselines m ON r.arm = m.arm
-    LEFT JOIN requests t ON t.arm = m.baseline AND t.shape = r.shape AND t.repeat = r.repeat
+    LEFT JOIN baseline_twins t ON t.baseline = m.baseline AND t.shape = r.shape AND t.repeat = r.repeat
          AND t.request_index = r.request_index AND r.request_index >= 0
     """
+
+
+TWINS_SQL = """
+CREATE OR REPLACE TEMP TABLE baseline_twins AS
+SELECT arm AS baseline, shape, repeat, request_index, typical_batch FROM requests
+WHERE arm IN (SELECT baseline FROM arm_baselines) AND request_index >= 0
+"""
 
 
 def _which_set(count: int) -> str:
@@ -124,17 +132,15 @@ def _aggregates(
 ) -> list[_CellAggregates]:
     """`baselines`: arm -> the baseline arm it is compared with (a baseline names itself), arms with data only."""
     con, n = requests.con, len(band_sets)
-    materialize(requests)
     con.execute("CREATE OR REPLACE TEMP TABLE arm_baselines (arm VARCHAR, baseline VARCHAR)")
     if baselines:
         con.executemany("INSERT INTO arm_baselines VALUES (?, ?)", sorted(baselines.items()))
+    con.execute(TWINS_SQL)
     con.execute(f"CREATE OR REPLACE TEMP VIEW banded AS {banded_sql()}")
-    # Computed once (the baseline-twin join, SLOs, bands, blocks) into the scratch database: the cells, every
-    # quantile and the pairing read it again, and re-evaluating the view each time cost 4-5x the scan.
-    con.execute(
-        f"CREATE OR REPLACE TABLE scratch.scored AS {scored_sql(slos, band_sets, settings.blocks)}"
-    )
-    con.execute("CREATE OR REPLACE TEMP VIEW scored AS SELECT * FROM scratch.scored")
+    # Computed once from one read of the trace (the baseline-twin join, SLOs, bands, blocks) into a temporary
+    # table (spilled past DuckDB's memory limit): the cells, every quantile and the pairing read it again, and
+    # re-evaluating the view each time cost 4-5x the scan.
+    con.execute(f"CREATE OR REPLACE TEMP TABLE scored AS {scored_sql(slos, band_sets, settings.blocks)}")
     band_keys = [f"band_{j}" for j in range(n)]
     out = [
         _CellAggregates(sums={}, requests={}, by_category={}, blocks={}, pairs={}, quantiles={}, unbanded={})

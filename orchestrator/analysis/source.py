@@ -8,10 +8,6 @@ memory (tests, tools) is registered as it is. Nothing here holds a row in Python
 
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -25,7 +21,7 @@ import pyarrow.parquet as pq
 
 from loadshapes.shapes import ShapeBase
 from loadshapes.trace import PARTITION_COLUMNS, TRACE_SCHEMA, check_trace_version, filesystem
-from orchestrator.analysis.db import EngineSettings, connect, sql_string
+from orchestrator.analysis.db import EngineSettings, close, connect
 
 RunKey = tuple[str, str, str, int]  # arm, shape, run, repeat
 UnitKey = tuple[str, str, int]  # arm, shape, repeat
@@ -76,28 +72,6 @@ FROM {measures} m JOIN runs r USING (run_id)
 """
 
 
-def materialize(requests: Requests) -> None:
-    """Read the per-request measures from the files once, for work that groups them several ways (the maps): a
-    narrow, compressed table of numbers is cheaper to scan again than the Parquet files. The table lives in a
-    scratch database file (DuckDB's buffer pool keeps what fits under the memory limit, the rest stays on
-    disk), removed on close. The verification reads other columns and does not need it."""
-    con = requests.con
-    found = con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = 'scratch'").fetchone()
-    if found and found[0]:
-        return
-    setting = con.execute("SELECT current_setting('temp_directory')").fetchone()
-    # DuckDB's default spill directory is .tmp in the working directory; the scratch file goes to the system's
-    # temporary directory unless one was chosen (EngineSettings.temp_directory).
-    parent = str(setting[0]) if setting and setting[0] and setting[0] != ".tmp" else None
-    if parent:
-        os.makedirs(parent, exist_ok=True)
-    directory = tempfile.mkdtemp(prefix="specdrill-analysis-", dir=parent)
-    # close() removes it; a caller that never closes (a script, a test) still leaves nothing at exit.
-    atexit.register(shutil.rmtree, directory, True)
-    con.execute(f"ATTACH {sql_string(os.path.join(directory, 'scratch.duckdb'))} AS scratch")
-    con.execute("CREATE TABLE scratch.request_numbers AS SELECT * FROM request_measures")
-    con.execute(_REQUESTS_SQL.format(measures="scratch.request_numbers"))
-
 # Each request stands for 1/rate seconds of its run, summed over a band: the time the band lasted. The rate is
 # the offered rate (at least the run's mean rate / MAX_CLOCK_STRETCH) where known, else the run's mean rate
 # (closed loop).
@@ -122,10 +96,7 @@ class Requests:
         return int(row[0]) if row else 0
 
     def close(self) -> None:
-        found = self.con.execute("SELECT path FROM duckdb_databases() WHERE database_name = 'scratch'").fetchone()
-        self.con.close()
-        if found and found[0]:
-            shutil.rmtree(os.path.dirname(str(found[0])), ignore_errors=True)
+        close(self.con)
 
 
 def _finish(con: duckdb.DuckDBPyConnection, run_starts: Mapping[RunKey, int] | None, step_arms: frozenset[str],
