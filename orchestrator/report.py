@@ -41,7 +41,7 @@ from orchestrator.baselines import baselines
 from orchestrator.campaign import Campaign, GateConfig
 from orchestrator.endpoint_metrics import read_samples
 from orchestrator.report_html import ReportData, render_report_html
-from orchestrator.run import MANIFEST, RunStore, UnitResult, units_of
+from orchestrator.rundir import MANIFEST, RunStore, UnitResult, units_of
 from serve_apps.arms import EndpointEngineConfig, VllmEngineConfig
 from serve_apps.policies import DynamicPolicy
 
@@ -422,14 +422,21 @@ def print_report(summary: Summary, console: Console) -> None:
         console.print(map_table(operating_map))
     console.print("[bold]executed policy[/bold]")
     for checked in summary.verification.arms:
-        mark = "[green]PASS[/green]" if checked.passed else "[red]FAIL[/red]"
+        # Three outcomes: a check without evidence is neither a pass nor a failure.
+        if checked.failed:
+            mark = "[red]FAIL[/red]"
+        elif checked.passed:
+            mark = "[green]PASS[/green]"
+        else:
+            mark = "[yellow]NOT VERIFIABLE[/yellow]"
         share = "-" if checked.match_fraction is None else f"{checked.match_fraction:.0%}"
         console.print(
             f"  {mark} {checked.arm} ({checked.kind}, {checked.topology}): k as configured in {share} of steps"
         )
         for finding in checked.findings:
             if not finding.passed:
-                console.print(f"       {finding.message}")
+                status = "fail" if finding.failed else "not verifiable"
+                console.print(f"       [{status}] {finding.message}", markup=False)
     for timing in summary.verification.switch_timings:
         mark = "[green]PASS[/green]" if timing.passed else "[red]FAIL[/red]"
         console.print(f"  {mark} {timing.message}")

@@ -313,3 +313,33 @@ def test_an_endpoint_dynamic_arm_is_gated_on_fallback_and_switch_not_on_gauge_es
         update={"findings": [f for f in checked(True).findings if f.check != "endpoint_approximation"]}
     )
     assert not _gate(exact, "report")[0]
+
+
+def test_the_console_report_tells_not_verifiable_from_failed() -> None:
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.analysis.results import Finding
+    from orchestrator.report import Summary, print_report
+
+    unverified = ArmVerification(
+        arm="off-single", kind="off", topology="single", steps=0, match_fraction=None, bands=[], passed=False,
+        findings=[Finding.not_verifiable("executed_k", "off-single", "off-single: not verifiable: no drafting steps")],
+    )  # fmt: skip
+    failed = unverified.model_copy(
+        update={
+            "arm": "dyn-dp2",
+            "findings": [Finding(check="static_fallback", arm="dyn-dp2", passed=False, message="dyn-dp2: ran k=[4]")],
+        }
+    )
+    summary = Summary(
+        campaign="c", run="r", mode="virtual", generated="now", units=[], maps=[], gates=[], headline=[],
+        verification=VerificationReport(arms=[unverified, failed], switch_timings=[], passed=False),
+        saturated_units=[], incomplete_units=[], fault_windows=[], passed=True,
+    )  # fmt: skip
+    out = io.StringIO()
+    print_report(summary, Console(file=out, width=200, color_system=None))
+    text = out.getvalue()
+    assert "NOT VERIFIABLE off-single" in text and "[not verifiable] off-single: not verifiable" in text
+    assert "FAIL dyn-dp2" in text and "[fail] dyn-dp2: ran k=[4]" in text  # brackets in a message survive
