@@ -75,5 +75,21 @@ bench-report: $(STAMP)
 bench-oracle: $(STAMP)
 	$(BIN)/python benchmarks/bench_oracle.py $(if $(QUICK),--quick,)
 
+.PHONY: docs screenshot
+
+# The reference pages generated from the code (orchestrator/docgen.py); tests/test_docs.py fails when they are stale.
+docs: $(DEMO_STAMP)
+	$(BIN)/python -m orchestrator.docgen
+
+# docs/report.png: report.html of the quickstart in virtual time (seconds, no Ray), as headless Chromium shows it.
+# Exit code 3 is a failed gate: the report is still written.
+SCREENSHOT_SIZE ?= 1280,1800
+screenshot: $(DEMO_STAMP) chromium
+	@set -e; dir="$$(mktemp -d)"; trap 'rm -rf "$$dir"' EXIT; \
+	$(BIN)/specdrill simulate campaigns/quickstart.yaml --output "$$dir/run" >/dev/null || [ $$? -eq 3 ]; \
+	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=$(SCREENSHOT_SIZE) \
+		--screenshot="$(abspath docs/report.png)" "file://$$dir/run/report.html" 2>/dev/null; \
+	echo "wrote docs/report.png"
+
 clean:
 	rm -rf $(VENV) $(GUIDELLM_VENV)
