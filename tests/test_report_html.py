@@ -349,3 +349,15 @@ def test_chromium_loads_the_page(page: str, tmp_path: Path) -> None:
     assert "<svg" in result.stdout
     bad = [line for line in result.stderr.splitlines() if "Uncaught" in line or "CONSOLE" in line]
     assert bad == []
+
+
+def test_a_check_without_evidence_reads_not_verifiable_not_fail() -> None:
+    from orchestrator.report_html.verification import verification_section
+
+    unverified = ArmVerification(
+        arm="off-ep", kind="off", topology="single", steps=0, match_fraction=None, bands=[], passed=False,
+        findings=[Finding.not_verifiable("executed_k", "off-ep", "off-ep: the server reported no drafting steps")],
+    )  # fmt: skip
+    html = verification_section(VerificationReport(arms=[unverified], switch_timings=[], passed=False))
+    assert html.count('<span class="unverified">not verifiable</span>') == 4  # heading, summary row, arm, finding
+    assert "FAIL" not in html

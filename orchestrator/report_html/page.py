@@ -73,7 +73,7 @@ border-radius:6px;margin:12px 0}table{border-collapse:collapse;margin:8px 0}th,t
 padding:4px 8px;text-align:left;vertical-align:top}th{background:#f6f8fa}code{font-size:12px;word-break:break-all}
 td.cell{font-size:12px;min-width:170px}.v{font-weight:600}.v-helps{color:#1a7f37}.v-hurts{color:#cf222e}
 .v-no_difference{color:#555}.v-insufficient_data{color:#888}.muted{color:#888}figure{margin:12px 0}
-figcaption{color:#555;font-size:12px}svg{max-width:100%;height:auto;background:#fff}
+.unverified{color:#9a6700;font-weight:600}figcaption{color:#555;font-size:12px}svg{max-width:100%;height:auto;background:#fff}
 """
 
 

@@ -49,6 +49,13 @@ def passfail(passed: bool) -> str:
     return '<span class="ok">pass</span>' if passed else '<span class="bad">FAIL</span>'
 
 
+def status_mark(status: str | None) -> str:
+    """A finding's outcome: pass, FAIL, or not verifiable (no evidence either way)."""
+    if status == "not_verifiable":
+        return '<span class="unverified">not verifiable</span>'
+    return passfail(status == "pass")
+
+
 def badge(passed: bool, text: str) -> str:
     return f'<span class="badge {"pass" if passed else "fail"}">{esc(text)}</span>'
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from orchestrator.analysis.results import ArmVerification, BandKCheck, SwitchTiming, VerificationReport
-from orchestrator.report_html.text import NO_DATA, esc, num, passfail, pct, table
+from orchestrator.report_html.text import NO_DATA, esc, num, passfail, pct, status_mark, table
 
 
 def _shares(executed: dict[str, float]) -> str:
@@ -31,11 +31,18 @@ def _band_checks(bands: Sequence[BandKCheck]) -> str:
     return table(header, rows) if rows else '<p class="muted">No banded steps.</p>'
 
 
+def _arm_status(arm: ArmVerification) -> str:
+    if arm.failed:
+        return "fail"
+    return "pass" if arm.passed else "not_verifiable"
+
+
 def _findings(arm: ArmVerification) -> str:
     if not arm.findings:
         return ""
     items = "".join(
-        f"<li>{passfail(f.passed)} <b>{esc(f.check)}</b>{' @ ' + esc(f.band) if f.band else ''}: {esc(f.message)}</li>"
+        f"<li>{status_mark(f.status)} <b>{esc(f.check)}</b>{' @ ' + esc(f.band) if f.band else ''}: "
+        f"{esc(f.message)}</li>"
         for f in arm.findings
     )
     return f"<ul>{items}</ul>"
@@ -43,7 +50,7 @@ def _findings(arm: ArmVerification) -> str:
 
 def _arm_verification(arm: ArmVerification) -> str:
     return (
-        f"<h3>{esc(arm.arm)} {passfail(arm.passed)}</h3>"
+        f"<h3>{esc(arm.arm)} {status_mark(_arm_status(arm))}</h3>"
         f'<p class="meta">kind {esc(arm.kind)} &middot; topology {esc(arm.topology)} &middot; {arm.steps} steps '
         f"&middot; executed k matches the configured k on {pct(arm.match_fraction)} of steps</p>"
         f"{_band_checks(arm.bands)}{_findings(arm)}"
@@ -95,12 +102,21 @@ def _switch_timings(timings: Sequence[SwitchTiming]) -> str:
     return f"<h3>Switch timings (cross and recover)</h3>{table(header, rows)}"
 
 
+def _report_status(report: VerificationReport) -> str:
+    if any(a.failed for a in report.arms) or any(not t.passed for t in report.switch_timings):
+        return "fail"
+    return "pass" if report.passed else "not_verifiable"
+
+
 def verification_section(report: VerificationReport) -> str:
     summary = (
         table(
             ["arm", "kind", "topology", "steps", "match", "check"],
             [
-                [esc(a.arm), esc(a.kind), esc(a.topology), str(a.steps), pct(a.match_fraction), passfail(a.passed)]
+                [
+                    esc(a.arm), esc(a.kind), esc(a.topology), str(a.steps), pct(a.match_fraction),
+                    status_mark(_arm_status(a)),
+                ]
                 for a in report.arms
             ],
         )
@@ -109,6 +125,6 @@ def verification_section(report: VerificationReport) -> str:
     )
     arms = "".join(_arm_verification(a) for a in report.arms)
     return (
-        f"<section><h2>Executed policy {passfail(report.passed)}</h2>{summary}{arms}"
+        f"<section><h2>Executed policy {status_mark(_report_status(report))}</h2>{summary}{arms}"
         f"{_switch_timings(report.switch_timings)}</section>"
     )
