@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import inspect
+from collections.abc import Iterable
+from typing import Any
+
 import pytest
 
 from serve_apps.sim.profile import Profile, load_profile
@@ -30,3 +34,118 @@ def tiny_draft_dir(tiny_model_dir: str, tmp_path_factory: pytest.TempPathFactory
     from tests.tiny_model import build_tiny_draft
 
     return str(build_tiny_draft(tmp_path_factory.mktemp("tiny-draft"), Path(tiny_model_dir)))
+
+
+# ---- Test tiers (issue 17) -------------------------------------------------------------------------------------
+# Every test gets exactly one tier marker, `unit`, `integration` or `vllm`, and `slow` when it takes more than ~10 s
+# here. A tier marker written in a module (pytestmark) or on a test wins; otherwise the tier is read off what the
+# test reaches: its own code, the module-level helper functions it calls (transitively) and the fixtures it uses
+# (their code and their helpers too). `make test-fast` runs `-m "unit and not slow"`.
+
+TIERS = ("unit", "integration", "vllm")
+
+# A test reaching any of these needs vLLM: the tiny random models it serves, or the package itself.
+VLLM_FIXTURES = frozenset({"tiny_model_dir", "tiny_draft_dir"})
+VLLM_NAMES = frozenset({"vllm", "build_tiny_llama", "build_tiny_draft"})
+# ... and these start Ray, Ray Serve, an HTTP server or another process (names in the code objects: globals,
+# attributes and imported modules).
+INTEGRATION_NAMES = frozenset({
+    "local_ray", "ray_head", "cluster_node_args", "cluster_head_env", "Cluster", "ray.cluster_utils",  # Ray
+    "serve", "ray.serve", "run_many",  # Ray Serve
+    "subprocess", "Popen", "multiprocessing", "LocustProcess", "LoadWorker",  # processes
+    "ServerThread", "create_server",  # servers on a loopback port, even in a thread of the test process
+})  # fmt: skip
+
+# `slow` beyond the modules that mark it themselves: over ~10 s on the 2-core development machine (`pytest
+# --durations`, other work sharing the cores). Node id prefixes.
+SLOW = (
+    "tests/test_long_runs.py::",  # 100k requests in virtual time (~45 s); ten minutes of real time on Ray
+    "tests/test_campaign_e2e_fuzz.py::test_every_valid_campaign_runs_to_a_report",  # ~14 s
+    "tests/test_campaign_fuzz.py::test_fuzzed_campaigns_are_accepted_or_refused_in_one_line",  # ~12 s
+    "tests/test_ground_truth.py::test_the_reports_crossover_for_k3_is_the_dense_sweeps",  # ~10 s
+)
+
+
+def _code_names(code: Any) -> set[str]:
+    """The global, attribute and imported-module names a code object uses, nested functions and lambdas included."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _code_names(const)
+    return names
+
+
+def reached_names(functions: Iterable[Any]) -> set[str]:
+    """The names the functions use, and those of every function and class method of the test suite (tests/) that
+    they name as a global, transitively."""
+    seen: set[int] = set()
+    names: set[str] = set()
+    todo = list(functions)
+    while todo:
+        func = inspect.unwrap(todo.pop())
+        code = getattr(func, "__code__", None)
+        if code is None or id(code) in seen:
+            continue
+        seen.add(id(code))
+        used = _code_names(code)
+        names |= used
+        module_globals = getattr(func, "__globals__", {})
+        for name in used:
+            value = module_globals.get(name)
+            if not str(getattr(value, "__module__", "")).startswith("tests"):
+                continue
+            if inspect.isfunction(value):
+                todo.append(value)
+            elif inspect.isclass(value):
+                todo.extend(member for member in vars(value).values() if inspect.isfunction(member))
+    return names
+
+
+def fixture_functions(item: pytest.Item) -> list[Any]:
+    """The functions of the fixtures the test uses (the closest definition of each name)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = getattr(info, "name2fixturedefs", {}) if info is not None else {}
+    return [fixturedefs[-1].func for fixturedefs in defs.values() if fixturedefs]
+
+
+def detected_tier(item: pytest.Item) -> tuple[str, set[str]]:
+    """The tier the test's code and fixtures call for, with the names that decided it (empty for unit)."""
+    functions = [getattr(item, "function", None), *fixture_functions(item)]
+    names = reached_names(f for f in functions if f is not None)
+    fixtures = set(getattr(item, "fixturenames", ()))
+    vllm = (names & VLLM_NAMES) | (fixtures & VLLM_FIXTURES)
+    if vllm:
+        return "vllm", vllm
+    integration = names & INTEGRATION_NAMES
+    if integration:
+        return "integration", integration
+    return "unit", set()
+
+
+def explicit_tiers(item: pytest.Item) -> set[str]:
+    return {mark.name for mark in item.iter_markers() if mark.name in TIERS}
+
+
+def assign_tier(item: pytest.Item) -> str:
+    """Adds the test's tier marker (unless written explicitly) and `slow` where SLOW lists it; returns the tier."""
+    explicit = explicit_tiers(item)
+    if len(explicit) > 1:
+        raise pytest.UsageError(f"{item.nodeid}: more than one tier marker ({', '.join(sorted(explicit))})")
+    if explicit:
+        tier = explicit.pop()
+    else:
+        tier = detected_tier(item)[0]
+        item.add_marker(getattr(pytest.mark, tier))
+    if item.nodeid.startswith(SLOW) and item.get_closest_marker("slow") is None:
+        item.add_marker(pytest.mark.slow)
+    return tier
+
+
+COLLECTED = pytest.StashKey[list[pytest.Item]]()
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects anything
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        assign_tier(item)
+    config.stash[COLLECTED] = list(items)  # every test collected, for tests/test_tiers.py

@@ -1,0 +1,128 @@
+"""Test tiers (tests/conftest.py): every test has exactly one of unit, integration and vllm, and no unit test
+reaches Ray, Serve, vLLM, a server or a child process, through its own code, its helpers or its fixtures.
+
+The suite-wide checks read what this session collected, so they need the whole of tests/ collected (`make
+test-fast` and `make test` do; deselected tests count). Run on its own, this module checks only the detector.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import (
+    COLLECTED,
+    INTEGRATION_NAMES,
+    SLOW,
+    TIERS,
+    VLLM_FIXTURES,
+    VLLM_NAMES,
+    detected_tier,
+    fixture_functions,
+    reached_names,
+)
+
+TESTS = Path(__file__).resolve().parent
+
+# Modules whose every test starts Ray, Serve or vLLM: the detector has to see it (a check of the detector).
+ALL_NON_UNIT = ("test_serve_sim.py", "test_job_submit.py", "test_multinode.py", "test_serve_vllm.py",
+                "test_vllm_data_parallel.py", "test_endpoint_vllm.py")  # fmt: skip
+
+
+def _suite(request: pytest.FixtureRequest) -> list[pytest.Item]:
+    items = request.config.stash.get(COLLECTED, [])
+    collected = {Path(str(item.path)).name for item in items}
+    missing = sorted({path.name for path in TESTS.glob("test_*.py")} - collected)
+    if missing:
+        pytest.skip(f"the whole of tests/ was not collected (missing {', '.join(missing[:3])}...): make test-fast")
+    return items
+
+
+def _tiers(item: pytest.Item) -> list[str]:
+    return sorted({mark.name for mark in item.iter_markers() if mark.name in TIERS})
+
+
+def test_every_test_has_exactly_one_tier(request: pytest.FixtureRequest) -> None:
+    wrong = [f"{item.nodeid}: {_tiers(item) or 'none'}" for item in _suite(request) if len(_tiers(item)) != 1]
+    assert not wrong, "tests without exactly one tier:\n" + "\n".join(wrong)
+
+
+def test_no_unit_test_reaches_ray_vllm_a_server_or_a_process(request: pytest.FixtureRequest) -> None:
+    suspicious = INTEGRATION_NAMES | VLLM_NAMES
+    wrong = []
+    for item in _suite(request):
+        if _tiers(item) != ["unit"]:
+            continue
+        if VLLM_FIXTURES & set(item.fixturenames):
+            wrong.append(f"{item.nodeid}: uses {sorted(VLLM_FIXTURES & set(item.fixturenames))}")
+        for func in fixture_functions(item):
+            found = reached_names([func]) & suspicious
+            if found:
+                wrong.append(f"{item.nodeid}: its fixture {func.__name__} reaches {sorted(found)}")
+        tier, why = detected_tier(item)
+        if tier != "unit":
+            wrong.append(f"{item.nodeid}: marked unit, but reaches {sorted(why)} ({tier})")
+    assert not wrong, "unit tests that are not:\n" + "\n".join(wrong)
+
+
+def test_the_modules_that_start_ray_or_vllm_have_no_unit_test(request: pytest.FixtureRequest) -> None:
+    items = _suite(request)
+    for module in ALL_NON_UNIT:
+        tiers = {tuple(_tiers(item)) for item in items if Path(str(item.path)).name == module}
+        assert tiers and ("unit",) not in tiers, f"{module}: {tiers}"
+
+
+def test_every_slow_entry_names_collected_tests(request: pytest.FixtureRequest) -> None:
+    items = _suite(request)
+    for prefix in SLOW:
+        matched = [item for item in items if item.nodeid.startswith(prefix)]
+        assert matched, f"SLOW entry {prefix!r} matches no test"
+        assert all(item.get_closest_marker("slow") for item in matched)
+
+
+# --- the detector, on functions of its own ---------------------------------------------------------------------
+
+
+def _spawns() -> None:
+    subprocess.run(["true"], check=True)
+
+
+def _calls_a_helper_that_spawns() -> None:
+    _spawns()
+
+
+class _Starts:
+    def go(self) -> None:
+        from tests.ray_helpers import local_ray
+
+        with local_ray():
+            pass
+
+
+def _uses_a_class_that_starts_ray() -> None:
+    _Starts().go()
+
+
+def _imports_vllm() -> Any:
+    import vllm
+
+    return vllm
+
+
+def _pure(x: int) -> int:
+    return sorted([x, 1])[0]
+
+
+# Reached through a dict, which the detector does not follow, so that this test itself stays unit.
+SAMPLES = {"helper": _calls_a_helper_that_spawns, "class": _uses_a_class_that_starts_ray, "vllm": _imports_vllm,
+           "pure": _pure}  # fmt: skip
+
+
+def test_the_detector_follows_helpers_classes_and_imports() -> None:
+    assert "subprocess" in reached_names([SAMPLES["helper"]])
+    assert "local_ray" in reached_names([SAMPLES["class"]])
+    assert "vllm" in reached_names([SAMPLES["vllm"]])
+    assert not reached_names([SAMPLES["pure"]]) & (INTEGRATION_NAMES | VLLM_NAMES)
