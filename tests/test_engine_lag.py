@@ -16,7 +16,8 @@ from orchestrator.analysis.source import steps_view
 from orchestrator.campaign import load_campaign
 from orchestrator.report import engine_lagged, evaluate_gates
 from orchestrator.report_html import ReportData, render_report_html
-from orchestrator.run import RunStore, Unit, UnitResult, engine_lag_of, timeline_table, write_timeline
+from orchestrator.run import engine_lag_of
+from orchestrator.rundir import RunStore, Unit, UnitResult, timeline_table, write_timeline
 from serve_apps.engines.base import GenerationInput
 from serve_apps.engines.simulated import SimulatedEngine
 from serve_apps.policies import FixedPolicy

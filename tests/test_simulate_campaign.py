@@ -18,7 +18,7 @@ from loadshapes.plan import open_loop_schedule
 from loadshapes.sse import StreamResult, latency_columns
 from loadshapes.trace import STEP_LIST_COLUMNS, TraceWriter, read_traces, step_summaries
 from orchestrator.campaign import Campaign, CampaignError
-from orchestrator.run import MANIFEST, RunStore, Unit, UnitResult, plans_for, units_of
+from orchestrator.rundir import MANIFEST, RunStore, Unit, UnitResult, plans_for, units_of
 from orchestrator.simulate_campaign import simulate_campaign, spec_arrays, unit_starts
 from serve_apps.sim.engine import EngineCore
 from serve_apps.sim.profile import Profile
