@@ -1,0 +1,194 @@
+"""The docs match the code: generated pages are current, every command a reader is shown runs somewhere, links
+resolve, and the README's first run and campaign do what the README says."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator import docgen
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+SPECDRILL = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+
+# Every command shown in a code block of the README or docs/, and where it runs: (file, text that runs it).
+RUN_HERE: dict[str, tuple[str, str]] = {
+    "make demo": ("Makefile", "\ndemo:"),
+    "make test": ("Makefile", "\ntest:"),
+    "make test-fast": ("Makefile", "\ntest-fast:"),
+    "specdrill simulate campaigns/quickstart.yaml": ("tests/test_docs.py", "def test_the_first_run"),
+    "specdrill simulate campaigns/replay-burstgpt-example.yaml": (
+        "tests/test_replay_example.py", '"simulate", EXAMPLE',
+    ),
+    "ray job submit --address http://127.0.0.1:8265 --working-dir . -- specdrill run CAMPAIGN.yaml": (
+        "tests/test_job_submit.py", '"job", "submit"',
+    ),
+    "specdrill report RUN_DIR": ("tests/test_campaign_run.py", '_cli("report"'),
+    "specdrill recommend RUN_DIR": ("tests/test_campaign_run.py", '_cli("recommend"'),
+    "infra/ray-up.sh": ("infra/demo.sh", "infra/ray-up.sh"),
+    "infra/ray-down.sh": ("infra/demo.sh", "infra/ray-down.sh"),
+    "specdrill deploy CAMPAIGN.yaml": ("tests/test_serve_sim.py", '_cli("deploy"'),
+    "specdrill teardown CAMPAIGN.yaml": ("tests/test_serve_sim.py", '_cli("teardown"'),
+    "specdrill simulate fixed-batch --policy fixed:3 --batch-sizes 1,8 --workload reasoning --json": (
+        "tests/test_cli.py",
+        '"fixed-batch",\n        "--policy",\n        "fixed:3",\n        "--batch-sizes",\n        "1,8",',
+    ),
+    "specdrill simulate sweep --workload chat --rates 10,60 --duration 30 --policies "
+    "off,fixed:3,dynamic:3:1-64=3,65-128=1,129-512=0 --json": (
+        "tests/test_cli.py", '"sweep", "--workload", "chat", "--rates", "10,60", "--duration", "30"',
+    ),
+}  # fmt: skip
+# Commands that need a real (GPU) cluster: what they act on is checked by the named test.
+NEEDS_A_CLUSTER: dict[str, tuple[str, str]] = {
+    'kubectl create secret generic hf-token --from-literal=token="$HF_TOKEN"': (
+        "tests/test_infra.py", "def test_the_hf_token_comes_only_from_an_optional_secret",
+    ),
+    "mkdir -m 700 ~/.specdrill-secrets": ("tests/test_infra.py", "def test_the_launchers_token_lines_validate"),
+    'printf %s "$HF_TOKEN" > ~/.specdrill-secrets/hf-token': (
+        "tests/test_infra.py", "def test_the_launchers_token_lines_validate",
+    ),
+    "ray up infra/cluster-launcher.yaml": (
+        "tests/test_infra.py", "def test_cluster_launcher_config_follows_rays_schema",
+    ),
+    "specdrill models pull campaigns/gpu-llama3.1-8b-eagle.yaml": ("tests/test_infra.py", '"models", "pull"'),
+    "kubectl port-forward svc/specdrill-head-svc 8265:8265": (
+        "tests/test_infra.py", "def test_kuberay_manifests_follow_the_crd",
+    ),
+    "RAY_AUTH_MODE=token ray job submit --address http://127.0.0.1:8265 -- specdrill models pull "
+    "campaigns/gpu-llama3.1-8b-eagle.yaml": ("tests/test_infra.py", "def test_models_pull_runs_one_task_per_gpu_node"),
+    "RAY_ADDRESS=... specdrill deploy --check campaigns/gpu-llama3.1-8b-eagle.yaml": (
+        "tests/test_placement.py", '"deploy", "--check"',
+    ),
+    "RAY_ADDRESS=... specdrill deploy --check campaigns/gpu-llama3.1-8b-eagle.yaml --json": (
+        "tests/test_placement.py", '"deploy", "--check"',
+    ),
+}  # fmt: skip
+
+
+def _stale(page: str) -> None:
+    if (REPO / page).read_text() != docgen.PAGES[page]():
+        pytest.fail(f"{page} is stale: run make docs", pytrace=False)
+
+
+def test_the_campaign_reference_is_current() -> None:
+    _stale(docgen.CAMPAIGN_PAGE)
+
+
+def test_the_trace_schema_page_is_current() -> None:
+    _stale(docgen.TRACE_PAGE)
+
+
+def test_every_note_names_a_real_field_or_column() -> None:
+    from loadshapes.trace import COLUMNS
+
+    declared = {
+        f"{cls.__name__}.{name}"
+        for model, _ in docgen._campaign_models()
+        for cls in model.__mro__
+        for name in inspect.get_annotations(cls)
+    }
+    assert sorted(set(docgen.FIELD_NOTES) - declared) == []
+    assert sorted(set(docgen.TRACE_NOTES) - set(COLUMNS)) == []
+
+
+def _code_blocks(text: str) -> Iterator[tuple[str, str]]:
+    for match in re.finditer(r"^[ \t]*```(\w*)\n(.*?)^[ \t]*```", text, re.S | re.M):
+        yield match.group(1), match.group(2)
+
+
+def _shown_commands() -> dict[str, list[str]]:
+    """Command -> the pages showing it: each line of a code block without a language (or sh/bash), its
+    trailing comment removed."""
+    shown: dict[str, list[str]] = {}
+    for page in PAGES:
+        for language, body in _code_blocks(page.read_text()):
+            if language not in ("", "sh", "bash"):
+                continue
+            for line in body.splitlines():
+                command = re.sub(r"\s+#.*$", "", line.strip())
+                if command:
+                    shown.setdefault(command, []).append(page.name)
+    return shown
+
+
+def test_every_command_shown_runs_somewhere() -> None:
+    known = {**RUN_HERE, **NEEDS_A_CLUSTER}
+    unknown = {c: pages for c, pages in _shown_commands().items() if c not in known}
+    assert unknown == {}, "add each to RUN_HERE with the test or make target that runs it, or remove it"
+    for command, (path, needle) in known.items():
+        assert needle in (REPO / path).read_text(), f"{command!r}: {path} no longer has {needle!r}"
+    unused = sorted(set(known) - set(_shown_commands()))
+    assert unused == [], "no page shows these any more: drop them"
+
+
+def test_every_make_target_and_specdrill_command_named_exists() -> None:
+    from orchestrator.cli import cli
+
+    targets = set(re.findall(r"^([a-z][a-z-]*):", (REPO / "Makefile").read_text(), re.M))
+    for page in PAGES:
+        text = page.read_text()
+        spans = re.findall(r"`([^`\n]+)`", text) + [body for _, body in _code_blocks(text)]
+        for span in spans:
+            for target in re.findall(r"(?:^|\s)make ([a-z][a-z-]*)", span):
+                assert target in targets, f"{page.name}: make {target}: no such target"
+            for command in re.findall(r"(?:^|\s)specdrill ([a-z][a-z-]*)", span):
+                assert command in cli.commands, f"{page.name}: specdrill {command}: no such command"
+
+
+def _anchors(path: Path) -> set[str]:
+    headings = re.findall(r"^#+ (.*)$", path.read_text(), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_relative_link_resolves() -> None:
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)]+)\)", page.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            path = (page.parent / file).resolve() if file else page
+            assert path.exists(), f"{page.name}: link to {target}: no such file"
+            if anchor and path.suffix == ".md":
+                assert anchor in _anchors(path), f"{page.name}: link to {target}: no such heading"
+
+
+def _specdrill(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SPECDRILL, *args], capture_output=True, text=True, timeout=600, check=False, cwd=REPO)
+
+
+def test_the_first_run(tmp_path: Path) -> None:
+    """README: `specdrill simulate campaigns/quickstart.yaml` prints the report, the DP arm's fallback found; then
+    docs/simulator.md's `python -m orchestrator.agreement` on that run against itself agrees."""
+    run = tmp_path / "run"
+    result = _specdrill("simulate", "campaigns/quickstart.yaml", "--output", str(run))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "vLLM's data-parallel fallback" in result.stdout and "all gates pass" in result.stdout
+    assert (run / "report.html").is_file()
+    summary = run / "summary.json"
+    agreement = subprocess.run(
+        [sys.executable, "-m", "orchestrator.agreement", str(summary), str(summary)],
+        capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
+    )  # fmt: skip
+    assert agreement.returncode == 0, agreement.stdout + agreement.stderr
+    assert json.loads(summary.read_text())["verification"]["arms"]
+
+
+def test_the_readme_campaign_runs_and_its_dp_arm_fails_the_gate(tmp_path: Path) -> None:
+    text = (REPO / "README.md").read_text()
+    campaign = next(body for language, body in _code_blocks(text) if language == "yaml")
+    path = tmp_path / "first.yaml"
+    path.write_text(campaign)
+    assert yaml.safe_load(campaign)["name"] == "first"
+    result = _specdrill("simulate", str(path), "--output", str(tmp_path / "run"))
+    assert result.returncode == 3, result.stdout[-3000:] + result.stderr[-3000:]  # the gate, as the README says
+    assert "gate dynamic_follows_schedule failed: dyn-dp2" in result.stdout
+    assert "PASS dyn-single" in result.stdout
