@@ -67,7 +67,8 @@ FIELD_NOTES: dict[str, str] = {
     ),
     "SimulatedEngineConfig.profile": "a shipped profile's name (serve_apps/profiles/) or the path of your own YAML",
     "SimulatedEngineConfig.time_scale": (
-        "real time only: > 1 slows the simulated hardware uniformly so a small host keeps up (docs/simulator.md)"
+        "> 1 slows the simulated hardware uniformly, in real and virtual time alike, so a small host keeps up in "
+        "real time (docs/simulator.md)"
     ),
     "SimulatedEngineConfig.seed": "seeds the engine's acceptance draws (each engine of an arm gets its own offset)",
     "SimulatedEngineConfig.max_model_len": "a request whose prompt + max_tokens exceeds it is refused",
@@ -159,7 +160,7 @@ FIELD_NOTES: dict[str, str] = {
 TRACE_NOTES: dict[str, str] = {
     "campaign": "the campaign's name",
     "run": "the run's id (one `specdrill run` / `simulate` of the campaign into an output)",
-    "arm": "partition column (in the path): `<policy>-<topology>`",
+    "arm": "partition column (in the path): `<policy>-<topology>`, the names in the campaign",
     "shape": "partition column (in the path): the shape's name in the campaign",
     "phase": "the shape's phase at the scheduled time (e.g. `rise_past_bs12`)",
     "worker": "the load worker that sent it",
@@ -174,8 +175,8 @@ TRACE_NOTES: dict[str, str] = {
     "per_step_accepted": "per drafting step: tokens accepted (vLLM's name)",
     "schedule_dropped": "the engine dropped the dynamic schedule (vLLM's data-parallel fallback)",
     "error_class": "`http_<code>`, `truncated_stream`, `invalid_json`, `missing_usage`, `timeout`, ...",
-    "policy": "the arm's policy name in the campaign",
-    "topology": "the arm's topology name in the campaign",
+    "policy": "the arm's policy label, e.g. `fixed-eagle-k3`, `dynamic-eagle-k3[1-4=3,5-12=1,13-512=0]`",
+    "topology": "the arm's topology label, e.g. `single`, `data_parallel2`",
     "repeat": "the unit's repeat",
     "request_index": "i: the request's place in the unit's plan, the same on every arm",
     "scheduled_ns": "when the plan says to send it; latencies count from here",
