@@ -358,25 +358,27 @@ def _doc(cls: type) -> str:
 
 # The models Campaign reaches, in the order a reader meets their keys. `policies` is typed Any (a short form or a
 # mapping), so its models are named here.
-def _campaign_models() -> list[tuple[type[BaseModel], str]]:
+def _campaign_models() -> list[tuple[type[BaseModel], list[str]]]:
     from orchestrator.campaign import Campaign
     from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy
 
     extra: dict[tuple[type[BaseModel], str], list[type[BaseModel]]] = {
         (Campaign, "policies"): [OffPolicy, FixedPolicy, DynamicPolicy]
     }
-    seen: dict[type[BaseModel], str] = {}
+    seen: dict[type[BaseModel], list[str]] = {}
 
     def visit(model: type[BaseModel], path: str) -> None:
-        seen[model] = path
+        if model in seen:
+            seen[model].append(path)
+            return
+        seen[model] = [path] if path else []
         for name, field in model.model_fields.items():
             key = field.alias or name
             origin = get_origin(field.annotation)
             suffix = ".<name>" if origin is dict else "[]" if origin in (list, tuple) else ""
             child = f"{path}.{key}{suffix}".lstrip(".")
             for found in [*_models_in(field.annotation), *extra.get((model, name), [])]:
-                if found not in seen:
-                    visit(found, child)
+                visit(found, child)
 
     visit(Campaign, "")
     names = [m.__name__ for m in seen]
@@ -432,7 +434,7 @@ def campaign_reference() -> str:
     for model, path in models:
         out += [f"## {model.__name__}", ""]
         if path:
-            out += [f"At `{path}`.", ""]
+            out += ["At " + ", ".join(f"`{p}`" for p in dict.fromkeys(path)) + ".", ""]
         doc = _doc(model)
         if doc:
             out += [doc, ""]
