@@ -358,7 +358,7 @@ def _doc(cls: type) -> str:
 
 # The models Campaign reaches, in the order a reader meets their keys. `policies` is typed Any (a short form or a
 # mapping), so its models are named here.
-def _campaign_models() -> list[tuple[type[BaseModel], list[str]]]:
+def campaign_models() -> list[tuple[type[BaseModel], list[str]]]:
     from orchestrator.campaign import Campaign
     from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy
 
@@ -429,7 +429,7 @@ def campaign_reference() -> str:
         "`campaigns/replay-burstgpt-example.yaml`, `examples/sim-campaign.yaml`.",
         "",
     ]
-    models = _campaign_models()
+    models = campaign_models()
     out += ["Sections: " + ", ".join(f"[{m.__name__}](#{m.__name__.lower()})" for m, _ in models) + ".", ""]
     for model, path in models:
         out += [f"## {model.__name__}", ""]

@@ -92,7 +92,7 @@ def test_every_note_names_a_real_field_or_column() -> None:
 
     declared = {
         f"{cls.__name__}.{name}"
-        for model, _ in docgen._campaign_models()
+        for model, _ in docgen.campaign_models()
         for cls in model.__mro__
         for name in inspect.get_annotations(cls)
     }
