@@ -130,6 +130,7 @@ def test_foreign_vllm_servers_are_verified_from_their_own_telemetry(
     for name in names:  # sampled during the unit, no step timeline asked of a foreign server
         samples = pq.read_table(output / f"endpoint_metrics/arm={name}/shape=busy/r0.parquet")
         assert samples.num_rows >= 10, name
+    assert not (output / "timelines").exists()  # and no empty timeline file written for one
     arms = {a.arm: a for a in summary.verification.arms}
     findings = {name: {f.check: f for f in arms[name].findings} for name in names}
     print({n: {c: (f.status, f.message) for c, f in fs.items()} for n, fs in findings.items()})

@@ -261,7 +261,7 @@ def steps_view(con: duckdb.DuckDBPyConnection, run_dir: str, units: Sequence[Uni
         if fs.get_file_info(path).type != pafs.FileType.File:
             continue
         with fs.open_input_file(path) as handle:
-            if pq.read_metadata(handle).num_rows:  # an endpoint arm's unit writes an empty timeline
+            if pq.read_metadata(handle).num_rows:  # empty: no steps (or an endpoint unit of an older specdrill)
                 found.append((path, arm, shape, repeat))
     if not found:
         return frozenset()
