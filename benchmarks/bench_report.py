@@ -377,7 +377,7 @@ def run_plain_steps(run_dir: Path) -> dict[str, Any]:
 
 def run_maps(run_dir: Path) -> dict[str, Any]:
     from orchestrator.analysis import operating_maps, run_requests
-    from orchestrator.report import load_run, offered_rate_bands, schedule_bands, slos_of
+    from orchestrator.report import load_run, offered_rate_bands, schedule_bands
 
     t0 = time.perf_counter()
     inputs = load_run(str(run_dir))
@@ -387,7 +387,7 @@ def run_maps(run_dir: Path) -> dict[str, Any]:
     rate_bands = offered_rate_bands(requests)
     if rate_bands is not None:
         band_sets.append(rate_bands)
-    maps = operating_maps(requests, inputs.arms, slos_of(inputs.campaign), band_sets)
+    maps = operating_maps(requests, inputs.arms, inputs.campaign.slo, band_sets)
     return {
         "seconds": time.perf_counter() - t0,
         "peak_rss_bytes": _peak_rss_bytes(),

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from loadshapes.mixes import MixEntry, RequestMix
 from loadshapes.shapes import Shape
+from loadshapes.slo import SloConfig
 from orchestrator.baselines import BaselineError, baselines
 from serve_apps.arms import ArmSpec, EndpointEngineConfig, EngineConfig, Resources, SimulatedEngineConfig
 from serve_apps.config_io import first_error, load_yaml_model
@@ -47,28 +48,6 @@ def _topology(value: Any) -> Any:
 class ArmSelection(_Strict):
     policy: str
     topology: str
-
-
-class Deadlines(_Strict):
-    """A request is good (counts toward goodput) when it meets every deadline that is set."""
-
-    ttft_s: float | None = Field(default=None, gt=0)
-    tpot_s: float | None = Field(default=None, gt=0)
-    e2e_s: float | None = Field(default=None, gt=0)
-
-
-class SloConfig(_Strict):
-    ttft_s: float | None = Field(default=2.0, gt=0)
-    tpot_s: float | None = Field(default=0.05, gt=0)
-    e2e_s: float | None = Field(default=None, gt=0)
-    per_category: dict[str, Deadlines] = Field(default_factory=dict)  # overrides, deadline by deadline
-
-    def for_category(self, category: str) -> Deadlines:
-        override = self.per_category.get(category)
-        base = Deadlines(ttft_s=self.ttft_s, tpot_s=self.tpot_s, e2e_s=self.e2e_s)
-        if override is None:
-            return base
-        return base.model_copy(update={k: v for k, v in override.model_dump().items() if v is not None})
 
 
 class LoadConfig(_Strict):

@@ -13,9 +13,9 @@ from rich.progress import Progress
 from rich.table import Table
 
 from loadshapes.mixes import BUILTIN_WORKLOADS, builtin_workload
+from loadshapes.slo import SloConfig
 from orchestrator.campaign import Campaign, CampaignError, load_campaign
 from orchestrator.logs import configure_logging
-from orchestrator.metrics import Slo
 from orchestrator.simulate import FixedBatchPoint, SweepPoint, fixed_batch, sweep
 from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topology, split_policy_list
 from serve_apps.sim.profile import Profile, ProfileError, load_profile
@@ -264,7 +264,7 @@ def sweep_cmd(
         _fail("--ttft-slo and --tpot-slo must be > 0")
     workload = _workload(workload_name, profile)
     topology = _topology(topology_text)
-    slo = Slo(ttft=ttft_slo, tpot=tpot_slo)
+    slo = SloConfig(ttft_s=ttft_slo, tpot_s=tpot_slo)
     progress_console = Console(stderr=True)
     with Progress(console=progress_console, transient=True, disable=not progress_console.is_terminal) as progress:
         task = progress.add_task("simulating", total=len(rate_list) * len(parsed))
@@ -281,7 +281,7 @@ def sweep_cmd(
                     "topology": topology.label,
                     "duration_s": duration,
                     "seed": seed,
-                    "slo": slo.model_dump(),
+                    "slo": {"ttft": slo.ttft_s, "tpot": slo.tpot_s, "e2e": slo.e2e_s},
                     "points": [p.model_dump() for p in points],
                 },
                 indent=2,

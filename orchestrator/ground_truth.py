@@ -18,13 +18,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from loadshapes.mixes import Workload
+from loadshapes.slo import SloConfig
 from orchestrator.analysis import EngineSettings, operating_maps, run_requests
 from orchestrator.analysis.kchoice import paired_vs
 from orchestrator.analysis.results import MapSettings, OperatingMap, RatioCI
-from orchestrator.metrics import Slo
 from orchestrator.oracle import Oracle
 from orchestrator.recommend import Recommendation
-from orchestrator.report import load_run, offered_rate_bands, schedule_bands, slos_of
+from orchestrator.report import load_run, offered_rate_bands, schedule_bands
 from orchestrator.simulate import sweep
 from serve_apps.policies import FixedPolicy, OffPolicy, ResolvedSpeculation
 from serve_apps.sim.profile import Profile
@@ -187,7 +187,7 @@ def rehearsal_vs_fixed(
         if rate_bands is None:
             raise ValueError(f"{run_dir}: no offered rates (closed loop only)")
         band_sets = [schedule_bands(inputs.campaign), rate_bands]
-        maps = operating_maps(requests, inputs.arms, slos_of(inputs.campaign), band_sets, settings=chosen)
+        maps = operating_maps(requests, inputs.arms, inputs.campaign.slo, band_sets, settings=chosen)
         rate_map = maps[1]
         comparisons = [(b, recommended, a) for b in range(len(rate_map.bands)) for a in fixed]
         ratios = paired_vs(requests, 1, comparisons, chosen)
@@ -259,7 +259,7 @@ def sweep_crossover(
     drafter = FixedPolicy.model_validate({"method": profile.drafter_method, "model": profile.drafter_model, "k": k})
     points = sweep(
         profile, [OffPolicy(), drafter], rates=rates, duration=duration, workload=workload, seed=seed,
-        slo=Slo(ttft=1e9, tpot=1e9),
+        slo=SloConfig(ttft_s=1e9, tpot_s=1e9),
     )  # fmt: skip
     by_rate: dict[float, dict[str, float]] = {}
     for point in points:

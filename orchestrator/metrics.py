@@ -5,25 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
+from loadshapes.slo import SloConfig
 from serve_apps.sim.request import RequestRecord
-
-
-class Slo(BaseModel):
-    """A request counts toward goodput when it meets every deadline that is set."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    ttft: float | None = Field(default=2.0, gt=0)
-    tpot: float | None = Field(default=0.05, gt=0)
-    e2e: float | None = Field(default=None, gt=0)
-
-    def met(self, record: RequestRecord) -> bool:
-        return (
-            (self.ttft is None or record.ttft <= self.ttft)
-            and (self.tpot is None or record.tpot <= self.tpot)
-            and (self.e2e is None or record.e2e <= self.e2e)
-        )
 
 
 class LatencySummary(BaseModel):
@@ -62,7 +47,7 @@ def percentiles(values: Sequence[float] | np.ndarray) -> LatencySummary:
 
 
 def summarize_window(
-    records: Sequence[RequestRecord], *, start: float, end: float, arrived: int, slo: Slo
+    records: Sequence[RequestRecord], *, start: float, end: float, arrived: int, slo: SloConfig
 ) -> WindowSummary:
     window = end - start
     done_in_window = [r for r in records if start <= r.finished < end]
@@ -78,8 +63,8 @@ def summarize_window(
         completed_in_window=len(done_in_window),
         completion_rate=len(done_in_window) / window,
         output_tokens_per_s=tokens / window,
-        goodput=sum(slo.met(r) for r in done_in_window) / window,
-        goodput_fraction=sum(slo.met(r) for r in cohort) / arrived if arrived else 0.0,
+        goodput=sum(_good(slo, r) for r in done_in_window) / window,
+        goodput_fraction=sum(_good(slo, r) for r in cohort) / arrived if arrived else 0.0,
         unfinished=arrived - len(cohort),
         ttft=percentiles([r.ttft for r in cohort]),
         tpot=percentiles([r.tpot for r in cohort if r.output_tokens > 1]),
@@ -91,3 +76,8 @@ def summarize_window(
         if spec_steps.any()
         else None,
     )
+
+
+def _good(slo: SloConfig, record: RequestRecord) -> bool:
+    # A record is a finished request: completed, with every latency measured.
+    return slo.met(record.category, ok=True, ttft_s=record.ttft, tpot_s=record.tpot, e2e_s=record.e2e)

@@ -22,8 +22,6 @@ from orchestrator.analysis import (
     EngineSettings,
     OperatingMap,
     Requests,
-    SloDeadlines,
-    Slos,
     VerificationReport,
     VerifySettings,
     batch_bands,
@@ -119,17 +117,6 @@ def _max_num_seqs(campaign: Campaign) -> int:
     return 512  # vLLM's default, and the simulated profiles'
 
 
-def slos_of(campaign: Campaign) -> Slos:
-    """The campaign's deadlines (per-category overrides deadline by deadline) in the analysis' terms."""
-    slo = campaign.slo
-    return Slos(
-        ttft_s=slo.ttft_s,
-        tpot_s=slo.tpot_s,
-        e2e_s=slo.e2e_s,
-        per_category={c: SloDeadlines(**slo.for_category(c).model_dump()) for c in slo.per_category},
-    )
-
-
 def schedule_bands(campaign: Campaign) -> BandSet:
     """Batch-size bands on the boundaries of the campaign's dynamic schedules, so each band has one k."""
     edges: set[int] = set()
@@ -166,7 +153,7 @@ def build_summary(
         rate_bands = offered_rate_bands(requests)
         if rate_bands is not None:
             band_sets.append(rate_bands)
-        maps = operating_maps(requests, inputs.arms, slos_of(campaign), band_sets)
+        maps = operating_maps(requests, inputs.arms, campaign.slo, band_sets)
         verification = verify_executed_policy(
             requests,
             inputs.arms,

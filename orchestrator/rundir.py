@@ -253,17 +253,10 @@ def plans_for(campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: st
             # An endpoint has no step timeline: its rows keep the per-step lists.
             store_step_lists=load.store_step_lists or isinstance(campaign.engine, EndpointEngineConfig),
             flush_rows=load.flush_rows, flush_s=load.flush_s, store_prompts=campaign.store_prompts,
-            slo=_plan_slo(campaign),
+            slo=campaign.slo,
         )
         for w in range(load.workers)
     ]  # fmt: skip
-
-
-def _plan_slo(campaign: Campaign) -> dict[str, dict[str, float | None]]:
-    slo = {"*": campaign.slo.for_category("*").model_dump()}
-    for category in campaign.slo.per_category:
-        slo[category] = campaign.slo.for_category(category).model_dump()
-    return slo
 
 
 # The step timeline file (timelines/arm=/shape=/r<repeat>.parquet): one row per engine step, every engine of the

@@ -9,8 +9,9 @@ from pydantic import BaseModel, ConfigDict
 
 from loadshapes.arrivals import poisson_arrivals
 from loadshapes.mixes import Workload
+from loadshapes.slo import SloConfig
 from orchestrator.logs import get_logger
-from orchestrator.metrics import Slo, WindowSummary, summarize_window
+from orchestrator.metrics import WindowSummary, summarize_window
 from serve_apps.policies import SINGLE, OffPolicy, Topology
 from serve_apps.policies import Policy as PolicyT
 from serve_apps.sim.engine import EngineCore
@@ -89,7 +90,7 @@ def closed_batch(
     end = finishes[total - batch_size - 1] if total > 2 * batch_size else finishes[-1]
     tokens = sum(int(((r.token_times > start) & (r.token_times <= end)).sum()) for r in run.records)
     steady = [r.tpot for r in run.records if r.first_scheduled >= start and r.finished <= end and r.output_tokens > 1]
-    summary = summarize_window(run.records, start=0.0, end=run.end + 1e-9, arrived=total, slo=Slo())
+    summary = summarize_window(run.records, start=0.0, end=run.end + 1e-9, arrived=total, slo=SloConfig())
     steps = core.steps
     starts, ends = steps.column("start"), steps.column("end")
     inside = (starts >= start) & (ends <= end)
@@ -147,7 +148,7 @@ def sweep(
     duration: float,
     workload: Workload,
     seed: int,
-    slo: Slo,
+    slo: SloConfig,
     topology: Topology = SINGLE,
     warmup_fraction: float = 0.1,
     drain: float | None = None,

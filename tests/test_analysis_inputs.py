@@ -13,19 +13,18 @@ import pyarrow as pa
 import pytest
 
 from loadshapes.shapes import Ramp, Sustained
+from loadshapes.slo import Deadlines, SloConfig
 from loadshapes.trace import STEP_LIST_COLUMNS, TRACE_SCHEMA, TraceWriter, step_summaries
 from orchestrator.analysis import (
     ArmInfo,
     Requests,
-    SloDeadlines,
-    Slos,
     auto_rate_bands,
     batch_bands,
     rate_bands,
     request_frame,
     run_requests,
 )
-from orchestrator.analysis.opmap import met_sql
+from orchestrator.analysis.slo import met_sql
 from orchestrator.analysis.source import CLOCK_SQL
 from serve_apps.policies import DynamicPolicy, Topology
 
@@ -126,7 +125,7 @@ def test_each_request_stands_for_one_over_the_offered_rate_seconds() -> None:
 
 
 def test_slo_deadlines_per_category() -> None:
-    slos = Slos(ttft_s=1.0, tpot_s=0.05, per_category={"reasoning": SloDeadlines(ttft_s=3.0, tpot_s=None)})
+    slos = SloConfig(ttft_s=1.0, tpot_s=0.05, per_category={"reasoning": Deadlines(ttft_s=3.0, tpot_s=1.0)})
     table = trace_table(
         arm=["a"] * 6,
         scheduled_ns=START_NS + np.arange(6) * 10**9,
@@ -137,7 +136,7 @@ def test_slo_deadlines_per_category() -> None:
         category=["chat", "chat", "reasoning", "chat", None, "chat"],
     )
     met = _column(request_frame(table), met_sql(slos))
-    # chat: ttft 2.0 > 1.0 misses; reasoning: ttft 3 s allowed, no tpot deadline; failed requests never count;
+    # chat: ttft 2.0 > 1.0 misses; reasoning: ttft 3 s and tpot 1 s allowed; failed requests never count;
     # a one-token answer (no tpot) cannot miss the tpot deadline; a missing ttft misses a set deadline.
     assert met == [True, False, True, False, True, False]
 

@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
+from loadshapes.slo import SloConfig
 from orchestrator.analysis import (
     ArmInfo,
     MapSettings,
     OperatingMap,
-    Slos,
     Verdict,
     batch_bands,
     operating_map,
@@ -68,7 +68,7 @@ def test_counts_throughput_goodput_percentiles_k_and_acceptance() -> None:
         per_step_accepted=[[]] * n + [[2, 2, 2], [1, 1, 1]] * (n // 2),
     )
     frame = request_frame(table, offered_rate=np.full(2 * n, 2.0))  # each request stands for 0.5 s
-    result = operating_map(frame, [OFF, FIXED], Slos(ttft_s=0.5, tpot_s=0.05), ONE_BAND)
+    result = operating_map(frame, [OFF, FIXED], SloConfig(ttft_s=0.5, tpot_s=0.05), ONE_BAND)
     off, fixed = result.cell("0+", "off"), result.cell("0+", "fixed")
     finished = ttft[ok]
     assert (off.requests, off.completed) == (100, 90) and off.error_rate == pytest.approx(0.1)
@@ -84,7 +84,7 @@ def test_counts_throughput_goodput_percentiles_k_and_acceptance() -> None:
     assert fixed.acceptance_length_by_category == {"chat": pytest.approx(3.0), "code": pytest.approx(2.0)}
     assert off.speedup is None and fixed.speedup is not None and fixed.speedup.paired
     assert fixed.speedup.tpot.point == pytest.approx(2.0) and fixed.speedup.goodput.point == pytest.approx(1.0)
-    by_batch = operating_map(frame, [OFF, FIXED], Slos(), batch_bands())
+    by_batch = operating_map(frame, [OFF, FIXED], SloConfig(), batch_bands())
     # The fixed arm ran at batch 20-40, its `off` twins at 4-8: each request is banded by its twin's batch, so
     # the band compares the same requests in both arms.
     assert by_batch.cell("1-8", "off").requests == 100 and by_batch.cell("1-8", "fixed").requests == 100
@@ -98,7 +98,7 @@ def test_counts_throughput_goodput_percentiles_k_and_acceptance() -> None:
 def test_speedup_interval_contains_the_true_ratio(paired: bool) -> None:
     rows, rates = _latency_trace(300, [1.5], paired=paired)
     frame = request_frame(trace_table(**rows), offered_rate=rates)
-    cell = operating_map(frame, [OFF, FIXED], Slos(), ONE_BAND).cell("0+", "fixed")
+    cell = operating_map(frame, [OFF, FIXED], SloConfig(), ONE_BAND).cell("0+", "fixed")
     assert cell.speedup is not None and cell.speedup.paired is paired
     tpot = cell.speedup.tpot
     assert tpot.low is not None and tpot.high is not None
@@ -113,18 +113,18 @@ def test_bootstrap_is_seeded_and_covers_the_truth_most_of_the_time() -> None:
     for seed in range(20):
         rows, rates = _latency_trace(60, [1.2], paired=False, seed=seed)
         frame = request_frame(trace_table(**rows), offered_rate=rates)
-        cell = operating_map(frame, [OFF, FIXED], Slos(), ONE_BAND).cell("0+", "fixed")
+        cell = operating_map(frame, [OFF, FIXED], SloConfig(), ONE_BAND).cell("0+", "fixed")
         assert cell.speedup is not None and cell.speedup.tpot.low is not None
         covered += cell.speedup.tpot.low <= 1.2 <= cell.speedup.tpot.high  # type: ignore[operator]
     assert covered >= 16  # a 95% interval; 20 draws
-    again = operating_map(frame, [OFF, FIXED], Slos(), ONE_BAND).cell("0+", "fixed")
+    again = operating_map(frame, [OFF, FIXED], SloConfig(), ONE_BAND).cell("0+", "fixed")
     assert again == cell
 
 
 def test_verdicts_by_band_and_the_crossover() -> None:
     rows, rates = _latency_trace(200, [1.6, 1.3, 1.0, 0.7])
     frame = request_frame(trace_table(**rows), offered_rate=rates)
-    result = operating_map(frame, [OFF, FIXED], Slos(), rate_bands([0, 15, 25, 35, math.inf]))
+    result = operating_map(frame, [OFF, FIXED], SloConfig(), rate_bands([0, 15, 25, 35, math.inf]))
     verdicts = [result.cell(b.label, "fixed").speedup.verdict for b in result.bands]  # type: ignore[union-attr]
     assert verdicts == [Verdict.HELPS, Verdict.HELPS, Verdict.NO_DIFFERENCE, Verdict.HURTS]
     (cross,) = result.crossovers
@@ -135,8 +135,8 @@ def test_verdicts_by_band_and_the_crossover() -> None:
 def test_a_margin_turns_a_small_gain_into_no_difference() -> None:
     rows, rates = _latency_trace(300, [1.05])
     frame = request_frame(trace_table(**rows), offered_rate=rates)
-    strict = operating_map(frame, [OFF, FIXED], Slos(), ONE_BAND, settings=MapSettings(margin=0.0))
-    loose = operating_map(frame, [OFF, FIXED], Slos(), ONE_BAND, settings=MapSettings(margin=0.1))
+    strict = operating_map(frame, [OFF, FIXED], SloConfig(), ONE_BAND, settings=MapSettings(margin=0.0))
+    loose = operating_map(frame, [OFF, FIXED], SloConfig(), ONE_BAND, settings=MapSettings(margin=0.1))
     assert strict.cells[1].speedup.verdict is Verdict.HELPS  # type: ignore[union-attr]
     assert loose.cells[1].speedup.verdict is Verdict.NO_DIFFERENCE  # type: ignore[union-attr]
 
@@ -147,7 +147,7 @@ def test_goodput_ratio_and_lost_goodput_hurts() -> None:
     fixed = np.array(rows["arm"]) == "fixed"
     rows["status"] = ["error" if f and i % 2 else "ok" for i, f in enumerate(fixed)]  # half the fixed arm fails
     frame = request_frame(trace_table(**rows), offered_rate=rates)
-    cell = operating_map(frame, [OFF, FIXED], Slos(tpot_s=1.0), ONE_BAND).cell("0+", "fixed")
+    cell = operating_map(frame, [OFF, FIXED], SloConfig(tpot_s=1.0), ONE_BAND).cell("0+", "fixed")
     assert cell.speedup is not None and n == 400
     assert cell.speedup.goodput.point == pytest.approx(0.5)
     assert cell.speedup.tpot.verdict is Verdict.HELPS and cell.speedup.verdict is Verdict.HURTS
@@ -163,16 +163,16 @@ def test_crossover_skips_bands_without_data() -> None:
 def test_unconfigured_arms_and_baselines_are_refused() -> None:
     frame = request_frame(trace_table(arm=["off", "other"], scheduled_ns=[START_NS, START_NS]))
     with pytest.raises(ValueError, match="no ArmInfo: other"):
-        operating_map(frame, [OFF], Slos(), ONE_BAND)
+        operating_map(frame, [OFF], SloConfig(), ONE_BAND)
     # No baseline among the arms: every speedup is "insufficient data", never a traceback.
     arms = [OFF.model_copy(update={"baseline": False}), FIXED.model_copy(update={"name": "other"})]
-    alone = operating_map(frame, arms, Slos(), ONE_BAND)
+    alone = operating_map(frame, arms, SloConfig(), ONE_BAND)
     assert all(c.speedup is not None and c.speedup.verdict is Verdict.INSUFFICIENT_DATA for c in alone.cells)
     # Several baselines: an arm must name the one it is compared with.
     three = request_frame(trace_table(arm=["off", "other", "fixed"], scheduled_ns=[START_NS] * 3))
     two = [OFF, OFF.model_copy(update={"name": "other"}), FIXED]
     with pytest.raises(ValueError, match="arm fixed: several baselines"):
-        operating_map(three, two, Slos(), ONE_BAND)
+        operating_map(three, two, SloConfig(), ONE_BAND)
 
 
 def test_each_arm_is_compared_with_its_own_baseline_and_per_engine_when_normalised() -> None:
@@ -195,7 +195,7 @@ def test_each_arm_is_compared_with_its_own_baseline_and_per_engine_when_normalis
         FIXED.model_copy(update={"name": "fixed2", "compared_with": "off2"}),
         FIXED.model_copy(update={"name": "dp", "compared_with": "off", "engines_ratio": 2.0}),
     ]  # fmt: skip
-    result = operating_map(frame, arms, Slos(), ONE_BAND)
+    result = operating_map(frame, arms, SloConfig(), ONE_BAND)
     assert result.baselines == {"off": "off", "fixed": "off", "off2": "off2", "fixed2": "off2", "dp": "off"}
     assert result.is_baseline("off2") and not result.is_baseline("fixed2")
     fixed, fixed2, dp = (result.cell("0+", a).speedup for a in ("fixed", "fixed2", "dp"))
@@ -216,5 +216,5 @@ def test_sparse_request_ids_still_pair() -> None:
         for arm, rid in zip(rows["arm"], rows["request_id"], strict=True)
     ]
     frame = request_frame(trace_table(**rows), offered_rate=rates)
-    cell = operating_map(frame, [OFF, FIXED], Slos(), ONE_BAND).cell("0+", "fixed")
+    cell = operating_map(frame, [OFF, FIXED], SloConfig(), ONE_BAND).cell("0+", "fixed")
     assert cell.speedup is not None and cell.speedup.paired and cell.speedup.pairs == 100

@@ -21,7 +21,6 @@ from orchestrator.analysis.results import (
     Verdict,
     VerificationReport,
 )
-from orchestrator.analysis.slo import SloDeadlines, Slos
 from orchestrator.analysis.source import Requests, RunKey, request_frame, run_requests
 from orchestrator.analysis.verify import VerifySettings, verify_executed_policy
 
@@ -42,8 +41,6 @@ __all__ = [
     "RatioCI",
     "Requests",
     "RunKey",
-    "SloDeadlines",
-    "Slos",
     "Speedup",
     "SwitchTiming",
     "Verdict",

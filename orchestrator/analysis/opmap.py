@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from loadshapes.slo import SloConfig
 from orchestrator.analysis.arms import ArmInfo, baselines_of
 from orchestrator.analysis.bands import BandSet
-from orchestrator.analysis.db import sql_string
 from orchestrator.analysis.results import Crossover, MapCell, MapSettings, OperatingMap, Quantiles, Verdict
-from orchestrator.analysis.slo import SloDeadlines, Slos
+from orchestrator.analysis.slo import met_sql
 from orchestrator.analysis.source import CLOCK_SQL, Requests
 from orchestrator.analysis.speedup import CLOCK, PAIR_COLUMNS, CellBlocks, speedup
 
@@ -40,31 +40,7 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return float(numerator / denominator) if denominator > 0 else None
 
 
-def _deadline_sql(slos: Slos, name: str) -> str:
-    """The deadline `name` of each request's category, NULL where none applies."""
-
-    def value(deadlines: SloDeadlines) -> str:
-        limit = getattr(deadlines, name)
-        return "NULL" if limit is None else repr(float(limit))
-
-    cases = " ".join(
-        f"WHEN category = {sql_string(c)} THEN {value(d)}" for c, d in sorted(slos.per_category.items())
-    )
-    return f"(CASE {cases} ELSE {value(slos)} END)" if cases else value(slos)
-
-
-def met_sql(slos: Slos) -> str:
-    """Completed and within every deadline that applies: a missing TTFT or end-to-end misses a deadline that is
-    set; a one-token answer (no per-token latency) cannot miss the per-token one."""
-    ttft, tpot, e2e = (_deadline_sql(slos, n) for n in ("ttft_s", "tpot_s", "e2e_s"))
-    return (
-        f"(ok AND ({ttft} IS NULL OR coalesce(ttft <= {ttft}, false)) "
-        f"AND ({e2e} IS NULL OR coalesce(e2e <= {e2e}, false)) "
-        f"AND NOT coalesce(tpot > {tpot}, false))"
-    )
-
-
-def scored_sql(slos: Slos, band_sets: Sequence[BandSet], blocks: int) -> str:
+def scored_sql(slos: SloConfig, band_sets: Sequence[BandSet], blocks: int) -> str:
     """Per request: the map's measures, its time block within its run (the bootstrap resamples blocks, as
     requests close in time share queue state) and its band in each band set (band_0, band_1, ...)."""
     measures = {"batch_size": "band_batch", "offered_rate": "offered_rate"}
@@ -128,7 +104,7 @@ class _CellAggregates:
 
 
 def _aggregates(
-    requests: Requests, slos: Slos, band_sets: Sequence[BandSet], settings: MapSettings, baselines: dict[str, str]
+    requests: Requests, slos: SloConfig, band_sets: Sequence[BandSet], settings: MapSettings, baselines: dict[str, str]
 ) -> list[_CellAggregates]:
     """`baselines`: arm -> the baseline arm it is compared with (a baseline names itself), arms with data only."""
     con, n = requests.con, len(band_sets)
@@ -336,7 +312,7 @@ def _one_map(
 def operating_maps(
     requests: Requests,
     arms: Sequence[ArmInfo],
-    slos: Slos,
+    slos: SloConfig,
     band_sets: Sequence[BandSet],
     *,
     settings: MapSettings | None = None,
@@ -357,7 +333,7 @@ def operating_maps(
 def operating_map(
     requests: Requests,
     arms: Sequence[ArmInfo],
-    slos: Slos,
+    slos: SloConfig,
     bands: BandSet,
     *,
     settings: MapSettings | None = None,
