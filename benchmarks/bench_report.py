@@ -4,9 +4,12 @@ Generates a synthetic run directory (manifest, unit markers, version-2 traces, e
 realistic step counts: output tokens lognormal around 200, steps = output tokens for `off` and output tokens /
 (1 + accepted per step) for the speculative arms; 4 arms (off, fixed k=3, dynamic on one engine, dynamic on a
 data-parallel group that fell back to the static k), 3 shapes with the same paired schedule in every arm. Then,
-each stage in its own process (so each peak RSS is its own), best of --repeats:
+each stage in its own process (so each peak RSS is its own; times exclude the stage's imports), best of
+--repeats:
 
   plain_maps    DuckDB: one scan, GROUPING SETS (arm, batch band) and (arm, rate band): count, TTFT/TPOT quantiles
+  plain_map_inputs  DuckDB: the maps' own inputs in one scan: 13 columns, sums and 4 measures' quantiles per
+                (arm, band, category) of both band sets (what the maps cannot do with less; no pairing)
   maps          ours: both operating maps (per-request view, pairing join, bootstrap, verdicts, crossovers)
   plain_steps   DuckDB: histogram of (arm, step batch size, step k) over the timelines
   verify        ours: the executed-policy verification from the timelines (every check, switch timing)
@@ -342,6 +345,18 @@ def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
+def _started() -> tuple[float, float]:
+    """Wall and CPU clocks at the start of a stage's work: after its imports, which are not the analysis."""
+    return time.perf_counter(), _cpu_s()
+
+
+def _measured(started: tuple[float, float], **extra: Any) -> dict[str, Any]:
+    wall, cpu = started
+    return {
+        "seconds": time.perf_counter() - wall, "cpu_s": _cpu_s() - cpu, "peak_rss_bytes": _peak_rss_bytes(), **extra,
+    }  # fmt: skip
+
+
 def _edges_case(column: str, edges: list[float]) -> str:
     cases = " ".join(f"WHEN {column} < {high} THEN {i}" for i, high in enumerate(edges[1:]))
     return f"CASE WHEN {column} IS NULL OR {column} < {edges[0]} THEN -1 {cases} ELSE {len(edges) - 1} END"
@@ -350,7 +365,7 @@ def _edges_case(column: str, edges: list[float]) -> str:
 def run_plain_maps(run_dir: Path) -> dict[str, Any]:
     import duckdb
 
-    t0 = time.perf_counter()
+    t0 = _started()
     batch = _edges_case("step_batch_mean", [1, 65, 129, 513])
     rate = _edges_case("offered_rate_rps", [0, 20, 40, 60, 80])
     result = duckdb.sql(
@@ -361,25 +376,48 @@ def run_plain_maps(run_dir: Path) -> dict[str, Any]:
         GROUP BY GROUPING SETS ((arm, bb), (arm, rb))
         """
     ).fetchall()
-    return {"seconds": time.perf_counter() - t0, "peak_rss_bytes": _peak_rss_bytes(), "groups": len(result)}
+    return _measured(t0, groups=len(result))
+
+
+def run_plain_map_inputs(run_dir: Path) -> dict[str, Any]:
+    """What the maps read and aggregate, without pairing, twins or bootstrap: the 13 input columns in one scan,
+    per (arm, band) of both band sets, their sums and the four measures' exact quantiles."""
+    import duckdb
+
+    t0 = _started()
+    batch = _edges_case("step_batch_mean", [1, 65, 129, 513])
+    rate = _edges_case("offered_rate_rps", [0, 20, 40, 60, 80])
+    q = "[0.5, 0.9, 0.99]"
+    result = duckdb.sql(
+        f"""
+        SELECT arm, bb, rb, category, count(*), sum(engine_steps), sum(step_k_sum), sum(spec_steps),
+               sum(accepted_tokens), sum(scheduled_ns - unit_start_ns), sum(request_index), count_if(status = 'ok'),
+               quantile_cont(ttft_s, {q}), quantile_cont(tpot_s, {q}), quantile_cont(e2e_s, {q}),
+               quantile_cont(queue_wait_s, {q})
+        FROM (SELECT *, {batch} AS bb, {rate} AS rb
+              FROM read_parquet('{run_dir}/traces/*/*/*.parquet', hive_partitioning = true))
+        GROUP BY GROUPING SETS ((arm, bb, category), (arm, rb, category))
+        """
+    ).fetchall()
+    return _measured(t0, groups=len(result))
 
 
 def run_plain_steps(run_dir: Path) -> dict[str, Any]:
     import duckdb
 
-    t0 = time.perf_counter()
+    t0 = _started()
     result = duckdb.sql(
         f"SELECT arm, batch_size, k, count(*) FROM read_parquet('{run_dir}/timelines/*/*/*.parquet', "
         "hive_partitioning = true) GROUP BY ALL"
     ).fetchall()
-    return {"seconds": time.perf_counter() - t0, "peak_rss_bytes": _peak_rss_bytes(), "groups": len(result)}
+    return _measured(t0, groups=len(result))
 
 
 def run_maps(run_dir: Path) -> dict[str, Any]:
     from orchestrator.analysis import operating_maps, run_requests
     from orchestrator.report import load_run, offered_rate_bands, schedule_bands
 
-    t0 = time.perf_counter()
+    t0 = _started()
     inputs = load_run(str(run_dir))
     units = [(u.unit.arm, u.unit.shape, u.unit.repeat) for u in inputs.units]
     requests = run_requests(str(run_dir), units)
@@ -388,43 +426,40 @@ def run_maps(run_dir: Path) -> dict[str, Any]:
     if rate_bands is not None:
         band_sets.append(rate_bands)
     maps = operating_maps(requests, inputs.arms, inputs.campaign.slo, band_sets)
-    return {
-        "seconds": time.perf_counter() - t0,
-        "peak_rss_bytes": _peak_rss_bytes(),
-        "crossovers": [c.message for m in maps for c in m.crossovers],
-        "cells": sum(len(m.cells) for m in maps),
-    }
+    return _measured(
+        t0, crossovers=[c.message for m in maps for c in m.crossovers], cells=sum(len(m.cells) for m in maps)
+    )
 
 
 def run_verify(run_dir: Path) -> dict[str, Any]:
     from orchestrator.analysis import run_requests, verify_executed_policy
     from orchestrator.report import load_run, schedule_bands
 
-    t0 = time.perf_counter()
+    t0 = _started()
     inputs = load_run(str(run_dir))
     units = [(u.unit.arm, u.unit.shape, u.unit.repeat) for u in inputs.units]
     requests = run_requests(str(run_dir), units)
     report = verify_executed_policy(
         requests, inputs.arms, shapes=dict(inputs.campaign.shapes), bands=schedule_bands(inputs.campaign)
     )
-    return {
-        "seconds": time.perf_counter() - t0,
-        "peak_rss_bytes": _peak_rss_bytes(),
-        "failed_findings": [f.message for a in report.arms for f in a.findings if not f.passed],
-        "switch_timings": [t.message for t in report.switch_timings],
-    }
+    return _measured(
+        t0,
+        failed_findings=[f.message for a in report.arms for f in a.findings if not f.passed],
+        switch_timings=[t.message for t in report.switch_timings],
+    )
 
 
 def run_report(run_dir: Path) -> dict[str, Any]:
     from orchestrator.report import write_report
 
-    t0 = time.perf_counter()
+    t0 = _started()
     summary = write_report(str(run_dir))
-    return {"seconds": time.perf_counter() - t0, "peak_rss_bytes": _peak_rss_bytes(), "passed": summary.passed}
+    return _measured(t0, passed=summary.passed)
 
 
 STAGES = {
     "plain_maps": run_plain_maps,
+    "plain_map_inputs": run_plain_map_inputs,
     "maps": run_maps,
     "plain_steps": run_plain_steps,
     "verify": run_verify,
@@ -478,10 +513,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.stage:
         # CPU time as well as wall time: on a shared machine the wall clock moves with the neighbours' load.
-        before = _cpu_s()
-        result = STAGES[args.stage](args.root)
-        result["cpu_s"] = _cpu_s() - before
-        print(json.dumps(result))
+        print(json.dumps(STAGES[args.stage](args.root)))
         return
     if args.root is not None and len(args.rows) > 1:
         parser.error("--root keeps one run directory: give one --rows with it")
@@ -513,6 +545,8 @@ def main() -> None:
             "maps_vs_plain_aggregate": round(seconds("maps") / seconds("plain_maps"), 2),
             "verify_vs_plain_histogram": round(seconds("verify") / seconds("plain_steps"), 2),
             "maps_vs_plain_aggregate_cpu": round(cpu("maps") / cpu("plain_maps"), 2),
+            "maps_vs_plain_map_inputs": round(seconds("maps") / seconds("plain_map_inputs"), 2),
+            "maps_vs_plain_map_inputs_cpu": round(cpu("maps") / cpu("plain_map_inputs"), 2),
             "verify_vs_plain_histogram_cpu": round(cpu("verify") / cpu("plain_steps"), 2),
         }
         print(json.dumps({str(rows): figures[str(rows)]}), flush=True)
