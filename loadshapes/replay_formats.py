@@ -1,6 +1,6 @@
 """Readers for the traces `replay` plays back: arrival times, and per-request lengths where the trace has them.
 
-Formats (README "Traffic", docs/replay.md):
+Formats (docs/traffic.md, docs/replay.md):
   - azure: Azure LLM inference traces 2023 / 2024, CSV `TIMESTAMP, ContextTokens, GeneratedTokens`, date-times;
   - burstgpt: BurstGPT, CSV `Timestamp, Model, Request tokens, Response tokens, Total tokens, Log Type`, seconds
     from the trace's start; 0 response tokens is a failed request;

@@ -25,7 +25,7 @@ from serve_apps.placement import ArmPlacement, plan_placement
 
 log = get_logger(__name__)
 
-# Keep every Ray listener on loopback (see README, "Ray on one machine").
+# Keep every Ray listener on loopback (docs/security.md).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 

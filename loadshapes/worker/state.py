@@ -24,7 +24,7 @@ from timebase.clock import now_ns
 def load_plan() -> WorkerPlan:
     path = os.environ.get("SPECDRILL_LOAD_PLAN")
     if not path:
-        sys.exit("SPECDRILL_LOAD_PLAN is not set: point it at a load plan (YAML or JSON, see README)")
+        sys.exit("SPECDRILL_LOAD_PLAN is not set: point it at a load plan (YAML or JSON, see docs/traffic.md)")
     # A standby worker is started before its plan exists (Locust's import costs seconds): it waits here, bounded.
     wait_s = float(os.environ.get("SPECDRILL_PLAN_WAIT_S", "0"))
     deadline = time.monotonic() + wait_s
