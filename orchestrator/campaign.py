@@ -62,7 +62,8 @@ class LoadConfig(_Strict):
     # The simulated engine in real time: a unit where the engine's lag (step tokens handed out late) adds more
     # than this share to the model's step time is flagged like a saturated generator: its latencies are the
     # host's. 0.1: the engine ran within 10% of its model's pace, five times the verdicts' 2% margin, so a
-    # verdict is only at risk where the arms were slowed very unequally; beyond it they measurably were (docs/simulator.md).
+    # verdict is only at risk where the arms were slowed very unequally; beyond it they measurably were
+    # (docs/simulator.md).
     engine_lag_bound: float = Field(default=0.1, gt=0)
     drain_s: float = Field(default=120.0, ge=0)
     request_timeout_s: float = Field(default=600.0, gt=0)

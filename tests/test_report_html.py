@@ -361,3 +361,19 @@ def test_a_check_without_evidence_reads_not_verifiable_not_fail() -> None:
     html = verification_section(VerificationReport(arms=[unverified], switch_timings=[], passed=False))
     assert html.count('<span class="unverified">not verifiable</span>') == 4  # heading, summary row, arm, finding
     assert "FAIL" not in html
+
+
+def test_steps_without_a_k_are_counted_but_not_drawn() -> None:
+    """vLLM reports no k for a step whose drafts no request verified: such a step is not a point at NaN."""
+    steps = _timelines()
+    k = steps["k"].to_pylist()
+    with_gaps = steps.set_column(
+        steps.schema.get_field_index("k"), "k",
+        pa.array([None if i % 10 == 0 else v for i, v in enumerate(k)], steps.schema.field("k").type),
+    )  # fmt: skip
+    series = series_of_table(with_gaps, {}, max_points=10**6)  # fixed-k3's 6000 steps drawn one by one
+    assert not any(s.bucketed for s in series.values() if s.engines == 1)
+    assert all(not np.isnan(s.k).any() for s in series.values())
+    assert sum(s.steps for s in series.values()) == steps.num_rows  # counted in the caption all the same
+    page = render_report_html(_data(timelines=with_gaps))
+    assert "nan" not in page[page.index("<section><h2>Engine timelines") :].lower()

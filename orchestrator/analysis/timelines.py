@@ -2,8 +2,9 @@
 `max_points` points (equal-time buckets: mean k, max batch size) once a unit has more steps than that or more
 than one engine.
 
-DuckDB buckets the steps where they lie, so a day of steps never becomes one table in memory; `series_of_steps`
-makes the same buckets in numpy from a step table already in memory (tests, small runs).
+DuckDB buckets the steps where they lie, so a day of steps never becomes one table in memory; a step table
+already in memory goes through the same queries (`series_of_table`). A step without a k (vLLM reports none for a
+step whose drafts no request verified) is counted but not drawn.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from orchestrator.analysis.db import connect
 from orchestrator.analysis.source import Requests
 
 MAX_POINTS = 2000  # per series in a timeline chart; longer timelines are bucketed by time
@@ -43,7 +44,9 @@ GROUP BY s.arm, s.shape, s.repeat, u.start_ns
 
 _SHAPE_SQL = f"""
 SELECT u.arm, u.shape, u.repeat, u.steps, u.engines, u.origin, u.last_end,
-       count(*) AS inside, min(s.start_ns) AS first_ns, max(s.start_ns) AS last_ns
+       count(*) AS inside, count(s.k) AS drawn,
+       min(s.start_ns) FILTER (WHERE s.k IS NOT NULL) AS first_ns,
+       max(s.start_ns) FILTER (WHERE s.k IS NOT NULL) AS last_ns
 FROM ({_UNITS_SQL}) u JOIN steps s USING (arm, shape, repeat)
 WHERE s.start_ns >= u.origin
 GROUP BY ALL
@@ -74,8 +77,8 @@ def timeline_series(
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE timeline_units_b AS
-        SELECT *, least({max_points}, greatest(1, inside // engines)) AS buckets,
-               (inside > {max_points} OR engines > 1) AS bucketed,
+        SELECT *, least({max_points}, greatest(1, drawn // engines)) AS buckets,
+               (drawn > {max_points} OR engines > 1) AS bucketed,
                (first_ns - origin) / 1e9 AS t0, (last_ns - origin) / 1e9 AS t1
         FROM timeline_units
         """
@@ -86,7 +89,7 @@ def timeline_series(
         SELECT u.arm, u.shape, u.repeat, (s.start_ns - u.origin) / 1e9 AS t, s.k::DOUBLE AS k,
                s.batch_size::DOUBLE AS batch
         FROM timeline_units_b u JOIN steps s USING (arm, shape, repeat)
-        WHERE NOT u.bucketed AND s.start_ns >= u.origin
+        WHERE NOT u.bucketed AND s.start_ns >= u.origin AND s.k IS NOT NULL
         UNION ALL
         SELECT arm, shape, repeat, t0 + bucket * (t1 - t0) / buckets AS t, avg(k) AS k, max(batch) AS batch
         FROM (
@@ -96,7 +99,7 @@ def timeline_series(
                                                   / ((u.t1 - u.t0) / u.buckets)), 0), u.buckets - 1)
                         ELSE 0 END AS bucket
             FROM timeline_units_b u JOIN steps s USING (arm, shape, repeat)
-            WHERE u.bucketed AND s.start_ns >= u.origin
+            WHERE u.bucketed AND s.start_ns >= u.origin AND s.k IS NOT NULL
         ) GROUP BY arm, shape, repeat, t0, t1, buckets, bucket
         ORDER BY arm, shape, repeat, t
         """
@@ -113,13 +116,15 @@ def timeline_series(
     batch_col = points["batch"].to_numpy(zero_copy_only=False)
     for arm, shape, repeat, steps, engines, origin, last_end, inside, bucketed in units:
         mine = (arm_col == arm) & (shape_col == shape) & (repeat_col == repeat)
-        t = t_col[mine]
+        t, k, batch = t_col[mine], k_col[mine], batch_col[mine]
+        if not len(t):  # no step with a k after the unit's start: one point at the origin keeps the axes
+            t, k, batch = np.zeros(1), np.zeros(1), np.zeros(1)
         end = (int(last_end) - int(origin)) / 1e9
         out[f"{arm}/{shape}/r{repeat}"] = TimelineSeries(
             t=t,
-            k=k_col[mine],
-            batch=batch_col[mine],
-            end=max(end, float(t[-1])) if len(t) else end,
+            k=k,
+            batch=batch,
+            end=max(end, float(t[-1])),
             steps=int(steps),
             engines=int(engines),
             bucketed=bool(bucketed),
@@ -132,66 +137,10 @@ def series_of_table(
     steps: pa.Table, unit_starts: Mapping[str, int], *, max_points: int = MAX_POINTS
 ) -> dict[str, TimelineSeries]:
     """timeline_series over a step table in memory (arm, shape, repeat, engine_id, start_ns, end_ns, batch_size,
-    k): for tools and tests."""
-    from orchestrator.analysis.db import connect
-
-    con = connect()
+    k): report.html of a table in hand, tools and tests."""
+    requests = Requests(con=connect(), arms=(), has_steps=steps.num_rows > 0, step_arms=frozenset())
     try:
-        con.register("steps", steps)
-        requests = Requests(con=con, arms=(), has_steps=steps.num_rows > 0, step_arms=frozenset())
+        requests.con.register("steps", steps)
         return timeline_series(requests, unit_starts, max_points=max_points)
     finally:
-        con.close()
-
-
-def series_of_steps(
-    steps: pa.Table, unit_starts: Mapping[str, int], *, max_points: int = MAX_POINTS
-) -> dict[str, TimelineSeries]:
-    """timeline_series of a step table in memory, in numpy. Unlike the DuckDB path, a step whose k is null (vLLM
-    reports none for a step whose drafts no request verified) is left out of the points instead of drawn as NaN."""
-    keys = steps.group_by(["arm", "shape", "repeat"]).aggregate([]).to_pylist()
-    out: dict[str, TimelineSeries] = {}
-    for arm, shape, repeat in sorted((str(k["arm"]), str(k["shape"]), int(k["repeat"])) for k in keys):
-        unit = f"{arm}/{shape}/r{repeat}"
-        out[unit] = _unit_series(_unit_rows(steps, arm, shape, repeat), unit_starts.get(unit), max_points)
-    return out
-
-
-def _unit_rows(steps: pa.Table, arm: str, shape: str, repeat: int) -> pa.Table:
-    mask = pc.and_(
-        pc.and_(pc.equal(steps["arm"], arm), pc.equal(steps["shape"], shape)), pc.equal(steps["repeat"], repeat)
-    )
-    return steps.filter(mask)
-
-
-def _bucket(t: np.ndarray, k: np.ndarray, batch: np.ndarray, buckets: int) -> tuple[np.ndarray, ...]:
-    """Equal-time buckets over sorted t: (bucket start, mean k, max batch) for each non-empty bucket."""
-    edges = np.linspace(t[0], t[-1], buckets + 1)
-    index = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, buckets - 1)
-    starts = np.flatnonzero(np.diff(index, prepend=-1))
-    counts = np.diff(np.append(starts, len(t)))
-    return edges[index[starts]], np.add.reduceat(k, starts) / counts, np.maximum.reduceat(batch, starts)
-
-
-def _unit_series(rows: pa.Table, start_ns: int | None, max_points: int) -> TimelineSeries:
-    start = rows["start_ns"].to_numpy().astype(np.int64)
-    order = np.argsort(start, kind="stable")
-    if start_ns is None or start_ns > int(start.max()):
-        start_ns = int(start.min())  # no (usable) unit start: time from the first step
-    t = (start[order] - start_ns) / 1e9
-    inside = t >= 0  # steps before the unit started (another unit's tail) are left out
-    t = t[inside]
-    k = rows["k"].to_numpy(zero_copy_only=False).astype(np.float64)[order][inside]
-    batch = rows["batch_size"].to_numpy().astype(np.float64)[order][inside]
-    known = ~np.isnan(k)
-    t, k, batch = t[known], k[known], batch[known]
-    if not len(t):
-        t, k, batch = np.zeros(1), np.zeros(1), np.zeros(1)
-    end = float((int(pc.max(rows["end_ns"]).as_py()) - start_ns) / 1e9)
-    engines = len(pc.unique(rows["engine_id"]))
-    buckets = min(max_points, max(1, len(t) // engines))
-    bucketed = len(t) > max_points or engines > 1
-    if bucketed:
-        t, k, batch = _bucket(t, k, batch, buckets)
-    early = rows.num_rows - int(inside.sum())
-    return TimelineSeries(t, k, batch, max(end, float(t[-1])), rows.num_rows, engines, bucketed, early)
+        requests.close()

@@ -12,7 +12,7 @@ import pyarrow as pa
 from loadshapes.shapes import Shape
 from orchestrator.analysis.faults import FaultWindow
 from orchestrator.analysis.results import OperatingMap, VerificationReport
-from orchestrator.analysis.timelines import TimelineSeries, series_of_steps
+from orchestrator.analysis.timelines import TimelineSeries, series_of_table
 from orchestrator.report_html.charts import timeline_chart
 from orchestrator.report_html.maps import map_section
 from orchestrator.report_html.text import NO_DATA, badge, bullets, esc, figure, json_code, table
@@ -201,7 +201,7 @@ def _timelines_section(data: ReportData) -> str:
         return (
             f'<section><h2>Engine timelines</h2><p class="bad">Timelines lack {esc(", ".join(missing))}.</p></section>'
         )
-    return _series_section(data, series_of_steps(steps, data.unit_starts))
+    return _series_section(data, series_of_table(steps, data.unit_starts))
 
 
 def _series_section(data: ReportData, series: dict[str, TimelineSeries]) -> str:
