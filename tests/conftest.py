@@ -57,12 +57,20 @@ INTEGRATION_NAMES = frozenset({
 })  # fmt: skip
 
 # `slow` beyond the modules that mark it themselves: over ~10 s on the 2-core development machine (`pytest
-# --durations`, other work sharing the cores). Node id prefixes.
+# --durations`, other work sharing the cores; a module's Ray start, paid by whichever of its tests runs first, is
+# not counted). Node id prefixes.
 SLOW = (
     "tests/test_long_runs.py::",  # 100k requests in virtual time (~45 s); ten minutes of real time on Ray
     "tests/test_campaign_e2e_fuzz.py::test_every_valid_campaign_runs_to_a_report",  # ~14 s
     "tests/test_campaign_fuzz.py::test_fuzzed_campaigns_are_accepted_or_refused_in_one_line",  # ~12 s
     "tests/test_ground_truth.py::test_the_reports_crossover_for_k3_is_the_dense_sweeps",  # ~10 s
+    "tests/test_job_submit.py::",  # `ray job submit` runs and reruns: 1.5-2 min each
+    "tests/test_multinode.py::test_a_campaign_runs_across_nodes",  # ~50 s
+    "tests/test_serve_sim.py::test_a_serve_replica_killed_mid_run_becomes_error_rows_and_a_marked_window",  # ~40 s
+    "tests/test_serve_sim.py::test_a_load_worker_killed_mid_run_loses_only_its_unflushed_rows",  # ~40 s
+    "tests/test_serve_sim.py::test_load_workers_on_ray_write_one_row_per_request",  # ~25 s
+    "tests/test_serve_sim.py::test_cli_deploy_and_teardown",  # ~10 s
+    "tests/test_placement.py::test_replicas_ray_cannot_place_fail_the_deploy_with_rays_message",  # ~35 s
 )
 
 
