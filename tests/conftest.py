@@ -71,6 +71,13 @@ SLOW = (
     "tests/test_serve_sim.py::test_load_workers_on_ray_write_one_row_per_request",  # ~25 s
     "tests/test_serve_sim.py::test_cli_deploy_and_teardown",  # ~10 s
     "tests/test_placement.py::test_replicas_ray_cannot_place_fail_the_deploy_with_rays_message",  # ~35 s
+    # vLLM tier
+    "tests/test_serve_vllm.py::",  # its arms (vLLM on Serve) take ~2 min to start: any test of it pays that
+    "tests/test_placement.py::test_the_old_layout_is_caught_by_the_probe_within_seconds",  # ~65 s
+    "tests/test_placement.py::test_vllm_data_and_tensor_parallel_engines_get_every_device_from_their_replica",  # 40 s
+    "tests/test_placement.py::test_cli_deploy_check_prints_each_workers_device_and_refuses_in_one_line",  # ~40 s
+    "tests/test_placement.py::test_a_tensor_parallel_engine_larger_than_a_node_spans_nodes",  # ~10 s
+    "tests/test_infra.py::test_the_hf_token_reaches_every_replica_from_the_cluster_env_and_no_file",  # ~40 s
 )
 
 
