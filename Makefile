@@ -12,7 +12,7 @@ STAMP := $(VENV)/.specdrill-installed
 # gets the rest when make test runs (its stamp is missing), whatever the order.
 DEMO_STAMP := $(VENV)/.specdrill-demo-installed
 
-.PHONY: venv test test-fast demo lint bench bench-clients bench-loadgen bench-report bench-oracle chromium clean
+.PHONY: venv test test-fast demo lint bench bench-clients bench-loadgen bench-report bench-oracle bench-replay chromium clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,10 @@ bench-loadgen: $(STAMP)
 
 bench-report: $(STAMP)
 	$(BIN)/python benchmarks/bench_report.py
+
+# A load worker's peak memory replaying an hour of a generated 5-million-row BurstGPT file (docs/performance.md).
+bench-replay: $(STAMP)
+	$(BIN)/python benchmarks/bench_replay_memory.py
 
 # The analysis against the simulator's ground truth (docs/ground-truth.md); QUICK=1 for the tests' sizes.
 bench-oracle: $(STAMP)
