@@ -145,3 +145,8 @@ def test_foreign_vllm_servers_are_verified_from_their_own_telemetry(
     assert off_findings["executed_k"].status == "not_verifiable"
     for name in ("dyn-single", "dyn-dp2"):
         assert findings[name]["reconciliation"].status == "pass", findings[name]["reconciliation"].message
+    # The gate: the arm that followed its schedule passes on the evidence a foreign server gives (its batch sizes
+    # are a sampled gauge's, so not on the step-by-step match); the arm vLLM dropped it on fails.
+    follows = {g.arm: g for g in summary.gates if g.gate == "dynamic_follows_schedule"}
+    assert follows["dyn-single"].passed, follows["dyn-single"].message
+    assert not follows["dyn-dp2"].passed and "data-parallel fallback" in follows["dyn-dp2"].message
