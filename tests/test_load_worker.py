@@ -156,7 +156,12 @@ def test_open_loop_rows_equal_requests_and_tokens_are_counted(server: ServerThre
     assert set(table.column("output_tokens").to_pylist()) == {15}
     assert all(len(t) == 15 for t in table.column("token_times_ns").to_pylist())
     tpot = np.array(table.column("tpot_s").to_pylist())
-    assert np.all(tpot > 0.01 * 4 / 14 * 0.9)  # 4 chunk gaps of >= 10 ms over 14 token gaps
+    times = table.column("token_times_ns").to_pylist()
+    np.testing.assert_allclose(tpot, [(t[-1] - t[0]) / 1e9 / 14 for t in times], rtol=1e-12)  # from the stream
+    # 4 chunk gaps of >= 10 ms over 14 token gaps as the server sends them; the client's read times can bunch a
+    # row's chunks when the host is busy (seen once in a clean-clone run at load ~8), so the bound holds for the
+    # typical row, not every one.
+    assert np.all(tpot > 0) and np.median(tpot) > 0.01 * 4 / 14 * 0.9
     assert set(table.column("worker").to_pylist()) == {1}
     assert table.column("phase").unique().to_pylist() == ["quiet"]
     scheduled = np.array(table.column("scheduled_ns").to_pylist())
