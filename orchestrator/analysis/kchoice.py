@@ -101,7 +101,7 @@ def _pairs_vs_best(
 ) -> dict[tuple[int, str], CellBlocks]:
     """Per (band, candidate): per-block totals of the candidate's requests paired with the band's best's copy, in
     PAIR_COLUMNS' layout with the sign turned so that paired_ratios' per-token ratio reads candidate / best
-    (>= 1: the candidate is slower), from the maps' `scored` table."""
+    (>= 1: the candidate is slower), from the maps' `scored` view."""
     con = requests.con
     con.execute("CREATE OR REPLACE TEMP TABLE k_pairs (band BIGINT, best VARCHAR, other VARCHAR)")
     if not comparisons:
@@ -159,7 +159,7 @@ def choose_k(
     dropped: set[str] | None = None,
     settings: MapSettings | None = None,
 ) -> list[BandChoice]:
-    """Per band of the batch map (band set `band_set` of the maps' `scored` table, which must exist on
+    """Per band of the batch map (band set `band_set` of the maps' `scored` view, which must exist on
     `requests`), the evidence and the choice of k."""
     chosen_settings = settings or batch_map.settings
     per_band = {
