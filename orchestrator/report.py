@@ -404,18 +404,18 @@ def map_table(operating_map: OperatingMap) -> Table:
     return table
 
 
+# Three outcomes: a check without evidence is neither a pass nor a failure.
+_STATUS_MARKS = {
+    "pass": "[green]PASS[/green]", "fail": "[red]FAIL[/red]", "not_verifiable": "[yellow]NOT VERIFIABLE[/yellow]",
+}  # fmt: skip
+
+
 def print_report(summary: Summary, console: Console) -> None:
     for operating_map in summary.maps:
         console.print(map_table(operating_map))
     console.print("[bold]executed policy[/bold]")
     for checked in summary.verification.arms:
-        # Three outcomes: a check without evidence is neither a pass nor a failure.
-        if checked.failed:
-            mark = "[red]FAIL[/red]"
-        elif checked.passed:
-            mark = "[green]PASS[/green]"
-        else:
-            mark = "[yellow]NOT VERIFIABLE[/yellow]"
+        mark = _STATUS_MARKS[checked.status]
         share = "-" if checked.match_fraction is None else f"{checked.match_fraction:.0%}"
         console.print(
             f"  {mark} {checked.arm} ({checked.kind}, {checked.topology}): k as configured in {share} of steps"

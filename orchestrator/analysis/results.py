@@ -183,6 +183,13 @@ class ArmVerification(_Result):
     def unverified(self) -> list[Finding]:
         return [f for f in self.findings if not f.verifiable]
 
+    @property
+    def status(self) -> FindingStatus:
+        """fail when a check failed; pass when every check passed; else not_verifiable (a check lacked evidence)."""
+        if self.failed:
+            return "fail"
+        return "pass" if self.passed else "not_verifiable"
+
 
 class SwitchTiming(_Result):
     """On a cross_and_recover run: how long after the load crossed the boundary the executed k followed."""

@@ -50,10 +50,10 @@ FROM (
 LEFT JOIN run_starts s USING (arm, shape, run, repeat)
 """
 
-# The per-request measures; names and per-run values stay in `runs`, joined back by run_id in `requests`.
-_MEASURES_SQL = f"""
-CREATE OR REPLACE TEMP VIEW request_measures AS
-SELECT r.run_id, t.request_index, t.category,
+# One row per request: its run's names and clock (from `runs`) and the measures every map and check uses.
+_REQUESTS_SQL = f"""
+CREATE OR REPLACE TEMP VIEW requests AS
+SELECT r.arm, r.shape, r.run, r.repeat, r.run_id, t.request_index, t.category,
        t.status = 'ok' AS ok,
        {_measure("ttft_s")} AS ttft, {_measure("tpot_s")} AS tpot, {_measure("e2e_s")} AS e2e,
        {_measure("queue_wait_s")} AS queue_wait,
@@ -61,14 +61,9 @@ SELECT r.run_id, t.request_index, t.category,
        coalesce(t.engine_steps, 0)::INTEGER AS steps, coalesce(t.step_k_sum, 0)::BIGINT AS k_sum,
        coalesce(t.spec_steps, 0)::INTEGER AS spec_steps, coalesce(t.accepted_tokens, 0)::BIGINT AS accepted,
        (t.scheduled_ns - r.start_ns) / 1e9 AS offset_s,
-       {_measure("offered_rate_rps")} AS offered_rate
+       {_measure("offered_rate_rps")} AS offered_rate,
+       r.span_s, r.mean_rate
 FROM trace t JOIN runs r ON t.arm = r.arm AND t.shape = r.shape AND t.run = r.run AND t.repeat = r.repeat
-"""
-
-_REQUESTS_SQL = """
-CREATE OR REPLACE TEMP VIEW requests AS
-SELECT r.arm, r.shape, r.run, r.repeat, m.*, r.span_s, r.mean_rate
-FROM {measures} m JOIN runs r USING (run_id)
 """
 
 
@@ -112,8 +107,7 @@ def _finish(con: duckdb.DuckDBPyConnection, run_starts: Mapping[RunKey, int] | N
     )
     con.register("run_starts", starts)
     con.execute(_RUNS_SQL)
-    con.execute(_MEASURES_SQL)
-    con.execute(_REQUESTS_SQL.format(measures="request_measures"))
+    con.execute(_REQUESTS_SQL)
     arms = tuple(r[0] for r in con.execute("SELECT DISTINCT arm FROM runs ORDER BY arm").fetchall())
     return Requests(con=con, arms=arms, has_steps=has_steps, step_arms=step_arms)
 

@@ -31,12 +31,6 @@ def _band_checks(bands: Sequence[BandKCheck]) -> str:
     return table(header, rows) if rows else '<p class="muted">No banded steps.</p>'
 
 
-def _arm_status(arm: ArmVerification) -> str:
-    if arm.failed:
-        return "fail"
-    return "pass" if arm.passed else "not_verifiable"
-
-
 def _findings(arm: ArmVerification) -> str:
     if not arm.findings:
         return ""
@@ -50,7 +44,7 @@ def _findings(arm: ArmVerification) -> str:
 
 def _arm_verification(arm: ArmVerification) -> str:
     return (
-        f"<h3>{esc(arm.arm)} {status_mark(_arm_status(arm))}</h3>"
+        f"<h3>{esc(arm.arm)} {status_mark(arm.status)}</h3>"
         f'<p class="meta">kind {esc(arm.kind)} &middot; topology {esc(arm.topology)} &middot; {arm.steps} steps '
         f"&middot; executed k matches the configured k on {pct(arm.match_fraction)} of steps</p>"
         f"{_band_checks(arm.bands)}{_findings(arm)}"
@@ -115,7 +109,7 @@ def verification_section(report: VerificationReport) -> str:
             [
                 [
                     esc(a.arm), esc(a.kind), esc(a.topology), str(a.steps), pct(a.match_fraction),
-                    status_mark(_arm_status(a)),
+                    status_mark(a.status),
                 ]
                 for a in report.arms
             ],
