@@ -132,6 +132,15 @@ def filesystem(root: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), root
 
 
+PART_FILE = "part-"  # part files are named part-<writer id>-<part number>-<random>.parquet
+
+
+def writer_id(arm: str, shape: str, repeat: int, worker: int | str = "") -> str:
+    """The writer id of a unit's load worker; without `worker`, the prefix every worker of the unit shares (what
+    a rerun of the unit looks for to remove a partial unit's files)."""
+    return f"{arm}-{shape}-r{repeat}-w{worker}"
+
+
 class PartWriter:
     """Writes rows as part files, one per (arm, shape) group; no buffering and no locks, so a caller may run it
     on a worker thread (the load worker does, off its event loop)."""
@@ -159,7 +168,7 @@ class PartWriter:
         directory = f"{self.base}/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}"
         self.fs.create_dir(directory, recursive=True)
         self.parts += 1
-        name = f"part-{self.writer_id}-{self.parts:06d}-{uuid.uuid4().hex[:8]}.parquet"
+        name = f"{PART_FILE}{self.writer_id}-{self.parts:06d}-{uuid.uuid4().hex[:8]}.parquet"
         temporary = f"{directory}/.tmp-{name}"
         with self.fs.open_output_stream(temporary) as sink:
             pq.write_table(table, sink, compression="zstd")

@@ -187,9 +187,13 @@ def run_unit(
         )
     if sampler is not None:
         write_samples(store.root, unit.arm, unit.shape, unit.repeat, sampler.table())
-    # A foreign server has no step timeline: no file is written for it (its steps come from the trace's lists).
-    timelines = {} if endpoint else fetch_timelines(url, replicas=replicas_of(arm), since=since)
-    steps = 0 if endpoint else write_timeline(store, unit, timelines)
+    # A foreign server has no step timeline: nothing is asked of it and no file is written (its steps come from
+    # the trace's per-step lists).
+    timelines: dict[str, dict[str, list[Any]]] = {}
+    steps = 0
+    if not endpoint:
+        timelines = fetch_timelines(url, replicas=replicas_of(arm), since=since)
+        steps = write_timeline(store, unit, timelines)
     start = min(s.start_ns or 0 for s in summaries)
     rows = sum(s.rows_written for s in summaries if not s.lost)
     if any(s.lost for s in summaries):

@@ -22,7 +22,7 @@ from pyarrow.fs import FileSelector, FileType
 from pydantic import BaseModel, ConfigDict
 
 from loadshapes.plan import Target, WorkerPlan
-from loadshapes.trace import filesystem
+from loadshapes.trace import PART_FILE, filesystem, writer_id
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.endpoint_metrics import ROOT as ENDPOINT_METRICS
 from orchestrator.load_workers import WorkerSummary
@@ -44,7 +44,7 @@ class Unit(BaseModel):
 
     @property
     def part_prefix(self) -> str:
-        return f"part-{self.arm}-{self.shape}-r{self.repeat}-w"  # the load worker's writer id
+        return PART_FILE + writer_id(self.arm, self.shape, self.repeat)
 
 
 class UnitResult(BaseModel):

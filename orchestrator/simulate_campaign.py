@@ -30,7 +30,7 @@ from loadshapes.mixes import RequestSpec
 from loadshapes.plan import Planned, WorkerPlan, open_loop_schedule
 from loadshapes.shapes import ShapeBase
 from loadshapes.sse import StreamResult, telemetry_columns
-from loadshapes.trace import FILE_SCHEMA, PartWriter
+from loadshapes.trace import FILE_SCHEMA, PartWriter, writer_id
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.load_workers import WorkerSummary
 from orchestrator.logs import get_logger
@@ -743,7 +743,7 @@ def simulate_unit(
     )  # fmt: skip
     table = trace_table(ctx, outcome, model.engines)
     # The writer id of load worker 0, so RunStore.remove_partial finds these files when the unit is redone.
-    writer = PartWriter(store.traces, writer_id=f"{unit.arm}-{unit.shape}-r{unit.repeat}-w0")
+    writer = PartWriter(store.traces, writer_id=writer_id(unit.arm, unit.shape, unit.repeat, 0))
     if table.num_rows:
         writer.write_table(unit.arm, unit.shape, table)
     steps = write_timeline(store, unit, timelines(outcome, model.engines, start_ns=start_ns, scale=model.time_scale))

@@ -18,7 +18,7 @@ from geventhttpclient._parser import HTTPParseError
 
 from loadshapes.plan import Planned, WorkerPlan
 from loadshapes.sse import StreamError, StreamResult, body_lines, latency_columns, telemetry_columns
-from loadshapes.trace import STEP_LIST_COLUMNS, PartWriter, rows_to_table_in_steps, step_summaries
+from loadshapes.trace import STEP_LIST_COLUMNS, PartWriter, rows_to_table_in_steps, step_summaries, writer_id
 from loadshapes.wire import decode_response
 from loadshapes.worker.progress import Progress
 from loadshapes.worker.sending import Pacing, Received, first_phase
@@ -41,7 +41,7 @@ class RowKeeper:
         self.pacing = pacing
         self.progress = progress
         self.writer = PartWriter(
-            plan.trace_root, writer_id=f"{plan.arm}-{plan.shape_name}-r{plan.repeat}-w{plan.worker}"
+            plan.trace_root, writer_id=writer_id(plan.arm, plan.shape_name, plan.repeat, plan.worker)
         )
         self.rows: list[dict[str, Any]] = []
         self.to_convert: collections.deque[list[dict[str, Any]]] = collections.deque()
