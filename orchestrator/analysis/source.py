@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from loadshapes.shapes import ShapeBase
 from loadshapes.trace import PARTITION_COLUMNS, TRACE_SCHEMA, check_trace_version, filesystem
 from orchestrator.analysis.db import EngineSettings, close, connect
+from orchestrator.analysis.footer import RUN_GROUPS_DECIDED_SQL, RUN_GROUPS_SQL, footer_table
 
 RunKey = tuple[str, str, str, int]  # arm, shape, run, repeat
 UnitKey = tuple[str, str, int]  # arm, shape, repeat
@@ -36,17 +37,21 @@ def _measure(column: str) -> str:
     return f"CASE WHEN isnan(t.{column}) THEN NULL ELSE t.{column} END"
 
 
+# A run's rows, first and last scheduled time and unit start: from the rows, or the same figures from the
+# footers (footer.RUN_GROUPS_SQL) where their statistics decide them.
+_RUN_GROUPS_SQL = """
+SELECT arm, shape, run, repeat, count(*) AS rows, min(scheduled_ns) AS first_ns, max(scheduled_ns) AS last_ns,
+       min(unit_start_ns) AS unit_start_ns
+FROM trace GROUP BY arm, shape, run, repeat
+"""
+
 _RUNS_SQL = """
 CREATE OR REPLACE TEMP TABLE runs AS
 SELECT (row_number() OVER (ORDER BY g.arm, g.shape, g.run, g.repeat))::INTEGER AS run_id, g.*,
        coalesce(s.start_ns, g.unit_start_ns, g.first_ns) AS start_ns,
        (g.last_ns - g.first_ns) / 1e9 AS span_s,
        CASE WHEN g.last_ns > g.first_ns THEN (g.rows - 1) / ((g.last_ns - g.first_ns) / 1e9) END AS mean_rate
-FROM (
-    SELECT arm, shape, run, repeat, count(*) AS rows, min(scheduled_ns) AS first_ns, max(scheduled_ns) AS last_ns,
-           min(unit_start_ns) AS unit_start_ns
-    FROM trace GROUP BY arm, shape, run, repeat
-) g
+FROM ({groups}) g
 LEFT JOIN run_starts s USING (arm, shape, run, repeat)
 """
 
@@ -95,7 +100,8 @@ class Requests:
 
 
 def _finish(con: duckdb.DuckDBPyConnection, run_starts: Mapping[RunKey, int] | None, step_arms: frozenset[str],
-            has_steps: bool) -> Requests:  # fmt: skip
+            has_steps: bool, *, footers: bool = False) -> Requests:  # fmt: skip
+    """`footers`: `trace_footer` holds the trace files' statistics (footer.footer_table)."""
     starts = pa.table(
         {
             "arm": pa.array([k[0] for k in (run_starts or {})], pa.string()),
@@ -106,7 +112,8 @@ def _finish(con: duckdb.DuckDBPyConnection, run_starts: Mapping[RunKey, int] | N
         }
     )
     con.register("run_starts", starts)
-    con.execute(_RUNS_SQL)
+    decided = footers and bool((con.execute(RUN_GROUPS_DECIDED_SQL).fetchone() or (False,))[0])
+    con.execute(_RUNS_SQL.format(groups=RUN_GROUPS_SQL if decided else _RUN_GROUPS_SQL))
     con.execute(_REQUESTS_SQL)
     arms = tuple(r[0] for r in con.execute("SELECT DISTINCT arm FROM runs ORDER BY arm").fetchall())
     return Requests(con=con, arms=arms, has_steps=has_steps, step_arms=step_arms)
@@ -203,18 +210,20 @@ def _units_table(units: Sequence[UnitKey]) -> pa.Table:
     )
 
 
-def _trace_view(con: duckdb.DuckDBPyConnection, root: str, units: Sequence[UnitKey]) -> None:
+def _trace_view(con: duckdb.DuckDBPyConnection, root: str, units: Sequence[UnitKey]) -> list[tuple[str, str, str]]:
     """`trace`: the rows of the complete units only (a partial unit's rows are not evidence: the rerun redoes
-    it), by partition (only their directories are listed) and by unit (a join on arm, shape, repeat)."""
+    it), by partition (only their directories are listed) and by unit (a join on arm, shape, repeat). Returns
+    the part files on a local disk (path, arm, shape), whose footers DuckDB can read."""
     fs, base = filesystem(root)
     con.register("complete_units", _units_table(units))
     pairs = sorted({(u[0], u[1]) for u in units})
     local = isinstance(fs, pafs.LocalFileSystem)
-    files = [
-        f
+    located = [
+        (f, arm, shape)
         for arm, shape in pairs
         for f in _part_files(fs, f"{base}/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}")
     ]
+    files = [f for f, _, _ in located]
     columns = ", ".join(f"t.{c}" for c in TRACE_SCHEMA.names if c not in PARTITION_COLUMNS)
     if not files:
         empty = pa.Table.from_batches([], schema=TRACE_SCHEMA)
@@ -243,6 +252,7 @@ def _trace_view(con: duckdb.DuckDBPyConnection, root: str, units: Sequence[UnitK
         f"CREATE OR REPLACE TEMP VIEW trace AS SELECT u.arm, u.shape, {columns} FROM {source} t "
         f"JOIN complete_units u ON t.arm = u.{arm_key} AND t.shape = u.{shape_key} AND t.repeat = u.repeat"
     )
+    return located if local else []
 
 
 def steps_view(con: duckdb.DuckDBPyConnection, run_dir: str, units: Sequence[UnitKey]) -> frozenset[str]:
@@ -300,6 +310,7 @@ def run_requests(
     traces = f"{run_dir.rstrip('/')}/traces"
     check_trace_version(traces)
     con = connect(settings or EngineSettings.from_env())
-    _trace_view(con, traces, units)
+    local_files = _trace_view(con, traces, units)
+    footers = footer_table(con, local_files)
     step_arms = steps_view(con, run_dir.rstrip("/"), units) - step_lists_only
-    return _finish(con, None, step_arms, has_steps=bool(step_arms))
+    return _finish(con, None, step_arms, has_steps=bool(step_arms), footers=footers)
