@@ -176,3 +176,58 @@ def test_a_run_directory_reads_as_the_same_requests_as_its_table(tmp_path: Path)
     assert len(run_requests(str(tmp_path), units[:3])) == 9
 
 
+def _view_sql(requests: Requests, name: str) -> str:
+    row = requests.con.execute("SELECT sql FROM duckdb_views() WHERE view_name = ?", [name]).fetchone()
+    return str(row[0]) if row else ""
+
+
+@pytest.mark.parametrize("mixed_file", [False, True])
+def test_run_clocks_from_the_footers_equal_those_from_the_rows(tmp_path: Path, mixed_file: bool) -> None:
+    """Two runs and two repeats per unit, a partial unit's rows in the same directories, one writer per unit as
+    the load worker writes: the footers decide every run and the views read each run's files with its clock as
+    constants. A file holding two repeats (mixed_file) leaves the footers undecided: the rows are joined as
+    before. Either way the same runs and requests as the table in memory."""
+    rng = np.random.default_rng(3)
+    n = 40
+    arm = ["off", "dyn"] * (n // 2)
+    repeat = [i // 10 % 2 for i in range(n)]  # repeats 0 and 1 interleaved by tens
+    run = ["r1" if i < 30 else "r2" for i in range(n)]
+    table = trace_table(
+        arm=arm,
+        shape=["ramp"] * n,
+        run=run,
+        repeat=repeat,
+        request_index=list(range(n)),
+        request_id=[f"{a}:ramp:{r}:{i}" for i, (a, r) in enumerate(zip(arm, repeat, strict=True))],
+        scheduled_ns=START_NS + np.sort(rng.integers(0, 10**11, n)),
+        unit_start_ns=[START_NS - 5 * 10**9] * n,
+        ttft_s=rng.uniform(0.1, 1.0, n),
+        offered_rate_rps=rng.uniform(1, 9, n),
+    )
+    writers: dict[tuple[str, int, str], TraceWriter] = {}
+    for row in table.to_pylist():
+        key = ("all", 0, "") if mixed_file else (row["arm"], row["repeat"], row["run"])
+        if key not in writers:
+            writers[key] = TraceWriter(str(tmp_path / "traces"), writer_id="-".join(map(str, key)), flush_rows=7)
+        writers[key].append(row)
+    for writer in writers.values():
+        writer.close()
+    units = [("off", "ramp", 0), ("off", "ramp", 1), ("dyn", "ramp", 0)]  # dyn repeat 1 is partial: left out
+    from_files = run_requests(str(tmp_path), units)
+    complete = table.filter(
+        pa.compute.invert(pa.compute.and_(pa.compute.equal(table["arm"], "dyn"), pa.compute.equal(table["repeat"], 1)))
+    )
+    in_memory = request_frame(complete)
+    try:
+        assert ("JOIN runs" in _view_sql(from_files, "requests")) == mixed_file
+        runs = "SELECT arm, shape, run, repeat, rows, first_ns, last_ns, start_ns, span_s, mean_rate FROM runs "
+        runs += " ORDER BY ALL"
+        assert from_files.con.execute(runs).fetchall() == in_memory.con.execute(runs).fetchall()
+        columns = "(arm, shape, run, repeat, run_id, request_index, ttft, offset_s, offered_rate, span_s, mean_rate)"
+        order = "arm, repeat, request_index"
+        assert _column(from_files, columns, order) == _column(in_memory, columns, order)
+        assert len(from_files) == complete.num_rows == 30
+        assert from_files.arms == ("dyn", "off")
+    finally:
+        from_files.close()
+        in_memory.close()

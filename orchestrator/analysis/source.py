@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from loadshapes.shapes import ShapeBase
 from loadshapes.trace import PARTITION_COLUMNS, TRACE_SCHEMA, check_trace_version, filesystem
-from orchestrator.analysis.db import EngineSettings, close, connect
+from orchestrator.analysis.db import EngineSettings, close, connect, sql_string
 from orchestrator.analysis.footer import RUN_GROUPS_DECIDED_SQL, RUN_GROUPS_SQL, footer_table
 
 RunKey = tuple[str, str, str, int]  # arm, shape, run, repeat
@@ -55,21 +55,77 @@ FROM ({groups}) g
 LEFT JOIN run_starts s USING (arm, shape, run, repeat)
 """
 
-# One row per request: its run's names and clock (from `runs`) and the measures every map and check uses.
-_REQUESTS_SQL = f"""
-CREATE OR REPLACE TEMP VIEW requests AS
-SELECT r.arm, r.shape, r.run, r.repeat, r.run_id, t.request_index, t.category,
-       t.status = 'ok' AS ok,
+
+def _request_columns(start_ns: str) -> str:
+    """A request's measures, `start_ns` its run's start (a column of `runs`, or a constant)."""
+    return f"""t.request_index, t.category, t.status = 'ok' AS ok,
        {_measure("ttft_s")} AS ttft, {_measure("tpot_s")} AS tpot, {_measure("e2e_s")} AS e2e,
        {_measure("queue_wait_s")} AS queue_wait,
        {_measure("step_batch_mean")} AS typical_batch,
        coalesce(t.engine_steps, 0)::INTEGER AS steps, coalesce(t.step_k_sum, 0)::BIGINT AS k_sum,
        coalesce(t.spec_steps, 0)::INTEGER AS spec_steps, coalesce(t.accepted_tokens, 0)::BIGINT AS accepted,
-       (t.scheduled_ns - r.start_ns) / 1e9 AS offset_s,
-       {_measure("offered_rate_rps")} AS offered_rate,
-       r.span_s, r.mean_rate
+       (t.scheduled_ns - {start_ns}) / 1e9 AS offset_s,
+       {_measure("offered_rate_rps")} AS offered_rate"""
+
+
+# One row per request: its run's names and clock (from `runs`) and the measures every map and check uses.
+_REQUESTS_SQL = f"""
+CREATE OR REPLACE TEMP VIEW requests AS
+SELECT r.arm, r.shape, r.run, r.repeat, r.run_id, {_request_columns("r.start_ns")}, r.span_s, r.mean_rate
 FROM trace t JOIN runs r ON t.arm = r.arm AND t.shape = r.shape AND t.run = r.run AND t.repeat = r.repeat
 """
+
+# Each part file's run, where the footers pin every row group of the file to one (run, repeat); only complete
+# units' runs are in `runs`, so a partial unit's files drop out here.
+_FILE_RUNS_SQL = """
+SELECT f.file_name, f.single, r.run_id, r.arm, r.shape, r.run, r.repeat, r.start_ns, r.span_s, r.mean_rate
+FROM (
+    SELECT file_name, arm, shape, any_value(run_min) AS run, any_value(repeat_min)::INTEGER AS repeat,
+           count(DISTINCT run_min) = 1 AND count(DISTINCT repeat_min) = 1 AS single
+    FROM trace_footer GROUP BY file_name, arm, shape
+) f LEFT JOIN runs r USING (arm, shape, run, repeat)
+ORDER BY r.run_id, f.file_name
+"""
+
+
+def _literal(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return sql_string(value)
+    if isinstance(value, float):
+        return f"{value!r}::DOUBLE"
+    return f"{int(value)}::BIGINT"  # type: ignore[call-overload]
+
+
+def _per_run_views(con: duckdb.DuckDBPyConnection) -> bool:
+    """`trace` and `requests` as one scan per run with its names and clock as constants, where the footers say
+    which run each part file holds: no join of every row to `complete_units` and `runs` on string keys (at
+    10 M rows those joins cost as much as reading the measures). False (views untouched) where they do not."""
+    found = con.execute(_FILE_RUNS_SQL).fetchall()
+    if not found or not all(single for _, single, *_ in found):
+        return False
+    runs: dict[int, tuple[tuple[object, ...], list[str]]] = {}
+    for file_name, _, run_id, *clock in found:
+        if run_id is not None:  # None: a partial unit's file
+            runs.setdefault(int(run_id), (tuple(clock), []))[1].append(str(file_name))
+    if not runs:
+        return False
+    columns = ", ".join(f"t.{c}" for c in TRACE_SCHEMA.names if c not in PARTITION_COLUMNS)
+    traces, requests = [], []
+    for run_id, ((arm, shape, run, repeat, start_ns, span_s, mean_rate), files) in sorted(runs.items()):
+        listed = ", ".join(sql_string(f) for f in files)
+        source = f"read_parquet([{listed}], union_by_name = true) t"
+        names = f"{_literal(arm)} AS arm, {_literal(shape)} AS shape"
+        traces.append(f"SELECT {names}, {columns} FROM {source}")
+        requests.append(
+            f"SELECT {names}, {_literal(run)} AS run, {int(repeat)}::INTEGER AS repeat, {run_id}::INTEGER AS run_id, "
+            f"{_request_columns(_literal(start_ns))}, {_literal(span_s)} AS span_s, {_literal(mean_rate)} AS mean_rate "
+            f"FROM {source}"
+        )
+    con.execute("CREATE OR REPLACE TEMP VIEW trace AS " + " UNION ALL ".join(traces))
+    con.execute("CREATE OR REPLACE TEMP VIEW requests AS " + " UNION ALL ".join(requests))
+    return True
 
 
 # Each request stands for 1/rate seconds of its run, summed over a band: the time the band lasted. The rate is
@@ -114,7 +170,8 @@ def _finish(con: duckdb.DuckDBPyConnection, run_starts: Mapping[RunKey, int] | N
     con.register("run_starts", starts)
     decided = footers and bool((con.execute(RUN_GROUPS_DECIDED_SQL).fetchone() or (False,))[0])
     con.execute(_RUNS_SQL.format(groups=RUN_GROUPS_SQL if decided else _RUN_GROUPS_SQL))
-    con.execute(_REQUESTS_SQL)
+    if not (decided and _per_run_views(con)):
+        con.execute(_REQUESTS_SQL)
     arms = tuple(r[0] for r in con.execute("SELECT DISTINCT arm FROM runs ORDER BY arm").fetchall())
     return Requests(con=con, arms=arms, has_steps=has_steps, step_arms=step_arms)
 
