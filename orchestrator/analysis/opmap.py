@@ -16,6 +16,7 @@ import numpy as np
 from loadshapes.slo import SloConfig
 from orchestrator.analysis.arms import ArmInfo, baselines_of
 from orchestrator.analysis.bands import BandSet
+from orchestrator.analysis.db import sql_string
 from orchestrator.analysis.results import Crossover, MapCell, MapSettings, OperatingMap, Quantiles, Verdict
 from orchestrator.analysis.slo import met_sql
 from orchestrator.analysis.source import CLOCK_SQL, Requests
@@ -40,54 +41,67 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return float(numerator / denominator) if denominator > 0 else None
 
 
+def _sql_list(values: Sequence[str]) -> str:
+    return "(" + ", ".join(sql_string(v) for v in values) + ")" if values else "(NULL)"
+
+
+def twins_sql(slos: SloConfig, band_sets: Sequence[BandSet], baselines: Sequence[str]) -> str:
+    """The baselines' requests as their twins see them, keyed by (baseline_id, twin_unit, twin_index) = (arm_id,
+    pair_unit, request_index): their band in each band set (NULL where the value banded by is unknown) and what
+    the pairing compares. Integer keys and a narrow row keep the table small; the trace is read once more for
+    the baselines only (their arm is a constant of their files' scan, so the others' files are skipped)."""
+    value = {"batch_size": "typical_batch", "offered_rate": "offered_rate"}
+    bands = ", ".join(
+        f"CASE WHEN {value[b.measure]} IS NOT NULL THEN {b.sql(value[b.measure])} END::SMALLINT AS twin_band_{j}"
+        for j, b in enumerate(band_sets)
+    )
+    return f"""
+    CREATE OR REPLACE TEMP TABLE baseline_twins AS
+    SELECT arm_id AS baseline_id, pair_unit AS twin_unit, request_index AS twin_index, {bands},
+           coalesce(ok AND tpot > 0, false) AS twin_usable,
+           CASE WHEN ok AND tpot > 0 THEN ln(tpot) ELSE 0.0 END AS twin_log_tpot,
+           {met_sql(slos)} AS twin_met, {CLOCK_SQL} AS twin_clock_s
+    FROM requests WHERE arm IN {_sql_list(baselines)} AND request_index >= 0
+    """
+
+
 def scored_sql(slos: SloConfig, band_sets: Sequence[BandSet], blocks: int) -> str:
     """Per request: the map's measures, its time block within its run (the bootstrap resamples blocks, as
-    requests close in time share queue state) and its band in each band set (band_0, band_1, ...)."""
-    measures = {"batch_size": "band_batch", "offered_rate": "offered_rate"}
-    bands = ", ".join(f"{b.sql(measures[b.measure])} AS band_{j}" for j, b in enumerate(band_sets))
+    requests close in time share queue state), its band in each band set (band_j) and, where it has a twin (the
+    same request in the `off` arm it is compared with, from `baseline_twins`), what the pairing compares. A
+    request is banded by its twin's typical batch, so a band holds the same requests in every arm, whichever
+    arm is faster; one without a twin by its own (own_band). pair_j: a pair that counts in band set j (both
+    copies in the same band there)."""
+    bands = ", ".join(
+        (f"coalesce(twin_band_{j}, {b.sql('typical_batch')})" if b.measure == "batch_size" else b.sql("offered_rate"))
+        + f" AS band_{j}"
+        for j, b in enumerate(band_sets)
+    )
+    sets = range(len(band_sets))
+    pairs = ", ".join(f"paired AND band_{j} >= 0 AND band_{j} = coalesce(twin_band_{j}, -1) AS pair_{j}" for j in sets)
+    twin_bands = ", ".join(f"twin_band_{j}" for j in sets)
     return f"""
-    SELECT arm, shape, run, repeat, request_index, category, ok, ttft, tpot, e2e, queue_wait,
-           steps, k_sum, spec_steps, accepted, own_band,
-           {met_sql(slos)} AS met,
-           coalesce(ok AND tpot > 0, false) AS usable,
-           CASE WHEN ok AND tpot > 0 THEN ln(tpot) ELSE 0.0 END AS log_tpot,
-           {CLOCK_SQL} AS clock_s,
-           CASE WHEN span_s > 0 THEN least(CAST(trunc(offset_s * ({blocks} / span_s)) AS BIGINT), {blocks - 1})
-                ELSE abs(request_index) % {blocks} END AS block,
-           {bands}
-    FROM banded
+    SELECT *, {pairs}
+    FROM (
+        SELECT r.arm, r.arm_id, r.run_id, r.shape, r.run, r.repeat, r.category, r.ok, r.ttft, r.tpot, r.e2e,
+               r.queue_wait,
+               r.steps, r.k_sum, r.spec_steps, r.accepted, (t.baseline_id IS NULL) AS own_band,
+               {met_sql(slos)} AS met,
+               coalesce(r.ok AND r.tpot > 0, false) AS usable,
+               CASE WHEN r.ok AND r.tpot > 0 THEN ln(r.tpot) ELSE 0.0 END AS log_tpot,
+               {CLOCK_SQL} AS clock_s,
+               CASE WHEN span_s > 0 THEN least(CAST(trunc(offset_s * ({blocks} / span_s)) AS BIGINT), {blocks - 1})
+                    ELSE abs(r.request_index) % {blocks} END AS block,
+               {bands}, {twin_bands},
+               coalesce(t.baseline_id <> r.arm_id, false) AS paired,
+               coalesce(twin_usable AND r.ok AND r.tpot > 0, false) AS both_usable,
+               twin_log_tpot, twin_met, twin_clock_s
+        FROM requests r
+        LEFT JOIN arm_pairing m ON r.arm_id = m.arm_id
+        LEFT JOIN baseline_twins t ON t.baseline_id = m.baseline_id AND t.twin_unit = r.pair_unit
+             AND t.twin_index = r.request_index AND r.request_index >= 0
+    )
     """
-
-
-def banded_sql() -> str:
-    """Each request with the batch it is banded by: its baseline twin's typical batch (the same request in the
-    `off` arm it is compared with), so a band holds the same requests in every arm, whichever arm is faster.
-    A request without a twin is banded by its own batch (own_band). The twins come from `baseline_twins`, the
-    baselines' (shape, repeat, request_index, typical batch): a narrow table, so the trace is read once."""
-    return """
-    SELECT r.*, coalesce(t.typical_batch, r.typical_batch) AS band_batch, (t.baseline IS NULL) AS own_band
-    FROM requests r
-    LEFT JOIN arm_baselines m ON r.arm = m.arm
-    LEFT JOIN baseline_twins t ON t.baseline = m.baseline AND t.shape = r.shape AND t.repeat = r.repeat
-         AND t.request_index = r.request_index AND r.request_index >= 0
-    """
-
-
-TWINS_SQL = """
-CREATE OR REPLACE TEMP TABLE baseline_twins AS
-SELECT arm AS baseline, shape, repeat, request_index, typical_batch FROM requests
-WHERE arm IN (SELECT baseline FROM arm_baselines) AND request_index >= 0
-"""
-
-
-def _which_set(count: int) -> str:
-    """In a GROUPING SETS result, the index of the band set the row was grouped by."""
-    cases = " ".join(f"WHEN grouping(band_{j}) = 0 THEN {j}" for j in range(count))
-    return f"CASE {cases} END"
-
-
-def _band(count: int) -> str:
-    return f"coalesce({', '.join(f'band_{j}' for j in range(count))})"
 
 
 @dataclass(frozen=True)
@@ -103,6 +117,64 @@ class _CellAggregates:
     unbanded: dict[str, int]
 
 
+# The continuous sums of a group (the yes/no facts are bits of its key, see _flags).
+_GROUP_SUMS = ("clock_s", "log_tpot", "steps", "k_sum", "spec_steps", "accepted", "twin_clock_s", "twin_log_tpot")
+CLOCK_S, LOG_TPOT_SUM, STEPS, K_SUM, SPEC_STEPS, ACCEPTED, TWIN_CLOCK_S, TWIN_LOG_TPOT = range(len(_GROUP_SUMS))
+
+
+def _flags(band_sets: int) -> list[str]:
+    return ["ok", "met", "usable", "own_band", "both_usable", "twin_met", *(f"pair_{j}" for j in range(band_sets))]
+
+
+OK_BIT, MET_BIT, USABLE_BIT, OWN_BAND_BIT, BOTH_USABLE_BIT, TWIN_MET_BIT = (1 << i for i in range(6))
+
+
+# Per band set, cell and (run, time block): totals and requests.
+_Blocks = dict[tuple[int, str], dict[tuple[int, int], tuple[np.ndarray, int]]]
+
+
+def _add_group(
+    out: list[_CellAggregates], blocks: list[_Blocks], pairs: list[_Blocks], bands: Sequence[int], arm: str,
+    category: str | None, block: tuple[int, int], flags: int, count: int, values: Sequence[float],
+) -> None:  # fmt: skip
+    """One group of requests (alike in every key and yes/no fact) into each band set's cell, block and pair
+    totals; `block`: (run, time block), the order the bootstrap's blocks keep."""
+    yes = [count * bool(flags & bit) for bit in (OK_BIT, MET_BIT, USABLE_BIT, OWN_BAND_BIT, BOTH_USABLE_BIT)]
+    ok, met, usable, own_band, both_usable = yes
+    twin_met = count * bool(flags & TWIN_MET_BIT)
+    for m, band in enumerate(bands):
+        agg = out[m]
+        if band < 0:
+            agg.unbanded[arm] = agg.unbanded.get(arm, 0) + count
+            continue
+        key = (int(band), arm)
+        cell = [ok, met, values[CLOCK_S], values[STEPS], values[K_SUM], values[SPEC_STEPS], values[ACCEPTED], own_band]
+        agg.sums[key] = agg.sums.get(key, np.zeros(len(_CELL_SUMS))) + np.array(cell, dtype=np.float64)
+        agg.requests[key] = agg.requests.get(key, 0) + count
+        by_category = agg.by_category.setdefault(key, {})
+        name = NO_CATEGORY if category is None else str(category)
+        spec, accepted = by_category.get(name, (0.0, 0.0))
+        by_category[name] = (spec + values[SPEC_STEPS], accepted + values[ACCEPTED])
+        _add_block(blocks[m], key, block, [values[LOG_TPOT_SUM], usable, met, values[CLOCK_S]], count)
+        if flags & (1 << (6 + m)):  # a pair that counts in this band set
+            log_ratio = values[TWIN_LOG_TPOT] - values[LOG_TPOT_SUM] if both_usable else 0.0
+            paired = [log_ratio, both_usable, met, twin_met, values[CLOCK_S], values[TWIN_CLOCK_S]]
+            _add_block(pairs[m], key, block, paired, count)
+
+
+def _add_block(found: _Blocks, key: tuple[int, str], block: tuple[int, int], values: list[float], count: int) -> None:
+    blocks = found.setdefault(key, {})
+    totals, rows = blocks.get(block, (np.zeros(len(values)), 0))
+    blocks[block] = (totals + np.array(values, dtype=np.float64), rows + count)
+
+
+def _totals(blocks: dict[tuple[int, int], tuple[np.ndarray, int]], columns: int) -> tuple[np.ndarray, int]:
+    """A cell's blocks in (run, time block) order: (blocks, columns) totals and the requests in them."""
+    ordered = [blocks[b] for b in sorted(blocks)]
+    totals = np.array([t for t, _ in ordered], dtype=np.float64).reshape(-1, columns)
+    return totals, sum(rows for _, rows in ordered)
+
+
 def _aggregates(
     requests: Requests, slos: SloConfig, band_sets: Sequence[BandSet], settings: MapSettings, baselines: dict[str, str]
 ) -> list[_CellAggregates]:
@@ -111,109 +183,70 @@ def _aggregates(
     con.execute("CREATE OR REPLACE TEMP TABLE arm_baselines (arm VARCHAR, baseline VARCHAR)")
     if baselines:
         con.executemany("INSERT INTO arm_baselines VALUES (?, ?)", sorted(baselines.items()))
-    con.execute(TWINS_SQL)
-    con.execute(f"CREATE OR REPLACE TEMP VIEW banded AS {banded_sql()}")
-    # Computed once from one read of the trace (the baseline-twin join, SLOs, bands, blocks): the cells, every
-    # quantile and the pairing read it again, and re-evaluating the view each time cost 4-5x the scan. In a
-    # compressed in-memory database: a temporary table is kept uncompressed (~180 bytes a request), so at 10 M
-    # rows it spilled past the memory limit and every later query read it back; compressed it is ~3x smaller
-    # (bench-report, 10 M rows: maps 25 s of CPU instead of 31 s; the same at 1 M rows).
-    con.execute("ATTACH IF NOT EXISTS ':memory:' AS packed (COMPRESS)")
-    con.execute(f"CREATE OR REPLACE TABLE packed.scored AS {scored_sql(slos, band_sets, settings.blocks)}")
-    con.execute("CHECKPOINT packed")  # compression happens at the checkpoint
-    con.execute("CREATE OR REPLACE TEMP VIEW scored AS SELECT * FROM packed.scored")
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE arm_pairing AS SELECT a.arm_id, b.arm_id AS baseline_id FROM arm_baselines m "
+        "JOIN (SELECT DISTINCT arm, arm_id FROM runs) a ON a.arm = m.arm "
+        "JOIN (SELECT DISTINCT arm, arm_id FROM runs) b ON b.arm = m.baseline"
+    )
+    con.execute(twins_sql(slos, band_sets, sorted(set(baselines.values()))))
+    con.execute(f"CREATE OR REPLACE TEMP VIEW scored AS {scored_sql(slos, band_sets, settings.blocks)}")
     band_keys = [f"band_{j}" for j in range(n)]
     out = [
         _CellAggregates(sums={}, requests={}, by_category={}, blocks={}, pairs={}, quantiles={}, unbanded={})
         for _ in band_sets
     ]
-    sums = ", ".join(f"sum({c}::DOUBLE)" for c in _CELL_SUMS)
-    by_cell_category = ", ".join(f"({k}, arm, category)" for k in band_keys)
-    by_block = ", ".join(f"({k}, arm, shape, run, repeat, block)" for k in band_keys)
-    # One scan for the cells (by category) and the bootstrap blocks of every band set.
-    rows = con.execute(
+    # One scan, grouped as finely as any table needs (both band sets, arm, category, run, time block) with the
+    # request's yes/no facts as bits of one key: a count per group then gives every yes/no total, and the sums
+    # are only of the continuous measures. Each band set's cells, bootstrap blocks and paired totals are then
+    # sums of these few thousand groups. (One sum per yes/no fact and per band set's pairs, or GROUPING SETS,
+    # cost 2-4x the scan at 10 M rows; DuckDB keeps one aggregate state per sum and group.)
+    bits = " + ".join(f"{1 << i} * coalesce({flag}, false)::INTEGER" for i, flag in enumerate(_flags(n)))
+    names = dict(con.execute("SELECT DISTINCT arm_id, arm FROM runs").fetchall())
+    groups = con.execute(
         f"""
-        SELECT {_which_set(n)} AS m, {_band(n)} AS band, arm, category, shape, run, repeat, block,
-               grouping(category) AS by_block, count(*) AS n, {sums},
-               sum(log_tpot), sum(usable::DOUBLE), sum(met::DOUBLE), sum(clock_s)
-        FROM scored GROUP BY GROUPING SETS ({by_cell_category}, {by_block})
-        ORDER BY m, band, arm, shape, run, repeat, block
+        SELECT {", ".join(band_keys)}, arm_id, category, run_id, block, {bits} AS flags, count(*),
+               {", ".join(f"sum({c})::DOUBLE" for c in _GROUP_SUMS)}
+        FROM scored GROUP BY ALL ORDER BY arm_id, run_id, block
         """
     ).fetchall()
-    block_rows: dict[tuple[int, int, str], list[tuple[list[float], int]]] = {}
-    for m, band, arm, category, _shape, _run, _repeat, _block, by_block, count, *values in rows:
-        agg = out[m]
-        if band < 0:
-            if not by_block:
-                agg.unbanded[arm] = agg.unbanded.get(arm, 0) + int(count)
-            continue
-        key = (int(band), str(arm))
-        if by_block:
-            block_rows.setdefault((m, *key), []).append(([float(v) for v in values[len(_CELL_SUMS) :]], int(count)))
-            continue
-        cell_values = np.array(values[: len(_CELL_SUMS)], dtype=np.float64)
-        agg.sums[key] = agg.sums.get(key, np.zeros(len(_CELL_SUMS))) + cell_values
-        agg.requests[key] = agg.requests.get(key, 0) + int(count)
-        spec, accepted = cell_values[_CELL_SUMS.index("spec_steps")], cell_values[_CELL_SUMS.index("accepted")]
-        agg.by_category.setdefault(key, {})[NO_CATEGORY if category is None else str(category)] = (spec, accepted)
-    for (m, band, arm), found in block_rows.items():
-        totals = np.array([values for values, _ in found], dtype=np.float64).reshape(-1, len(_BLOCK_SUMS))
-        out[m].blocks[(band, arm)] = (totals, sum(c for _, c in found))
+    blocks: list[_Blocks] = [{} for _ in band_sets]
+    pairs: list[_Blocks] = [{} for _ in band_sets]
+    for row in groups:
+        bands, (arm_id, category, run_id, block, flags, count, *values) = row[:n], row[n:]
+        where = (int(run_id), int(block))
+        _add_group(out, blocks, pairs, bands, str(names[arm_id]), category, where, int(flags), int(count), values)
+    for agg, cell_blocks, cell_pairs in zip(out, blocks, pairs, strict=True):
+        agg.blocks.update({key: _totals(found, len(_BLOCK_SUMS)) for key, found in cell_blocks.items()})
+        agg.pairs.update({key: _totals(found, PAIR_COLUMNS) for key, found in cell_pairs.items()})
     _quantile_aggregates(requests, out, band_keys)
-    if any(arm != base for arm, base in baselines.items()):
-        _pair_aggregates(requests, out)
     return out
 
 
 def _quantile_aggregates(requests: Requests, out: list[_CellAggregates], band_keys: list[str]) -> None:
     """DuckDB's exact quantile_cont (numpy's linear percentile) of the completed requests' latencies, and of
-    every request's queue wait. One query per band set and measure: an exact quantile holds its group's values
-    in memory (DuckDB cannot spill it), so they take turns and at most one column of the trace is held."""
+    every request's queue wait. Their inputs are kept once, narrow (integer keys, the four measures), so the
+    twin join is not redone for every measure; then one query per band set and measure: an exact quantile
+    holds its group's values in memory (DuckDB cannot spill it), so they take turns and at most one column of
+    the trace is held."""
+    con = requests.con
+    bands = ", ".join(f"{k}::SMALLINT AS {k}" for k in band_keys)
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE quantile_inputs AS SELECT arm_id::UTINYINT AS arm_id, {bands}, ok, "
+        f"ttft, tpot, e2e, queue_wait FROM scored WHERE {' OR '.join(f'{k} >= 0' for k in band_keys)}"
+    )
+    arm_names = dict(con.execute("SELECT DISTINCT arm_id, arm FROM runs").fetchall())
     q = list(QUANTILES)
     measures = (("ttft", "ok"), ("tpot", "ok"), ("e2e", "ok"), ("queue_wait", "true"))
     for m, key in enumerate(band_keys):
         for position, (measure, where) in enumerate(measures):
-            rows = requests.con.execute(
-                f"SELECT {key}, arm, quantile_cont({measure}, {q}) FROM scored "
+            rows = con.execute(
+                f"SELECT {key}, arm_id, quantile_cont({measure}, {q}) FROM quantile_inputs "
                 f"WHERE {key} >= 0 AND {where} AND {measure} IS NOT NULL GROUP BY ALL"
             ).fetchall()
-            for band, arm, values in rows:
-                cell = out[m].quantiles.setdefault((int(band), str(arm)), [None] * len(measures))
+            for band, arm_id, values in rows:
+                cell = out[m].quantiles.setdefault((int(band), str(arm_names[arm_id])), [None] * len(measures))
                 cell[position] = values
-
-
-def _pair_aggregates(requests: Requests, out: list[_CellAggregates]) -> None:
-    """Each arm's requests joined to its baseline's copy of the same request (shape, repeat, request_index),
-    once for every band set; a pair counts in a band set's map when both copies are in the same band there:
-    per (cell, block of the arm's request), the paired totals."""
-    n = len(out)
-    same = ", ".join(f"a.band_{j} = b.band_{j}" for j in range(n))
-    bands = ", ".join(f"a.band_{j}" for j in range(n))
-    rows = requests.con.execute(
-        f"""
-        WITH pairs AS (
-            SELECT [{same}] AS same, [{bands}] AS bands, a.arm, a.shape, a.run, a.repeat, a.block,
-                   CASE WHEN a.usable AND b.usable THEN b.log_tpot - a.log_tpot ELSE 0.0 END AS log_ratio,
-                   (a.usable AND b.usable)::DOUBLE AS both_usable, a.met::DOUBLE AS met_a, b.met::DOUBLE AS met_b,
-                   a.clock_s AS clock_a, b.clock_s AS clock_b
-            FROM scored a JOIN arm_baselines m ON a.arm = m.arm AND m.baseline <> a.arm
-            JOIN scored b ON b.arm = m.baseline AND a.shape = b.shape AND a.repeat = b.repeat
-                 AND a.request_index = b.request_index
-            WHERE a.request_index >= 0
-        )
-        SELECT m, bands[m + 1] AS band, arm, shape, run, repeat, block, count(*),
-               sum(log_ratio), sum(both_usable), sum(met_a), sum(met_b), sum(clock_a), sum(clock_b)
-        FROM pairs, range({n}) AS sets(m)
-        WHERE same[m + 1] AND bands[m + 1] >= 0
-        GROUP BY ALL ORDER BY 1, 2, 3, 4, 5, 6, 7
-        """
-    ).fetchall()
-    found: dict[tuple[int, int, str], list[tuple[list[float], int]]] = {}
-    for m, band, arm, _shape, _run, _repeat, _block, count, *values in rows:
-        found.setdefault((int(m), int(band), str(arm)), []).append(([float(v) for v in values], int(count)))
-    for (m, band, arm), blocks in found.items():
-        totals = np.array([v for v, _ in blocks], dtype=np.float64).reshape(-1, PAIR_COLUMNS)
-        out[m].pairs[(band, arm)] = (totals, sum(c for _, c in blocks))
+    con.execute("DROP TABLE quantile_inputs")
 
 
 def crossover(arm: str, verdicts: Sequence[tuple[str, int, Verdict]]) -> Crossover:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
 import duckdb
@@ -47,7 +48,9 @@ FROM trace GROUP BY arm, shape, run, repeat
 
 _RUNS_SQL = """
 CREATE OR REPLACE TEMP TABLE runs AS
-SELECT (row_number() OVER (ORDER BY g.arm, g.shape, g.run, g.repeat))::INTEGER AS run_id, g.*,
+SELECT (row_number() OVER (ORDER BY g.arm, g.shape, g.run, g.repeat))::INTEGER AS run_id,
+       (dense_rank() OVER (ORDER BY g.arm))::INTEGER AS arm_id,
+       (dense_rank() OVER (ORDER BY g.shape, g.repeat))::INTEGER AS pair_unit, g.*,
        coalesce(s.start_ns, g.unit_start_ns, g.first_ns) AS start_ns,
        (g.last_ns - g.first_ns) / 1e9 AS span_s,
        CASE WHEN g.last_ns > g.first_ns THEN (g.rows - 1) / ((g.last_ns - g.first_ns) / 1e9) END AS mean_rate
@@ -68,17 +71,20 @@ def _request_columns(start_ns: str) -> str:
        {_measure("offered_rate_rps")} AS offered_rate"""
 
 
-# One row per request: its run's names and clock (from `runs`) and the measures every map and check uses.
+# One row per request: its run's names, clock and keys (from `runs`: arm_id numbers the arms, pair_unit the (shape,
+# repeat) pairs whose requests are paired across arms by request_index) and the measures every map and check uses.
 _REQUESTS_SQL = f"""
 CREATE OR REPLACE TEMP VIEW requests AS
-SELECT r.arm, r.shape, r.run, r.repeat, r.run_id, {_request_columns("r.start_ns")}, r.span_s, r.mean_rate
+SELECT r.arm, r.shape, r.run, r.repeat, r.run_id, r.arm_id, r.pair_unit, {_request_columns("r.start_ns")},
+       r.span_s, r.mean_rate
 FROM trace t JOIN runs r ON t.arm = r.arm AND t.shape = r.shape AND t.run = r.run AND t.repeat = r.repeat
 """
 
 # Each part file's run, where the footers pin every row group of the file to one (run, repeat); only complete
 # units' runs are in `runs`, so a partial unit's files drop out here.
 _FILE_RUNS_SQL = """
-SELECT f.file_name, f.single, r.run_id, r.arm, r.shape, r.run, r.repeat, r.start_ns, r.span_s, r.mean_rate
+SELECT f.file_name, f.single, r.run_id, r.arm_id, r.pair_unit, r.arm, r.shape, r.run, r.repeat, r.start_ns,
+       r.span_s, r.mean_rate
 FROM (
     SELECT file_name, arm, shape, any_value(run_min) AS run, any_value(repeat_min)::INTEGER AS repeat,
            count(DISTINCT run_min) = 1 AND count(DISTINCT repeat_min) = 1 AS single
@@ -105,7 +111,7 @@ def _per_run_views(con: duckdb.DuckDBPyConnection) -> bool:
     found = con.execute(_FILE_RUNS_SQL).fetchall()
     if not found or not all(single for _, single, *_ in found):
         return False
-    runs: dict[int, tuple[tuple[object, ...], list[str]]] = {}
+    runs: dict[int, tuple[tuple[Any, ...], list[str]]] = {}
     for file_name, _, run_id, *clock in found:
         if run_id is not None:  # None: a partial unit's file
             runs.setdefault(int(run_id), (tuple(clock), []))[1].append(str(file_name))
@@ -113,13 +119,16 @@ def _per_run_views(con: duckdb.DuckDBPyConnection) -> bool:
         return False
     columns = ", ".join(f"t.{c}" for c in TRACE_SCHEMA.names if c not in PARTITION_COLUMNS)
     traces, requests = [], []
-    for run_id, ((arm, shape, run, repeat, start_ns, span_s, mean_rate), files) in sorted(runs.items()):
+    for run_id, ((arm_id, pair_unit, arm, shape, run, repeat, start_ns, span_s, mean_rate), files) in sorted(
+        runs.items()
+    ):
         listed = ", ".join(sql_string(f) for f in files)
         source = f"read_parquet([{listed}], union_by_name = true) t"
         names = f"{_literal(arm)} AS arm, {_literal(shape)} AS shape"
         traces.append(f"SELECT {names}, {columns} FROM {source}")
         requests.append(
             f"SELECT {names}, {_literal(run)} AS run, {int(repeat)}::INTEGER AS repeat, {run_id}::INTEGER AS run_id, "
+            f"{int(arm_id)}::INTEGER AS arm_id, {int(pair_unit)}::INTEGER AS pair_unit, "
             f"{_request_columns(_literal(start_ns))}, {_literal(span_s)} AS span_s, {_literal(mean_rate)} AS mean_rate "
             f"FROM {source}"
         )
