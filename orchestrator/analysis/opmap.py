@@ -224,29 +224,27 @@ def _aggregates(
 
 def _quantile_aggregates(requests: Requests, out: list[_CellAggregates], band_keys: list[str]) -> None:
     """DuckDB's exact quantile_cont (numpy's linear percentile) of the completed requests' latencies, and of
-    every request's queue wait. Their inputs are kept once, narrow (integer keys, the four measures), so the
-    twin join is not redone for every measure; then one query per band set and measure: an exact quantile
-    holds its group's values in memory (DuckDB cannot spill it), so they take turns and at most one column of
-    the trace is held."""
+    every request's queue wait, per band and arm of every band set. An exact quantile holds its group's values in
+    memory (DuckDB cannot spill it), so the arms take turns: one query per arm (its files only, as the arm is a
+    constant of their scan) holds that arm's four measures, and no copy of the requests is kept in between."""
     con = requests.con
-    bands = ", ".join(f"{k}::SMALLINT AS {k}" for k in band_keys)
-    con.execute(
-        f"CREATE OR REPLACE TEMP TABLE quantile_inputs AS SELECT arm_id::UTINYINT AS arm_id, {bands}, ok, "
-        f"ttft, tpot, e2e, queue_wait FROM scored WHERE {' OR '.join(f'{k} >= 0' for k in band_keys)}"
-    )
-    arm_names = dict(con.execute("SELECT DISTINCT arm_id, arm FROM runs").fetchall())
     q = list(QUANTILES)
-    measures = (("ttft", "ok"), ("tpot", "ok"), ("e2e", "ok"), ("queue_wait", "true"))
-    for m, key in enumerate(band_keys):
-        for position, (measure, where) in enumerate(measures):
-            rows = con.execute(
-                f"SELECT {key}, arm_id, quantile_cont({measure}, {q}) FROM quantile_inputs "
-                f"WHERE {key} >= 0 AND {where} AND {measure} IS NOT NULL GROUP BY ALL"
-            ).fetchall()
-            for band, arm_id, values in rows:
-                cell = out[m].quantiles.setdefault((int(band), str(arm_names[arm_id])), [None] * len(measures))
-                cell[position] = values
-    con.execute("DROP TABLE quantile_inputs")
+    measures = ", ".join(
+        f"quantile_cont({measure}, {q})" + (" FILTER (WHERE ok)" if completed else "")
+        for measure, completed in (("ttft", True), ("tpot", True), ("e2e", True), ("queue_wait", False))
+    )
+    which = " ".join(f"WHEN grouping({k}) = 0 THEN {m}" for m, k in enumerate(band_keys))
+    for arm_id, arm in con.execute("SELECT DISTINCT arm_id, arm FROM runs ORDER BY arm_id").fetchall():
+        rows = con.execute(
+            f"""
+            SELECT CASE {which} END AS m, coalesce({", ".join(band_keys)}) AS band, {measures}
+            FROM scored WHERE arm_id = {int(arm_id)} AND ({" OR ".join(f"{k} >= 0" for k in band_keys)})
+            GROUP BY GROUPING SETS ({", ".join(f"({k})" for k in band_keys)})
+            """
+        ).fetchall()
+        for m, band, *values in rows:
+            if band >= 0:
+                out[m].quantiles[(int(band), str(arm))] = list(values)
 
 
 def crossover(arm: str, verdicts: Sequence[tuple[str, int, Verdict]]) -> Crossover:
