@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import duckdb
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from loadshapes.shapes import CrossAndRecover
+from loadshapes.trace import FILE_SCHEMA, TraceWriter
 from orchestrator.analysis import (
     ArmInfo,
     ArmVerification,
     VerificationReport,
     VerifySettings,
+    request_frame,
+    run_requests,
     verify_executed_policy,
 )
+from orchestrator.analysis.verify import arm_telemetry
 from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
 from tests.test_analysis_inputs import START_NS, trace_table
 
@@ -343,3 +354,158 @@ def test_the_console_report_tells_not_verifiable_from_failed() -> None:
     text = out.getvalue()
     assert "NOT VERIFIABLE off-single" in text and "[not verifiable] off-single: not verifiable" in text
     assert "FAIL dyn-dp2" in text and "[fail] dyn-dp2: ran k=[4]" in text  # brackets in a message survive
+
+
+# --- the fast paths: telemetry from the Parquet footers, switch timing from binned counts --------------------
+def _write_unit(root: Path, table: pa.Table, *, row_group: int) -> None:
+    """One part file per (arm, shape, repeat), `row_group` rows per row group, as a load worker's flushes would."""
+    keys = zip(table["arm"].to_pylist(), table["shape"].to_pylist(), table["repeat"].to_pylist(), strict=True)
+    for arm, shape, repeat in sorted(set(keys)):
+        mask = pc.and_(pc.and_(pc.equal(table["arm"], arm), pc.equal(table["shape"], shape)),
+                       pc.equal(table["repeat"], repeat))  # fmt: skip
+        rows = table.filter(mask).select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
+        directory = root / "traces" / f"arm={quote(arm, safe='')}" / f"shape={quote(shape, safe='')}"
+        directory.mkdir(parents=True, exist_ok=True)
+        pq.write_table(rows, directory / f"part-{arm}-r{repeat}.parquet", row_group_size=row_group)
+
+
+def _set(rows: dict[str, list[Any]], column: str, values: Sequence[Any]) -> dict[str, list[Any]]:
+    return {**rows, column: list(values)}
+
+
+def _findings(report: VerificationReport) -> list[tuple[str, str, bool, str]]:
+    return [(a.arm, f.check, f.passed, f.message) for a in report.arms for f in a.findings]
+
+
+def test_telemetry_from_the_footers_equals_the_rows_scan(tmp_path: Path) -> None:
+    """20 requests per arm in row groups of 5 whose config, schedule_dropped and drafts vary between row groups
+    (decided by the statistics) or within one (read from the rows); a partial unit whose rows would change every
+    finding; the same findings as the table in memory, which has no footers."""
+    table_k = SINGLE.k_table()
+    by_group = [CONFIG] * 5 + [DROPPED] * 5 + [None, CONFIG, None, CONFIG, None] + [None] * 5
+    arms = {
+        # off: no config, no drafts: every statistic pins it
+        "off": _rows(OFF, executed=lambda b: 0, config=None),
+        # a config per row group (and NULLs within one), schedule_dropped true / false / NULL by row group
+        "dyn": _set(
+            _set(_rows(SINGLE, executed=lambda b: _k(b, table_k)), "resolved_speculative_config", by_group),
+            "schedule_dropped",
+            [True] * 5 + [False] * 5 + [None] * 10,
+        ),
+        # the data-parallel fallback: the dropped config everywhere, schedule_dropped in two row groups
+        "dyn-dp": _set(_rows(DP, executed=lambda b: 3, config=DROPPED), "schedule_dropped", [False] * 10 + [True] * 10),
+        # two configs within one row group: its statistics decide nothing, the arm's rows are read
+        "fixed": _set(
+            _rows(FIXED, executed=lambda b: 3), "resolved_speculative_config", [CONFIG, DROPPED] * 2 + [CONFIG] * 16
+        ),
+        # NULL drafted_tokens with per-step lists: the drafts come from the lists, read from the rows
+        "dyn-k0": _set(
+            _set(_rows(ALL_ZERO, executed=lambda b: 0, config=None), "drafted_tokens", [None] * 20),
+            "per_step_drafted",
+            [[2, 2]] * 20,
+        ),
+    }
+    off_drafting = ArmInfo.from_policy("off-drafts", OffPolicy())
+    arms["off-drafts"] = _set(
+        _rows(off_drafting, executed=lambda b: 0, config=None), "drafted_tokens", [0] * 15 + [7] * 5
+    )
+    infos = [OFF, SINGLE, DP, FIXED, ALL_ZERO, off_drafting]
+    columns: dict[str, list[Any]] = {}
+    for name, rows in arms.items():
+        rows.setdefault("drafted_tokens", [sum(d) for d in rows["per_step_drafted"]])
+        for column, values in rows.items():
+            columns.setdefault(column, []).extend(name if column == "arm" else v for v in values)
+    n = len(columns["arm"])
+    columns["request_id"] = [f"{a}:s:0:{i % 20}" for i, a in enumerate(columns["arm"])]
+    complete = trace_table(**columns)
+    # A partial unit (repeat 1) of off with a config, drops and drafts: not evidence, so not counted.
+    partial = trace_table(
+        **{**_rows(OFF, executed=lambda b: 3, dropped=True), "drafted_tokens": [99] * 20},
+        request_id=[f"off:s:1:{i}" for i in range(20)],
+    )
+    _write_unit(tmp_path, pa.concat_tables([complete, partial]), row_group=5)
+    units = [(a.name, "s", 0) for a in infos]
+    from_files = run_requests(str(tmp_path), units)
+    in_memory = request_frame(complete)
+    try:
+        footers = arm_telemetry(from_files, infos)
+        scanned = arm_telemetry(in_memory, infos)
+        assert [t.from_footers for t in footers] == [True, True, True, False, False, False]
+        assert not any(t.from_footers for t in scanned)
+        for a, b in zip(footers, scanned, strict=True):
+            assert (a.rows, a.config_rows, a.dropped_rows, a.schedule_in_config, a.drafted) == (
+                b.rows, b.config_rows, b.dropped_rows, b.schedule_in_config, b.drafted
+            )  # fmt: skip
+        assert footers[1].dropped_rows == 5 and footers[1].config_rows == 12 and footers[1].schedule_in_config
+        assert footers[5].drafted_tokens == 35  # counted: an off arm's failure says how many
+        report = verify_executed_policy(from_files, infos)
+        assert _findings(report) == _findings(verify_executed_policy(in_memory, infos))
+        assert "35 draft tokens were verified" in report.arms[5].findings[0].message
+        assert n == 120 and len(from_files) == 120
+    finally:
+        from_files.close()
+        in_memory.close()
+
+
+def _timeline(root: Path, arm: ArmInfo, shape: str, times: np.ndarray, batch: np.ndarray, k: np.ndarray) -> None:
+    directory = root / "timelines" / f"arm={arm.name}" / f"shape={shape}"
+    directory.mkdir(parents=True, exist_ok=True)
+    ns = START_NS + np.rint(times * 1e9).astype(np.int64)
+    steps = pa.table(
+        {
+            "engine_id": [f"{arm.name}-0"] * len(times),
+            "start_ns": ns,
+            "end_ns": ns + 10**7,
+            "batch_size": pa.array(batch, pa.int32()),
+            "k": pa.array(k, pa.int32()),
+        }
+    )
+    pq.write_table(steps, directory / "r0.parquet")
+
+
+def test_a_normal_run_directory_is_verified_without_reading_a_trace_row(tmp_path: Path) -> None:
+    """Part files as the load worker writes them (one writer per unit) and engine step timelines: telemetry
+    from the footers, steps and switch timing from the timelines. With every read of `trace` made an error, the
+    same report."""
+    table_k = SINGLE.k_table()
+    writers = {}
+    for arm in (SINGLE, OFF):
+        for shape in ("cross", "s"):
+            rows = _cross_rows(arm, up_at=28.0, down_at=59.0)
+            rows["shape"] = [shape] * len(rows["arm"])
+            rows["unit_start_ns"] = [START_NS] * len(rows["arm"])
+            rows["request_id"] = [f"{arm.name}:{shape}:0:{i}" for i in range(len(rows["arm"]))]
+            if arm is OFF:
+                rows["resolved_speculative_config"] = [None] * len(rows["arm"])
+                rows["step_k"] = [[0] for _ in rows["step_k"]]
+            table = trace_table(**rows)
+            writers[(arm.name, shape)] = TraceWriter(str(tmp_path / "traces"), writer_id=f"{arm.name}-{shape}-r0-w")
+            for row in table.to_pylist():
+                writers[(arm.name, shape)].append(row)
+            times = np.arange(0, 75, 0.05)
+            batch = np.where((times >= 28.0) & (times < 59.0), 100, 10)
+            executed = table_k[batch] if arm is SINGLE else np.zeros(len(times), np.int64)
+            _timeline(tmp_path, arm, shape, times, batch, executed)
+    for writer in writers.values():
+        writer.close()
+    units = [(a, s, 0) for a, s in writers]
+    shapes = {"cross": CROSS}
+    expected = verify_executed_policy(run_requests(str(tmp_path), units), [SINGLE, OFF], shapes=shapes)
+    requests = run_requests(str(tmp_path), units)
+    try:
+        assert requests.step_arms == {"dyn", "off"}
+        assert all(t.from_footers for t in arm_telemetry(requests, [SINGLE, OFF]))
+        trace_sql = requests.con.execute("SELECT sql FROM duckdb_views() WHERE view_name = 'trace'").fetchone()
+        assert trace_sql is not None
+        body = str(trace_sql[0]).split(" AS ", 1)[1].rstrip(";")
+        requests.con.execute(
+            f"CREATE OR REPLACE TEMP VIEW trace AS SELECT * FROM ({body}) WHERE error('a trace row was read') IS NULL"
+        )
+        with pytest.raises(duckdb.InvalidInputException, match="a trace row was read"):
+            requests.con.execute("SELECT count(*) FROM trace").fetchall()
+        report = verify_executed_policy(requests, [SINGLE, OFF], shapes=shapes)
+    finally:
+        requests.close()
+    assert report == expected and report.passed
+    (timing,) = report.switch_timings
+    assert (timing.quiet_k, timing.loaded_k, timing.switch_lag_s, timing.recovery_s) == (3, 1, 3.0, 4.0)

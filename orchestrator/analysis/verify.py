@@ -60,44 +60,141 @@ def _k_set(values: Sequence[int] | np.ndarray) -> str:
 
 
 @dataclass(frozen=True)
-class _ArmTelemetry:
+class ArmTelemetry:
     """Per-arm facts from the request rows, beyond the steps."""
 
     rows: int
-    drafted_tokens: int
+    drafted_tokens: int | None  # None: some were drafted, how many was not counted (only an off arm needs it)
     dropped_rows: int
     config_rows: int
     schedule_in_config: bool  # some reported config still carries num_speculative_tokens_per_batch_size
+    from_footers: bool  # decided by the trace's Parquet statistics, no row read
+
+    @property
+    def drafted(self) -> bool:
+        return self.drafted_tokens is None or self.drafted_tokens != 0
 
 
-def _telemetry(requests: Requests, arms: Sequence[ArmInfo]) -> list[_ArmTelemetry]:
-    rows = requests.con.execute(
-        """
-        SELECT arm, resolved_speculative_config, count(*),
-               sum(coalesce(drafted_tokens, list_sum(per_step_drafted), 0)),
-               sum(coalesce(schedule_dropped, false)::INTEGER)
-        FROM trace GROUP BY ALL
-        """
-    ).fetchall()
-    totals = {a.name: [0, 0, 0, 0, False] for a in arms}  # rows, drafted, dropped, with config, carries schedule
-    for arm, config_text, count, drafted, dropped in rows:
+class _Totals:
+    """One arm's telemetry as it is summed, group by group."""
+
+    def __init__(self) -> None:
+        self.rows = self.config_rows = self.dropped_rows = self.drafted_tokens = 0
+        self.drafts_uncounted = False  # the footers say some were drafted, not how many
+        self.schedule_in_config = False
+
+    def add(self, config_text: str | None, rows: int, config_rows: int, dropped_rows: int, drafted: int = 0) -> None:
+        """`config_rows`: of `rows`, those reporting `config_text` (the rest reported none)."""
+        config = json.loads(config_text) if config_text else None
+        self.rows += int(rows)
+        self.dropped_rows += int(dropped_rows or 0)
+        self.drafted_tokens += int(drafted or 0)
+        if config is not None:
+            self.config_rows += int(config_rows)
+            schedule = isinstance(config, dict) and bool(config.get("num_speculative_tokens_per_batch_size"))
+            self.schedule_in_config = self.schedule_in_config or schedule
+
+    def result(self, *, from_footers: bool) -> ArmTelemetry:
+        return ArmTelemetry(
+            rows=self.rows, drafted_tokens=None if self.drafts_uncounted else self.drafted_tokens,
+            dropped_rows=self.dropped_rows, config_rows=self.config_rows, schedule_in_config=self.schedule_in_config,
+            from_footers=from_footers,
+        )  # fmt: skip
+
+
+_DRAFTED = "coalesce(drafted_tokens, list_sum(per_step_drafted), 0)"
+
+_TELEMETRY_SQL = f"""
+SELECT arm, resolved_speculative_config, count(*), count(resolved_speculative_config), sum({_DRAFTED}),
+       sum(coalesce(schedule_dropped, false)::INTEGER)
+FROM trace WHERE arm IN (SELECT unnest(?::VARCHAR[])) GROUP BY ALL
+"""
+
+# The same sums from the footers (footer.FOOTER_COLUMNS), per (arm, in a complete unit, config). A row group
+# decides them where it pins its unit (one repeat) and, if its unit is complete, its config and schedule_dropped
+# (one value, or none at all); an arm with one undecided row group is read from its rows instead. Drafts: a
+# row group with no NULL drafted_tokens (those fall back to per_step_drafted) and none below zero decides
+# whether the arm drafted (its maximum above zero), not how much. A missing statistic decides nothing (each flag
+# is coalesced to false: bool_and would skip a NULL).
+_FOOTER_TELEMETRY_SQL = """
+SELECT f.arm, u.repeat IS NOT NULL AS in_trace,
+       CASE WHEN f.resolved_speculative_config_nulls < f.rows THEN f.resolved_speculative_config_min END AS config,
+       bool_and(coalesce(
+           f.repeat_min = f.repeat_max AND f.repeat_nulls = 0
+           AND (u.repeat IS NULL OR (
+               (f.resolved_speculative_config_nulls = f.rows
+                OR (f.resolved_speculative_config_min = f.resolved_speculative_config_max
+                    AND f.resolved_speculative_config_nulls IS NOT NULL))
+               AND (f.schedule_dropped_nulls = f.rows
+                    OR (f.schedule_dropped_min = f.schedule_dropped_max AND f.schedule_dropped_min IN ('true', 'false')
+                        AND f.schedule_dropped_nulls IS NOT NULL)))),
+           false)) AS decided,
+       bool_and(coalesce(u.repeat IS NULL OR f.rows = 0
+                         OR (f.drafted_tokens_nulls = 0 AND TRY_CAST(f.drafted_tokens_min AS BIGINT) >= 0), false))
+           AS drafts_decided,
+       sum(f.rows), sum(f.rows - f.resolved_speculative_config_nulls),
+       sum(CASE WHEN f.schedule_dropped_min = 'true' THEN f.rows - f.schedule_dropped_nulls ELSE 0 END),
+       coalesce(max(TRY_CAST(f.drafted_tokens_max AS BIGINT)), 0) > 0 AS drafted
+FROM trace_footer f
+LEFT JOIN complete_units u
+    ON f.arm = u.arm AND f.shape = u.shape AND f.repeat_min = f.repeat_max
+       AND TRY_CAST(f.repeat_min AS INTEGER) = u.repeat
+GROUP BY ALL
+"""
+
+
+def _has_footers(requests: Requests) -> bool:
+    row = requests.con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = 'trace_footer'"
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _footer_totals(requests: Requests, names: Sequence[str]) -> tuple[dict[str, _Totals], set[str]]:
+    """The arms the footers decide, with their totals; and those of them whose drafts they leave undecided."""
+    totals = {n: _Totals() for n in names}
+    undecided: set[str] = set()
+    count_drafts: set[str] = set()
+    for arm, in_trace, config, decided, drafts_decided, rows, config_rows, dropped, drafted in requests.con.execute(
+        _FOOTER_TELEMETRY_SQL
+    ).fetchall():
         if arm not in totals:
             continue
-        t = totals[arm]
-        config = json.loads(config_text) if config_text else None
-        t[0] += int(count)
-        t[1] += int(drafted or 0)
-        t[2] += int(dropped or 0)
-        if config is not None:
-            t[3] += int(count)
-            t[4] = t[4] or (isinstance(config, dict) and bool(config.get("num_speculative_tokens_per_batch_size")))
+        if not decided:
+            undecided.add(arm)
+        if not in_trace:
+            continue
+        totals[arm].add(config, rows, config_rows, dropped)
+        if not drafts_decided:
+            count_drafts.add(arm)
+        totals[arm].drafts_uncounted |= bool(drafted)
+    return {n: t for n, t in totals.items() if n not in undecided}, count_drafts - undecided
+
+
+def arm_telemetry(requests: Requests, arms: Sequence[ArmInfo]) -> list[ArmTelemetry]:
+    """Per arm, from the trace's footers where their statistics decide it, else from its rows."""
+    names = [a.name for a in arms]
+    footers, count_drafts = _footer_totals(requests, names) if _has_footers(requests) else ({}, set())
+    # An off arm that drafted fails with the number of draft tokens: the footers only say that it did.
+    count_drafts |= {a.name for a in arms if a.kind == "off" and a.name in footers and footers[a.name].drafts_uncounted}
+    if count_drafts:
+        for arm in count_drafts:
+            footers[arm].drafted_tokens, footers[arm].drafts_uncounted = 0, False
+        for arm, drafted in requests.con.execute(
+            f"SELECT arm, sum({_DRAFTED}) FROM trace WHERE arm IN (SELECT unnest(?::VARCHAR[])) GROUP BY arm",
+            [sorted(count_drafts)],
+        ).fetchall():
+            footers[arm].drafted_tokens = int(drafted or 0)
+    scanned = {n: _Totals() for n in names if n not in footers}
+    if scanned:
+        for arm, config, rows, config_rows, drafted, dropped in requests.con.execute(
+            _TELEMETRY_SQL, [sorted(scanned)]
+        ).fetchall():
+            scanned[arm].add(config, rows, config_rows, dropped, drafted)
     return [
-        _ArmTelemetry(
-            rows=int(t[0]), drafted_tokens=int(t[1]), dropped_rows=int(t[2]), config_rows=int(t[3]),
-            schedule_in_config=bool(t[4]),
-        )
-        for t in (totals[a.name] for a in arms)
-    ]  # fmt: skip
+        footers[n].result(from_footers=n not in count_drafts) if n in footers else scanned[n].result(from_footers=False)
+        for n in names
+    ]
 
 
 # The rows' per-step lists, zipped (only the steps both lists report) and numbered within the request.
@@ -258,10 +355,10 @@ def _timed_runs(requests: Requests, arms: Sequence[ArmInfo], shapes: Mapping[str
 
 
 def _identity(
-    arm: ArmInfo, t: _ArmTelemetry, steps: int, k_steps: int, zero_steps: int, *, endpoint: bool = False
+    arm: ArmInfo, t: ArmTelemetry, steps: int, k_steps: int, zero_steps: int, *, endpoint: bool = False
 ) -> Finding:
     """Tell `off` (no speculative config, no drafts) from `dynamic` whose schedule gives k = 0."""
-    if arm.kind == "off" and endpoint and not (t.config_rows or k_steps or t.drafted_tokens):
+    if arm.kind == "off" and endpoint and not (t.config_rows or k_steps or t.drafted):
         # A foreign server reports no config and omits steps without drafts: "no drafts" is all its rows can say;
         # the spec-decode counters (the reconciliation finding) are the evidence either way.
         return Finding.not_verifiable(
@@ -275,7 +372,7 @@ def _identity(
             problems.append(f"the engine reports a speculative config on {t.config_rows} requests")
         if k_steps:
             problems.append(f"{k_steps} steps ran k > 0")
-        if t.drafted_tokens:
+        if t.drafted:
             problems.append(f"{t.drafted_tokens} draft tokens were verified")
         if problems:
             return Finding(
@@ -290,7 +387,7 @@ def _identity(
             passed=True,
             message=f"{arm.name}: really off: no speculative config, k = 0 in all {steps} steps, no drafts",
         )
-    if not (t.config_rows or k_steps or t.drafted_tokens):
+    if not (t.config_rows or k_steps or t.drafted):
         return Finding(
             check="identity",
             arm=arm.name,
@@ -349,7 +446,7 @@ def _verify_arm(
     arm: ArmInfo,
     counts: np.ndarray,
     table: np.ndarray,
-    telemetry: _ArmTelemetry,
+    telemetry: ArmTelemetry,
     bands: BandSet,
     settings: VerifySettings,
     mismatched_requests: int,
@@ -454,7 +551,7 @@ def _verify(
     batch_limit = max(a.max_num_seqs for a in arms) + 1  # one bucket past every table: the tail's k
     counts = _step_counts(requests, arms, batch_limit, endpoint_arms)
     tables = _k_tables(arms, batch_limit)
-    telemetry = _telemetry(requests, arms)
+    telemetry = arm_telemetry(requests, arms)
     sampled = {str(a) for a in samples.column("arm").to_pylist()} if samples is not None else set()
     results = []
     for i, arm in enumerate(arms):
@@ -555,7 +652,7 @@ def _executed_k_finding(
     )
 
 
-def _dropped_finding(arm: ArmInfo, t: _ArmTelemetry, *, endpoint: bool = False) -> Finding:
+def _dropped_finding(arm: ArmInfo, t: ArmTelemetry, *, endpoint: bool = False) -> Finding:
     if t.dropped_rows or (t.config_rows and not t.schedule_in_config):
         evidence = (
             f"schedule_dropped on {t.dropped_rows} of {t.rows} requests"
