@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.analysis.arms import ArmInfo
+from orchestrator.analysis.db import sql_string
 from orchestrator.analysis.results import MapCell, MapSettings, OperatingMap, RatioCI, Verdict
 from orchestrator.analysis.source import Requests
 from orchestrator.analysis.speedup import PAIR_COLUMNS, CellBlocks, paired_ratios
@@ -108,21 +109,33 @@ def _pairs_vs_best(
         return {}
     con.executemany("INSERT INTO k_pairs VALUES (?, ?, ?)", comparisons)
     key = f"band_{band_set}"
-    rows = con.execute(
+    arms = ", ".join(
+        sql_string(arm) for arm in sorted({arm for _, best, other in comparisons for arm in (best, other)})
+    )
+    # The candidates' requests, narrow, once: `scored` is a view over the trace, and joining it to itself would
+    # read and pair the trace twice more and hold the twin join and this one in memory together (the arm list
+    # is a literal, so only the candidates' files are read).
+    con.execute(
         f"""
+        CREATE OR REPLACE TEMP TABLE k_rows AS
+        SELECT arm, {key} AS band, pair_unit, request_index, run_id, block, usable, log_tpot, met, clock_s
+        FROM scored WHERE arm IN ({arms}) AND request_index >= 0 AND {key} >= 0
+        """
+    )
+    rows = con.execute(
+        """
         SELECT p.band, p.other, count(*),
                sum(CASE WHEN a.usable AND b.usable THEN a.log_tpot - b.log_tpot ELSE 0.0 END),
                sum((a.usable AND b.usable)::DOUBLE), sum(a.met::DOUBLE), sum(b.met::DOUBLE),
                sum(a.clock_s), sum(b.clock_s)
-        FROM k_pairs p
-        JOIN scored a ON a.arm = p.other AND a.{key} = p.band
-        JOIN scored b ON b.arm = p.best AND b.{key} = p.band AND b.shape = a.shape AND b.repeat = a.repeat
+        FROM k_rows a JOIN k_pairs p ON a.arm = p.other AND a.band = p.band
+        JOIN k_rows b ON b.arm = p.best AND b.band = p.band AND b.pair_unit = a.pair_unit
              AND b.request_index = a.request_index
-        WHERE a.request_index >= 0
-        GROUP BY p.band, p.other, a.shape, a.run, a.repeat, a.block
-        ORDER BY 1, 2, a.shape, a.run, a.repeat, a.block
+        GROUP BY p.band, p.other, a.run_id, a.block
+        ORDER BY 1, 2, a.run_id, a.block
         """
     ).fetchall()
+    con.execute("DROP TABLE k_rows")
     found: dict[tuple[int, str], list[tuple[list[float], int]]] = {}
     for band, other, count, *values in rows:
         found.setdefault((int(band), str(other)), []).append(([float(v) for v in values], int(count)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -48,8 +49,9 @@ def _sql_list(values: Sequence[str]) -> str:
 def twins_sql(slos: SloConfig, band_sets: Sequence[BandSet], baselines: Sequence[str]) -> str:
     """The baselines' requests as their twins see them, keyed by (baseline_id, twin_unit, twin_index) = (arm_id,
     pair_unit, request_index): their band in each band set (NULL where the value banded by is unknown) and what
-    the pairing compares. Integer keys and a narrow row keep the table small; the trace is read once more for
-    the baselines only (their arm is a constant of their files' scan, so the others' files are skipped)."""
+    the pairing compares; a request without a planned index (-1) has no twin. Integer keys and a narrow row keep
+    the table small; the trace is read once more for the baselines only (their arm is a constant of their
+    files' scan, so the others' files are skipped)."""
     value = {"batch_size": "typical_batch", "offered_rate": "offered_rate"}
     bands = ", ".join(
         f"CASE WHEN {value[b.measure]} IS NOT NULL THEN {b.sql(value[b.measure])} END::SMALLINT AS twin_band_{j}"
@@ -83,9 +85,9 @@ def scored_sql(slos: SloConfig, band_sets: Sequence[BandSet], blocks: int) -> st
     return f"""
     SELECT *, {pairs}
     FROM (
-        SELECT r.arm, r.arm_id, r.run_id, r.shape, r.run, r.repeat, r.category, r.ok, r.ttft, r.tpot, r.e2e,
-               r.queue_wait,
-               r.steps, r.k_sum, r.spec_steps, r.accepted, (t.baseline_id IS NULL) AS own_band,
+        SELECT r.arm, r.arm_id, r.run_id, r.pair_unit, r.shape, r.run, r.repeat, r.request_index, r.category, r.ok,
+               r.ttft, r.tpot, r.e2e, r.queue_wait, r.steps, r.k_sum, r.spec_steps, r.accepted,
+               (t.baseline_id IS NULL) AS own_band,
                {met_sql(slos)} AS met,
                coalesce(r.ok AND r.tpot > 0, false) AS usable,
                CASE WHEN r.ok AND r.tpot > 0 THEN ln(r.tpot) ELSE 0.0 END AS log_tpot,
@@ -99,7 +101,7 @@ def scored_sql(slos: SloConfig, band_sets: Sequence[BandSet], blocks: int) -> st
         FROM requests r
         LEFT JOIN arm_pairing m ON r.arm_id = m.arm_id
         LEFT JOIN baseline_twins t ON t.baseline_id = m.baseline_id AND t.twin_unit = r.pair_unit
-             AND t.twin_index = r.request_index AND r.request_index >= 0
+             AND t.twin_index = r.request_index
     )
     """
 
@@ -119,60 +121,26 @@ class _CellAggregates:
 
 # The continuous sums of a group (the yes/no facts are bits of its key, see _flags).
 _GROUP_SUMS = ("clock_s", "log_tpot", "steps", "k_sum", "spec_steps", "accepted", "twin_clock_s", "twin_log_tpot")
-CLOCK_S, LOG_TPOT_SUM, STEPS, K_SUM, SPEC_STEPS, ACCEPTED, TWIN_CLOCK_S, TWIN_LOG_TPOT = range(len(_GROUP_SUMS))
 
 
 def _flags(band_sets: int) -> list[str]:
     return ["ok", "met", "usable", "own_band", "both_usable", "twin_met", *(f"pair_{j}" for j in range(band_sets))]
 
 
-OK_BIT, MET_BIT, USABLE_BIT, OWN_BAND_BIT, BOTH_USABLE_BIT, TWIN_MET_BIT = (1 << i for i in range(6))
+def _has(flag: str, band_sets: int) -> str:
+    """SQL: the groups of `map_groups` whose requests have the yes/no fact `flag`."""
+    return f"(flags & {1 << _flags(band_sets).index(flag)}) <> 0"
 
 
-# Per band set, cell and (run, time block): totals and requests.
-_Blocks = dict[tuple[int, str], dict[tuple[int, int], tuple[np.ndarray, int]]]
-
-
-def _add_group(
-    out: list[_CellAggregates], blocks: list[_Blocks], pairs: list[_Blocks], bands: Sequence[int], arm: str,
-    category: str | None, block: tuple[int, int], flags: int, count: int, values: Sequence[float],
-) -> None:  # fmt: skip
-    """One group of requests (alike in every key and yes/no fact) into each band set's cell, block and pair
-    totals; `block`: (run, time block), the order the bootstrap's blocks keep."""
-    yes = [count * bool(flags & bit) for bit in (OK_BIT, MET_BIT, USABLE_BIT, OWN_BAND_BIT, BOTH_USABLE_BIT)]
-    ok, met, usable, own_band, both_usable = yes
-    twin_met = count * bool(flags & TWIN_MET_BIT)
-    for m, band in enumerate(bands):
-        agg = out[m]
-        if band < 0:
-            agg.unbanded[arm] = agg.unbanded.get(arm, 0) + count
-            continue
-        key = (int(band), arm)
-        cell = [ok, met, values[CLOCK_S], values[STEPS], values[K_SUM], values[SPEC_STEPS], values[ACCEPTED], own_band]
-        agg.sums[key] = agg.sums.get(key, np.zeros(len(_CELL_SUMS))) + np.array(cell, dtype=np.float64)
-        agg.requests[key] = agg.requests.get(key, 0) + count
-        by_category = agg.by_category.setdefault(key, {})
-        name = NO_CATEGORY if category is None else str(category)
-        spec, accepted = by_category.get(name, (0.0, 0.0))
-        by_category[name] = (spec + values[SPEC_STEPS], accepted + values[ACCEPTED])
-        _add_block(blocks[m], key, block, [values[LOG_TPOT_SUM], usable, met, values[CLOCK_S]], count)
-        if flags & (1 << (6 + m)):  # a pair that counts in this band set
-            log_ratio = values[TWIN_LOG_TPOT] - values[LOG_TPOT_SUM] if both_usable else 0.0
-            paired = [log_ratio, both_usable, met, twin_met, values[CLOCK_S], values[TWIN_CLOCK_S]]
-            _add_block(pairs[m], key, block, paired, count)
-
-
-def _add_block(found: _Blocks, key: tuple[int, str], block: tuple[int, int], values: list[float], count: int) -> None:
-    blocks = found.setdefault(key, {})
-    totals, rows = blocks.get(block, (np.zeros(len(values)), 0))
-    blocks[block] = (totals + np.array(values, dtype=np.float64), rows + count)
-
-
-def _totals(blocks: dict[tuple[int, int], tuple[np.ndarray, int]], columns: int) -> tuple[np.ndarray, int]:
-    """A cell's blocks in (run, time block) order: (blocks, columns) totals and the requests in them."""
-    ordered = [blocks[b] for b in sorted(blocks)]
-    totals = np.array([t for t, _ in ordered], dtype=np.float64).reshape(-1, columns)
-    return totals, sum(rows for _, rows in ordered)
+def _blocks_of(rows: list[tuple[Any, ...]], columns: int) -> dict[tuple[int, str], tuple[np.ndarray, int]]:
+    """(band, arm, requests, *totals) rows in (run, time block) order: per cell, its (blocks, columns) totals."""
+    found: dict[tuple[int, str], list[tuple[list[float], int]]] = {}
+    for band, arm, count, *values in rows:
+        found.setdefault((int(band), str(arm)), []).append(([float(v) for v in values], int(count)))
+    return {
+        key: (np.array([v for v, _ in blocks], dtype=np.float64).reshape(-1, columns), sum(c for _, c in blocks))
+        for key, blocks in found.items()
+    }
 
 
 def _aggregates(
@@ -201,50 +169,83 @@ def _aggregates(
     # sums of these few thousand groups. (One sum per yes/no fact and per band set's pairs, or GROUPING SETS,
     # cost 2-4x the scan at 10 M rows; DuckDB keeps one aggregate state per sum and group.)
     bits = " + ".join(f"{1 << i} * coalesce({flag}, false)::INTEGER" for i, flag in enumerate(_flags(n)))
-    names = dict(con.execute("SELECT DISTINCT arm_id, arm FROM runs").fetchall())
-    groups = con.execute(
+    con.execute(
         f"""
-        SELECT {", ".join(band_keys)}, arm_id, category, run_id, block, {bits} AS flags, count(*),
-               {", ".join(f"sum({c})::DOUBLE" for c in _GROUP_SUMS)}
-        FROM scored GROUP BY ALL ORDER BY arm_id, run_id, block
+        CREATE OR REPLACE TEMP TABLE map_groups AS
+        SELECT g.*, r.arm
+        FROM (
+            SELECT {", ".join(band_keys)}, arm_id, category, run_id, block, {bits} AS flags, count(*) AS requests,
+                   {", ".join(f"sum({c})::DOUBLE AS {c}" for c in _GROUP_SUMS)}
+            FROM scored GROUP BY ALL
+        ) g JOIN (SELECT DISTINCT arm_id, arm FROM runs) r USING (arm_id)
         """
-    ).fetchall()
-    blocks: list[_Blocks] = [{} for _ in band_sets]
-    pairs: list[_Blocks] = [{} for _ in band_sets]
-    for row in groups:
-        bands, (arm_id, category, run_id, block, flags, count, *values) = row[:n], row[n:]
-        where = (int(run_id), int(block))
-        _add_group(out, blocks, pairs, bands, str(names[arm_id]), category, where, int(flags), int(count), values)
-    for agg, cell_blocks, cell_pairs in zip(out, blocks, pairs, strict=True):
-        agg.blocks.update({key: _totals(found, len(_BLOCK_SUMS)) for key, found in cell_blocks.items()})
-        agg.pairs.update({key: _totals(found, PAIR_COLUMNS) for key, found in cell_pairs.items()})
-    _quantile_aggregates(requests, out, band_keys)
+    )
+    has = {flag: _has(flag, n) for flag in _flags(n)}
+    count_if = {flag: f"coalesce(sum(requests) FILTER ({has[flag]}), 0)" for flag in has}
+    for m, (agg, key) in enumerate(zip(out, band_keys, strict=True)):
+        unbanded = con.execute(f"SELECT arm, sum(requests) FROM map_groups WHERE {key} < 0 GROUP BY arm").fetchall()
+        agg.unbanded.update({str(arm): int(count) for arm, count in unbanded})
+        cells = con.execute(
+            f"""
+            SELECT {key}, arm, category, sum(requests), {count_if["ok"]}, {count_if["met"]}, sum(clock_s),
+                   sum(steps), sum(k_sum), sum(spec_steps), sum(accepted), {count_if["own_band"]}
+            FROM map_groups WHERE {key} >= 0 GROUP BY ALL
+            """
+        ).fetchall()
+        for band, arm, category, count, *values in cells:
+            cell = (int(band), str(arm))
+            cell_values = np.array(values, dtype=np.float64)  # _CELL_SUMS
+            agg.sums[cell] = agg.sums.get(cell, np.zeros(len(_CELL_SUMS))) + cell_values
+            agg.requests[cell] = agg.requests.get(cell, 0) + int(count)
+            spec, accepted = cell_values[_CELL_SUMS.index("spec_steps")], cell_values[_CELL_SUMS.index("accepted")]
+            agg.by_category.setdefault(cell, {})[NO_CATEGORY if category is None else str(category)] = (spec, accepted)
+        # The bootstrap's blocks (_BLOCK_SUMS) and the paired totals (PAIR_COLUMNS), in (run, time block) order.
+        in_order = f"GROUP BY {key}, arm, run_id, block ORDER BY {key}, arm, run_id, block"
+        block_rows = con.execute(
+            f"""
+            SELECT {key}, arm, sum(requests), sum(log_tpot), {count_if["usable"]}, {count_if["met"]}, sum(clock_s)
+            FROM map_groups WHERE {key} >= 0 {in_order}
+            """
+        ).fetchall()
+        agg.blocks.update(_blocks_of(block_rows, len(_BLOCK_SUMS)))
+        both = has["both_usable"]
+        pair_rows = con.execute(
+            f"""
+            SELECT {key}, arm, sum(requests), coalesce(sum(twin_log_tpot - log_tpot) FILTER ({both}), 0.0),
+                   {count_if["both_usable"]}, {count_if["met"]}, {count_if["twin_met"]}, sum(clock_s),
+                   sum(twin_clock_s)
+            FROM map_groups WHERE {key} >= 0 AND {has[f"pair_{m}"]} {in_order}
+            """
+        ).fetchall()
+        agg.pairs.update(_blocks_of(pair_rows, PAIR_COLUMNS))
+    con.execute("DROP TABLE map_groups")
+    _quantile_aggregates(requests, out, band_sets)
     return out
 
 
-def _quantile_aggregates(requests: Requests, out: list[_CellAggregates], band_keys: list[str]) -> None:
+def _quantile_aggregates(requests: Requests, out: list[_CellAggregates], band_sets: Sequence[BandSet]) -> None:
     """DuckDB's exact quantile_cont (numpy's linear percentile) of the completed requests' latencies, and of
     every request's queue wait, per band and arm of every band set. An exact quantile holds its group's values in
-    memory (DuckDB cannot spill it), so the arms take turns: one query per arm (its files only, as the arm is a
-    constant of their scan) holds that arm's four measures, and no copy of the requests is kept in between."""
+    memory (DuckDB cannot spill it), so they take turns: one query per arm (its files only, as the arm is a
+    constant of their scan) and band set holds that arm's four measures once, and no copy of the requests is
+    kept in between. Offered-rate bands need no twin, so those queries read the requests without the join."""
     con = requests.con
     q = list(QUANTILES)
     measures = ", ".join(
         f"quantile_cont({measure}, {q})" + (" FILTER (WHERE ok)" if completed else "")
         for measure, completed in (("ttft", True), ("tpot", True), ("e2e", True), ("queue_wait", False))
     )
-    which = " ".join(f"WHEN grouping({k}) = 0 THEN {m}" for m, k in enumerate(band_keys))
     for arm_id, arm in con.execute("SELECT DISTINCT arm_id, arm FROM runs ORDER BY arm_id").fetchall():
-        rows = con.execute(
-            f"""
-            SELECT CASE {which} END AS m, coalesce({", ".join(band_keys)}) AS band, {measures}
-            FROM scored WHERE arm_id = {int(arm_id)} AND ({" OR ".join(f"{k} >= 0" for k in band_keys)})
-            GROUP BY GROUPING SETS ({", ".join(f"({k})" for k in band_keys)})
-            """
-        ).fetchall()
-        for m, band, *values in rows:
-            if band >= 0:
-                out[m].quantiles[(int(band), str(arm))] = list(values)
+        for m, bands in enumerate(band_sets):
+            band, source = (
+                (f"band_{m}", "scored") if bands.measure == "batch_size" else (bands.sql("offered_rate"), "requests")
+            )
+            rows = con.execute(
+                f"SELECT {band} AS band, {measures} FROM {source} WHERE arm_id = {int(arm_id)} AND {band} >= 0 "
+                "GROUP BY 1"
+            ).fetchall()
+            for found, *values in rows:
+                out[m].quantiles[(int(found), str(arm))] = list(values)
 
 
 def crossover(arm: str, verdicts: Sequence[tuple[str, int, Verdict]]) -> Crossover:
