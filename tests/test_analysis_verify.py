@@ -26,6 +26,7 @@ from orchestrator.analysis import (
     run_requests,
     verify_executed_policy,
 )
+from orchestrator.analysis.recovery import Reference, binned_runs, switch_timings
 from orchestrator.analysis.verify import arm_telemetry
 from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
 from tests.test_analysis_inputs import START_NS, trace_table
@@ -509,3 +510,168 @@ def test_a_normal_run_directory_is_verified_without_reading_a_trace_row(tmp_path
     assert report == expected and report.passed
     (timing,) = report.switch_timings
     assert (timing.quiet_k, timing.loaded_k, timing.switch_lag_s, timing.recovery_s) == (3, 1, 3.0, 4.0)
+
+
+def _per_step_timing(
+    arm: ArmInfo, run: tuple[str, str, str, int], shape: CrossAndRecover, time_s: np.ndarray, batch: np.ndarray,
+    executed: np.ndarray, reference: str, bin_s: float, bound_s: float,
+) -> dict[str, Any]:  # fmt: skip
+    """The switch timing as it was computed before the binned counts, step by step (the oracle)."""
+
+    def mode(values: np.ndarray) -> int | None:
+        return int(np.bincount(values).argmax()) if len(values) else None
+
+    def bin_modes(bins: np.ndarray, values: np.ndarray, n_bins: int) -> np.ndarray:
+        width = int(values.max()) + 1
+        counts = np.bincount(bins * width + values, minlength=n_bins * width).reshape(n_bins, width)
+        modes: np.ndarray = np.where(counts.sum(axis=1) > 0, counts.argmax(axis=1), -1)
+        return modes
+
+    def first_bin(condition: np.ndarray, start: int) -> int | None:
+        hits = np.flatnonzero(condition[start:])
+        return int(start + hits[0]) if len(hits) else None
+
+    batch = np.clip(batch, 0, arm.max_num_seqs)
+    configured = arm.k_table()[batch]
+    _, shape_name, run_name, repeat = run
+    where = f"{arm.name} on {shape_name} (run {run_name}, repeat {repeat})"
+    up_shape, down_shape = shape.crossing_offsets()
+    usable = np.isfinite(time_s) & (time_s >= 0)
+    time_s, batch, executed, configured = time_s[usable], batch[usable], executed[usable], configured[usable]
+    bins = (time_s / bin_s).astype(np.int64)
+    n_bins = int(bins.max()) + 1 if len(bins) else 0
+    before = time_s < up_shape
+    quiet_k, quiet_configured = mode(executed[before]), mode(configured[before])
+    out: dict[str, Any] = dict.fromkeys(
+        ("crossed_up_s", "switched_s", "switch_lag_s", "crossed_down_s", "recovered_s", "recovery_s", "loaded_k")
+    )
+    out.update(arm=arm.name, shape=shape_name, run=run_name, repeat=repeat, reference=reference, quiet_k=quiet_k,
+               bound_s=bound_s)  # fmt: skip
+
+    def result(passed: bool, message: str, **values: Any) -> dict[str, Any]:
+        return {**out, **values, "passed": passed, "message": f"{where}: {message}"}
+
+    if quiet_k is None or quiet_configured is None:
+        return result(False, f"no engine steps before the load crossed up at {up_shape:.1f} s: cannot time a switch")
+    configured_modes = bin_modes(bins, configured, n_bins)
+    executed_modes = bin_modes(bins, executed, n_bins)
+    loaded = (configured_modes >= 0) & (configured_modes != quiet_configured)
+    if not loaded.any():
+        return result(
+            True,
+            f"not exercised: the batch (max {int(batch.max())}) never reached a schedule range "
+            f"with k other than {quiet_configured}",
+        )
+    if reference == "shape":
+        up, down = up_shape, down_shape
+    else:
+        loaded_bins = np.flatnonzero(loaded)
+        up, down = float(loaded_bins[0] * bin_s), float((loaded_bins[-1] + 1) * bin_s)
+    loaded_k = mode(executed[(time_s >= up) & (time_s < down)])
+    switched_bin = first_bin((executed_modes >= 0) & (executed_modes != quiet_k), int(up // bin_s))
+    if switched_bin is None:
+        return result(False, f"executed k never changed from {quiet_k} after the load crossed up at {up:.1f} s",
+                      crossed_up_s=up, crossed_down_s=down, loaded_k=loaded_k)  # fmt: skip
+    switched = max(switched_bin * bin_s, up)
+    recovered_bin = first_bin(executed_modes == quiet_k, max(int(down // bin_s), switched_bin + 1))
+    lag = switched - up
+    if recovered_bin is None:
+        return result(
+            False,
+            f"k {quiet_k} -> {executed_modes[switched_bin]} {lag:.1f} s after the load crossed up at {up:.1f} s, "
+            f"never back to {quiet_k} after it came down at {down:.1f} s",
+            crossed_up_s=up, switched_s=switched, switch_lag_s=lag, crossed_down_s=down, loaded_k=loaded_k,
+        )  # fmt: skip
+    recovered = max(recovered_bin * bin_s, down)
+    recovery = recovered - down
+    passed = lag <= bound_s and recovery <= bound_s
+    return result(
+        passed,
+        f"k {quiet_k} -> {executed_modes[switched_bin]} {lag:.1f} s after the load crossed up at {up:.1f} s, back to "
+        f"{quiet_k} {recovery:.1f} s after it came down at {down:.1f} s (bound {bound_s:g} s): "
+        f"{'pass' if passed else 'FAIL'}",
+        crossed_up_s=up, switched_s=switched, switch_lag_s=lag, crossed_down_s=down, recovered_s=recovered,
+        recovery_s=recovery, loaded_k=loaded_k,
+    )  # fmt: skip
+
+
+# An up crossing at an awkward time (not a multiple of any bin): 20.3 + 9.7 * 20 / 40 = 25.15 s.
+ODD_CROSS = CrossAndRecover(quiet_rate=5, peak_rate=45, boundary_rate=25, quiet_s=20.3, rise_s=9.7, hold_s=19.9,
+                            fall_s=10.1)  # fmt: skip
+
+
+def _random_run(rng: np.random.Generator, shape: CrossAndRecover, bin_s: float) -> tuple[np.ndarray, ...]:
+    """A run's steps: a few per bin (so modes tie often), the batch high over a random stretch around the
+    shape's crossings, k following the schedule late, early, never or noisily; times on and next to bin edges
+    and crossings, and some unusable (NaN, negative)."""
+    up, down = shape.crossing_offsets()
+    span = down + 20 + rng.uniform(-15, 15)
+    n = int(rng.integers(0, 400))
+    edges = np.arange(0, span, bin_s)
+    times = np.concatenate(
+        [
+            rng.uniform(-1, span, n),
+            rng.choice(edges, 30) if len(edges) else [],
+            np.nextafter(rng.choice(edges, 30), -np.inf) if len(edges) else [],
+            np.nextafter(rng.choice(edges, 30), np.inf) if len(edges) else [],
+            np.arange(int(span / bin_s)) * bin_s,  # i * bin_s: not always the bin's own edge (0.1 * 3 > 0.3)
+            [up, down, np.nextafter(up, 0), np.nextafter(down, 0)],
+            [np.nan] * int(rng.integers(0, 3)),
+        ]
+    )
+    times = rng.permutation(times)[: int(rng.integers(0, len(times) + 1))]
+    scenario = rng.choice(["cross", "cross", "late", "quiet", "stuck"])
+    if scenario == "late":  # no step before the up crossing
+        times = times[~(times < up)]
+    high_from, high_to = up + rng.uniform(-6, 6), down + rng.uniform(-6, 6)
+    if scenario == "quiet":  # the batch never reaches the next schedule range
+        high_from = high_to = np.inf
+    batch = np.where(
+        (times >= high_from) & (times < high_to), rng.integers(65, 700, len(times)), rng.integers(0, 64, len(times))
+    )
+    table = SINGLE.k_table()
+    lag = rng.choice([0.0, 2.0, 8.0, 30.0, np.inf])
+    follows = (times >= high_from + lag) & (times < high_to + lag)
+    k = np.where(follows, table[np.minimum(batch, 512)], 3)
+    if scenario == "stuck":  # switched, and never back
+        k = np.where(times >= high_from + lag, 1, 3)
+    noisy = rng.uniform(size=len(times)) < rng.choice([0.0, 0.2, 0.45])
+    k = np.where(noisy, rng.choice([0, 1, 3], len(times)), k)
+    return times, batch, k
+
+
+@pytest.mark.parametrize("bin_s", [1.0, 0.1, 0.3, 2.5])
+@pytest.mark.parametrize("reference", ["shape", "batch"])
+def test_switch_timing_from_binned_counts_equals_the_per_step_timing(bin_s: float, reference: Reference) -> None:
+    rng = np.random.default_rng([int(bin_s * 10), reference == "batch"])
+    con = duckdb.connect()
+    shapes = {"cross": CROSS, "odd": ODD_CROSS}
+    runs, parts = [], []
+    for run_id in range(120):
+        shape_name = ["cross", "odd"][run_id % 2]
+        times, batch, k = _random_run(rng, shapes[shape_name], bin_s)
+        key = ("dyn", shape_name, f"r{run_id}", run_id % 3)
+        runs.append((run_id, key))
+        parts.append(pa.table({"run_id": np.full(len(times), run_id), "time_s": times, "batch_size": batch, "k": k}))
+    con.register("random_steps", pa.concat_tables(parts))
+    # NULL times (a step whose run has no clock) are left out like NaN ones
+    steps_sql = (
+        "SELECT run_id, CASE WHEN time_s < -0.5 THEN NULL ELSE time_s END AS time_s, batch_size, k FROM random_steps"
+    )
+    binned = binned_runs(con, steps_sql, [], runs, [SINGLE], shapes, bin_s=bin_s, reference=reference)
+    got = {t.run: t.model_dump() for t in switch_timings(binned, [SINGLE], shapes)}
+    expected: dict[str, dict[str, Any]] = {}
+    for (_, key), part in zip(runs, parts, strict=True):
+        if not part.num_rows:
+            continue  # no steps: no timing
+        times = part["time_s"].to_numpy()
+        times = np.where(times < -0.5, np.nan, times)
+        expected[key[2]] = _per_step_timing(
+            SINGLE, key, shapes[key[1]], times, part["batch_size"].to_numpy(), part["k"].to_numpy(), reference,
+            bin_s, 10.0,
+        )  # fmt: skip
+    assert got == expected
+    for outcome in ("cannot time a switch", "not exercised", "never changed", "never back", "(bound"):
+        assert any(outcome in t["message"] for t in expected.values()), outcome  # every path of the timing
+    if reference == "batch" and bin_s in (0.1, 0.3):
+        assert any(b.below_start.any() or b.past_end.any() for b in binned)  # times that round across an edge

@@ -22,7 +22,7 @@ from loadshapes.shapes import CrossAndRecover, ShapeBase
 from orchestrator.analysis.arms import ArmInfo
 from orchestrator.analysis.bands import BandSet, batch_bands
 from orchestrator.analysis.endpoint_verify import endpoint_findings
-from orchestrator.analysis.recovery import TimedRun, switch_timings
+from orchestrator.analysis.recovery import BinnedRun, binned_runs, switch_timings
 from orchestrator.analysis.results import ArmVerification, BandKCheck, Finding, VerificationReport
 from orchestrator.analysis.source import Requests, request_frame
 
@@ -296,62 +296,53 @@ def _step_counts(
     )  # fmt: skip
 
 
-def _timed_runs(requests: Requests, arms: Sequence[ArmInfo], shapes: Mapping[str, ShapeBase]) -> list[TimedRun]:
-    """The steps of the dynamic arms' cross_and_recover runs, in time (seconds from the run's start): from the
-    timeline where the arm has one, else each request's steps spread evenly over its time in the engine."""
+def _binned_runs(
+    requests: Requests, arms: Sequence[ArmInfo], shapes: Mapping[str, ShapeBase], settings: VerifySettings
+) -> list[BinnedRun]:
+    """The steps of the dynamic arms' cross_and_recover runs, in time (seconds from the run's start) and binned:
+    from the timeline where the arm has one, else each request's steps spread evenly over its time in the engine."""
     wanted = [a.name for a in arms if a.kind == "dynamic"]
     cross = [name for name, shape in shapes.items() if isinstance(shape, CrossAndRecover)]
     if not wanted or not cross:
         return []
     from_timeline = [a for a in wanted if a in requests.step_arms]
     from_lists = [a for a in wanted if a not in requests.step_arms]
-    queries: list[tuple[str, list[object]]] = []
+    parts: list[str] = []
+    params: list[object] = []
     if from_timeline:
-        queries.append(
-            (
-                """
-                SELECT s.arm, s.shape, r.run, s.repeat, (s.start_ns - r.start_ns) / 1e9 AS time_s, s.batch_size, s.k
-                FROM steps s JOIN runs r ON s.arm = r.arm AND s.shape = r.shape AND s.repeat = r.repeat
-                WHERE s.k IS NOT NULL AND s.arm IN (SELECT unnest(?::VARCHAR[]))
-                  AND s.shape IN (SELECT unnest(?::VARCHAR[]))
-                """,
-                [from_timeline, cross],
-            )
+        # The filters on arm and shape let DuckDB skip the other timelines' files (steps joins them by name).
+        parts.append(
+            """
+            SELECT r.run_id, (s.start_ns - r.start_ns) / 1e9 AS time_s, s.batch_size, s.k
+            FROM steps s JOIN runs r ON s.arm = r.arm AND s.shape = r.shape AND s.repeat = r.repeat
+            WHERE s.k IS NOT NULL AND s.arm IN (SELECT unnest(?::VARCHAR[]))
+              AND s.shape IN (SELECT unnest(?::VARCHAR[]))
+            """
         )
+        params += [from_timeline, cross]
     if from_lists:
-        queries.append(
-            (
-                f"""
-                SELECT l.arm, l.shape, l.run, l.repeat,
-                       (l.begin_ns::DOUBLE - r.start_ns::DOUBLE
-                        + CASE WHEN l.end_ns >= l.begin_ns THEN (l.end_ns - l.begin_ns)::DOUBLE END
-                          * ((l.position - 0.5) / l.n)) / 1e9 AS time_s,
-                       l.batch_size, l.k
-                FROM ({_LIST_STEPS}) l JOIN runs r USING (arm, shape, run, repeat)
-                WHERE l.shape IN (SELECT unnest(?::VARCHAR[]))
-                """,
-                [from_lists, cross],
-            )
+        parts.append(
+            f"""
+            SELECT r.run_id,
+                   (l.begin_ns::DOUBLE - r.start_ns::DOUBLE
+                    + CASE WHEN l.end_ns >= l.begin_ns THEN (l.end_ns - l.begin_ns)::DOUBLE END
+                      * ((l.position - 0.5) / l.n)) / 1e9 AS time_s,
+                   l.batch_size, l.k
+            FROM ({_LIST_STEPS}) l JOIN runs r USING (arm, shape, run, repeat)
+            WHERE l.shape IN (SELECT unnest(?::VARCHAR[]))
+            """
         )
-    runs = []
-    for sql, params in queries:
-        requests.con.execute(f"CREATE OR REPLACE TEMP TABLE timed_steps AS {sql}", params)
-        keys = requests.con.execute("SELECT DISTINCT arm, shape, run, repeat FROM timed_steps ORDER BY ALL").fetchall()
-        for arm, shape, run, repeat in keys:
-            found = requests.con.sql(
-                "SELECT time_s, batch_size, k FROM timed_steps WHERE arm = ? AND shape = ? AND run = ? AND repeat = ?",
-                params=[arm, shape, run, repeat],
-            ).to_arrow_table()
-            runs.append(
-                TimedRun(
-                    run=(str(arm), str(shape), str(run), int(repeat)),
-                    # Arrow gives NaN for a NULL (unknown) time.
-                    time_s=found["time_s"].to_numpy(zero_copy_only=False).astype(np.float64),
-                    batch=found["batch_size"].to_numpy(zero_copy_only=False).astype(np.int64),
-                    k=found["k"].to_numpy(zero_copy_only=False).astype(np.int64),
-                )
-            )
-    return sorted(runs, key=lambda r: r.run)
+        params += [from_lists, cross]
+    runs = [
+        (int(run_id), (str(arm), str(shape), str(run), int(repeat)))
+        for run_id, arm, shape, run, repeat in requests.con.execute(
+            "SELECT run_id, arm, shape, run, repeat FROM runs"
+        ).fetchall()
+    ]
+    return binned_runs(
+        requests.con, " UNION ALL ".join(parts), params, runs, arms, shapes, bin_s=settings.bin_s,
+        reference=settings.reference,
+    )  # fmt: skip
 
 
 def _identity(
@@ -571,14 +562,7 @@ def _verify(
             )
         )  # fmt: skip
     timings = (
-        switch_timings(
-            _timed_runs(requests, arms, shapes),
-            arms,
-            shapes,
-            reference=settings.reference,
-            bin_s=settings.bin_s,
-            bound_s=settings.switch_bound_s,
-        )
+        switch_timings(_binned_runs(requests, arms, shapes, settings), arms, shapes, bound_s=settings.switch_bound_s)
         if shapes
         else []
     )
