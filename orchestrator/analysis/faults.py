@@ -21,23 +21,26 @@ FAULT_COLUMNS = ("arm", "shape", "repeat", "scheduled_ns", "done_ns", "status", 
 
 
 def fault_windows_of(requests: Requests, unit_starts: dict[str, int], *, gap_s: float = 2.0) -> list[FaultWindow]:
-    """fault_windows over a run's views: the failed rows (few), then only the outcome times of the units they
-    belong to (one integer per row), never the rows themselves."""
+    """fault_windows over a run's views: the failed rows (few), then, one unit at a time, the outcome times of
+    the units they belong to (one integer per row, let go before the next unit), never the rows themselves."""
     columns = ", ".join(FAULT_COLUMNS)
     failed = requests.con.sql(f"SELECT {columns} FROM trace WHERE status <> 'ok'").to_arrow_table()
     if failed.num_rows == 0:
         return []
-    ended: dict[str, np.ndarray] = {}
+    keys = unit_keys(failed)
+    windows: list[FaultWindow] = []
     for arm, shape, repeat in requests.con.execute(
-        "SELECT DISTINCT arm, shape, repeat FROM trace WHERE status <> 'ok'"
+        "SELECT DISTINCT arm, shape, repeat FROM trace WHERE status <> 'ok' ORDER BY ALL"
     ).fetchall():
+        unit = f"{arm}/{shape}/r{repeat}"
         times = requests.con.execute(
             "SELECT coalesce(done_ns, scheduled_ns) AS t FROM trace WHERE arm = ? AND shape = ? AND repeat = ? "
             "ORDER BY t",
             [arm, shape, repeat],
         ).fetchnumpy()["t"]
-        ended[f"{arm}/{shape}/r{repeat}"] = np.asarray(times, dtype=np.int64)
-    return fault_windows(failed, ended, unit_starts, gap_s=gap_s)
+        mine = failed.filter(pa.array(keys == unit))
+        windows += fault_windows(mine, {unit: np.asarray(times, dtype=np.int64)}, unit_starts, gap_s=gap_s)
+    return sorted(windows, key=lambda w: w.unit)
 
 
 class FaultWindow(BaseModel):
