@@ -33,23 +33,33 @@ class TimelineSeries:
     early: int  # steps before the unit's start, not drawn
 
 
-_UNITS_SQL = """
-SELECT s.arm, s.shape, s.repeat, count(*) AS steps, count(DISTINCT s.engine_id) AS engines,
-       CASE WHEN u.start_ns IS NULL OR u.start_ns > max(s.start_ns) THEN min(s.start_ns) ELSE u.start_ns END
-           AS origin,
-       max(s.end_ns) AS last_end
-FROM steps s LEFT JOIN timeline_unit_starts u USING (arm, shape, repeat)
-GROUP BY s.arm, s.shape, s.repeat, u.start_ns
-"""
-
-_SHAPE_SQL = f"""
-SELECT u.arm, u.shape, u.repeat, u.steps, u.engines, u.origin, u.last_end,
-       count(*) AS inside, count(s.k) AS drawn,
-       min(s.start_ns) FILTER (WHERE s.k IS NOT NULL) AS first_ns,
-       max(s.start_ns) FILTER (WHERE s.k IS NOT NULL) AS last_ns
-FROM ({_UNITS_SQL}) u JOIN steps s USING (arm, shape, repeat)
-WHERE s.start_ns >= u.origin
-GROUP BY ALL
+# Per unit, in one pass over its steps: its origin (the unit's start, or its first step where the start is
+# unknown or after its last step) and what is drawn from it. Both origins' counts are taken in the same pass (the
+# start's as FILTERs), as joining the steps to a per-unit aggregate of themselves read them twice and let DuckDB
+# hash the steps rather than the dozen units.
+_SHAPE_SQL = """
+SELECT arm, shape, repeat, steps, engines, last_end,
+       CASE WHEN from_first THEN first_any ELSE unit_start END AS origin,
+       CASE WHEN from_first THEN steps ELSE inside_u END AS inside,
+       CASE WHEN from_first THEN drawn_all ELSE drawn_u END AS drawn,
+       CASE WHEN from_first THEN first_all ELSE first_u END AS first_ns,
+       CASE WHEN from_first THEN last_all ELSE last_u END AS last_ns
+FROM (
+    SELECT *, (unit_start IS NULL OR unit_start > last_any) AS from_first
+    FROM (
+        SELECT s.arm, s.shape, s.repeat, any_value(u.start_ns) AS unit_start, count(*) AS steps,
+               count(DISTINCT s.engine_id) AS engines, min(s.start_ns) AS first_any, max(s.start_ns) AS last_any,
+               max(s.end_ns) AS last_end, count(s.k) AS drawn_all,
+               min(s.start_ns) FILTER (WHERE s.k IS NOT NULL) AS first_all,
+               max(s.start_ns) FILTER (WHERE s.k IS NOT NULL) AS last_all,
+               count(*) FILTER (WHERE s.start_ns >= u.start_ns) AS inside_u,
+               count(s.k) FILTER (WHERE s.start_ns >= u.start_ns) AS drawn_u,
+               min(s.start_ns) FILTER (WHERE s.k IS NOT NULL AND s.start_ns >= u.start_ns) AS first_u,
+               max(s.start_ns) FILTER (WHERE s.k IS NOT NULL AND s.start_ns >= u.start_ns) AS last_u
+        FROM steps s LEFT JOIN timeline_unit_starts u USING (arm, shape, repeat)
+        GROUP BY s.arm, s.shape, s.repeat
+    )
+)
 """
 
 
@@ -105,7 +115,8 @@ def timeline_series(
         """
     ).to_arrow_table()
     units = con.execute(
-        "SELECT arm, shape, repeat, steps, engines, origin, last_end, inside, bucketed FROM timeline_units_b"
+        "SELECT arm, shape, repeat, steps, engines, origin, last_end, inside, bucketed FROM timeline_units_b "
+        "ORDER BY arm, shape, repeat"
     ).fetchall()
     out: dict[str, TimelineSeries] = {}
     arm_col = np.asarray(points["arm"].to_pylist(), dtype=object)
