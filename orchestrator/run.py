@@ -31,6 +31,7 @@ from orchestrator.rundir import (
     UnitResult,
     arm_entry,
     finish_run,
+    merge_parts,
     open_run,
     plans_for,
     record_unit,
@@ -224,6 +225,8 @@ def run_unit(
     if result.engine_lagged:
         log.warning("unit.engine_lagged", unit=unit.key, engine_lag_share=result.engine_lag_share,
                     engine_lag_p99_s=result.engine_lag_p99_s, bound=result.engine_lag_bound)  # fmt: skip
+    # Merged before the marker: until the marker exists a crash leaves a partial unit, redone whole.
+    result = result.model_copy(update={"trace_file": merge_parts(store, unit)})
     store.write_json(store.unit_marker(unit), result.model_dump(mode="json"))
     return result
 

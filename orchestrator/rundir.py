@@ -26,10 +26,12 @@ from loadshapes.trace import PART_FILE, filesystem, writer_id
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.endpoint_metrics import ROOT as ENDPOINT_METRICS
 from orchestrator.load_workers import WorkerSummary
+from orchestrator.logs import get_logger
 from serve_apps.arms import ArmSpec, EndpointEngineConfig
 from timebase.clock import now_ns
 
 MANIFEST = "manifest.json"
+log = get_logger(__name__)
 
 
 class Unit(BaseModel):
@@ -70,6 +72,9 @@ class UnitResult(BaseModel):
     engine_lag_share: float | None = None  # summed lag / summed model step time: how much slower the engine ran
     engine_lag_bound: float | None = None  # the share it was held to (load.engine_lag_bound)
     engine_lagged: bool = False  # share above the bound: the unit's latencies are the host's, not the model's
+    # The unit's rows in one file: its workers' part files (their `files`) merged when the unit completed; None
+    # where they stay as written (a single file already, as in virtual time).
+    trace_file: str | None = None
 
     @property
     def statuses(self) -> dict[str, int]:
@@ -309,6 +314,65 @@ def write_timeline(store: RunStore, unit: Unit, timelines: dict[str, dict[str, l
         pq.write_table(table, sink, compression="zstd")
     store.fs.move(temporary, f"{directory}/r{unit.repeat}.parquet")
     return int(table.num_rows)
+
+
+MERGED_WORKER = "merged"  # the worker slot in a merged file's name: part-<arm>-<shape>-r<repeat>-wmerged-...
+MERGED_ROW_GROUP = 100_000  # rows per row group of a merged file (a worker's part file holds ~1000)
+
+
+def merge_parts(store: RunStore, unit: Unit) -> str | None:
+    """A completed unit's part files as one file with large row groups; the merged file's path, or None where
+    there was nothing to merge (one part file or none) or the parts could not be merged (left as they are).
+
+    Workers write a part file every thousand rows so a crash loses little; afterwards that layout costs every
+    reader (the report, DuckDB or Polars on the traces) a file open and a footer per thousand rows, ten thousand
+    for ten million rows. The merged file is written beside the parts under a temporary name, renamed into place
+    under the unit's writer prefix, checked for every row, and only then are the parts deleted. The unit's
+    marker comes after: a crash anywhere before it leaves a partial unit, which a rerun removes whole
+    (remove_partial), merged file included, so no row is ever counted twice or lost."""
+    directory = f"{store.base}/traces/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
+    if store.fs.get_file_info(directory).type == FileType.NotFound:
+        return None
+    parts = sorted(
+        info.path
+        for info in store.fs.get_file_info(FileSelector(directory))
+        if info.base_name.startswith(unit.part_prefix) and info.base_name.endswith(".parquet")
+    )
+    if len(parts) < 2:
+        return None
+    footers = [_footer(store, path) for path in parts]
+    schema, total = footers[0].schema.to_arrow_schema(), sum(f.num_rows for f in footers)
+    if any(not f.schema.to_arrow_schema().equals(schema) for f in footers):
+        log.warning("unit.parts_not_merged", unit=unit.key, reason="part files of different schemas")
+        return None
+    name = f"{unit.part_prefix}{MERGED_WORKER}-000000-{uuid.uuid4().hex[:8]}.parquet"
+    temporary, merged = f"{directory}/.tmp-{name}", f"{directory}/{name}"
+    with store.fs.open_output_stream(temporary) as sink, pq.ParquetWriter(sink, schema, compression="zstd") as out:
+        pending = schema.empty_table()
+        for path in parts:
+            with store.fs.open_input_file(path) as handle:
+                pending = pa.concat_tables([pending, pq.read_table(handle)])
+            full = pending.num_rows - pending.num_rows % MERGED_ROW_GROUP  # whole row groups out, the rest waits
+            if full:
+                out.write_table(pending.slice(0, full), row_group_size=MERGED_ROW_GROUP)
+                pending = pending.slice(full)
+        if pending.num_rows:
+            out.write_table(pending, row_group_size=MERGED_ROW_GROUP)
+    store.fs.move(temporary, merged)
+    written = _footer(store, merged).num_rows
+    if written != total:  # never delete a row that is not in the merged file
+        store.fs.delete_file(merged)
+        log.error("unit.parts_not_merged", unit=unit.key, reason=f"merged {written} rows of {total}")
+        return None
+    for path in parts:
+        store.fs.delete_file(path)
+    log.info("unit.parts_merged", unit=unit.key, parts=len(parts), rows=total)
+    return merged
+
+
+def _footer(store: RunStore, path: str) -> pq.FileMetaData:
+    with store.fs.open_input_file(path) as handle:
+        return pq.read_metadata(handle)
 
 
 def unit_tpot_p50(store: RunStore, unit: Unit) -> float | None:

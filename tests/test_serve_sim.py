@@ -437,6 +437,9 @@ def test_a_serve_replica_killed_mid_run_becomes_error_rows_and_a_marked_window(
     assert killed, "no replica was killed"
 
     scheduled = manifest["units"]["off-single/steady/r0"]["scheduled"]
+    # The worker's part files (5 rows each) were merged into one when the unit completed.
+    marker = json.loads((output / "units/off-single/steady/r0.json").read_text())
+    assert marker["trace_file"] and [p.name for p in parts.glob("*.parquet")] == [Path(marker["trace_file"]).name]
     table = read_traces(str(parts.parent.parent))
     assert table.num_rows == scheduled  # every request one row, errors included
     status = table.column("status").to_pylist()
