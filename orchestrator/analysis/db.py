@@ -21,8 +21,8 @@ _PRIVATE_SPILL = "specdrill-duckdb-"
 class EngineSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     # DuckDB's buffer pool; what a query or a temporary table needs beyond it goes to temp_directory (exact
-    # quantiles excepted: a group's values stay in memory, one measure at a time). 512 MB kept 10 million rows
-    # under 0.8 GiB of RSS at no measurable cost in time against 1 GB (benchmarks/bench_report.py).
+    # quantiles excepted: their values stay in memory, one arm's four measures at a time). 512 MB kept the
+    # report of 10 million rows under 0.8 GiB of RSS; 256 MB ran out (benchmarks/bench_report.py).
     memory_limit: str = "512MB"
     threads: int | None = Field(default=None, ge=1)  # None: DuckDB's default, one per core
     temp_directory: str | None = None  # None: a private directory in the system's, removed on close
