@@ -1,9 +1,10 @@
 """The operating map: for every load band and arm, what users got, and whether the arm beat the baseline.
 
-DuckDB computes every per-request quantity and groups it: per (band, arm, category) the counts and sums, per
-(band, arm, time block) the bootstrap's totals, per (band, arm) the exact quantiles, and the paired totals by
-a join of each arm's requests to the baseline's on (shape, repeat, request_index). All band sets go through one
-scan with GROUPING SETS. numpy then only sees these small aggregates: bootstrap, intervals, verdicts, crossover.
+DuckDB computes every per-request quantity and groups it. Each request is joined to its twin, the same request
+(shape, repeat, request_index) in the baseline it is compared with, which gives its batch band and the paired
+comparison; one GROUP BY then gives, for every band set, per (band, arm, category) the counts and sums, per
+(band, arm, time block) the bootstrap's totals and the paired totals; the exact quantiles per (band, arm)
+follow. numpy then only sees these small aggregates: bootstrap, intervals, verdicts, crossover.
 """
 
 from __future__ import annotations
