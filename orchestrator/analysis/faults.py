@@ -34,12 +34,12 @@ def fault_windows_of(requests: Requests, unit_starts: dict[str, int], *, gap_s: 
     ).fetchall():
         unit = f"{arm}/{shape}/r{repeat}"
         times = requests.con.execute(
-            "SELECT coalesce(done_ns, scheduled_ns) AS t FROM trace WHERE arm = ? AND shape = ? AND repeat = ? "
-            "ORDER BY t",
+            "SELECT coalesce(done_ns, scheduled_ns) AS t FROM trace WHERE arm = ? AND shape = ? AND repeat = ?",
             [arm, shape, repeat],
         ).fetchnumpy()["t"]
         mine = failed.filter(pa.array(keys == unit))
-        windows += fault_windows(mine, {unit: np.asarray(times, dtype=np.int64)}, unit_starts, gap_s=gap_s)
+        # Sorted here: numpy's sort of one unit's integers is several times quicker than DuckDB's ORDER BY.
+        windows += fault_windows(mine, {unit: np.sort(np.asarray(times, dtype=np.int64))}, unit_starts, gap_s=gap_s)
     return sorted(windows, key=lambda w: w.unit)
 
 
