@@ -127,6 +127,10 @@ class RunStore:
             sink.write(json.dumps(data, indent=2, sort_keys=True, default=str).encode())
         self.fs.move(temporary, path)
 
+    def trace_directory(self, unit: Unit) -> str:
+        """The unit's trace partition, where its part files lie beside the other repeats' (Hive: arm=/shape=)."""
+        return f"{self.base}/traces/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
+
     def unit_marker(self, unit: Unit) -> str:
         return f"units/{unit.arm}/{unit.shape}/r{unit.repeat}.json"
 
@@ -330,7 +334,7 @@ def merge_parts(store: RunStore, unit: Unit) -> str | None:
     under the unit's writer prefix, checked for every row, and only then are the parts deleted. The unit's
     marker comes after: a crash anywhere before it leaves a partial unit, which a rerun removes whole
     (remove_partial), merged file included, so no row is ever counted twice or lost."""
-    directory = f"{store.base}/traces/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
+    directory = store.trace_directory(unit)
     if store.fs.get_file_info(directory).type == FileType.NotFound:
         return None
     parts = sorted(
@@ -377,7 +381,7 @@ def _footer(store: RunStore, path: str) -> pq.FileMetaData:
 
 def unit_tpot_p50(store: RunStore, unit: Unit) -> float | None:
     """Median TPOT of the unit's ok requests, from its own part files (a progress line per unit, not the report)."""
-    directory = f"{store.base}/traces/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
+    directory = store.trace_directory(unit)
     if store.fs.get_file_info(directory).type == FileType.NotFound:
         return None
     values: list[float] = []
@@ -397,7 +401,7 @@ def unit_tpot_p50(store: RunStore, unit: Unit) -> float | None:
 
 def rows_on_disk(store: RunStore, unit: Unit, workers: Sequence[int]) -> int:
     """Rows a lost worker had flushed before it died (its part files carry its writer id)."""
-    directory = f"{store.base}/traces/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
+    directory = store.trace_directory(unit)
     if store.fs.get_file_info(directory).type == FileType.NotFound:
         return 0
     prefixes = tuple(f"{unit.part_prefix}{w}-" for w in workers)
