@@ -10,7 +10,7 @@ import atexit
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field
@@ -73,3 +73,10 @@ def close(con: duckdb.DuckDBPyConnection) -> None:
 def sql_string(value: str) -> str:
     """A SQL string literal (for the few names DuckDB cannot take as parameters: view bodies)."""
     return "'" + value.replace("'", "''") + "'"
+
+
+def sql_list(values: Iterable[str]) -> str:
+    """A parenthesised list of SQL string literals, for `IN`: literal values let DuckDB skip the files of a
+    per-run view whose constant arm is not among them (a parameter list does not)."""
+    literals = [sql_string(v) for v in values]
+    return "(" + ", ".join(literals) + ")" if literals else "(NULL)"

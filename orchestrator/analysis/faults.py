@@ -29,9 +29,8 @@ def fault_windows_of(requests: Requests, unit_starts: dict[str, int], *, gap_s: 
         return []
     keys = unit_keys(failed)
     windows: list[FaultWindow] = []
-    for arm, shape, repeat in requests.con.execute(
-        "SELECT DISTINCT arm, shape, repeat FROM trace WHERE status <> 'ok' ORDER BY ALL"
-    ).fetchall():
+    units = failed.group_by(["arm", "shape", "repeat"]).aggregate([]).to_pylist()  # from the rows in hand
+    for arm, shape, repeat in ((u["arm"], u["shape"], u["repeat"]) for u in units):
         unit = f"{arm}/{shape}/r{repeat}"
         times = requests.con.execute(
             "SELECT coalesce(done_ns, scheduled_ns) AS t FROM trace WHERE arm = ? AND shape = ? AND repeat = ?",

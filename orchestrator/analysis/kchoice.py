@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.analysis.arms import ArmInfo
-from orchestrator.analysis.db import sql_string
+from orchestrator.analysis.db import sql_list
 from orchestrator.analysis.results import MapCell, MapSettings, OperatingMap, RatioCI, Verdict
 from orchestrator.analysis.source import Requests
 from orchestrator.analysis.speedup import PAIR_COLUMNS, CellBlocks, paired_ratios
@@ -109,9 +109,7 @@ def _pairs_vs_best(
         return {}
     con.executemany("INSERT INTO k_pairs VALUES (?, ?, ?)", comparisons)
     key = f"band_{band_set}"
-    arms = ", ".join(
-        sql_string(arm) for arm in sorted({arm for _, best, other in comparisons for arm in (best, other)})
-    )
+    arms = sql_list(sorted({arm for _, best, other in comparisons for arm in (best, other)}))
     # The candidates' requests, narrow, once: `scored` is a view over the trace, and joining it to itself would
     # read and pair the trace twice more and hold the twin join and this one in memory together (the arm list
     # is a literal, so only the candidates' files are read).
@@ -119,7 +117,7 @@ def _pairs_vs_best(
         f"""
         CREATE OR REPLACE TEMP TABLE k_rows AS
         SELECT arm, {key} AS band, pair_unit, request_index, run_id, block, usable, log_tpot, met, clock_s
-        FROM scored WHERE arm IN ({arms}) AND request_index >= 0 AND {key} >= 0
+        FROM scored WHERE arm IN {arms} AND request_index >= 0 AND {key} >= 0
         """
     )
     rows = con.execute(

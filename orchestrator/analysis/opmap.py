@@ -18,7 +18,7 @@ import numpy as np
 from loadshapes.slo import SloConfig
 from orchestrator.analysis.arms import ArmInfo, baselines_of
 from orchestrator.analysis.bands import BandSet
-from orchestrator.analysis.db import sql_string
+from orchestrator.analysis.db import sql_list
 from orchestrator.analysis.results import Crossover, MapCell, MapSettings, OperatingMap, Quantiles, Verdict
 from orchestrator.analysis.slo import met_sql
 from orchestrator.analysis.source import CLOCK_SQL, Requests
@@ -43,10 +43,6 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return float(numerator / denominator) if denominator > 0 else None
 
 
-def _sql_list(values: Sequence[str]) -> str:
-    return "(" + ", ".join(sql_string(v) for v in values) + ")" if values else "(NULL)"
-
-
 def twins_sql(slos: SloConfig, band_sets: Sequence[BandSet], baselines: Sequence[str]) -> str:
     """The baselines' requests as their twins see them, keyed by (baseline_id, twin_unit, twin_index) = (arm_id,
     pair_unit, request_index): their band in each band set (NULL where the value banded by is unknown) and what
@@ -64,7 +60,7 @@ def twins_sql(slos: SloConfig, band_sets: Sequence[BandSet], baselines: Sequence
            coalesce(ok AND tpot > 0, false) AS twin_usable,
            CASE WHEN ok AND tpot > 0 THEN ln(tpot) ELSE 0.0 END AS twin_log_tpot,
            {met_sql(slos)} AS twin_met, {CLOCK_SQL} AS twin_clock_s
-    FROM requests WHERE arm IN {_sql_list(baselines)} AND request_index >= 0
+    FROM requests WHERE arm IN {sql_list(baselines)} AND request_index >= 0
     """
 
 

@@ -155,6 +155,7 @@ class Requests:
     arms: tuple[str, ...]
     has_steps: bool  # the `steps` view exists (a run with engine step timelines)
     step_arms: frozenset[str]  # arms whose steps come from the timelines (the rest: the rows' per-step lists)
+    has_footers: bool = False  # `trace_footer` holds the trace files' Parquet statistics (footer.footer_table)
 
     def __len__(self) -> int:
         row = self.con.execute("SELECT count(*) FROM trace").fetchone()
@@ -182,7 +183,7 @@ def _finish(con: duckdb.DuckDBPyConnection, run_starts: Mapping[RunKey, int] | N
     if not (decided and _per_run_views(con)):
         con.execute(_REQUESTS_SQL)
     arms = tuple(r[0] for r in con.execute("SELECT DISTINCT arm FROM runs ORDER BY arm").fetchall())
-    return Requests(con=con, arms=arms, has_steps=has_steps, step_arms=step_arms)
+    return Requests(con=con, arms=arms, has_steps=has_steps, step_arms=step_arms, has_footers=footers)
 
 
 def _plain_strings(table: pa.Table) -> pa.Table:

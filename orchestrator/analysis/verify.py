@@ -143,13 +143,6 @@ GROUP BY ALL
 """
 
 
-def _has_footers(requests: Requests) -> bool:
-    row = requests.con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = 'trace_footer'"
-    ).fetchone()
-    return bool(row and row[0])
-
-
 def _footer_totals(requests: Requests, names: Sequence[str]) -> tuple[dict[str, _Totals], set[str]]:
     """The arms the footers decide, with their totals; and those of them whose drafts they leave undecided."""
     totals = {n: _Totals() for n in names}
@@ -174,7 +167,7 @@ def _footer_totals(requests: Requests, names: Sequence[str]) -> tuple[dict[str, 
 def arm_telemetry(requests: Requests, arms: Sequence[ArmInfo]) -> list[ArmTelemetry]:
     """Per arm, from the trace's footers where their statistics decide it, else from its rows."""
     names = [a.name for a in arms]
-    footers, count_drafts = _footer_totals(requests, names) if _has_footers(requests) else ({}, set())
+    footers, count_drafts = _footer_totals(requests, names) if requests.has_footers else ({}, set())
     # An off arm that drafted fails with the number of draft tokens: the footers only say that it did.
     count_drafts |= {a.name for a in arms if a.kind == "off" and a.name in footers and footers[a.name].drafts_uncounted}
     if count_drafts:
