@@ -26,7 +26,7 @@ import yaml
 
 from orchestrator.analysis.results import MapSettings
 from orchestrator.campaign import Campaign, load_campaign
-from orchestrator.ground_truth import (
+from orchestrator.decide.ground_truth import (
     FIXED_ARMS,
     SHIPPED_EAGLE,
     costly_verify_profile,
@@ -38,8 +38,8 @@ from orchestrator.ground_truth import (
     short_chat,
     sweep_crossover,
 )
-from orchestrator.oracle import oracle
-from orchestrator.recommend import Recommendation
+from orchestrator.decide.oracle import oracle
+from orchestrator.decide.recommend import Recommendation
 from orchestrator.report import write_report
 from orchestrator.simulate_campaign import simulate_campaign
 from serve_apps.sim.profile import load_profile

@@ -206,7 +206,7 @@ def oracle_cmd(
     as_json: bool,
 ) -> None:
     """Ground truth: the k that minimises per-token latency at each batch size (fixed-batch runs, k = 0..max-k)."""
-    from orchestrator.oracle import DEFAULT_BATCH_SIZES, oracle
+    from orchestrator.decide.oracle import DEFAULT_BATCH_SIZES, oracle
 
     profile = _profile(profile_name)
     workload = _workload(workload_name, profile)
@@ -510,7 +510,7 @@ def recommend_cmd(run_dir: str) -> None:
     where some k was never measured."""
     import yaml
 
-    from orchestrator.recommend import recommend, vllm_snippet
+    from orchestrator.decide.recommend import recommend, vllm_snippet
     from orchestrator.report import load_run, summary_for
 
     try:

@@ -124,7 +124,7 @@ def campaigns(draw: st.DrawFn, csv_path: Path, output: Path) -> dict[str, Any]:
 
 
 def test_every_valid_campaign_runs_to_a_report(tmp_path: Path) -> None:
-    from orchestrator.recommend import recommend
+    from orchestrator.decide.recommend import recommend
     from orchestrator.report import build_summary, load_run, write_report
     from orchestrator.rundir import units_of
     from orchestrator.simulate_campaign import simulate_campaign

@@ -20,7 +20,7 @@ import yaml
 from orchestrator.analysis.kchoice import BandChoice
 from orchestrator.analysis.results import MapSettings
 from orchestrator.campaign import Campaign, load_campaign
-from orchestrator.ground_truth import (
+from orchestrator.decide.ground_truth import (
     FIXED_ARMS,
     costly_verify_profile,
     crossover_campaign,
@@ -31,8 +31,8 @@ from orchestrator.ground_truth import (
     short_chat,
     sweep_crossover,
 )
-from orchestrator.oracle import Oracle, OraclePoint, oracle
-from orchestrator.recommend import Recommendation
+from orchestrator.decide.oracle import Oracle, OraclePoint, oracle
+from orchestrator.decide.recommend import Recommendation
 from orchestrator.report import write_report
 from orchestrator.simulate_campaign import simulate_campaign
 from serve_apps.sim.profile import Profile, load_profile

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from loadshapes.mixes import builtin_workload
-from orchestrator.oracle import Oracle, oracle
+from orchestrator.decide.oracle import Oracle, oracle
 from serve_apps.policies import ResolvedSpeculation, validate_schedule
 from serve_apps.sim.profile import Profile
 

@@ -22,14 +22,14 @@ from loadshapes.slo import SloConfig
 from orchestrator.analysis import EngineSettings, operating_maps, run_requests
 from orchestrator.analysis.kchoice import paired_vs
 from orchestrator.analysis.results import MapSettings, OperatingMap, RatioCI
-from orchestrator.oracle import Oracle
-from orchestrator.recommend import Recommendation
+from orchestrator.decide.oracle import Oracle
+from orchestrator.decide.recommend import Recommendation
 from orchestrator.report import load_run, offered_rate_bands, schedule_bands
 from orchestrator.simulate import sweep
 from serve_apps.policies import FixedPolicy, OffPolicy, ResolvedSpeculation
 from serve_apps.sim.profile import Profile
 
-SHIPPED_EAGLE = Path(__file__).resolve().parent.parent / "serve_apps" / "profiles" / "llama3.1-8b-h100-eagle.yaml"
+SHIPPED_EAGLE = Path(__file__).resolve().parents[2] / "serve_apps" / "profiles" / "llama3.1-8b-h100-eagle.yaml"
 
 # Short answers: many requests per second of traffic for a given batch, so the paired comparisons have enough
 # requests in every band from a campaign of a minute or two of virtual time. Short prompts: in open loop every
