@@ -18,8 +18,8 @@ from loadshapes.slo import SloConfig
 from orchestrator.baselines import BaselineError, baselines
 from serve_apps.arms import ArmSpec, EndpointEngineConfig, EngineConfig, Resources, SimulatedEngineConfig
 from serve_apps.config_io import first_error, load_yaml_model
-from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topology
-from serve_apps.sim.profile import load_profile
+from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topology, runnable_as_written
+from serve_apps.sim.profile import Profile, load_profile
 
 
 class CampaignError(ValueError):
@@ -166,6 +166,10 @@ class Campaign(_Strict):
     @model_validator(mode="after")
     def _arms_valid(self) -> Campaign:
         arms = self.arms()  # every policy must parse against the engine, every arm name must be a valid slug
+        names = {a.name for a in arms}
+        unknown = sorted(set(self.gates.exempt_arms) - names)
+        if unknown:
+            raise ValueError(f"gates.exempt_arms: no arm named {unknown[0]} (arms: {', '.join(sorted(names))})")
         if isinstance(self.engine, EndpointEngineConfig):
             names = {a.name for a in arms}
             missing = sorted(names - set(self.engine.urls))
@@ -176,14 +180,24 @@ class Campaign(_Strict):
                 raise ValueError(f"engine.urls.{extra[0]}: no such arm (arms: {', '.join(sorted(names))})")
         return self
 
-    def _default_drafter(self) -> tuple[str, str | None]:
-        if isinstance(self.engine, SimulatedEngineConfig):
-            profile = load_profile(self.engine.profile)
-            return profile.drafter_method, profile.drafter_model
-        return "ngram", None
+    def _profile(self) -> Profile | None:
+        return load_profile(self.engine.profile) if isinstance(self.engine, SimulatedEngineConfig) else None
+
+    def max_num_seqs(self, profile: Profile | None = None) -> int:
+        """The engines' max_num_seqs: the profile's or the engine's where the campaign sets it, else 512 (vLLM's
+        default the simulated profiles share)."""
+        profile = profile or self._profile()
+        if profile is not None:
+            return profile.limits.max_num_seqs
+        assert not isinstance(self.engine, SimulatedEngineConfig)
+        return self.engine.max_num_seqs or 512
 
     def arms(self) -> list[ArmSpec]:
-        method, drafter = self._default_drafter()
+        profile = self._profile()
+        # A simulated engine drafts with its profile's drafter; elsewhere the short form means n-gram (no model).
+        method, drafter = (profile.drafter_method, profile.drafter_model) if profile else ("ngram", None)
+        max_num_seqs = self.max_num_seqs(profile)
+        drafter_limit = profile.limits.max_draft_tokens if profile else None
         wanted = None
         if self.arms_only is not None:
             wanted = set()
@@ -217,6 +231,10 @@ class Campaign(_Strict):
                     arms.append(ArmSpec.model_validate(data))
                 except ValidationError as exc:
                     raise ValueError(f"policies.{policy_name} on topologies.{topo_name}: {first_error(exc)}") from None
+                try:
+                    runnable_as_written(arms[-1].policy, max_num_seqs=max_num_seqs, max_draft_tokens=drafter_limit)
+                except PolicyError as exc:
+                    raise ValueError(f"policies.{policy_name}: {exc}") from None
         return arms
 
 

@@ -40,7 +40,7 @@ from orchestrator.campaign import Campaign, GateConfig
 from orchestrator.endpoint_metrics import read_samples
 from orchestrator.report_html import ReportData, render_report_html
 from orchestrator.rundir import MANIFEST, RunStore, UnitResult, units_of
-from serve_apps.arms import EndpointEngineConfig, VllmEngineConfig
+from serve_apps.arms import EndpointEngineConfig
 from serve_apps.policies import DynamicPolicy
 
 EXIT_GATE_FAILED = 3
@@ -98,7 +98,7 @@ def load_run(run_dir: str) -> RunInputs:
         for u in units_of(campaign, arm)
         if store.is_complete(u)
     ]
-    max_num_seqs = _max_num_seqs(campaign)
+    max_num_seqs = campaign.max_num_seqs()
     compared = baselines(campaign.arms())  # off on the same hardware, else on one engine per engine
     arms = [
         ArmInfo.from_policy(
@@ -111,12 +111,6 @@ def load_run(run_dir: str) -> RunInputs:
     return RunInputs(store, manifest, campaign, units, arms)
 
 
-def _max_num_seqs(campaign: Campaign) -> int:
-    if isinstance(campaign.engine, VllmEngineConfig | EndpointEngineConfig) and campaign.engine.max_num_seqs:
-        return campaign.engine.max_num_seqs
-    return 512  # vLLM's default, and the simulated profiles'
-
-
 def schedule_bands(campaign: Campaign) -> BandSet:
     """Batch-size bands on the boundaries of the campaign's dynamic schedules, so each band has one k."""
     edges: set[int] = set()
@@ -126,7 +120,7 @@ def schedule_bands(campaign: Campaign) -> BandSet:
             edges.update(end + 1 for _, end, _ in arm.policy.schedule)
     if not edges:
         return batch_bands()
-    limit = _max_num_seqs(campaign)
+    limit = campaign.max_num_seqs()
     cuts = [*sorted(e for e in edges | {1} if 1 <= e <= limit), limit + 1]
     return batch_bands([(low, high - 1) for low, high in itertools.pairwise(cuts)])
 

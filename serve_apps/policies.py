@@ -153,6 +153,39 @@ def dense_schedule(schedule: tuple[ScheduleEntry, ...], max_batch: int, max_k: i
     return table
 
 
+def runnable_as_written(
+    policy: OffPolicy | FixedPolicy | DynamicPolicy, *, max_num_seqs: int, max_draft_tokens: int | None
+) -> None:
+    """Refuse what vLLM would accept but run differently from how it is written; raises PolicyError.
+
+    vLLM 0.32 (vllm/v1/spec_decode/dynamic/utils.py, build_dynamic_sd_schedule_lookup, run when the scheduler
+    starts) clamps every schedule k to num_speculative_tokens and fills batch sizes 1..max_num_seqs only: a k above
+    the maximum silently runs as the maximum, and a range starting above max_num_seqs is never looked up. Both
+    are refused here, so an arm's label is what it runs. What vLLM itself refuses (validate_schedule above), it
+    refuses too; it sorts an unsorted schedule, and so does validate_schedule. A last range ending above
+    max_num_seqs is accepted, as vLLM accepts it: its own examples end at 512 whatever max_num_seqs is.
+    `max_draft_tokens` is the drafter's limit where one is known (a simulated profile's limits.max_draft_tokens)."""
+    if isinstance(policy, OffPolicy):
+        return
+    k = policy.k if isinstance(policy, FixedPolicy) else policy.max_k
+    if max_draft_tokens is not None and k > max_draft_tokens:
+        what = "k" if isinstance(policy, FixedPolicy) else "max k"
+        raise PolicyError(f"{what} {k} is above the drafter's limit of {max_draft_tokens} draft tokens per step")
+    if not isinstance(policy, DynamicPolicy):
+        return
+    for start, end, k_range in policy.schedule:
+        if k_range > policy.max_k:
+            raise PolicyError(
+                f"schedule entry {[start, end, k_range]}: k {k_range} is above max k {policy.max_k}; vLLM would "
+                f"silently clamp it to {policy.max_k} (build_dynamic_sd_schedule_lookup)"
+            )
+        if start > max_num_seqs:
+            raise PolicyError(
+                f"schedule entry {[start, end, k_range]}: starts above max_num_seqs {max_num_seqs}, so no engine "
+                "step ever has that batch size (vLLM's lookup stops at max_num_seqs)"
+            )
+
+
 class OffPolicy(_Strict):
     kind: Literal["off"] = "off"
 

@@ -156,6 +156,7 @@ def test_every_valid_campaign_runs_to_a_report(tmp_path: Path) -> None:
         inputs = load_run(store.root)
         recommendation, rehearsal, followup = recommend(build_summary(inputs)[0], inputs.campaign, store.root)
         assert recommendation.message and rehearsal["name"]
+        load_yaml_model(yaml.safe_dump(rehearsal), Campaign, origin="rehearsal", error=CampaignError)
         if followup is not None:
             load_yaml_model(yaml.safe_dump(followup), Campaign, origin="follow-up", error=CampaignError)
 

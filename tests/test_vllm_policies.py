@@ -17,6 +17,7 @@ from serve_apps.policies import (
     PolicyError,
     SpecMethod,
     Topology,
+    runnable_as_written,
     validate_schedule,
 )
 from tests.test_policies import schedules
@@ -140,3 +141,24 @@ def test_data_parallel_2_drops_the_schedule(tiny_model_dir: str, monkeypatch: py
     ours = policy.resolve(Topology(kind="data_parallel", size=2))
     assert ours.schedule is None and ours.schedule_dropped
     assert ours.num_speculative_tokens == config.speculative_config.num_speculative_tokens
+
+
+@given(schedules(), st.integers(1, 6), st.integers(1, 200))
+@settings(max_examples=300, deadline=None)
+def test_accepted_as_written_exactly_when_vllm_runs_every_range_as_written(
+    schedule: list[tuple[int, int, int]], max_k: int, max_num_seqs: int
+) -> None:
+    # vLLM accepts every one of these schedules (validate_and_normalize_dynamic_sd_schedule); runnable_as_written
+    # refuses exactly those of which vLLM's own lookup runs some range with another k, or never reaches a range.
+    policy = DynamicPolicy(method="ngram", max_k=max_k, schedule=tuple(schedule))
+    lookup = build_dynamic_sd_schedule_lookup([list(e) for e in schedule], max_num_seqs, max_k)
+    as_written = all(
+        start <= max_num_seqs and all(lookup[b] == k for b in range(start, min(end, max_num_seqs) + 1))
+        for start, end, k in policy.schedule
+    )
+    try:
+        runnable_as_written(policy, max_num_seqs=max_num_seqs, max_draft_tokens=None)
+    except PolicyError:
+        assert not as_written
+    else:
+        assert as_written

@@ -87,7 +87,7 @@ def followup_campaign(campaign: Campaign, recommendation: Recommendation, run_di
         arms=[{"policy": name, "topology": "single"} for name in policies],
         name=f"{campaign.name}-followup"[:41], output=f"{run_dir.rstrip('/')}-followup",
     )  # fmt: skip
-    return data
+    return _exempt_only_its_arms(data)
 
 
 def rehearsal_campaign(campaign: Campaign, recommendation: Recommendation, run_dir: str) -> dict[str, Any]:
@@ -111,6 +111,16 @@ def rehearsal_campaign(campaign: Campaign, recommendation: Recommendation, run_d
         arms.append({"policy": "recommended", "topology": topology})
     output = f"{run_dir.rstrip('/')}-recommended"
     data.update(policies=policies, arms=arms, name=f"{campaign.name}-rec"[:41], output=output)
+    return _exempt_only_its_arms(data)
+
+
+def _exempt_only_its_arms(data: dict[str, Any]) -> dict[str, Any]:
+    """A generated campaign keeps the gates of the one it came from, minus exemptions of arms it does not run
+    (a campaign exempting an arm it has not is refused)."""
+    names = {f"{a['policy']}-{a['topology']}" for a in data["arms"]}
+    gates = data.get("gates", {})
+    if gates.get("exempt_arms"):
+        data["gates"] = {**gates, "exempt_arms": [a for a in gates["exempt_arms"] if a in names]}
     return data
 
 

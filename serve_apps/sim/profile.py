@@ -53,6 +53,9 @@ class EngineLimits(_Strict):
     max_num_batched_tokens: int = Field(gt=0)
     kv_cache_tokens: int = Field(gt=0)
     block_size: int = Field(default=16, gt=0)
+    # The most draft tokens the drafter proposes per step: a fixed k or a dynamic max k above it is refused.
+    # None: no limit (vLLM sets none for EAGLE or n-gram drafters).
+    max_draft_tokens: int | None = Field(default=None, gt=0)
 
 
 class CategoryAcceptance(_Strict):
