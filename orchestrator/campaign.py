@@ -87,6 +87,7 @@ class GateConfig(_Strict):
     """What makes `specdrill run` / `report` exit non-zero."""
 
     dynamic_follows_schedule: bool = True  # a dynamic arm whose executed k does not follow its schedule fails
+    baseline_is_off: bool = True  # an `off` arm that speculated fails: every speedup against it is void
     min_follow_fraction: float = Field(default=0.9, gt=0, le=1)
     fail_on_schedule_dropped: bool = False
     fail_on_saturated_generator: bool = False

@@ -244,6 +244,8 @@ def evaluate_gates(
         if checked is None:
             continue
         exempt = arm.name in gates.exempt_arms
+        if gates.baseline_is_off and arm.kind == "off":
+            results.extend(_baseline_gate(arm.name, checked, arms, exempt))
         if gates.dynamic_follows_schedule and arm.kind == "dynamic":
             results.append(_follows_schedule_gate(gates, arm.name, checked, exempt))
         if gates.fail_on_schedule_dropped:
@@ -288,6 +290,22 @@ def evaluate_gates(
                 )
             )  # fmt: skip
     return results
+
+
+def _baseline_gate(arm: str, checked: ArmVerification, arms: list[ArmInfo], exempt: bool) -> list[GateResult]:
+    """An `off` arm shown to have speculated is no baseline: the speedups of every arm compared with it are void."""
+    identity = next((f for f in checked.findings if f.check == "identity" and f.failed), None)
+    if identity is None:
+        return []
+    compared = sorted(a.name for a in arms if a.compared_with == arm and a.name != arm)
+    against = f" ({', '.join(compared)})" if compared else ""
+    message = f"{identity.message}: every speedup measured against {arm}{against} is void"
+    return [
+        GateResult(
+            gate="baseline_is_off", arm=arm, passed=exempt,
+            message=message + (" (exempt: reported, not failed)" if exempt else ""),
+        )
+    ]  # fmt: skip
 
 
 def _follows_schedule_gate(gates: GateConfig, arm: str, checked: ArmVerification, exempt: bool) -> GateResult:

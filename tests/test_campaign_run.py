@@ -181,3 +181,24 @@ def test_recommend_reads_the_reports_aggregates(virtual_run: Path, monkeypatch: 
     stale = inputs.__class__(**{**inputs.__dict__, "units": inputs.units[:-1]})
     with pytest.raises(AssertionError, match="analysed a second time"):
         report.summary_for(stale)
+
+
+def test_an_off_arm_that_drafted_fails_a_default_gate_and_voids_its_speedups(virtual_run: Path) -> None:
+    # The manifest says fixed3's traces came from an `off` arm (and off's from fixed k = 3): a baseline that drafted
+    manifest = json.loads((virtual_run / "manifest.json").read_text())
+    original = json.dumps(manifest)
+    manifest["campaign"]["policies"] = {**BASE["policies"], "off": "fixed:3", "fixed3": "off"}
+    (virtual_run / "manifest.json").write_text(json.dumps(manifest))
+    try:
+        result = _cli("report", str(virtual_run))
+        assert result.returncode == 3, result.stdout + result.stderr
+        summary = json.loads((virtual_run / "summary.json").read_text())
+        gate = next(g for g in summary["gates"] if g["gate"] == "baseline_is_off")
+        assert not gate["passed"] and gate["arm"] == "fixed3-single"
+        assert gate["message"].startswith("fixed3-single: declared off, but ")
+        assert gate["message"].endswith(
+            "every speedup measured against fixed3-single (dyn-dp2, dyn-single, off-single) is void"
+        )
+        assert "gate baseline_is_off failed" in result.stdout and "all gates pass" not in result.stdout
+    finally:
+        (virtual_run / "manifest.json").write_text(original)
