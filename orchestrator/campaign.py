@@ -80,7 +80,7 @@ class LoadConfig(_Strict):
 
 
 class WarmupConfig(_Strict):
-    requests: int = Field(default=4, ge=0)  # sent to each arm after deploy, before any measured unit
+    requests: int = Field(default=4, ge=0)  # sent to each arm after deploy, before any measured unit; 0: none
 
 
 class GateConfig(_Strict):

@@ -107,9 +107,18 @@ def auth_headers(campaign: Campaign) -> dict[str, str]:
 
 
 def warm(url: str, arm: ArmSpec, requests: int, headers: dict[str, str] | None = None) -> dict[str, Any]:
-    """A few unmeasured requests; returns the last response's telemetry (what the arm says it runs)."""
+    """`requests` unmeasured requests; returns the last response's telemetry (what the arm says it runs). With none,
+    a specdrill arm's /specdrill/info says the same without generating; a foreign server has none to say."""
     telemetry: dict[str, Any] = {}
-    for _ in range(max(requests, 1)):
+    if requests == 0:
+        info = urllib.request.Request(f"{url}/specdrill/info", headers=headers or {})
+        try:
+            with urllib.request.urlopen(info, timeout=30) as response:
+                answer = json.loads(response.read())
+                return answer if isinstance(answer, dict) else {}
+        except (urllib.error.URLError, ValueError):
+            return telemetry
+    for _ in range(requests):
         body = json.dumps({"model": arm.served_model_name, "prompt": "warm up " * 8, "max_tokens": 8}).encode()
         request = urllib.request.Request(
             f"{url}/v1/completions", data=body, headers={"content-type": "application/json", **(headers or {})}
