@@ -6,6 +6,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 
@@ -19,8 +20,8 @@ INFO = {"configured_speculative_config": None, "resolved_speculative_config": No
 
 
 class _Counting(BaseHTTPRequestHandler):
-    posts: list[str] = []
-    info_served: bool = True
+    posts: ClassVar[list[str]] = []
+    info_served: ClassVar[bool] = True
 
     def _answer(self, code: int, body: object) -> None:
         data = json.dumps(body).encode()
@@ -30,12 +31,12 @@ class _Counting(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers["content-length"]))
         type(self).posts.append(self.path)
         self._answer(200, {"choices": [{"text": "x"}], "specdrill": {**INFO, "engine_kind": "from a request"}})
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if self.path == "/specdrill/info" and type(self).info_served:
             self._answer(200, INFO)
         else:
