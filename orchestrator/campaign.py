@@ -6,6 +6,7 @@ Strict: an unknown key is an error naming it and its path.
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -98,6 +99,25 @@ class GateConfig(_Strict):
     not_verifiable: Literal["report", "fail"] = "report"
 
 
+class AnalysisConfig(_Strict):
+    """How the report cuts the traces; not part of what makes two runs comparable."""
+
+    # Offered-rate band edges in req/s, increasing: bands [e0, e1), [e1, e2), ... and an open one above the last.
+    # None: edges at quantiles of the rates offered (equal request counts per band).
+    rate_bands: list[float] | None = Field(default=None, min_length=2)
+
+    @field_validator("rate_bands")
+    @classmethod
+    def _increasing(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None:
+            if v[0] < 0:
+                raise ValueError(f"rate band edges are rates: {v[0]:g} is below 0")
+            for low, high in itertools.pairwise(v):
+                if not low < high:
+                    raise ValueError(f"rate band edges must increase: {low:g} then {high:g}")
+        return v
+
+
 def _default_mix() -> RequestMix:
     return RequestMix(entries=[MixEntry(workload="chat", weight=1.0)])
 
@@ -120,6 +140,7 @@ class Campaign(_Strict):
     output: str | None = None  # the run directory or URI; default runs/<name>
     load: LoadConfig = LoadConfig()
     gates: GateConfig = GateConfig()
+    analysis: AnalysisConfig = AnalysisConfig()
     store_prompts: bool = False  # traces keep prompt hashes unless this is set
 
     @field_validator("shapes", mode="before")

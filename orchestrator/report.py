@@ -30,7 +30,7 @@ from orchestrator.analysis import (
     run_requests,
     verify_executed_policy,
 )
-from orchestrator.analysis.bands import auto_rate_quantiles
+from orchestrator.analysis.bands import auto_rate_quantiles, rate_bands_from_edges
 from orchestrator.analysis.faults import FaultWindow, fault_windows_of
 from orchestrator.analysis.kchoice import BandChoice, choose_k
 from orchestrator.analysis.results import ArmVerification, Verdict
@@ -125,13 +125,18 @@ def schedule_bands(campaign: Campaign) -> BandSet:
     return batch_bands([(low, high - 1) for low, high in itertools.pairwise(cuts)])
 
 
-def offered_rate_bands(requests: Requests) -> BandSet | None:
-    """Automatic offered-rate bands at quantiles of the rates the requests were offered; None for a run
-    without any (closed loop only)."""
+def offered_rate_bands(requests: Requests, edges: list[float] | None = None) -> BandSet | None:
+    """The campaign's offered-rate bands (analysis.rate_bands), else automatic ones at quantiles of the rates
+    the requests were offered; None for a run without any (closed loop only)."""
+    if edges is not None:
+        return rate_bands_from_edges(edges)
     row = requests.con.execute(
-        f"SELECT quantile_cont(offered_rate, {auto_rate_quantiles()}) FROM requests WHERE offered_rate > 0"
+        f"SELECT quantile_cont(offered_rate, {auto_rate_quantiles()}), min(offered_rate), max(offered_rate) "
+        "FROM requests WHERE offered_rate > 0"
     ).fetchone()
-    return rate_bands_at(row[0]) if row and row[0] is not None else None
+    if not row or row[0] is None:
+        return None
+    return rate_bands_at(row[0], lowest=row[1], highest=row[2])
 
 
 def build_summary(
@@ -144,7 +149,7 @@ def build_summary(
     try:
         shapes = dict(campaign.shapes)
         band_sets = [schedule_bands(campaign)]
-        rate_bands = offered_rate_bands(requests)
+        rate_bands = offered_rate_bands(requests, campaign.analysis.rate_bands)
         if rate_bands is not None:
             band_sets.append(rate_bands)
         maps = operating_maps(requests, inputs.arms, campaign.slo, band_sets)

@@ -157,8 +157,8 @@ class RunStore:
 
 
 def fingerprint(campaign: Campaign) -> str:
-    """What makes two runs comparable: everything but the output location and the gates."""
-    data = campaign.model_dump(mode="json", by_alias=True, exclude={"output", "gates"})
+    """What makes two runs comparable: everything but the output location, the gates and the analysis."""
+    data = campaign.model_dump(mode="json", by_alias=True, exclude={"output", "gates", "analysis"})
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -231,3 +231,38 @@ def test_run_clocks_from_the_footers_equal_those_from_the_rows(tmp_path: Path, m
     finally:
         from_files.close()
         in_memory.close()
+
+
+def test_offered_rate_bands_spread_evenly_where_the_quantiles_coincide() -> None:
+    # A step: 10 requests at 1 req/s, then 6000 at 60: every quantile is 60, which left one band below it
+    rates = np.array([1.0] * 10 + [60.0] * 6000)
+    stepped = auto_rate_bands(rates, count=5)
+    assert [b.label for b in stepped.bands] == ["0-12", "12-24", "24-36", "36-48", "48+"]
+    # A 1 -> 60 req/s ramp (requests in proportion to the rate): its quantiles are distinct and stay the edges
+    ramp = np.sqrt(1 + np.linspace(0, 1, 10_000) * (60**2 - 1))
+    assert [b.label for b in auto_rate_bands(ramp, count=5).bands] == ["0-26", "26-37", "37-46", "46-53", "53+"]
+    # One rate only: nothing to spread
+    assert [b.label for b in auto_rate_bands(np.full(100, 20.0)).bands] == ["0-20", "20+"]
+
+
+def test_a_campaigns_rate_band_edges_are_the_bands(tmp_path: Path) -> None:
+    import yaml
+
+    from orchestrator.campaign import CampaignError, load_campaign
+    from orchestrator.report import build_summary, load_run
+    from orchestrator.simulate_campaign import simulate_campaign
+
+    data = {
+        "name": "edges", "engine": {"kind": "simulated"}, "policies": {"off": "off", "fixed3": "fixed:3"},
+        "shapes": {"ramp": {"kind": "ramp", "rate_from": 1, "rate_to": 60, "duration_s": 6}},
+        "analysis": {"rate_bands": [0, 10, 20, 40, 60]}, "output": str(tmp_path / "run"),
+    }  # fmt: skip
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    store, _ = simulate_campaign(load_campaign(path), output=str(tmp_path / "run"))
+    summary, _ = build_summary(load_run(store.root))
+    rate_map = next(m for m in summary.maps if m.measure == "offered_rate")
+    assert [b.label for b in rate_map.bands] == ["0-10", "10-20", "20-40", "40-60", "60+"]
+    path.write_text(yaml.safe_dump({**data, "analysis": {"rate_bands": [0, 20, 10]}}))
+    with pytest.raises(CampaignError, match=r"analysis\.rate_bands: .*rate band edges must increase: 20 then 10"):
+        load_campaign(path)

@@ -111,7 +111,8 @@ def auto_rate_bands(rates: np.ndarray, count: int = 5) -> BandSet:
         raise ValueError("no offered rates to band: pass shapes or offered_rate to the request frame")
     # Quantiles from a strided sample: exact enough for band edges, cheap on 10 million rows.
     sample = finite[:: max(1, len(finite) // 200_000)]
-    return rate_bands_at(np.quantile(sample, auto_rate_quantiles(count)).tolist())
+    quantiles = np.quantile(sample, auto_rate_quantiles(count)).tolist()
+    return rate_bands_at(quantiles, lowest=float(finite.min()), highest=float(finite.max()))
 
 
 def auto_rate_quantiles(count: int = 5) -> list[float]:
@@ -119,7 +120,24 @@ def auto_rate_quantiles(count: int = 5) -> list[float]:
     return [float(q) for q in np.linspace(0, 1, count + 1)[1:-1]]
 
 
-def rate_bands_at(quantile_values: Sequence[float]) -> BandSet:
-    """Edges at these rates, rounded down to numbers someone would pick; from 0, with an open top band."""
+def rate_bands_at(
+    quantile_values: Sequence[float], *, lowest: float | None = None, highest: float | None = None
+) -> BandSet:
+    """Edges at these rates, rounded down to numbers someone would pick; from 0, with an open top band.
+
+    Where most requests were offered at one rate (a long hold at the peak, a step), the quantiles coincide and
+    would leave every lower rate in one band: when they give fewer than half the bands asked for and the rates
+    offered span more than that (`lowest`..`highest`), the edges are spread evenly over the span instead."""
     inner = sorted({_round_down(float(q)) for q in quantile_values} - {0.0})
+    wanted = len(quantile_values) + 1
+    if lowest is not None and highest is not None and len(inner) + 1 < (wanted + 1) // 2 and highest > lowest:
+        step = (highest - lowest) / wanted
+        spread = sorted({_round_down(lowest + step * i) for i in range(1, wanted)} - {0.0})
+        if len(spread) > len(inner):
+            inner = spread
     return rate_bands([0.0, *inner, math.inf])
+
+
+def rate_bands_from_edges(edges: Sequence[float]) -> BandSet:
+    """A campaign's own offered-rate band edges (analysis.rate_bands): [e0, e1), ..., and an open band above."""
+    return rate_bands([*edges, math.inf])

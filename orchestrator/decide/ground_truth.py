@@ -183,7 +183,7 @@ def rehearsal_vs_fixed(
     units = [(u.unit.arm, u.unit.shape, u.unit.repeat) for u in inputs.units]
     requests = run_requests(inputs.store.root, units, settings=EngineSettings.from_env())
     try:
-        rate_bands = offered_rate_bands(requests)
+        rate_bands = offered_rate_bands(requests, inputs.campaign.analysis.rate_bands)
         if rate_bands is None:
             raise ValueError(f"{run_dir}: no offered rates (closed loop only)")
         band_sets = [schedule_bands(inputs.campaign), rate_bands]
