@@ -105,6 +105,9 @@ class AnalysisConfig(_Strict):
     # Offered-rate band edges in req/s, increasing: bands [e0, e1), [e1, e2), ... and an open one above the last.
     # None: edges at quantiles of the rates offered (equal request counts per band).
     rate_bands: list[float] | None = Field(default=None, min_length=2)
+    # A campaign without an `off` arm (e.g. one foreign server with speculation): absolute figures only, no
+    # speedups, and every report says so. Without it such a campaign is refused, having nothing to compare with.
+    absolute_only: bool = False
 
     @field_validator("rate_bands")
     @classmethod
@@ -160,8 +163,18 @@ class Campaign(_Strict):
         if not self.shapes:
             raise CampaignError("shapes: a campaign needs at least one shape to run")
         arms = self.arms()
-        if not any(arm.policy.kind == "off" for arm in arms):
-            raise CampaignError("arms: no arm runs with speculation off; every speedup is measured against one")
+        has_off = any(arm.policy.kind == "off" for arm in arms)
+        if self.analysis.absolute_only:
+            if has_off:
+                raise CampaignError(
+                    "analysis.absolute_only: the campaign has an `off` arm; drop the key to measure speedups against it"
+                )
+            return
+        if not has_off:
+            raise CampaignError(
+                "arms: no arm runs with speculation off; every speedup is measured against one (for absolute "
+                "figures only, without speedups, set analysis: {absolute_only: true})"
+            )
         try:
             baselines(arms)
         except BaselineError as exc:

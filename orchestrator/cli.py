@@ -518,6 +518,8 @@ def recommend_cmd(run_dir: str) -> None:
     except FileNotFoundError as exc:
         _fail(str(exc))
         raise
+    if inputs.campaign.analysis.absolute_only:
+        _fail(f"{run_dir}: no off arm: absolute figures only (analysis.absolute_only), no speedups to recommend from")
     summary = summary_for(inputs)  # the report's aggregates when it already ran for these units
     recommendation, rehearsal, followup = recommend(summary, inputs.campaign, run_dir)
     inputs.store.write_json("recommendation.json", recommendation.model_dump(mode="json"))

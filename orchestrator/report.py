@@ -44,6 +44,7 @@ from serve_apps.arms import EndpointEngineConfig
 from serve_apps.policies import DynamicPolicy
 
 EXIT_GATE_FAILED = 3
+ABSOLUTE_ONLY = "no off arm: absolute figures only (analysis.absolute_only), no speedups"
 
 
 class GateResult(BaseModel):
@@ -99,11 +100,13 @@ def load_run(run_dir: str) -> RunInputs:
         if store.is_complete(u)
     ]
     max_num_seqs = campaign.max_num_seqs()
-    compared = baselines(campaign.arms())  # off on the same hardware, else on one engine per engine
+    # off on the same hardware, else on one engine per engine; none where the campaign asks for absolute figures
+    compared = {} if campaign.analysis.absolute_only else baselines(campaign.arms())
     arms = [
         ArmInfo.from_policy(
             arm.name, arm.policy, topology=arm.topology, max_num_seqs=max_num_seqs,
-            compared_with=compared[arm.name].baseline, engines_ratio=compared[arm.name].engines_ratio,
+            compared_with=compared[arm.name].baseline if compared else None,
+            engines_ratio=compared[arm.name].engines_ratio if compared else 1.0,
         )
         for arm in campaign.arms()
         if arm.name in {u.unit.arm for u in units}
@@ -191,6 +194,7 @@ def build_summary(
         verification=verification,
         gates=gates,
         headline=[
+            *([ABSOLUTE_ONLY] if campaign.analysis.absolute_only else []),
             *headline(maps, verification, inputs.arms),
             *filter(None, [graph_mode_confound(manifest)]),
         ],
@@ -385,6 +389,8 @@ def _ms(value: float | None) -> str:
 def _speedup(cell: Any) -> str:
     if cell.speedup is None:
         return "baseline"
+    if cell.speedup.baseline == "(none)":
+        return "no baseline"
     # The ratio shown is the one whose interval decided the verdict, named: per-token (tpot) or goodput.
     ratio = cell.speedup.deciding
     if ratio.point is None:
@@ -428,6 +434,8 @@ _STATUS_MARKS = {
 
 
 def print_report(summary: Summary, console: Console) -> None:
+    if ABSOLUTE_ONLY in summary.headline:
+        console.print(ABSOLUTE_ONLY, markup=False)
     for operating_map in summary.maps:
         console.print(map_table(operating_map))
     console.print("[bold]executed policy[/bold]")

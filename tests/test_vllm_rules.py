@@ -103,3 +103,33 @@ def test_the_generated_rehearsal_and_follow_up_campaigns_validate(tmp_path: Path
         loaded = load_yaml_model(yaml.safe_dump(data), Campaign, origin=name, error=CampaignError)
         loaded.require_traffic()
         assert "dyn-dp2" not in {a.name for a in loaded.arms()} and loaded.gates.exempt_arms == []
+
+
+def test_a_campaign_without_off_runs_for_absolute_figures_only_when_it_says_so(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from orchestrator.report import write_report
+    from orchestrator.simulate_campaign import simulate_campaign
+
+    arms = [{"policy": "fixed3", "topology": "single"}, {"policy": "dyn", "topology": "single"}]
+    with pytest.raises(CampaignError, match=r"set analysis: \{absolute_only: true\}"):
+        _load(tmp_path, arms=arms, gates={}).require_traffic()
+    with pytest.raises(CampaignError, match=r"analysis\.absolute_only: the campaign has an `off` arm"):
+        _load(tmp_path, analysis={"absolute_only": True}).require_traffic()
+    campaign = _load(tmp_path, arms=arms, gates={}, analysis={"absolute_only": True}, output=str(tmp_path / "run"))
+    campaign.require_traffic()
+    store, _ = simulate_campaign(campaign, output=str(tmp_path / "run"))
+    printed = io.StringIO()
+    summary = write_report(store.root, console=Console(file=printed, width=200))
+    assert summary.headline[0] == "no off arm: absolute figures only (analysis.absolute_only), no speedups"
+    text = printed.getvalue()
+    assert text.startswith("no off arm: absolute figures only") and "no baseline" in text
+    cells = [c for m in summary.maps for c in m.cells if c.requests]
+    assert cells and all(c.speedup is None or c.speedup.deciding.point is None for c in cells)
+    assert all(c.goodput_rps is not None for c in cells)  # the absolute figures are there
+    from click.testing import CliRunner
+
+    from orchestrator.cli import cli
+
+    refused = CliRunner().invoke(cli, ["recommend", store.root])
+    assert refused.exit_code == 2 and "no speedups to recommend from" in refused.output
