@@ -49,6 +49,9 @@ class WorkerSummary(BaseModel):
     max_in_flight: int
     connections_opened: int = 0  # keep-alive connections the worker opened to the target
     cpu_s: float = 0.0  # the worker process's CPU time
+    cpu_share: float | None = None  # of one core, over the unit: near 1, the worker was CPU-bound
+    niceness: int | None = None  # the priority it ran at (it raises itself to 0 where it may)
+    niceness_at_start: int | None = None
     connection_wait_p99_s: float = 0.0  # actual send minus dispatch: waits for a free or new connection
     waited_at_connection_cap: int = 0  # requests that found all max_in_flight connections busy (saturated)
     statuses: dict[str, int]  # rows by status, as the worker counted them

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -174,6 +175,24 @@ def test_open_loop_rows_equal_requests_and_tokens_are_counted(server: ServerThre
     assert sorted(r["request_index"] for r in rows) == sorted(by_index)
     assert all(r["offset_s"] == by_index[r["request_index"]].offset_s for r in rows)
     assert {(r["repeat"], r["unit_start_ns"], r["offered_rate_rps"]) for r in rows} == {(0, summary.start_ns, 30.0)}
+    # The worker facts: the priority it ran at and the share of a core it used
+    assert summary.niceness is not None and summary.niceness <= max(summary.niceness_at_start or 0, 0)
+    assert summary.cpu_share is not None and 0 < summary.cpu_share < 1.5
+
+
+def test_a_niced_worker_raises_itself_to_normal_where_it_may() -> None:
+    import resource
+    import subprocess
+    import sys
+
+    code = "from loadshapes.worker.state import raise_priority_to_normal as r; print(*r())"
+    out = subprocess.run(
+        ["nice", "-n", "15", sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()
+    before, after = int(out[0]), int(out[1])
+    # Root (CAP_SYS_NICE) may go back to 0; others down to 20 - RLIMIT_NICE at best, else they stay where they were
+    lowest = 0 if os.geteuid() == 0 else max(0, 20 - resource.getrlimit(resource.RLIMIT_NICE)[0])
+    assert before == 15 and after == (0 if lowest == 0 else 15)
 
 
 def test_no_coordinated_omission_when_the_server_stalls(server: ServerThread, tmp_path: Path) -> None:

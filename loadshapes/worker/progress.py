@@ -22,8 +22,10 @@ if TYPE_CHECKING:
 
 
 class Progress:
-    def __init__(self, plan: WorkerPlan) -> None:
+    def __init__(self, plan: WorkerPlan, *, niceness_at_start: int = 0, niceness: int = 0) -> None:
         self.plan = plan
+        self.niceness_at_start, self.niceness = niceness_at_start, niceness
+        self.started_wall, self.started_cpu = time.monotonic(), time.process_time()
         self.statuses: dict[str, int] = {}
         self.good = 0
         self.k_sum = 0
@@ -92,5 +94,9 @@ class Progress:
             "connections_opened": sender.client.opened,
             # The process's CPU time: Locust's start-up and the dispatcher's spin before each send included.
             "cpu_s": time.process_time(),
+            # The share of one core the worker used from its plan's start to its summary: near 1, it was CPU-bound.
+            "cpu_share": (time.process_time() - self.started_cpu) / max(time.monotonic() - self.started_wall, 1e-9),
+            "niceness": self.niceness,  # what it ran at, after raising itself to 0 where it could
+            "niceness_at_start": self.niceness_at_start,
             "statuses": self.statuses,
         }

@@ -37,13 +37,27 @@ def load_plan() -> WorkerPlan:
     return WorkerPlan.model_validate(data)
 
 
+def raise_priority_to_normal() -> tuple[int, int]:
+    """A worker started at a lower priority (Ray's workers, a niced shell) sends late on a busy host: back to
+    nice 0 where this process may (an unprivileged one may not lower its niceness below its RLIMIT_NICE).
+    Returns the niceness before and after."""
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    if before > 0:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+        except OSError:
+            pass  # not permitted: the worker runs at `before`, and its summary says so
+    return before, os.getpriority(os.PRIO_PROCESS, 0)
+
+
 class WorkerState:
     """Everything one worker process measures; every planned request ends as exactly one row."""
 
     def __init__(self, plan: WorkerPlan) -> None:
         self.plan = plan
+        nice_before, nice_now = raise_priority_to_normal()
         self.pacing = Pacing(start_ns=plan.start_ns)
-        self.progress = Progress(plan)
+        self.progress = Progress(plan, niceness_at_start=nice_before, niceness=nice_now)
         self.rows = RowKeeper(plan, self.pacing, self.progress)
         self.sender = Sender(plan, self.pacing, on_answered=self.rows.receive)
         # The schedule is hundreds of thousands of long-lived objects: keep them out of the cyclic GC, whose
