@@ -3,6 +3,7 @@ and the stop that ends them together."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -43,10 +44,8 @@ def raise_priority_to_normal() -> tuple[int, int]:
     Returns the niceness before and after."""
     before = os.getpriority(os.PRIO_PROCESS, 0)
     if before > 0:
-        try:
+        with contextlib.suppress(OSError):  # not permitted: the worker runs at `before`, and its summary says so
             os.setpriority(os.PRIO_PROCESS, 0, 0)
-        except OSError:
-            pass  # not permitted: the worker runs at `before`, and its summary says so
     return before, os.getpriority(os.PRIO_PROCESS, 0)
 
 
