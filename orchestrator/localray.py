@@ -19,6 +19,7 @@ import random
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -171,10 +172,22 @@ def processes_of(temp_dir: str) -> list[Any]:
     def names_it(part: str) -> bool:
         return any(part == n or part.endswith("=" + n) or n + "/" in part for n in names)
 
+    # `ray start` launches the Ray client server itself and exits: the server is no descendant of the GCS or the
+    # raylet, and its command line names the GCS address, not the temp dir (ray/_private/services.py,
+    # start_ray_client_server). infra/ray-up.sh records that port in TEMP_DIR/ports.env.
+    gcs_port = _recorded_gcs_port(temp_dir)
+
+    def client_server_of_ours(cmdline: Sequence[str]) -> bool:
+        return (
+            gcs_port is not None
+            and "ray.util.client.server" in cmdline
+            and any(part.startswith("--address=") and part.endswith(f":{gcs_port}") for part in cmdline)
+        )
+
     roots = []
     for process in psutil.process_iter(["cmdline"]):
         cmdline = process.info["cmdline"] or ()
-        if process.pid != os.getpid() and any(names_it(part) for part in cmdline):
+        if process.pid != os.getpid() and (any(names_it(part) for part in cmdline) or client_server_of_ours(cmdline)):
             roots.append(process)
     found = {p.pid: p for p in roots}
     for process in roots:
@@ -184,6 +197,16 @@ def processes_of(temp_dir: str) -> list[Any]:
             continue
     found.pop(os.getpid(), None)
     return list(found.values())
+
+
+def _recorded_gcs_port(temp_dir: str) -> int | None:
+    """RAY_PORT from the ports.env that infra/ray-up.sh wrote into the temp dir, if it did."""
+    try:
+        with open(os.path.join(temp_dir, "ports.env")) as handle:
+            lines = dict(line.strip().split("=", 1) for line in handle if "=" in line)
+        return int(lines["RAY_PORT"])
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 def stop(temp_dir: str, grace_s: float = 10.0) -> int:

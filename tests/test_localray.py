@@ -118,3 +118,25 @@ def test_a_held_port_is_named_with_its_listener_and_variable(tmp_path: Path) -> 
         (line,) = held_ports(ports, str(tmp_path))
     assert line.startswith(f"port {port} (dashboard agent's HTTP (runs jobs), RAY_DASHBOARD_AGENT_HTTP_PORT) is held")
     assert held_ports(ports, str(tmp_path)) == []  # released
+
+
+def test_stop_ends_the_ray_client_server_that_ray_start_left_outside_its_tree(tmp_path: Path) -> None:
+    # `ray start` launches `python setup_worker.py -m ray.util.client.server --address=IP:GCS_PORT ...` and exits:
+    # no temp dir in its command line, no parent of ours. infra/ray-up.sh records the GCS port in ports.env.
+    temp_dir = tmp_path / "ray"
+    temp_dir.mkdir()
+    (temp_dir / "ports.env").write_text("RAY_PORT=26391\nRAY_CLIENT_SERVER_PORT=26392\n")
+    sleep = "import time; time.sleep(60)"
+    ours = subprocess.Popen([sys.executable, "-c", sleep, "-m", "ray.util.client.server", "--address=127.0.0.1:26391"])
+    other = subprocess.Popen([sys.executable, "-c", sleep, "-m", "ray.util.client.server", "--address=127.0.0.1:6391"])
+    try:
+        deadline = time.monotonic() + 10
+        while ours.pid not in {p.pid for p in processes_of(str(temp_dir))} and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert {p.pid for p in processes_of(str(temp_dir))} == {ours.pid}
+        assert stop(str(temp_dir), grace_s=5) == 1
+        assert ours.wait(5) is not None and other.poll() is None
+    finally:
+        for process in (ours, other):
+            process.kill()
+            process.wait()
