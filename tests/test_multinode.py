@@ -1,77 +1,38 @@
-"""A campaign end to end on a multi-node Ray (infra/ray-multinode.sh: head + 2 workers with fake GPUs on
-127.0.0.1): GPU arms land on the GPU nodes, load workers spread over nodes, rows == requests."""
+"""A campaign end to end across three hosts with addresses of their own (tests/netbed.py: a head and two workers
+with fake GPUs, each in a network namespace): GPU arms land on the GPU nodes, load workers run on every node,
+including nodes that hold no replica, every request answers, rows == requests."""
 
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import shutil
 import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+import pyarrow.compute as pc
 import pytest
 import yaml
 
 from loadshapes.trace import read_traces
-from tests.ray_helpers import free_port, is_loopback, listeners, stop
+from tests.netbed import BedRay, NetBed, ray_cluster, submit, unavailable
 
 REPO = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
+
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))]
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[dict[str, Any]]:
-    temp_dir = tempfile.mkdtemp(prefix="sdmn", dir="/tmp")
-    port, dashboard = free_port(), free_port()
-    # The script gives every other listener of the three nodes a free port. A token of this cluster's own: nothing
-    # depends on ~/.ray/auth_token existing.
-    env = {**os.environ, "RAY_PORT": str(port), "RAY_DASHBOARD_PORT": str(dashboard), "RAY_AUTH_MODE": "token",
-           "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-           "RAY_BIN": str(BIN / "ray"), "PATH": f"{BIN}:{os.environ['PATH']}"}  # fmt: skip
-    env.pop("RAY_ADDRESS", None)
-    env.pop("RAY_AUTH_TOKEN_PATH", None)
-    process = subprocess.Popen([str(REPO / "infra" / "ray-multinode.sh"), "2", temp_dir], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    assert process.stdout is not None
-    lines = []
-    for line in process.stdout:  # the script prints RAY_ADDRESS once all three nodes are up
-        lines.append(line)
-        if line.startswith("RAY_ADDRESS="):
-            break
-    if not (lines and lines[-1].startswith("RAY_ADDRESS=")):
-        process.kill()
-        stop(temp_dir)
-        pytest.fail("infra/ray-multinode.sh did not bring its nodes up:\n" + "".join(lines[-40:]))
-    try:
-        yield {"env": env, "address": f"http://127.0.0.1:{dashboard}", "gcs": f"127.0.0.1:{port}", "temp_dir": temp_dir}
-    finally:
-        process.terminate()  # the script's SIGTERM handler shuts the three nodes down
-        try:
-            process.wait(120)
-        finally:
-            stop(temp_dir)  # whatever the shutdown left behind, and only this cluster's
-            shutil.rmtree(temp_dir, ignore_errors=True)
+def cluster() -> Iterator[BedRay]:
+    with NetBed() as bed, ray_cluster(bed, gpus_per_worker=2) as ray:
+        yield ray
 
 
-def _nodes(cluster: dict[str, Any]) -> dict[str, dict[str, float]]:
-    script = "import json, ray; ray.init(); print(json.dumps({n['NodeID']: n['Resources'] for n in ray.nodes()}))"
-    out = subprocess.run([sys.executable, "-c", script], env={**cluster["env"], "RAY_ADDRESS": cluster["gcs"]},
-                         capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
-    nodes: dict[str, dict[str, float]] = json.loads(out.stdout.strip().splitlines()[-1])
-    return nodes
-
-
-def test_a_campaign_runs_across_nodes(cluster: dict[str, Any], tmp_path: Path) -> None:
-    nodes = _nodes(cluster)
-    assert len(nodes) == 3
-    head = next(n for n, r in nodes.items() if "head" in r)
-    gpu_nodes = {n for n, r in nodes.items() if r.get("GPU", 0) >= 1}
+def test_a_campaign_runs_across_nodes(cluster: BedRay, tmp_path: Path) -> None:
+    nodes = {n["NodeID"]: n for n in cluster.nodes() if n["Alive"]}
+    addresses = sorted(h.address for h in cluster.bed.hosts.values())
+    assert sorted(n["NodeManagerAddress"] for n in nodes.values()) == addresses  # a node per host, its own address
+    head = next(i for i, n in nodes.items() if "head" in n["Resources"])
+    gpu_nodes = {i for i, n in nodes.items() if n["Resources"].get("GPU", 0) >= 1}
     output = tmp_path / "run"
     campaign = {
         "name": "multinode",
@@ -81,35 +42,39 @@ def test_a_campaign_runs_across_nodes(cluster: dict[str, Any], tmp_path: Path) -
         "shapes": {"quiet": {"kind": "quiet", "rate": 4, "duration_s": 3}},
         "mix": {"entries": [{"workload": "chat", "weight": 1}]},
         "output": str(output),
-        "load": {"workers": 2, "cpus_per_worker": 0.5, "drain_s": 20},
-        "serve": {"host": "127.0.0.1", "port": free_port()},
+        # Three workers, three nodes (SPREAD): each arm's replica is on one GPU node, so one worker runs on the
+        # other GPU node, where no replica is, and one on the head.
+        "load": {"workers": 3, "cpus_per_worker": 0.5, "drain_s": 20},
     }
     path = tmp_path / "campaign.yaml"
     path.write_text(yaml.safe_dump(campaign))
-    command = [str(BIN / "ray"), "job", "submit", "--address", cluster["address"], "--working-dir", str(REPO),
-               "--", "specdrill", "run", str(path)]  # fmt: skip
-    deadline = time.monotonic() + 300  # the job agent can take minutes on a busy 2-core machine
-    while True:
-        result = subprocess.run(command, env=cluster["env"], capture_output=True, text=True, timeout=600, check=False)
-        if "No available agent to submit job" not in result.stderr or time.monotonic() > deadline:
-            break
-        time.sleep(3)
+    result = submit(cluster, ["specdrill", "run", str(path)], working_dir=str(REPO))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     manifest = json.loads((output / "manifest.json").read_text())
     # Arms asked for a GPU each: they run on the (fake) GPU nodes, never on the head.
-    assert {a["node_id"] for a in manifest["arms"].values()} <= gpu_nodes
+    arm_nodes = {a["node_id"] for a in manifest["arms"].values()}
+    assert arm_nodes <= gpu_nodes and head not in arm_nodes
     markers = [json.loads(p.read_text()) for p in (output / "units").rglob("*.json")]
     assert len(markers) == 2
     for marker in markers:
-        worker_nodes = {w["node_id"] for w in marker["workers"]}
-        assert len(worker_nodes) == 2 and worker_nodes <= set(nodes)  # SPREAD: two nodes for two workers
+        assert {w["node_id"] for w in marker["workers"]} == set(nodes)  # a worker on every node
         assert marker["rows"] == marker["scheduled"] > 5
-    assert read_traces(str(output / "traces")).num_rows == sum(m["scheduled"] for m in markers)
-    assert head not in {a["node_id"] for a in manifest["arms"].values()}
+    traces = read_traces(str(output / "traces"))
+    assert traces.num_rows == sum(m["scheduled"] for m in markers)
+    failed = traces.filter(pc.not_equal(traces["status"], "ok"))
+    assert failed.num_rows == 0, failed.select(["worker", "error_class", "error_message"]).slice(0, 5).to_pylist()
 
 
-def test_every_listener_of_the_three_nodes_is_on_loopback(cluster: dict[str, Any]) -> None:
-    # After the campaign: Serve's proxies and controller are still up on the nodes.
-    sockets = listeners(cluster["temp_dir"])
-    assert [s for s in sockets if not is_loopback(s[0])] == []
-    assert sum(1 for *_, name in sockets if name == "raylet") >= 3  # each node's raylet, on loopback
+def test_the_beds_ray_listens_only_inside_the_bed(cluster: BedRay) -> None:
+    bed = cluster.bed
+    head = bed.hosts[cluster.head]
+    # The dashboard (job submit's address) on the head's own address, reached from the root namespace above.
+    assert (head.address, 8265) in bed.listeners(cluster.head)
+    # Every host listens only on its namespace's addresses (a wildcard there is lo + the host's eth0).
+    for name, host in bed.hosts.items():
+        assert {a for a, _ in bed.listeners(name)} <= {host.address, "127.0.0.1", "0.0.0.0", "*", "::",
+                                                      f"::ffff:{host.address}", "::ffff:127.0.0.1"}  # fmt: skip
+    # ... and no process of the bed listens in the root namespace (this machine's real addresses).
+    ours = {pid for name in bed.hosts for pid in bed.pids(name)}
+    root = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    assert not [line for line in root.splitlines() if any(f"pid={p}," in line for p in ours)]
