@@ -24,6 +24,25 @@ class SimulatedEngineConfig(_Strict):
     max_model_len: int = Field(default=8192, ge=16)
 
 
+# AsyncEngineArgs fields (vLLM 0.32, vllm/engine/arg_utils.py) that engine_kwargs may not set. The arm's policy
+# and topology decide these:
+ARM_OWNED_ENGINE_ARGS = frozenset({"model", "speculative_config", "data_parallel_size", "tensor_parallel_size"})
+# and the layout (serve_apps/placement.py) these: each changes how many devices the engine uses, where its ranks
+# and workers run or how they find each other, so set behind placement's back the engine would start with too
+# few GPUs, or wait for ranks nobody starts.
+PLACEMENT_OWNED_ENGINE_ARGS = frozenset(
+    {
+        "pipeline_parallel_size", "prefill_context_parallel_size", "decode_context_parallel_size",
+        "data_parallel_size_local", "data_parallel_rank", "data_parallel_start_rank", "data_parallel_address",
+        "data_parallel_rpc_port", "data_parallel_hybrid_lb", "data_parallel_external_lb",
+        "data_parallel_multi_port_external_lb", "data_parallel_backend", "distributed_executor_backend",
+        "nnodes", "node_rank", "master_addr", "master_port", "device_ids", "placement_group",
+    }
+)  # fmt: skip
+# vLLM 0.32's CacheConfig.gpu_memory_utilization default: the share of a GPU's memory each engine takes.
+VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+
+
 class VllmEngineConfig(_Strict):
     """Engine args for vLLM's AsyncLLM; engine_kwargs passes any other AsyncEngineArgs field through."""
 
@@ -55,10 +74,7 @@ class VllmEngineConfig(_Strict):
     @field_validator("engine_kwargs")
     @classmethod
     def _not_owned_by_arm(cls, v: dict[str, Any]) -> dict[str, Any]:
-        owned = {"speculative_config", "data_parallel_size", "tensor_parallel_size", "model"}
-        # The layout decides these (serve_apps/placement.py): vLLM must find the devices the replica holds.
-        placed = {"distributed_executor_backend", "data_parallel_backend", "data_parallel_rank", "placement_group"}
-        clash = sorted((owned | placed) & set(v))
+        clash = sorted((ARM_OWNED_ENGINE_ARGS | PLACEMENT_OWNED_ENGINE_ARGS) & set(v))
         if clash:
             raise ValueError(
                 f"engine_kwargs may not set {', '.join(clash)}: the arm's policy, topology and placement do"
@@ -87,9 +103,7 @@ class EndpointEngineConfig(_Strict):
         return {name: url.rstrip("/") for name, url in v.items()}
 
 
-EngineConfig = Annotated[
-    SimulatedEngineConfig | VllmEngineConfig | EndpointEngineConfig, Field(discriminator="kind")
-]
+EngineConfig = Annotated[SimulatedEngineConfig | VllmEngineConfig | EndpointEngineConfig, Field(discriminator="kind")]
 
 
 class Resources(_Strict):

@@ -14,11 +14,12 @@ A layout vLLM cannot run is refused here, before anything deploys.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from serve_apps.arms import ArmSpec, VllmEngineConfig
+from serve_apps.arms import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, ArmSpec, VllmEngineConfig
 
 
 class PlacementError(ValueError):
@@ -86,6 +87,8 @@ def plan_placement(arm: ArmSpec) -> ArmPlacement:
             f"{f' x data_parallel {vllm_dp}' if vllm_dp > 1 else ''}) uses one whole GPU; "
             f"resources.gpus_per_engine must be 1, got {gpu:g}"
         )
+    if is_vllm and gpu < 1:
+        _refuse_oversubscribed_gpu(arm, gpu)
     node = res.gpus_per_node
     if node is None or workers * gpu <= node:
         return ArmPlacement(
@@ -112,3 +115,19 @@ def plan_placement(arm: ArmSpec) -> ArmPlacement:
         replica_gpus=0.0, bundles=tuple(bundles), strategy=res.placement_strategy, max_replicas_per_node=None,
         executor_backend="ray" if is_vllm else None, data_parallel_backend=None,
     )  # fmt: skip
+
+
+def _refuse_oversubscribed_gpu(arm: ArmSpec, gpu: float) -> None:
+    """A fractional GPU lets Ray put floor(1 / gpus_per_engine) engines on one GPU (of this arm or another of the
+    campaign: they share the engine config); vLLM sizes each engine's memory as gpu_memory_utilization of the
+    whole GPU, so together they must fit in it, or the later ones fail to start for want of memory."""
+    assert isinstance(arm.engine, VllmEngineConfig)
+    share = arm.engine.engine_kwargs.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION)
+    per_gpu = math.floor(1 / gpu + 1e-9)
+    if per_gpu * float(share) > 1 + 1e-9:
+        where = "engine_kwargs" if "gpu_memory_utilization" in arm.engine.engine_kwargs else "vLLM's default"
+        raise PlacementError(
+            f"arm {arm.name}: resources.gpus_per_engine {gpu:g} puts up to {per_gpu} engines on one GPU, each "
+            f"taking gpu_memory_utilization {float(share):g} ({where}) of its memory: {per_gpu * float(share):g} "
+            f"> 1; set engine_kwargs.gpu_memory_utilization to at most {math.floor(100 / per_gpu) / 100:g}"
+        )

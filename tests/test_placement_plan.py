@@ -108,3 +108,85 @@ resources: {gpus_per_engine: 1, gpus_per_node: 4}
         load_yaml_model(text, Campaign, origin="campaign c.yaml", error=CampaignError)
     line = str(caught.value)
     assert "\n" not in line and "off-dp2tp4" in line and "external load-balancing mode" in line
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "pipeline_parallel_size", "data_parallel_size_local", "nnodes", "node_rank", "decode_context_parallel_size",
+        "prefill_context_parallel_size", "distributed_executor_backend", "data_parallel_backend",
+        "data_parallel_rank", "data_parallel_address", "data_parallel_external_lb", "tensor_parallel_size",
+    ],
+)  # fmt: skip
+def test_engine_kwargs_that_placement_owns_are_refused_in_one_line(key: str) -> None:
+    from orchestrator.campaign import Campaign, CampaignError
+    from serve_apps.config_io import load_yaml_model
+
+    text = f"""
+name: owned
+engine: {{kind: vllm, model: m, engine_kwargs: {{{key}: 2, max_num_batched_tokens: 4096}}}}
+policies: {{"off": "off"}}
+topologies: {{one: single}}
+"""
+    with pytest.raises(CampaignError) as caught:
+        load_yaml_model(text, Campaign, origin="campaign c.yaml", error=CampaignError)
+    line = str(caught.value)
+    assert "\n" not in line
+    assert f"engine_kwargs may not set {key}: the arm's policy, topology and placement do" in line
+
+
+def test_owned_engine_kwargs_are_fields_of_vllms_engine_args() -> None:
+    """The refused names are vLLM 0.32's own (a misspelt one would refuse nothing)."""
+    pytest.importorskip("vllm")
+    import dataclasses
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    from serve_apps.arms import (
+        ARM_OWNED_ENGINE_ARGS,
+        PLACEMENT_OWNED_ENGINE_ARGS,
+        VLLM_DEFAULT_GPU_MEMORY_UTILIZATION,
+    )
+
+    fields = {f.name for f in dataclasses.fields(EngineArgs)} | {"placement_group"}  # set on the config (attach)
+    assert fields >= (ARM_OWNED_ENGINE_ARGS | PLACEMENT_OWNED_ENGINE_ARGS)
+    assert EngineArgs.gpu_memory_utilization == VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+
+
+@pytest.mark.parametrize(
+    ("gpus", "kwargs", "message"),
+    [
+        (
+            0.5,
+            {},
+            "arm a: resources.gpus_per_engine 0.5 puts up to 2 engines on one GPU, each taking "
+            "gpu_memory_utilization 0.92 (vLLM's default) of its memory: 1.84 > 1; set "
+            "engine_kwargs.gpu_memory_utilization to at most 0.5",
+        ),
+        (
+            0.3,
+            {"gpu_memory_utilization": 0.4},
+            "gpus_per_engine 0.3 puts up to 3 engines on one GPU, each taking gpu_memory_utilization 0.4 "
+            "(engine_kwargs) of its memory: 1.2 > 1; set engine_kwargs.gpu_memory_utilization to at most 0.33",
+        ),
+    ],
+)
+def test_fractional_gpus_whose_engines_do_not_fit_in_one_gpus_memory_are_refused(
+    gpus: float, kwargs: dict[str, Any], message: str
+) -> None:
+    def arm() -> ArmSpec:
+        return ArmSpec.model_validate(
+            {
+                "name": "a",
+                "policy": {"kind": "off"},
+                "engine": {"kind": "vllm", "model": "m", "engine_kwargs": kwargs},
+                "resources": {"gpus_per_engine": gpus},
+            }
+        )
+
+    with pytest.raises(ValidationError) as caught:
+        arm()
+    assert message in str(caught.value) and len(caught.value.errors()) == 1
+    kwargs = {"gpu_memory_utilization": 0.3}  # three engines of 0.3 fit one GPU
+    plan = plan_placement(arm())
+    assert (plan.layout, plan.replica_gpus) == ("replica", gpus)
