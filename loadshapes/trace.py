@@ -20,6 +20,8 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from loadshapes.badfile import BadFileError, parquet_metadata
+
 SCHEMA_VERSION = "2"
 VERSION_KEY = b"specdrill.trace_schema_version"
 PARTITION_COLUMNS = ("arm", "shape")
@@ -257,7 +259,7 @@ class TraceWriter:
         self.flush()
 
 
-class TraceVersionError(ValueError):
+class TraceVersionError(BadFileError):
     """A trace written with another schema version than this specdrill reads."""
 
 
@@ -284,13 +286,13 @@ def check_trace_version(root: str) -> None:
     part = _first_part(fs, base)
     if part is None:
         return
-    with fs.open_input_file(part) as source:
-        metadata = pq.read_schema(source).metadata or {}
-    found = metadata.get(VERSION_KEY, b"").decode() or "unknown"
+    metadata = parquet_metadata(fs, part, "a trace part file").schema.to_arrow_schema().metadata or {}
+    found = metadata.get(VERSION_KEY, b"").decode(errors="replace") or "unknown"
     if found != SCHEMA_VERSION:
         raise TraceVersionError(
-            f"{root}: trace schema version {found}, this specdrill reads version {SCHEMA_VERSION} "
-            "(planning keys and step summaries per row): rerun the campaign into a new output to report on it"
+            root,
+            f"trace schema version {found}, this specdrill reads version {SCHEMA_VERSION} "
+            "(planning keys and step summaries per row): rerun the campaign into a new output to report on it",
         )
 
 

@@ -18,7 +18,7 @@ from loadshapes.shapes import Shape
 from loadshapes.slo import SloConfig
 from orchestrator.baselines import BaselineError, baselines
 from serve_apps.arms import ArmSpec, EndpointEngineConfig, EngineConfig, Resources, SimulatedEngineConfig
-from serve_apps.config_io import first_error, load_yaml_model
+from serve_apps.config_io import first_error, load_yaml_model, read_text
 from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topology, runnable_as_written
 from serve_apps.sim.profile import Profile, load_profile
 
@@ -275,6 +275,5 @@ class Campaign(_Strict):
 
 def load_campaign(path: str | Path) -> Campaign:
     p = Path(path)
-    if not p.is_file():
-        raise CampaignError(f"campaign file {p} does not exist")
-    return load_yaml_model(p.read_text(), Campaign, origin=f"campaign {p}", error=CampaignError)
+    text = read_text(p, "campaign file", CampaignError)
+    return load_yaml_model(text, Campaign, origin=f"campaign {p}", error=CampaignError)

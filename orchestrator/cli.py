@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from loadshapes.badfile import BadFileError
 from loadshapes.mixes import BUILTIN_WORKLOADS, builtin_workload
 from loadshapes.slo import SloConfig
 from orchestrator.campaign import Campaign, CampaignError, load_campaign
@@ -493,11 +494,7 @@ def report_cmd(run_dir: str, no_gate_exit: bool) -> None:
     """The operating map and executed-policy verdict of a run: terminal tables, report.html, summary.json."""
     from orchestrator.report import EXIT_GATE_FAILED, write_report
 
-    try:
-        summary = write_report(run_dir, console=Console(width=200))
-    except FileNotFoundError as exc:
-        _fail(str(exc))
-        raise
+    summary = write_report(run_dir, console=Console(width=200))
     if not summary.passed and not no_gate_exit:
         sys.exit(EXIT_GATE_FAILED)
 
@@ -513,11 +510,7 @@ def recommend_cmd(run_dir: str) -> None:
     from orchestrator.decide.recommend import recommend, vllm_snippet
     from orchestrator.report import load_run, summary_for
 
-    try:
-        inputs = load_run(run_dir)
-    except FileNotFoundError as exc:
-        _fail(str(exc))
-        raise
+    inputs = load_run(run_dir)
     if inputs.campaign.analysis.absolute_only:
         _fail(f"{run_dir}: no off arm: absolute figures only (analysis.absolute_only), no speedups to recommend from")
     summary = summary_for(inputs)  # the report's aggregates when it already ran for these units
@@ -526,8 +519,7 @@ def recommend_cmd(run_dir: str) -> None:
     written = {"recommended-campaign.yaml": rehearsal, "followup-campaign.yaml": followup}
     for name, campaign in written.items():
         if campaign is not None:
-            with inputs.store.fs.open_output_stream(f"{inputs.store.base}/{name}") as sink:
-                sink.write(yaml.safe_dump(campaign, sort_keys=False).encode())
+            inputs.store.write_text(name, yaml.safe_dump(campaign, sort_keys=False))
     click.echo(recommendation.message)
     click.echo(vllm_snippet(recommendation), nl=False)
     click.echo(f"rehearse it: specdrill run {inputs.store.root}/recommended-campaign.yaml")
@@ -588,6 +580,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
     except click.UsageError as exc:
         click.echo(f"specdrill: error: {exc.format_message()}", err=True)
+        sys.exit(EXIT_USAGE)
+    except BadFileError as exc:  # a file a command read or wrote, named with what is wrong with it
+        click.echo(f"specdrill: error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     except click.ClickException as exc:
         click.echo(f"specdrill: error: {exc.format_message()}", err=True)

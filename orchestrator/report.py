@@ -12,10 +12,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+import duckdb
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from loadshapes.badfile import BadFileError
 from orchestrator.analysis import (
     ArmInfo,
     BandSet,
@@ -39,12 +41,14 @@ from orchestrator.baselines import baselines
 from orchestrator.campaign import Campaign, GateConfig
 from orchestrator.endpoint_metrics import read_samples
 from orchestrator.report_html import ReportData, render_report_html
-from orchestrator.rundir import MANIFEST, RunStore, UnitResult, units_of
+from orchestrator.rundir import MANIFEST, RunStore, UnitResult, read_manifest, units_of
 from serve_apps.arms import EndpointEngineConfig
+from serve_apps.config_io import first_error
 from serve_apps.policies import DynamicPolicy
 
 EXIT_GATE_FAILED = 3
 ABSOLUTE_ONLY = "no off arm: absolute figures only (analysis.absolute_only), no speedups"
+SUMMARY = "summary.json"
 
 
 class GateResult(BaseModel):
@@ -88,20 +92,24 @@ class RunInputs:
 
 
 def load_run(run_dir: str) -> RunInputs:
-    store = RunStore(run_dir)
+    """What the run wrote, checked as it is read: a missing, truncated or foreign file is one BadFileError."""
+    store = RunStore(run_dir, create=False)
     if not store.exists(MANIFEST):
-        raise FileNotFoundError(f"{run_dir}: no {MANIFEST} (not a specdrill run directory)")
-    manifest = store.read_json(MANIFEST)
-    campaign = Campaign.model_validate(manifest["campaign"])
-    units = [
-        UnitResult.model_validate(store.read_json(store.unit_marker(u)))
-        for arm in campaign.arms()
-        for u in units_of(campaign, arm)
-        if store.is_complete(u)
-    ]
+        raise BadFileError(store.root, f"no {MANIFEST} (not a specdrill run directory)")
+    manifest = read_manifest(store)
+    try:
+        campaign = Campaign.model_validate(manifest["campaign"])
+        specs = campaign.arms()
+    except ValidationError as exc:
+        raise BadFileError(store.path(MANIFEST), f"campaign: {first_error(exc)}") from None
+    except ValueError as exc:
+        raise BadFileError(store.path(MANIFEST), f"campaign: {exc}") from None
+    units = [store.read_marker(u) for arm in specs for u in units_of(campaign, arm) if store.is_complete(u)]
+    for unit in units:
+        store.check_unit_files(unit)
     max_num_seqs = campaign.max_num_seqs()
     # off on the same hardware, else on one engine per engine; none where the campaign asks for absolute figures
-    compared = {} if campaign.analysis.absolute_only else baselines(campaign.arms())
+    compared = {} if campaign.analysis.absolute_only else baselines(specs)
     arms = [
         ArmInfo.from_policy(
             arm.name, arm.policy, topology=arm.topology, max_num_seqs=max_num_seqs,
@@ -180,6 +188,8 @@ def build_summary(
         )  # fmt: skip
         series = timeline_series(requests, {u.unit.key: u.start_ns for u in inputs.units})
         faults = fault_windows_of(requests, {u.unit.key: u.start_ns for u in inputs.units})
+    except duckdb.Error as exc:  # a file found corrupt mid-scan: one line naming it
+        raise requests.blame(exc) from None
     finally:
         requests.close()
     gates = evaluate_gates(campaign, inputs.arms, verification, inputs.units)
@@ -215,11 +225,11 @@ def build_summary(
 def summary_for(inputs: RunInputs) -> Summary:
     """The run's summary.json when `specdrill report` wrote it for the same complete units, else a new one: the
     commands that only read the aggregates (recommend) do not analyse the trace a second time."""
-    if inputs.store.exists("summary.json"):
+    if inputs.store.exists(SUMMARY):
         try:
-            written = Summary.model_validate(inputs.store.read_json("summary.json"))
+            written = Summary.model_validate(inputs.store.read_json(SUMMARY))
         except ValueError:
-            written = None  # an older specdrill's summary: build a new one
+            written = None  # an older specdrill's summary, or a damaged one: build a new one
         if written is not None and written.run == inputs.manifest["run"] and _unit_keys(written.units) == _unit_keys(
             inputs.units
         ):
@@ -467,10 +477,13 @@ def print_report(summary: Summary, console: Console) -> None:
 
 
 def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
+    """report.html, then summary.json, each written atomically. The previous summary.json is removed before
+    anything is read: a report that fails (a corrupt file, an unwritable output) leaves none that looks like the
+    current run's, so `recommend` analyses the run itself and meets the same error."""
     inputs = load_run(run_dir)
-    summary, series = build_summary(inputs)
     store = inputs.store
-    store.write_json("summary.json", summary.model_dump(mode="json"))
+    store.remove(SUMMARY)
+    summary, series = build_summary(inputs)
     html = render_report_html(
         ReportData(
             title=f"specdrill report: {summary.campaign}",
@@ -490,8 +503,8 @@ def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
             fault_windows=summary.fault_windows,
         )
     )
-    with store.fs.open_output_stream(f"{store.base}/report.html") as sink:
-        sink.write(html.encode())
+    store.write_text("report.html", html)
+    store.write_json(SUMMARY, summary.model_dump(mode="json"))
     if console is not None:
         print_report(summary, console)
         console.print(f"report: {store.root}/report.html  summary: {store.root}/summary.json")

@@ -19,8 +19,16 @@ from urllib.parse import quote
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow.fs import FileSelector, FileType
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from loadshapes.badfile import (
+    BadFileError,
+    make_directory,
+    parquet_metadata,
+    require_directory,
+    require_file,
+    write_failed,
+)
 from loadshapes.plan import Target, WorkerPlan
 from loadshapes.trace import PART_FILE, filesystem, writer_id
 from orchestrator.campaign import Campaign, CampaignError
@@ -28,6 +36,7 @@ from orchestrator.endpoint_metrics import ROOT as ENDPOINT_METRICS
 from orchestrator.load_workers import WorkerSummary
 from orchestrator.logs import get_logger
 from serve_apps.arms import ArmSpec, EndpointEngineConfig
+from serve_apps.config_io import first_error
 from timebase.clock import now_ns
 
 MANIFEST = "manifest.json"
@@ -89,10 +98,14 @@ class UnitResult(BaseModel):
 class RunStore:
     """The run directory (local path or pyarrow filesystem URI): manifest, unit markers, traces, timelines."""
 
-    def __init__(self, root: str) -> None:
-        self.root = root.rstrip("/")
+    def __init__(self, root: str, *, create: bool = True) -> None:
+        """`create`: a runner's output, made where missing; else a run directory a command reads, which must exist."""
+        self.root = root.rstrip("/") or "/"
         self.fs, self.base = filesystem(self.root)
-        self.fs.create_dir(self.base, recursive=True)
+        if create:
+            make_directory(self.fs, self.base, "run directory")
+        else:
+            require_directory(self.fs, self.base, "a run directory")
 
     @classmethod
     def existing(cls, root: str) -> RunStore | None:
@@ -108,34 +121,99 @@ class RunStore:
     def timelines(self) -> str:
         return f"{self.root}/timelines"
 
-    def _path(self, relative: str) -> str:
+    def path(self, relative: str) -> str:
         return f"{self.base}/{relative}"
 
     def exists(self, relative: str) -> bool:
-        return bool(self.fs.get_file_info(self._path(relative)).type != FileType.NotFound)
+        return bool(self.fs.get_file_info(self.path(relative)).type != FileType.NotFound)
 
-    def read_json(self, relative: str) -> Any:
-        with self.fs.open_input_stream(self._path(relative)) as stream:
-            return json.loads(stream.read().decode())
+    def read_json(self, relative: str, what: str = "a JSON file") -> Any:
+        """The JSON file, or one line naming it: missing, a directory, truncated or not JSON (`what` it is)."""
+        path = self.path(relative)
+        require_file(self.fs, path, what)
+        with self.fs.open_input_stream(path) as stream:
+            raw = stream.read()
+        try:
+            return json.loads(raw.decode())
+        except UnicodeDecodeError:
+            raise BadFileError(path, f"not UTF-8 text, expected JSON ({what})") from None
+        except json.JSONDecodeError as exc:
+            where = "empty" if not raw.strip() else f"{exc.msg} (line {exc.lineno}, column {exc.colno})"
+            raise BadFileError(path, f"not valid JSON ({what}): {where}") from None
 
     def write_json(self, relative: str, data: Any) -> None:
-        path = self._path(relative)
+        self.write_text(relative, json.dumps(data, indent=2, sort_keys=True, default=str))
+
+    def write_text(self, relative: str, text: str) -> None:
+        """Atomically (a temporary name, then a rename): a reader never sees half a file, and a write that fails
+        leaves the previous one, or one line naming the file that could not be written."""
+        path = self.path(relative)
         directory = path.rsplit("/", 1)[0]
-        self.fs.create_dir(directory, recursive=True)
+        make_directory(self.fs, directory, "directory")
+        if self.fs.get_file_info(path).type == FileType.Directory:
+            raise BadFileError(path, "is a directory, expected a file (cannot write it)")
         temporary = f"{directory}/.tmp-{uuid.uuid4().hex[:8]}"
-        with self.fs.open_output_stream(temporary) as sink:
-            sink.write(json.dumps(data, indent=2, sort_keys=True, default=str).encode())
-        self.fs.move(temporary, path)
+        try:
+            with self.fs.open_output_stream(temporary) as sink:
+                sink.write(text.encode())
+            self.fs.move(temporary, path)
+        except OSError as exc:
+            if self.fs.get_file_info(temporary).type == FileType.File:
+                self.fs.delete_file(temporary)
+            raise write_failed(path, exc) from None
+
+    def remove(self, relative: str) -> None:
+        path = self.path(relative)
+        if self.fs.get_file_info(path).type == FileType.File:
+            try:
+                self.fs.delete_file(path)
+            except OSError as exc:
+                raise BadFileError(path, f"cannot remove it: {exc.strerror or exc}") from None
 
     def trace_directory(self, unit: Unit) -> str:
         """The unit's trace partition, where its part files lie beside the other repeats' (Hive: arm=/shape=)."""
         return f"{self.base}/traces/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
+
+    def timeline_file(self, unit: Unit) -> str:
+        directory = f"{self.base}/timelines/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
+        return f"{directory}/r{unit.repeat}.parquet"
+
+    def check_unit_files(self, result: UnitResult) -> None:
+        """The files a complete unit's marker vouches for are there: its trace files (by name, so a run directory
+        moved elsewhere still checks) and, where it recorded steps, its step timeline. A deleted file would
+        otherwise make the report quietly count fewer rows or verify nothing."""
+        unit, marker = result.unit, self.path(self.unit_marker(result.unit))
+        if result.timeline_steps:
+            require_file(self.fs, self.timeline_file(unit), f"unit {unit.key}'s step timeline; {marker} counts "
+                                                            f"{result.timeline_steps} steps")  # fmt: skip
+        listed = [result.trace_file] if result.trace_file else [f for w in result.workers for f in w.files]
+        if not result.rows or not listed:
+            return
+        directory = self.trace_directory(unit)
+        present = {i.base_name for i in self.fs.get_file_info(FileSelector(directory, allow_not_found=True))}
+        for name in (f.rsplit("/", 1)[-1] for f in listed):
+            if name not in present:
+                raise BadFileError(f"{directory}/{name}", f"missing (a trace file of unit {unit.key}; {marker} counts "
+                                                          f"{result.rows} rows)")  # fmt: skip
 
     def unit_marker(self, unit: Unit) -> str:
         return f"units/{unit.arm}/{unit.shape}/r{unit.repeat}.json"
 
     def is_complete(self, unit: Unit) -> bool:
         return self.exists(self.unit_marker(unit))
+
+    def read_marker(self, unit: Unit) -> UnitResult:
+        """The unit's marker (the proof it completed), or one line naming the file: not JSON, not a marker, or
+        another unit's."""
+        relative = self.unit_marker(unit)
+        data = self.read_json(relative, f"the marker of unit {unit.key}")
+        try:
+            result = UnitResult.model_validate(data)
+        except ValidationError as exc:
+            raise BadFileError(self.path(relative), f"not a unit marker: {first_error(exc)}") from None
+        if result.unit != unit:
+            raise BadFileError(self.path(relative), f"holds unit {result.unit.key}, expected {unit.key}")
+        return result
 
     def remove_partial(self, unit: Unit) -> int:
         """Delete part files a previous, interrupted attempt at this unit left behind."""
@@ -156,6 +234,18 @@ class RunStore:
         return removed
 
 
+def read_manifest(store: RunStore) -> dict[str, Any]:
+    """manifest.json as a mapping that names its run and campaign, or one line naming the file."""
+    manifest = store.read_json(MANIFEST, "the run's manifest")
+    path = store.path(MANIFEST)
+    if not isinstance(manifest, dict):
+        raise BadFileError(path, f"expected a JSON object, found {type(manifest).__name__} (the run's manifest)")
+    for key, kind in (("run", str), ("campaign", dict), ("units", dict)):
+        if not isinstance(manifest.get(key), kind):
+            raise BadFileError(path, f"no {key!r} {kind.__name__} (the run's manifest)")
+    return manifest
+
+
 def fingerprint(campaign: Campaign) -> str:
     """What makes two runs comparable: everything but the output location, the gates and the analysis."""
     data = campaign.model_dump(mode="json", by_alias=True, exclude={"output", "gates", "analysis"})
@@ -173,7 +263,7 @@ def open_run(campaign: Campaign, store: RunStore, *, mode: str = "real") -> dict
     """The manifest of the run in this directory, created on first use; a different campaign is refused."""
     print_ = campaign.model_dump(mode="json", by_alias=True)
     if store.exists(MANIFEST):
-        manifest: dict[str, Any] = store.read_json(MANIFEST)
+        manifest = read_manifest(store)
         if manifest.get("fingerprint") != fingerprint(campaign):
             raise CampaignError(
                 f"output: {store.root} holds a run of a different campaign (fingerprint {manifest.get('fingerprint')}"
@@ -311,12 +401,16 @@ def timeline_table(timelines: dict[str, dict[str, list[Any]]]) -> pa.Table:
 
 def write_timeline(store: RunStore, unit: Unit, timelines: dict[str, dict[str, list[Any]]]) -> int:
     table = timeline_table(timelines)
-    directory = f"{store.base}/timelines/arm={quote(unit.arm, safe='')}/shape={quote(unit.shape, safe='')}"
-    store.fs.create_dir(directory, recursive=True)
+    path = store.timeline_file(unit)
+    directory = path.rsplit("/", 1)[0]
+    make_directory(store.fs, directory, "timeline directory")
     temporary = f"{directory}/.tmp-r{unit.repeat}.parquet"
-    with store.fs.open_output_stream(temporary) as sink:
-        pq.write_table(table, sink, compression="zstd")
-    store.fs.move(temporary, f"{directory}/r{unit.repeat}.parquet")
+    try:
+        with store.fs.open_output_stream(temporary) as sink:
+            pq.write_table(table, sink, compression="zstd")
+        store.fs.move(temporary, path)
+    except OSError as exc:
+        raise write_failed(path, exc) from None
     return int(table.num_rows)
 
 
@@ -375,8 +469,7 @@ def merge_parts(store: RunStore, unit: Unit) -> str | None:
 
 
 def _footer(store: RunStore, path: str) -> pq.FileMetaData:
-    with store.fs.open_input_file(path) as handle:
-        return pq.read_metadata(handle)
+    return parquet_metadata(store.fs, path, "a trace part file")
 
 
 def unit_tpot_p50(store: RunStore, unit: Unit) -> float | None:
@@ -408,6 +501,5 @@ def rows_on_disk(store: RunStore, unit: Unit, workers: Sequence[int]) -> int:
     total = 0
     for info in store.fs.get_file_info(FileSelector(directory)):
         if info.base_name.startswith(prefixes):
-            with store.fs.open_input_file(info.path) as handle:
-                total += pq.ParquetFile(handle).metadata.num_rows
+            total += parquet_metadata(store.fs, info.path, "a trace part file").num_rows
     return total

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TypeVar
 
 import yaml
@@ -23,6 +24,20 @@ def _printable(key: str) -> str:
     if key and key.isprintable() and "." not in key and " " not in key:
         return key
     return repr(key)
+
+
+def read_text(path: Path, what: str, error: type[ValueError]) -> str:
+    """A YAML file's text, or one line naming it: missing, a directory, unreadable, not UTF-8."""
+    if path.is_dir():
+        raise error(f"{what} {path} is a directory, expected a YAML file")
+    if not path.is_file():
+        raise error(f"{what} {path} does not exist")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} {path}: not UTF-8 text (byte {exc.start}), expected YAML") from None
+    except OSError as exc:
+        raise error(f"{what} {path}: cannot read it ({exc.strerror or exc})") from None
 
 
 def load_yaml_model(text: str, model: type[M], *, origin: str, error: type[ValueError]) -> M:

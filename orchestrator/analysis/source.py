@@ -8,6 +8,7 @@ memory (tests, tools) is registered as it is. Nothing here holds a row in Python
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from loadshapes.badfile import parquet_metadata, parquet_problem
 from loadshapes.shapes import ShapeBase
 from loadshapes.trace import PARTITION_COLUMNS, TRACE_SCHEMA, check_trace_version, filesystem
 from orchestrator.analysis.db import EngineSettings, close, connect, sql_string
@@ -156,6 +158,13 @@ class Requests:
     has_steps: bool  # the `steps` view exists (a run with engine step timelines)
     step_arms: frozenset[str]  # arms whose steps come from the timelines (the rest: the rows' per-step lists)
     has_footers: bool = False  # `trace_footer` holds the trace files' Parquet statistics (footer.footer_table)
+    # what the views read, where they read a run
+    files: RunFiles | None = dataclasses.field(default=None, compare=False)
+
+    def blame(self, exc: Exception) -> Exception:
+        """For a query over the views that failed: the BadFileError naming the file DuckDB failed on (a corrupt
+        page is found only when it is scanned), or `exc` itself where no single file explains it."""
+        return exc if self.files is None else self.files.blame(exc)
 
     def __len__(self) -> int:
         row = self.con.execute("SELECT count(*) FROM trace").fetchone()
@@ -256,6 +265,40 @@ def _shape_rates(con: duckdb.DuckDBPyConnection, table: pa.Table, shapes: Mappin
 
 
 # --- a run's files --------------------------------------------------------------------------------------------
+TRACE_FILE = "a trace part file"
+TIMELINE_FILE = "a step timeline"
+
+
+@dataclass
+class RunFiles:
+    """The Parquet files the views over a run read, (path, what it is), on one filesystem."""
+
+    fs: pafs.FileSystem
+    files: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+    def blame(self, exc: Exception) -> Exception:
+        """The file a reader's error comes from: each file read in full on its own, by Arrow and (on a local disk)
+        by DuckDB, the first that fails named in its reader's words; `exc` itself where every file reads. Only
+        run after a failure: it costs a second scan."""
+        local = isinstance(self.fs, pafs.LocalFileSystem)
+        for path, what in self.files:
+            parquet_metadata(self.fs, path, what)
+            try:
+                with self.fs.open_input_file(path) as handle:
+                    for _ in pq.ParquetFile(handle).iter_batches(batch_size=65_536):
+                        pass
+                if local:
+                    con = duckdb.connect()
+                    try:
+                        for _ in con.sql(f"SELECT * FROM read_parquet({sql_string(path)})").to_arrow_reader(65_536):
+                            pass
+                    finally:
+                        con.close()
+            except (pa.ArrowException, OSError, duckdb.Error) as found:
+                return parquet_problem(self.fs, path, what, found)
+        return exc
+
+
 def _part_files(fs: pafs.FileSystem, directory: str) -> list[str]:
     infos = fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
     return sorted(
@@ -277,7 +320,9 @@ def _units_table(units: Sequence[UnitKey]) -> pa.Table:
     )
 
 
-def _trace_view(con: duckdb.DuckDBPyConnection, root: str, units: Sequence[UnitKey]) -> list[tuple[str, str, str]]:
+def _trace_view(
+    con: duckdb.DuckDBPyConnection, root: str, units: Sequence[UnitKey], read: RunFiles
+) -> list[tuple[str, str, str]]:
     """`trace`: the rows of the complete units only (a partial unit's rows are not evidence: the rerun redoes
     it), by partition (only their directories are listed) and by unit (a join on arm, shape, repeat). Returns
     the part files on a local disk (path, arm, shape), whose footers DuckDB can read."""
@@ -291,6 +336,7 @@ def _trace_view(con: duckdb.DuckDBPyConnection, root: str, units: Sequence[UnitK
         for f in _part_files(fs, f"{base}/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}")
     ]
     files = [f for f, _, _ in located]
+    read.files += [(f, TRACE_FILE) for f in files]
     columns = ", ".join(f"t.{c}" for c in TRACE_SCHEMA.names if c not in PARTITION_COLUMNS)
     if not files:
         empty = pa.Table.from_batches([], schema=TRACE_SCHEMA)
@@ -322,18 +368,22 @@ def _trace_view(con: duckdb.DuckDBPyConnection, root: str, units: Sequence[UnitK
     return located if local else []
 
 
-def steps_view(con: duckdb.DuckDBPyConnection, run_dir: str, units: Sequence[UnitKey]) -> frozenset[str]:
+def steps_view(
+    con: duckdb.DuckDBPyConnection, run_dir: str, units: Sequence[UnitKey], read: RunFiles | None = None
+) -> frozenset[str]:
     """`steps`: every engine step of the complete units' timelines (arm, shape, repeat, engine_id, start_ns,
     end_ns, batch_size, k); the arms that have one."""
     fs, base = filesystem(run_dir)
     found = []
     for arm, shape, repeat in units:
         path = f"{base}/timelines/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}/r{repeat}.parquet"
-        if fs.get_file_info(path).type != pafs.FileType.File:
+        if fs.get_file_info(path).type == pafs.FileType.NotFound:
             continue
-        with fs.open_input_file(path) as handle:
-            if pq.read_metadata(handle).num_rows:  # empty: no steps (or an endpoint unit of an older specdrill)
-                found.append((path, arm, shape, repeat))
+        # empty: no steps (or an endpoint unit of an older specdrill)
+        if parquet_metadata(fs, path, TIMELINE_FILE).num_rows:
+            found.append((path, arm, shape, repeat))
+            if read is not None:
+                read.files.append((path, TIMELINE_FILE))
     if not found:
         return frozenset()
     con.register(
@@ -376,8 +426,17 @@ def run_requests(
     steps come from the rows' per-step lists even where a timeline exists."""
     traces = f"{run_dir.rstrip('/')}/traces"
     check_trace_version(traces)
+    read = RunFiles(filesystem(traces)[0])
     con = connect(settings or EngineSettings.from_env())
-    local_files = _trace_view(con, traces, units)
-    footers = footer_table(con, local_files)
-    step_arms = steps_view(con, run_dir.rstrip("/"), units) - step_lists_only
-    return _finish(con, None, step_arms, has_steps=bool(step_arms), footers=footers)
+    try:
+        try:
+            local_files = _trace_view(con, traces, units, read)
+            footers = footer_table(con, local_files)
+            step_arms = steps_view(con, run_dir.rstrip("/"), units, read) - step_lists_only
+            requests = _finish(con, None, step_arms, has_steps=bool(step_arms), footers=footers)
+        except duckdb.Error as exc:
+            raise read.blame(exc) from None
+    except BaseException:
+        close(con)
+        raise
+    return dataclasses.replace(requests, files=read)

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from serve_apps.config_io import load_yaml_model
+from serve_apps.config_io import load_yaml_model, read_text
 
 PROFILE_DIR = "profiles"
 
@@ -116,9 +116,7 @@ def shipped_profiles() -> list[str]:
 def load_profile(name_or_path: str) -> Profile:
     path = Path(name_or_path)
     if path.suffix in {".yaml", ".yml"} or path.exists():
-        if not path.is_file():
-            raise ProfileError(f"profile file {name_or_path} does not exist")
-        text = path.read_text()
+        text = read_text(path, "profile file", ProfileError)
         origin = str(path)
     else:
         resource = resources.files("serve_apps").joinpath(PROFILE_DIR, f"{name_or_path}.yaml")
