@@ -361,9 +361,12 @@ def plans_for(campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: st
 # The step timeline file (timelines/arm=/shape=/r<repeat>.parquet): one row per engine step, every engine of the
 # arm (each DP rank its own engine_id). k is null where the engine could not observe it (vLLM: a step whose
 # drafts no request verified); k_scheduled and num_drafts are null for the simulated engine, which reports
-# neither (its k is the schedule's by construction).
+# neither (its k is the schedule's by construction). batched_tokens (tokens computed in the step: prefill chunks,
+# 1 + drafts per decoding request) and kv_tokens (KV tokens the step read) are what `specdrill calibrate` fits step
+# times to; null in timelines written before they existed, and kv_tokens of vLLM is its block usage x block size.
 TIMELINE_INT_COLUMNS = (
     "dp_rank", "batch_size", "num_prefill", "k", "k_scheduled", "drafted", "accepted", "num_drafts", "waiting",
+    "batched_tokens", "kv_tokens",
 )  # fmt: skip
 
 

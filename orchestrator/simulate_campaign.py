@@ -660,7 +660,7 @@ def timelines(
         for name in ("start", "end"):
             seconds = steps.column(name)[keep] * scale
             data[name] = (_to_ns(start_ns, seconds) / 1e9).tolist()
-        for name in ("batch_size", "k", "drafted", "accepted", "waiting", "num_prefill"):
+        for name in ("batch_size", "k", "drafted", "accepted", "waiting", "num_prefill", "batched_tokens", "kv_tokens"):
             data[name] = steps.column(name)[keep].astype(int).tolist()
         out[engine.engine_id] = data
     return out

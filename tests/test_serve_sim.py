@@ -187,6 +187,9 @@ def test_step_timeline_endpoint(cluster: dict[str, Any]) -> None:
     assert len(timeline["batch_size"]) > 10
     assert timeline["k"] == [table[b] for b in timeline["batch_size"]]
     assert timeline["end"] == sorted(timeline["end"])
+    # What calibrate fits step times to: tokens computed, and KV tokens read (at least those computed).
+    pairs = list(zip(timeline["kv_tokens"], timeline["batched_tokens"], strict=True))
+    assert all(kv >= batched >= 1 for kv, batched in pairs)
     # Engine lag: one non-negative wall-clock delay per step, what the report holds the unit's latencies to.
     assert len(timeline["lag_s"]) == len(timeline["k"]) and min(timeline["lag_s"]) >= 0.0
     with urllib.request.urlopen(f"{url}/specdrill/timeline?since_step={len(timeline['k']) - 3}") as response:

@@ -30,7 +30,7 @@ K_TABLE = dense_schedule(validate_schedule(SCHEDULE), MAX_NUM_SEQS, 4)
 PROMPT = "the model drafts tokens and the target verifies them " * 3
 TIMELINE_COLUMNS = {
     "start", "end", "batch_size", "k", "drafted", "accepted", "waiting", "num_prefill", "num_drafts", "k_scheduled",
-    "dp_rank",
+    "dp_rank", "batched_tokens", "kv_tokens",
 }  # fmt: skip
 
 
@@ -164,6 +164,11 @@ def test_dynamic_draft_model_arm_runs_the_schedule_exactly(arms: dict[str, str])
     assert all(k == K_TABLE[b] == s for b, k, s in known), [r for r in known if r[1] != K_TABLE[r[0]]]
     assert {K_TABLE[b] for b, _, _ in known} == {4, 2, 1}
     assert min(b for b, _, _ in rows) >= 1  # steps that scheduled nothing are not steps
+    # What calibrate fits step times to: every step computed at least one token per request (1 + drafts when
+    # decoding), and the KV cache held at least those (block usage x block size, known once vLLM profiled).
+    batched, kv = timeline["batched_tokens"], timeline["kv_tokens"]
+    assert all(n >= b for n, b in zip(batched, timeline["batch_size"], strict=True))
+    assert all(v is not None and v >= n for v, n in zip(kv, batched, strict=True)), [*zip(kv, batched, strict=True)]
     # k is unknown only where no request carried the step's drafts on: the last step, or a next step of prefills.
     prefill_only = [b == p for b, p in zip(timeline["batch_size"], timeline["num_prefill"], strict=True)]
     unknown = [i for i, (_, k, _) in enumerate(rows) if k is None]

@@ -106,7 +106,7 @@ class SimulatedEngine:
         out: dict[str, list[Any]] = {}
         for name in ("start", "end"):
             out[name] = [self._realtime.to_wall(float(t)) for t in steps.column(name)[since_step:]]
-        for name in ("batch_size", "k", "drafted", "accepted", "waiting", "num_prefill"):
+        for name in ("batch_size", "k", "drafted", "accepted", "waiting", "num_prefill", "batched_tokens", "kv_tokens"):
             out[name] = [int(x) for x in steps.column(name)[since_step:]]
         # One engine per replica: a simulated DP rank is its own replica, so within an engine the rank is 0.
         out["dp_rank"] = [0] * len(out["start"])

@@ -52,6 +52,8 @@ class StepStats:
     drafted: int  # draft tokens verified in this step
     accepted: int
     k_scheduled: int
+    batched_tokens: int | None  # tokens computed in the step (vLLM's num_ctx_tokens + num_generation_tokens)
+    kv_tokens: int | None  # KV tokens held after the step: kv_cache_usage x (num_gpu_blocks - 1) x block_size
     first_token_latencies: Sequence[float]  # vLLM's TTFT of each request whose first token came in this step
     finished: Sequence[str]  # request ids (as given to generate) that finished in this step
 
@@ -74,11 +76,14 @@ class StepTimeline:
       it, or the next step held only prefills). A speculation-off engine has k = 0 throughout.
     - drafted/accepted/num_drafts: verified in this step (proposed by the previous one).
     - k_scheduled: the k vLLM's schedule lookup gives for batch_size under the engine's resolved config.
+    - batched_tokens / kv_tokens: what the step computed (iteration details) and the KV blocks in use after it
+      as tokens (block granularity, so up to block_size - 1 per request above the contexts); None without
+      iteration details / before vLLM reported its block count.
     """
 
     COLUMNS = (
         "start", "end", "batch_size", "k", "drafted", "accepted", "waiting", "num_prefill", "num_drafts",
-        "k_scheduled", "dp_rank",
+        "k_scheduled", "dp_rank", "batched_tokens", "kv_tokens",
     )  # fmt: skip
 
     def __init__(self, *, speculative: bool = True) -> None:
@@ -107,7 +112,8 @@ class StepTimeline:
                 ("start", step.end - step.elapsed_s), ("end", step.end), ("batch_size", step.scheduled),
                 ("k", None if self._speculative else 0), ("drafted", step.drafted), ("accepted", step.accepted),
                 ("waiting", step.waiting), ("num_prefill", step.prefills), ("num_drafts", step.num_drafts),
-                ("k_scheduled", step.k_scheduled), ("dp_rank", step.rank),
+                ("k_scheduled", step.k_scheduled), ("dp_rank", step.rank), ("batched_tokens", step.batched_tokens),
+                ("kv_tokens", step.kv_tokens),
             ):  # fmt: skip
                 rows[name].append(value)
             self._rank_rows.setdefault(step.rank, []).append(index)
@@ -220,6 +226,14 @@ def _stat_logger_factory(timeline: StepTimeline, k_table: list[int], *, with_det
 
         def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
             self.engine_index = engine_index
+            self.cache_config = vllm_config.cache_config  # num_gpu_blocks is filled in once the engine profiled
+
+        def kv_tokens(self, usage: float) -> int | None:
+            blocks = self.cache_config.num_gpu_blocks
+            if not blocks:
+                return None
+            # vLLM's usage is 1 - free / (num_gpu_blocks - 1): the null block is not counted (BlockPool.get_usage)
+            return round(float(usage) * (int(blocks) - 1) * int(self.cache_config.block_size))
 
         def record(
             self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None, engine_idx: int = 0
@@ -233,6 +247,7 @@ def _stat_logger_factory(timeline: StepTimeline, k_table: list[int], *, with_det
             if details is not None:
                 prefills, decodes = int(details.num_ctx_requests), int(details.num_generation_requests)
                 scheduled, elapsed = prefills + decodes, float(details.elapsed_ms) / 1e3
+                batched: int | None = int(details.num_ctx_tokens) + int(details.num_generation_tokens)
             elif with_details:
                 # vLLM gives no details for a step that scheduled no tokens (after a request finishes, the engine
                 # steps once more to tell its workers): no model ran, so it is not a step of the timeline.
@@ -240,7 +255,7 @@ def _stat_logger_factory(timeline: StepTimeline, k_table: list[int], *, with_det
                 return
             else:  # details turned off by the arm's engine_kwargs: running requests after the step, no timing
                 scheduled = decodes = int(scheduler_stats.num_running_reqs)
-                prefills, elapsed = 0, 0.0
+                prefills, elapsed, batched = 0, 0.0, None
             timeline.record(
                 StepStats(
                     rank=self.engine_index,
@@ -254,6 +269,8 @@ def _stat_logger_factory(timeline: StepTimeline, k_table: list[int], *, with_det
                     drafted=int(spec.num_draft_tokens) if spec is not None else 0,
                     accepted=int(spec.num_accepted_tokens) if spec is not None else 0,
                     k_scheduled=k_table[min(max(scheduled, 1), len(k_table) - 1)],
+                    batched_tokens=batched,
+                    kv_tokens=self.kv_tokens(scheduler_stats.kv_cache_usage),
                     first_token_latencies=list(iteration_stats.time_to_first_tokens_iter) if iteration_stats else [],
                     finished=finished,
                 )
