@@ -141,6 +141,8 @@ class Campaign(_Strict):
     repeats: int = Field(default=1, ge=1, le=100)
     seed: int = 0
     output: str | None = None  # the run directory or URI; default runs/<name>
+    # prediction.json of `specdrill tune`: the report of this campaign (its rehearsal) compares its map with it
+    prediction: str | None = None
     load: LoadConfig = LoadConfig()
     gates: GateConfig = GateConfig()
     analysis: AnalysisConfig = AnalysisConfig()

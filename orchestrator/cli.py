@@ -530,6 +530,46 @@ def recommend_cmd(run_dir: str) -> None:
         )
 
 
+@cli.command("tune")
+@click.argument("campaign_file", type=click.Path(dir_okay=False))
+@click.option("--profile", "profile_name", default=None,
+              help="a shipped profile or a profile YAML (a fitted one); default: the campaign's")  # fmt: skip
+@click.option("--objective", "objective_text", default="tpot", show_default=True,
+              help="after SLO goodput: tpot, ttft or e2e, with a percentile (ttft:p99; default p50)")  # fmt: skip
+@click.option("--seeds", default=3, show_default=True, type=click.IntRange(1, 50), help="repeats of the traffic")
+@click.option("--max-k", default=None, type=click.IntRange(1, 16), help="default: the campaign's largest k")
+@click.option("--budget", default=300, show_default=True, type=click.IntRange(2, 100_000),
+              help="candidate schedules to simulate at most")  # fmt: skip
+@click.option("-o", "--output", "out_dir", default=None, help="directory for the files (default runs/<name>-tune)")
+def tune_cmd(
+    campaign_file: str, profile_name: str | None, objective_text: str, seeds: int, max_k: int | None, budget: int,
+    out_dir: str | None,
+) -> None:  # fmt: skip
+    """Search vLLM schedules (k per batch range) in virtual time on the campaign's own traffic: the schedule as
+    vLLM's speculative_config, the predicted operating map against the campaign's arms, a rehearsal campaign."""
+    from pathlib import Path
+
+    from orchestrator.decide.scoring import Objective
+    from orchestrator.decide.tune_outputs import run_tune
+    from orchestrator.simulate_campaign import require_simulated
+
+    campaign = _campaign(campaign_file)
+    try:
+        objective = Objective.parse(objective_text)
+        require_simulated(campaign)
+        if profile_name is not None:
+            _profile(profile_name)
+        outputs = run_tune(
+            campaign, profile=profile_name, objective=objective, seeds=seeds, max_k=max_k, budget=budget,
+            out_dir=Path(out_dir or f"runs/{campaign.name}-tune"),
+        )  # fmt: skip
+    except (CampaignError, ValueError) as exc:
+        _fail(str(exc))
+        raise
+    for line in outputs.lines:
+        click.echo(line)
+
+
 @cli.group("models")
 def models() -> None:
     """The models a vLLM campaign loads (target and drafters)."""

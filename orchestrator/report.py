@@ -39,6 +39,7 @@ from orchestrator.analysis.results import ArmVerification, Verdict
 from orchestrator.analysis.timelines import TimelineSeries, timeline_series
 from orchestrator.baselines import baselines
 from orchestrator.campaign import Campaign, GateConfig
+from orchestrator.decide.prediction import prediction_check
 from orchestrator.endpoint_metrics import read_samples
 from orchestrator.report_html import ReportData, render_report_html
 from orchestrator.rundir import MANIFEST, RunStore, UnitResult, read_manifest, units_of
@@ -79,6 +80,8 @@ class Summary(BaseModel):
     fault_windows: list[FaultWindow]  # where requests failed (a replica died, a stream broke), per unit
     # Per batch band: every k measured there on the same requests, and the k the evidence supports (recommend)
     k_choices: list[BandChoice] = Field(default_factory=list)
+    # A rehearsal of `specdrill tune`'s schedule: per band, the measured speedup against the predicted one
+    prediction_check: list[str] = Field(default_factory=list)
     passed: bool
 
 
@@ -217,6 +220,7 @@ def build_summary(
         ],
         fault_windows=faults,
         k_choices=k_choices,
+        prediction_check=prediction_check(campaign.prediction, maps),
         passed=all(g.passed for g in gates),
     )
     return summary, series
@@ -470,6 +474,10 @@ def print_report(summary: Summary, console: Console) -> None:
         console.print(f"[yellow]load generator saturated in: {', '.join(summary.saturated_units)}[/yellow]")
     for line in summary.engine_lagged_units:
         console.print(f"[yellow]engine lagged (latencies are the host's, not the model's)[/yellow] {line}")
+    if summary.prediction_check:
+        console.print("[bold]measured against specdrill tune's prediction[/bold]")
+        for line in summary.prediction_check:
+            console.print(f"  {line}", markup=False)
     for gate in summary.gates:
         if not gate.passed:
             console.print(f"[red]gate {gate.gate} failed[/red]: {gate.message}")

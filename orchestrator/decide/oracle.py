@@ -81,11 +81,7 @@ def oracle(
         rate: dict[int, float] = {}
         held: dict[int, float] = {}
         for k in range(max_k + 1):
-            policy = (
-                OffPolicy()
-                if k == 0
-                else FixedPolicy.model_validate({**drafter, "k": k})
-            )
+            policy = OffPolicy() if k == 0 else FixedPolicy.model_validate({**drafter, "k": k})
             result = closed_batch(profile, policy, batch_size=batch, workload=workload, seed=seed, rounds=rounds)
             tpot[k], rate[k], held[k] = result.tpot_p50_s, result.tokens_per_s, result.mean_batch
         ranked = sorted(tpot, key=lambda k: (tpot[k], k))  # ties go to the smaller k
@@ -94,7 +90,12 @@ def oracle(
         near = tuple(k for k in sorted(tpot) if tpot[k] <= tpot[best] * (1.0 + tolerance))
         points.append(
             OraclePoint(
-                batch_size=batch, tpot_p50_s=tpot, tokens_per_s=rate, mean_batch=held, best_k=best, margin=margin,
+                batch_size=batch,
+                tpot_p50_s=tpot,
+                tokens_per_s=rate,
+                mean_batch=held,
+                best_k=best,
+                margin=margin,
                 near_best=near,
             )
         )

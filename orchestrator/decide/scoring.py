@@ -1,0 +1,160 @@
+"""How a candidate policy is scored per offered-rate band, and which of several candidates wins.
+
+Per band and seed: the share of the band's requests that met the campaign's SLO (goodput: every candidate gets
+the same requests, so the share orders them as goodput does) and a latency quantile (per-token latency p50 by
+default). Over seeds, the robust score of vLLM's tuner (PR #49163): median minus 1.4826 MAD for what is better
+high (goodput), median plus 1.4826 MAD for what is better low (latency), so a candidate that is fast on one seed
+only does not win; a cell whose relative MAD exceeds 0.1 is noisy and rejected.
+
+Comparing two candidates in a band: goodput first; only where it ties within the margin, the latency. Either
+counts only when the difference exceeds the analysis' margin. The winner of a set: the candidate with the
+smallest total loss, then, among every candidate not worse than it beyond the margin in any band, the one with
+the smallest k (ties go to the smaller k).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.analysis.bands import BandSet
+from orchestrator.decide.played import LATENCIES, Played
+
+MAD_SCALE = 1.4826  # MAD of a normal sample times this estimates its standard deviation
+NOISY_RELATIVE_MAD = 0.1
+GOODPUT_WEIGHT = 100.0  # goodput first: one margin of goodput outweighs any latency difference in the loss
+_FLOOR = 1e-3
+
+
+class Objective(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    latency: Literal["tpot", "ttft", "e2e"] = "tpot"
+    quantile: float = Field(default=0.5, gt=0, lt=1)
+
+    @classmethod
+    def parse(cls, text: str) -> Objective:
+        """`tpot`, `ttft:p99`, `e2e:p90`: which latency, at which percentile (default p50)."""
+        name, _, pct = text.partition(":")
+        if name not in LATENCIES:
+            raise ValueError(f"--objective {text!r}: the latency is one of {', '.join(LATENCIES)}")
+        if not pct:
+            return cls(latency=name)  # type: ignore[arg-type]
+        try:
+            value = float(pct.removeprefix("p"))
+        except ValueError:
+            raise ValueError(f"--objective {text!r}: the percentile is pNN, e.g. p50 or p99") from None
+        if not 0 < value < 100:
+            raise ValueError(f"--objective {text!r}: the percentile must lie between 0 and 100")
+        return cls(latency=name, quantile=value / 100)  # type: ignore[arg-type]
+
+    @property
+    def label(self) -> str:
+        return f"{self.latency} p{self.quantile * 100:g}"
+
+
+class Robust(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    median: float
+    score: float  # median -/+ 1.4826 MAD: the pessimistic side
+    relative_mad: float
+    per_seed: list[float]
+
+    @property
+    def noisy(self) -> bool:
+        return self.relative_mad > NOISY_RELATIVE_MAD
+
+
+def robust(values: Sequence[float], higher_is_better: bool) -> Robust:
+    finite = np.asarray([v for v in values if math.isfinite(v)], dtype=np.float64)
+    if not len(finite):
+        return Robust(median=math.nan, score=math.nan, relative_mad=math.inf, per_seed=list(values))
+    median = float(np.median(finite))
+    mad = MAD_SCALE * float(np.median(np.abs(finite - median)))
+    relative = mad / abs(median) if median else (0.0 if mad == 0 else math.inf)
+    score = median - mad if higher_is_better else median + mad
+    return Robust(median=median, score=score, relative_mad=relative, per_seed=[float(v) for v in values])
+
+
+class Cell(BaseModel):
+    """One candidate in one offered-rate band, over seeds."""
+
+    model_config = ConfigDict(frozen=True)
+    goodput: Robust  # share of the band's requests meeting the SLO
+    latency: Robust  # seconds, the objective's latency quantile
+
+    @property
+    def noisy(self) -> bool:
+        # A goodput share of 0 everywhere is not noise, it is overload: the same for every candidate.
+        return self.latency.noisy or (self.goodput.median > 0 and self.goodput.noisy)
+
+
+def cells(played: Played, bands: BandSet, objective: Objective) -> list[Cell]:
+    codes = bands.assign(played.offered_rate)
+    seeds = sorted(set(played.seed.tolist()))
+    latency = played.latency[objective.latency]
+    out = []
+    for b in range(len(bands.bands)):
+        goodputs, latencies = [], []
+        for seed in seeds:
+            mine = (codes == b) & (played.seed == seed)
+            n = int(mine.sum())
+            goodputs.append(float(played.met[mine].mean()) if n else math.nan)
+            values = latency[mine]
+            values = values[np.isfinite(values)]
+            latencies.append(float(np.quantile(values, objective.quantile)) if len(values) else math.nan)
+        out.append(Cell(goodput=robust(goodputs, True), latency=robust(latencies, False)))
+    return out
+
+
+def compare(a: Cell, b: Cell, margin: float) -> int:
+    """1: a is better than b beyond the margin, -1: worse, 0: a tie."""
+    ga, gb = a.goodput.score, b.goodput.score
+    if ga > gb * (1 + margin) and ga - gb > _FLOOR:
+        return 1
+    if gb > ga * (1 + margin) and gb - ga > _FLOOR:
+        return -1
+    la, lb = a.latency.score, b.latency.score
+    if la * (1 + margin) < lb:
+        return 1
+    if lb * (1 + margin) < la:
+        return -1
+    return 0
+
+
+def loss(band_cells: Sequence[Cell], scored: Sequence[int]) -> float:
+    return sum(
+        GOODPUT_WEIGHT * -math.log(max(band_cells[b].goodput.score, _FLOOR)) + math.log(band_cells[b].latency.score)
+        for b in scored
+    )
+
+
+class Scored(BaseModel):
+    """A candidate with its cells, its k mass (the sum of its k over the batch sizes the traffic reached: what
+    ties are broken by) and whether a scored band rejected it as noisy."""
+
+    model_config = ConfigDict(frozen=True)
+    key: str
+    k_mass: int
+    cells: list[Cell]
+    loss: float
+    rejected: bool
+
+
+def score(key: str, k_mass: int, band_cells: list[Cell], scored: Sequence[int]) -> Scored:
+    rejected = any(band_cells[b].noisy for b in scored) or not math.isfinite(loss(band_cells, scored))
+    value = loss(band_cells, scored) if not rejected else math.inf
+    return Scored(key=key, k_mass=k_mass, cells=band_cells, loss=value, rejected=rejected)
+
+
+def winner(candidates: Sequence[Scored], scored: Sequence[int], margin: float) -> Scored:
+    """The smallest-k candidate among those not worse than the best-loss one beyond the margin in any band."""
+    usable = [c for c in candidates if not c.rejected]
+    if not usable:
+        raise ValueError("every candidate was rejected as noisy in some band: run more seeds or longer shapes")
+    best = min(usable, key=lambda c: (c.loss, c.k_mass, c.key))
+    tied = [c for c in usable if all(compare(c.cells[b], best.cells[b], margin) >= 0 for b in scored)]
+    return min(tied, key=lambda c: (c.k_mass, c.loss, c.key))

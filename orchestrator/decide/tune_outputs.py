@@ -1,0 +1,133 @@
+"""`specdrill tune`'s files and words: the schedule as vLLM's speculative_config, the predicted operating map
+against the campaign's arms, and a rehearsal campaign with the tuned arm beside the measured ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.campaign import Campaign
+from orchestrator.decide.played import drafter_arms
+from orchestrator.decide.prediction import TUNED, Prediction, predict
+from orchestrator.decide.scoring import Objective
+from orchestrator.decide.tune import OFF, Tuned, TuneResult, oracle_gap, tune
+from serve_apps.arms import SimulatedEngineConfig
+from serve_apps.sim.profile import Profile, load_profile
+
+PREDICTION = "prediction.json"
+REHEARSAL = "rehearsal-campaign.yaml"
+CONFIG = "speculative-config.yaml"
+RESULT = "tune.json"
+
+
+class TuneOutputs(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    result: TuneResult
+    prediction: Prediction
+    rehearsal: dict[str, Any]
+    files: dict[str, str]
+    lines: list[str]
+
+
+def profile_reference(name: str) -> str:
+    """A profile file by its absolute path (the rehearsal may run from elsewhere), a shipped one by name."""
+    path = Path(name)
+    return str(path.resolve()) if path.suffix in {".yaml", ".yml"} or path.exists() else name
+
+
+def with_profile(campaign: Campaign, profile: str | None) -> tuple[Campaign, Profile, str]:
+    engine = campaign.engine
+    assert isinstance(engine, SimulatedEngineConfig), "tune runs simulated campaigns (require_simulated)"
+    name = profile_reference(profile or engine.profile)
+    loaded = load_profile(name)
+    return campaign.model_copy(update={"engine": engine.model_copy(update={"profile": name})}), loaded, name
+
+
+def single_topology(campaign: Campaign) -> str:
+    return next(name for name, t in campaign.topologies.items() if t.kind == "single")
+
+
+def rehearsal_campaign(campaign: Campaign, tuned: Tuned, seeds: int, out_dir: Path) -> dict[str, Any]:
+    """The campaign's arms with the tuned schedule beside them on one engine, the same traffic and seeds, into
+    OUT_DIR/rehearsal, naming the prediction its report is compared with."""
+    data = campaign.model_dump(mode="json", by_alias=True, exclude_none=True)
+    arms = data.get("arms") or [{"policy": p, "topology": t} for p in campaign.policies for t in campaign.topologies]
+    result = tuned.result
+    if result.speculative_config is not None:
+        assert result.schedule is not None
+        ev = tuned.evaluator
+        data["policies"] = {
+            **data["policies"],
+            TUNED: {
+                "kind": "dynamic",
+                "method": ev.method,
+                "model": ev.model,
+                "max_k": int(result.speculative_config["num_speculative_tokens"]),  # type: ignore[call-overload]
+                "schedule": result.schedule,
+            },
+        }
+        arms = [*arms, {"policy": TUNED, "topology": single_topology(campaign)}]
+    data.update(
+        arms=arms, repeats=seeds, name=f"{campaign.name}-tuned"[:41], output=str((out_dir / "rehearsal").resolve()),
+        prediction=str((out_dir / PREDICTION).resolve()),
+    )  # fmt: skip
+    Campaign.model_validate(data)  # what `specdrill run` / `simulate` will read must be a valid campaign
+    return data
+
+
+def run_tune(
+    campaign: Campaign, *, profile: str | None, objective: Objective, seeds: int, out_dir: Path, budget: int,
+    max_k: int | None = None,
+) -> TuneOutputs:  # fmt: skip
+    campaign, loaded, profile_name = with_profile(campaign, profile)
+    tuned = tune(campaign, loaded, objective=objective, seeds=seeds, max_k=max_k, budget=budget)
+    result, ev = tuned.result, tuned.evaluator
+    traffic = ev.traffic
+    off_name = traffic.template.name
+    played = {arm.name: traffic.play(arm.policy, arm.name) for arm in drafter_arms(traffic.campaign)}
+    tuned_arm = off_name if result.winner == OFF else f"{TUNED}-{single_topology(campaign)}"
+    played[tuned_arm] = ev.played[result.winner]
+    prediction = predict(
+        campaign.name, profile_name, result.schedule, ev.played[OFF], {off_name: ev.played[OFF], **played},
+        tuned_arm, result.bands,
+    )  # fmt: skip
+    rehearsal = rehearsal_campaign(campaign, tuned, seeds, out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {name: str(out_dir / name) for name in (PREDICTION, REHEARSAL, CONFIG, RESULT)}
+    Path(files[PREDICTION]).write_text(prediction.model_dump_json(indent=1))
+    Path(files[REHEARSAL]).write_text(yaml.safe_dump(rehearsal, sort_keys=False))
+    snippet = {"speculative_config": result.speculative_config} if result.speculative_config else {}
+    Path(files[CONFIG]).write_text(yaml.safe_dump(snippet, sort_keys=False) if snippet else "# speculation off\n")
+    gap = oracle_gap(tuned.oracle, result.schedule, loaded.limits.max_num_seqs)
+    Path(files[RESULT]).write_text(json.dumps({**result.model_dump(mode="json"), "oracle_gap": gap}, indent=1))
+    lines = describe(result, prediction, tuned_arm, objective)
+    lines.append(f"rehearse it: specdrill simulate {files[REHEARSAL]} (or specdrill run it on a cluster)")
+    return TuneOutputs(result=result, prediction=prediction, rehearsal=rehearsal, files=files, lines=lines)
+
+
+def describe(result: TuneResult, prediction: Prediction, tuned_arm: str, objective: Objective) -> list[str]:
+    lines = [
+        f"searched {result.candidates} candidate schedules in {result.seconds:.1f} s (virtual time, "
+        f"{prediction.seeds} seeds each), from the fixed-batch oracle's {json.dumps(result.start_schedule)}",
+        f"objective per offered-rate band: SLO goodput first, then {objective.label}; a difference counts beyond "
+        "the margin, over seeds by median -/+ 1.4826 MAD; ties go to the smaller k",
+        f"the traffic reached batch {result.reach}: above it the oracle's k is kept (nothing there to measure)",
+    ]
+    if result.noisy_bands:
+        lines.append(f"not scored (noisy over seeds, relative MAD > 0.1): {', '.join(result.noisy_bands)}")
+    if result.speculative_config is None:
+        lines.append("best: speculation off in every band (no schedule beat it beyond the margin)")
+    else:
+        lines.append("schedule in vLLM's own batch frame (the batch the tuned engine runs):")
+        lines.append(yaml.safe_dump({"speculative_config": result.speculative_config}, sort_keys=False,
+                                    default_flow_style=None).rstrip())  # fmt: skip
+    lines.append("predicted per-token speedup vs off per band, median [lowest, highest seed]:")
+    for band in prediction.predicted:
+        parts = [f"{arm} {p.speedup.text()}" for arm, p in band.arms.items() if arm != prediction.tuned_arm]
+        tuned = band.arms[tuned_arm].speedup.text()
+        lines.append(f"  {band.band} req/s: {tuned_arm} {tuned}; " + "; ".join(parts))
+    return lines
