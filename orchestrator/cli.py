@@ -629,3 +629,46 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         sys.exit(130)
+
+
+@cli.command("calibrate")
+@click.argument("run_dirs", nargs=-1)
+@click.option("-o", "--output", required=True, help="the fitted profile (YAML) to write")
+@click.option("--from-vllm-profile", "vllm_profile", default=None,
+              help="import vLLM's offline dynamic-speculation profile (JSON) instead of fitting runs")
+@click.option("--base", default=None, help="profile whose limits and names the fitted one keeps (default: the run's)")
+@click.option("--name", default=None, help="the fitted profile's name (default: the output file's stem)")
+@click.option("--context-tokens", default=1024, show_default=True, help="--from-vllm-profile: KV tokens per request")
+@click.option("--categories", default="chat,reasoning,editing", show_default=True,
+              help="--from-vllm-profile: the workload categories its acceptance vector is written for")
+def calibrate_cmd(run_dirs: tuple[str, ...], output: str, vllm_profile: str | None, base: str | None,
+                  name: str | None, context_tokens: int, categories: str) -> None:  # fmt: skip
+    """Fit a simulator profile from measured runs' step timelines and speculation counters (or import vLLM's
+    offline profiler output), print the fit's quality per arm, and write it for `engine.profile`."""
+    from pathlib import Path
+
+    from orchestrator.calibrate.command import CalibrationError, calibrate
+    from orchestrator.calibrate.vllm_profile import VllmProfileError, profile_from_vllm
+    from orchestrator.calibrate.writer import write_profile
+
+    stem = name or Path(output).stem
+    try:
+        if vllm_profile is not None:
+            if run_dirs:
+                _fail("give run directories or --from-vllm-profile, not both")
+            profile = profile_from_vllm(vllm_profile, _profile(base or "llama3.1-8b-h100-eagle"), name=stem,
+                                        context_tokens=context_tokens,
+                                        categories=[c for c in categories.split(",") if c])  # fmt: skip
+            lines = list(profile.provenance.notes if profile.provenance else [])
+        else:
+            if not run_dirs:
+                _fail("give at least one run directory (or --from-vllm-profile FILE)")
+            result = calibrate(run_dirs, name=stem, base=base)
+            profile, lines = result.profile, result.lines
+    except (CalibrationError, VllmProfileError, ProfileError, FileNotFoundError) as exc:
+        _fail(str(exc))
+        raise
+    for line in lines:
+        click.echo(line)
+    write_profile(profile, output)
+    click.echo(f"wrote {output}")

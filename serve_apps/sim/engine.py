@@ -127,7 +127,8 @@ class EngineCore:
         self.r_first_token = np.full(n, np.nan)
         self._need_room = False
         self._by_uid: dict[int, SimRequest] = {}
-        self._counters = np.array([self.total_blocks, 0, 0], dtype=I64)  # free blocks, steps, log rows used
+        # free blocks, steps, log rows used, the last step's k (-1: no step yet)
+        self._counters = np.array([self.total_blocks, 0, 0, -1], dtype=I64)
         self._log_buffer = np.zeros((max(_LOG_CAPACITY, 2 * n * max_window), 5), dtype=I64)
         self._log_chunks: list[np.ndarray] = []
         self._step_floats = np.zeros((_STEP_CAPACITY, 2))
@@ -367,7 +368,7 @@ class EngineCore:
 
 def _cost_vector(profile: Profile, speculative: bool) -> tuple[np.ndarray, int]:
     v, d = profile.verify, profile.draft
-    costs = np.zeros(10)
+    costs = np.zeros(kernel.N_COSTS)
     costs[kernel.C_V_KV], costs[kernel.C_V_BATCHED], costs[kernel.C_V_FIXED] = (
         v.per_kv_token,
         v.per_batched_token,
@@ -377,6 +378,7 @@ def _cost_vector(profile: Profile, speculative: bool) -> tuple[np.ndarray, int]:
     costs[kernel.C_D_FRACTION] = d.fraction
     costs[kernel.C_IDLE_FIXED], costs[kernel.C_IDLE_REQ] = d.idle_fixed, d.idle_per_request
     costs[kernel.C_OVERHEAD] = profile.step_overhead
+    costs[kernel.C_K_SWITCH] = profile.k_switch_cost_s
     if not speculative:
         return costs, kernel.DRAFT_NONE
     return costs, kernel.DRAFT_MODEL if d.kind == "model" else kernel.DRAFT_FRACTION

@@ -20,6 +20,8 @@ DRAFT_NONE, DRAFT_MODEL, DRAFT_FRACTION = 0, 1, 2
 C_V_KV, C_V_BATCHED, C_V_FIXED, C_D_KV, C_D_TOKEN, C_D_FIXED, C_D_FRACTION, C_IDLE_FIXED, C_IDLE_REQ, C_OVERHEAD = (
     range(10)
 )
+C_K_SWITCH = 10  # extra cost of a step whose k differs from the previous step's
+N_COSTS = 11
 # Rows of the running-request state array (one column per running request, in scheduling order).
 COMPUTED, OUTPUT, TARGET, GOAL, PENDING, BLOCKS, CAT, UID = range(8)
 STATE_ROWS = 8
@@ -86,7 +88,7 @@ def run_steps(
     staged_first_token: np.ndarray,  # float64 (S,)
     n_staged: int,
     admit_time: np.ndarray,  # float64 (S,): out, when each admitted staged request was first scheduled
-    counters: np.ndarray,  # [free_blocks, steps so far, log rows used]
+    counters: np.ndarray,  # [free_blocks, steps so far, log rows used, previous step's k (-1: none yet)]
     rng: np.ndarray,
     cdf: np.ndarray,
     avail: np.ndarray,
@@ -191,6 +193,9 @@ def run_steps(
             else:
                 drafted_sum += pending[i]
         end = t + step_cost(costs, draft_kind, float(kv), float(batched), k, batch)
+        if counters[3] >= 0 and k != counters[3]:
+            end += costs[C_K_SWITCH]
+        counters[3] = k
         # --- execute: accept a prefix of the drafts, emit accepted + 1, propose k drafts for the next step ---
         step = counters[1]
         accepted_sum = 0

@@ -80,6 +80,17 @@ class CategoryAcceptance(_Strict):
         return self.per_position[min(position, len(self.per_position) - 1)]
 
 
+class Provenance(_Strict):
+    """What a fitted profile was fitted from (`specdrill calibrate`): shipped profiles have none."""
+
+    source: Literal["timelines", "vllm-profile"]
+    runs: list[str] = Field(default_factory=list)  # run ids, or the profiler file
+    arms: list[str] = Field(default_factory=list)
+    steps: int = Field(default=0, ge=0)  # engine steps the cost model was fitted over
+    fitted: str  # ISO date-time, UTC
+    notes: list[str] = Field(default_factory=list)  # what was not fitted, what was fitted as one
+
+
 class Profile(_Strict):
     name: str
     description: str = ""
@@ -90,9 +101,13 @@ class Profile(_Strict):
     verify: VerifyCost
     draft: DraftCost
     step_overhead: float = Field(ge=0)
+    # Extra seconds a step pays when its k differs from the engine's previous step's (vLLM #49548: a schedule
+    # crossing its threshold re-selects kernels / graphs); 0 in the shipped profiles.
+    k_switch_cost_s: float = Field(default=0.0, ge=0)
     limits: EngineLimits
     acceptance: dict[str, CategoryAcceptance] = Field(min_length=1)
     calibration_notes: str = ""
+    provenance: Provenance | None = None
 
     def acceptance_for(self, category: str) -> CategoryAcceptance:
         try:

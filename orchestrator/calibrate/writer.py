@@ -1,0 +1,64 @@
+"""A fitted profile: the base profile's limits and names, the fitted costs and acceptance, its provenance."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import yaml
+
+from orchestrator.calibrate.acceptance import CategoryFit
+from orchestrator.calibrate.stepfit import Fit
+from serve_apps.sim.profile import CategoryAcceptance, DraftCost, Profile, Provenance, VerifyCost
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def fitted_profile(
+    base: Profile,
+    *,
+    name: str,
+    fit: Fit | None,
+    acceptance: list[CategoryFit],
+    k_switch_cost_s: float,
+    provenance: Provenance,
+) -> Profile:
+    """`fit` None: costs stay the base's (acceptance only). The per-step sum is written as verify.fixed."""
+    verify, draft, overhead = base.verify, base.draft, base.step_overhead
+    if fit is not None:
+        c = [float(v) for v in fit.coef]
+        verify = VerifyCost(per_kv_token=c[0], per_batched_token=c[1], fixed=c[2])
+        overhead = 0.0
+        draft = DraftCost(
+            kind="model", per_kv_token=c[3], per_draft_token=c[4], fixed=c[5], idle_fixed=c[6],
+            idle_per_request=c[7],
+        )  # fmt: skip
+    accept = dict(base.acceptance)
+    for a in acceptance:
+        accept[a.category] = CategoryAcceptance(per_position=[float(p) for p in a.per_position])
+    return Profile(
+        name=name,
+        description=f"fitted by specdrill calibrate from {', '.join(provenance.runs)}",
+        hardware=base.hardware,
+        model=base.model,
+        drafter_method=base.drafter_method,
+        drafter_model=base.drafter_model,
+        verify=verify,
+        draft=draft,
+        step_overhead=overhead,
+        k_switch_cost_s=max(0.0, k_switch_cost_s),
+        limits=base.limits,
+        acceptance=accept,
+        calibration_notes="; ".join(provenance.notes),
+        provenance=provenance,
+    )
+
+
+def write_profile(profile: Profile, path: str) -> None:
+    text = yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False)
+    target = Path(path)
+    temporary = target.with_name(f".tmp-{target.name}")
+    temporary.write_text(text)
+    temporary.replace(target)
