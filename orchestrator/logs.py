@@ -10,6 +10,17 @@ import structlog
 _configured = False
 
 
+class _CurrentStderr:
+    """Whatever sys.stderr is when a line is written: the stream bound at configure time can be replaced and
+    closed later (pytest's capture of an in-process CLI call, a redirect), and writing to it then raises."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
     global _configured
     if _configured:
@@ -26,7 +37,7 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
     _configured = True

@@ -90,7 +90,7 @@ def test_bad_paths_and_fields(tmp_path: Path) -> None:
         Replay(path=write(tmp_path / "t.csv", "0\n"), speed=0)
     with pytest.raises(ValidationError, match=r"t\.csv: 1000 s in bins of 0\.001 s is over 100000 phases: raise bin_s"):
         Replay(path=write(tmp_path / "t.csv", "0\n1000\n"), duration_s=1000, bin_s=0.001)
-    with pytest.raises(ValidationError, match=r"t\.parquet: not a readable trace"):
+    with pytest.raises(ValidationError, match=r"t\.parquet: not a readable Parquet file"):
         Replay(path=write(tmp_path / "t.parquet", "0\n"))
 
 

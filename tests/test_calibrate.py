@@ -1,0 +1,152 @@
+"""specdrill calibrate against what generated the data: virtual-time runs of a known profile (the shipped EAGLE
+one, and one with a planted k-switch cost) must give that profile back, and runs that cannot identify a
+coefficient are refused in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from serve_apps.sim.profile import load_profile
+
+BIN = Path(sys.executable).parent / "specdrill"
+SHIPPED = "llama3.1-8b-h100-eagle"
+
+CAMPAIGN = """
+name: calrec
+engine: {{kind: simulated, profile: {profile}}}
+policies:
+  "off": "off"
+  fixed1: "fixed:1"
+  fixed3: "fixed:3"
+  dyn: "dynamic:3:1-8=3,9-24=1,25-512=0"
+topologies: {{single: single}}
+arms:
+{arms}
+shapes:
+  ramp: {{kind: ramp, rate_from: 1, rate_to: 30, duration_s: 20}}
+load: {{store_step_lists: true}}
+mix:
+  entries: [{{workload: chat, weight: 2}}, {{workload: editing, weight: 1}}]
+"""
+ALL_ARMS = ["off", "fixed1", "fixed3", "dyn"]
+
+
+def _run(tmp_path: Path, profile: str, arms: list[str], name: str = "run") -> Path:
+    text = CAMPAIGN.format(
+        profile=profile, arms="\n".join(f'  - {{policy: "{a}", topology: single}}' for a in arms)
+    )
+    campaign = tmp_path / f"{name}.yaml"
+    campaign.write_text(text)
+    out = tmp_path / name
+    done = subprocess.run([str(BIN), "simulate", str(campaign), "--output", str(out), "--no-report"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+def _calibrate(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN), "calibrate", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_the_shipped_profile_is_recovered_from_its_own_runs(tmp_path: Path) -> None:
+    run = _run(tmp_path, SHIPPED, ALL_ARMS)
+    fitted_path = tmp_path / "fitted.yaml"
+    done = _calibrate(str(run), "-o", str(fitted_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    truth, fitted = load_profile(SHIPPED), load_profile(str(fitted_path))
+    pairs = {
+        "verify.per_kv_token": (truth.verify.per_kv_token, fitted.verify.per_kv_token),
+        "verify.per_batched_token": (truth.verify.per_batched_token, fitted.verify.per_batched_token),
+        # the two per-step constants are one column of the design: fitted as their sum
+        "per-step sum": (truth.verify.fixed + truth.step_overhead, fitted.verify.fixed + fitted.step_overhead),
+        "draft.per_kv_token": (truth.draft.per_kv_token, fitted.draft.per_kv_token),
+        "draft.per_draft_token": (truth.draft.per_draft_token, fitted.draft.per_draft_token),
+        "draft.fixed": (truth.draft.fixed, fitted.draft.fixed),
+        "draft.idle_fixed": (truth.draft.idle_fixed, fitted.draft.idle_fixed),
+        "draft.idle_per_request": (truth.draft.idle_per_request, fitted.draft.idle_per_request),
+    }
+    for name, (want, got) in pairs.items():
+        assert got == pytest.approx(want, rel=0.05), name
+    for category in ("chat", "editing"):
+        want_p = truth.acceptance[category].per_position
+        got_p = fitted.acceptance[category].per_position
+        assert len(got_p) == len(want_p)
+        assert max(abs(a - b) for a, b in zip(want_p, got_p, strict=True)) <= 0.03, category
+    assert fitted.provenance is not None and fitted.provenance.steps > 0
+    assert "verify.fixed + step_overhead" in done.stdout  # said to be one sum
+    assert "R^2" in done.stdout
+    # without a planted switch cost the excess after a change of k is ~0
+    assert fitted.k_switch_cost_s == pytest.approx(0.0, abs=2e-5)
+
+    # the fitted profile is usable where a shipped one is
+    command = [str(BIN), "simulate", "oracle", "--profile", str(fitted_path), "--workload", "chat",
+               "--batch-sizes", "1,8,64", "--json"]  # fmt: skip
+    oracle = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert oracle.returncode == 0, oracle.stderr[-2000:]
+    assert json.loads(oracle.stdout)
+
+
+def test_a_planted_k_switch_cost_is_found(tmp_path: Path) -> None:
+    data = yaml.safe_load((Path(__file__).resolve().parent.parent / "serve_apps" / "profiles" /
+                           f"{SHIPPED}.yaml").read_text())  # fmt: skip
+    data["name"] = "planted"
+    data["k_switch_cost_s"] = 0.004
+    planted = tmp_path / "planted.yaml"
+    planted.write_text(yaml.safe_dump(data))
+    run = _run(tmp_path, str(planted), ["off", "fixed1", "fixed3", "dyn"])
+    fitted_path = tmp_path / "fitted.yaml"
+    done = _calibrate(str(run), "-o", str(fitted_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert load_profile(str(fitted_path)).k_switch_cost_s == pytest.approx(0.004, rel=0.25)
+    assert "k-switch cost +4." in done.stdout or "k-switch cost +3." in done.stdout
+
+
+def test_a_run_of_off_arms_only_is_refused_in_one_line(tmp_path: Path) -> None:
+    run = _run(tmp_path, SHIPPED, ["off"])
+    done = _calibrate(str(run), "-o", str(tmp_path / "fitted.yaml"))
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "draft" in lines[0], done.stderr
+    assert not (tmp_path / "fitted.yaml").exists()
+
+
+def test_vllms_dynamic_profile_is_imported(tmp_path: Path) -> None:
+    # a file in the format of vLLM PR #32374, written from a known profile's cost model
+    truth = load_profile(SHIPPED)
+    context = 1024
+    stats: dict[str, dict[str, float]] = {}
+    for batch in (1, 4, 16, 64):
+        stats[str(batch)] = {}
+        for k in range(0, 4):
+            kv = batch * context
+            seconds = (truth.verify.per_kv_token * kv + truth.verify.per_batched_token * batch * (k + 1)
+                       + truth.verify.fixed + truth.step_overhead)  # fmt: skip
+            if k:
+                seconds += truth.draft.per_kv_token * kv + truth.draft.per_draft_token * k + truth.draft.fixed
+            stats[str(batch)][str(k)] = seconds * 1e3
+    rates, alive = [], 1.0
+    for p in truth.acceptance["chat"].per_position:
+        alive *= p
+        rates.append(alive)
+    path = tmp_path / "vllm-profile.json"
+    path.write_text(json.dumps({"max_num_speculative_tokens": 3, "acceptance_rate_per_pos": rates,
+                                "batch_stats": stats}))  # fmt: skip
+    out = tmp_path / "fitted.yaml"
+    done = _calibrate("--from-vllm-profile", str(path), "--base", SHIPPED, "--context-tokens", str(context),
+                      "-o", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    fitted = load_profile(str(out))
+    assert fitted.verify.per_kv_token == pytest.approx(truth.verify.per_kv_token, rel=0.05)
+    assert fitted.verify.per_batched_token == pytest.approx(truth.verify.per_batched_token, rel=0.05)
+    assert fitted.draft.fixed == pytest.approx(truth.draft.fixed, rel=0.05)
+    assert fitted.acceptance["chat"].per_position == pytest.approx(truth.acceptance["chat"].per_position, abs=1e-9)
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    bad = _calibrate("--from-vllm-profile", str(broken), "--base", SHIPPED, "-o", str(tmp_path / "x.yaml"))
+    assert bad.returncode == 2 and str(broken) in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
