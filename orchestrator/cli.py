@@ -84,6 +84,7 @@ def _workload(name: str, profile: Profile) -> Any:
 
 
 @click.group()
+@click.version_option(package_name="specdrill", prog_name="specdrill")
 @click.option("--log-level", default="WARNING", show_default=True, help="structlog level")
 def cli(log_level: str) -> None:
     """specdrill: rehearse speculative-decoding policies under load."""

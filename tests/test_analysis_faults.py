@@ -75,3 +75,12 @@ def test_a_runs_views_give_the_same_windows_as_its_table() -> None:
                                   for f in table.schema]))  # fmt: skip
     requests = request_frame(plain.append_column("repeat", pa.array([2] * table.num_rows, pa.int32())))
     assert fault_windows_of(requests, starts) == expected and len(expected) == 3
+
+
+def test_a_drain_timeout_is_named_as_such() -> None:
+    from orchestrator.analysis.faults import FaultWindow
+
+    at = FaultWindow(unit="a/s/r0", start_s=224.2, end_s=224.2, failed=3, ended=5, by_class={"drain_timeout": 3})
+    assert at.message == "a/s/r0: drain timeout at 224.2 s: 3 of 5 requests still in flight cancelled"
+    mixed = at.model_copy(update={"by_class": {"drain_timeout": 2, "server_error": 1}, "end_s": 230.0})
+    assert "failed between 224.2 s and 230.0 s" in mixed.message

@@ -107,3 +107,10 @@ def test_sweep_shows_the_crossover() -> None:
     for summary in by.values():
         for key in ("ttft", "tpot", "e2e", "queue_wait"):
             assert summary[key]["p50"] is not None and summary[key]["p99"] >= summary[key]["p50"]
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    result = run("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"specdrill, version {version('specdrill')}"

@@ -54,6 +54,12 @@ class FaultWindow(BaseModel):
     @property
     def message(self) -> str:
         classes = ", ".join(f"{name} {count}" for name, count in sorted(self.by_class.items()))
+        if set(self.by_class) == {"drain_timeout"}:
+            # Cancelled when the load worker stopped after its drain: not a fault of the arm, and one moment.
+            when = f"at {self.start_s:.1f} s" if f"{self.start_s:.1f}" == f"{self.end_s:.1f}" else (
+                f"between {self.start_s:.1f} s and {self.end_s:.1f} s")  # fmt: skip
+            cancelled = f"{self.failed} of {self.ended} requests still in flight cancelled"
+            return f"{self.unit}: drain timeout {when}: {cancelled}"
         return (
             f"{self.unit}: {self.failed} of {self.ended} requests failed between {self.start_s:.1f} s and "
             f"{self.end_s:.1f} s ({classes})"
