@@ -32,9 +32,10 @@ from orchestrator.analysis import (
     run_requests,
     verify_executed_policy,
 )
+from orchestrator.analysis.answer import Answer, ArmComparison, answer_of, comparison_of, comparisons_wanted
 from orchestrator.analysis.bands import auto_rate_quantiles, rate_bands_from_edges
 from orchestrator.analysis.faults import FaultWindow, fault_windows_of
-from orchestrator.analysis.kchoice import BandChoice, choose_k
+from orchestrator.analysis.kchoice import BandChoice, choose_k, paired_both
 from orchestrator.analysis.results import ArmVerification, Verdict
 from orchestrator.analysis.timelines import TimelineSeries, timeline_series
 from orchestrator.baselines import baselines
@@ -82,6 +83,8 @@ class Summary(BaseModel):
     k_choices: list[BandChoice] = Field(default_factory=list)
     # A rehearsal of `specdrill tune`'s schedule: per band, the measured speedup against the predicted one
     prediction_check: list[str] = Field(default_factory=list)
+    # The answer first: per band the best arm on the same requests, plain decoding, too few data, crossovers
+    answer: Answer | None = None
     passed: bool
 
 
@@ -189,6 +192,7 @@ def build_summary(
             requests, maps[0], inputs.arms, band_set=0, max_k=max((a.k for a in inputs.arms), default=0),
             dropped=dropped,
         )  # fmt: skip
+        comparisons = pairwise(requests, maps, inputs.arms)
         series = timeline_series(requests, {u.unit.key: u.start_ns for u in inputs.units})
         faults = fault_windows_of(requests, {u.unit.key: u.start_ns for u in inputs.units})
     except duckdb.Error as exc:  # a file found corrupt mid-scan: one line naming it
@@ -221,9 +225,21 @@ def build_summary(
         fault_windows=faults,
         k_choices=k_choices,
         prediction_check=prediction_check(campaign.prediction, maps),
+        answer=answer_of(maps, comparisons, verification, inputs.arms, repeats=campaign.repeats),
         passed=all(g.passed for g in gates),
     )
     return summary, series
+
+
+def pairwise(requests: Requests, maps: list[OperatingMap], arms: list[ArmInfo]) -> list[ArmComparison]:
+    """Every pair of arms on the same hardware, per band of every map, on the same requests (the maps' `scored`
+    view must exist on `requests`)."""
+    found: list[ArmComparison] = []
+    for band_set, operating_map in enumerate(maps):
+        wanted = comparisons_wanted(operating_map, arms)
+        ratios = paired_both(requests, band_set, wanted, operating_map.settings)
+        found += [comparison_of(operating_map, b, a, o, ratios[(b, a, o)]) for b, a, o in wanted if (b, a, o) in ratios]
+    return found
 
 
 def summary_for(inputs: RunInputs) -> Summary:
@@ -447,9 +463,16 @@ _STATUS_MARKS = {
 }  # fmt: skip
 
 
+def print_answer(summary: Summary, console: Console) -> None:
+    if summary.answer is not None:
+        for line in summary.answer.lines:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 def print_report(summary: Summary, console: Console) -> None:
     if ABSOLUTE_ONLY in summary.headline:
         console.print(ABSOLUTE_ONLY, markup=False)
+    print_answer(summary, console)
     for operating_map in summary.maps:
         console.print(map_table(operating_map))
     console.print("[bold]executed policy[/bold]")

@@ -99,8 +99,8 @@ def _tpot_speedup(cell: MapCell) -> float:
 
 def _pairs_vs_best(
     requests: Requests, band_set: int, comparisons: list[tuple[int, str, str]]
-) -> dict[tuple[int, str], CellBlocks]:
-    """Per (band, candidate): per-block totals of the candidate's requests paired with the band's best's copy, in
+) -> dict[tuple[int, str, str], CellBlocks]:
+    """Per (band, best, candidate): per-block totals of the candidate's requests paired with the band's best's copy, in
     PAIR_COLUMNS' layout with the sign turned so that paired_ratios' per-token ratio reads candidate / best
     (>= 1: the candidate is slower), from the maps' `scored` view."""
     con = requests.con
@@ -122,21 +122,21 @@ def _pairs_vs_best(
     )
     rows = con.execute(
         """
-        SELECT p.band, p.other, count(*),
+        SELECT p.band, p.best, p.other, count(*),
                sum(CASE WHEN a.usable AND b.usable THEN a.log_tpot - b.log_tpot ELSE 0.0 END),
                sum((a.usable AND b.usable)::DOUBLE), sum(a.met::DOUBLE), sum(b.met::DOUBLE),
                sum(a.clock_s), sum(b.clock_s)
         FROM k_rows a JOIN k_pairs p ON a.arm = p.other AND a.band = p.band
         JOIN k_rows b ON b.arm = p.best AND b.band = p.band AND b.pair_unit = a.pair_unit
              AND b.request_index = a.request_index
-        GROUP BY p.band, p.other, a.run_id, a.block
-        ORDER BY 1, 2, a.run_id, a.block
+        GROUP BY p.band, p.best, p.other, a.run_id, a.block
+        ORDER BY 1, 2, 3, a.run_id, a.block
         """
     ).fetchall()
     con.execute("DROP TABLE k_rows")
-    found: dict[tuple[int, str], list[tuple[list[float], int]]] = {}
-    for band, other, count, *values in rows:
-        found.setdefault((int(band), str(other)), []).append(([float(v) for v in values], int(count)))
+    found: dict[tuple[int, str, str], list[tuple[list[float], int]]] = {}
+    for band, best, other, count, *values in rows:
+        found.setdefault((int(band), str(best), str(other)), []).append(([float(v) for v in values], int(count)))
     return {
         key_: CellBlocks(
             totals=np.array([v for v, _ in blocks], dtype=np.float64).reshape(-1, PAIR_COLUMNS),
@@ -152,12 +152,32 @@ def paired_vs(
     """Per (band, other): `other`'s per-token latency over `reference`'s on the same requests in that band of
     band set `band_set` (>= 1: other is slower), with a block-bootstrap interval, for (band, reference, other)
     triples; each (band, other) once. The maps' `scored` view must exist on `requests`."""
+    both = paired_both(requests, band_set, comparisons, settings)
+    return {(band, other): found.tpot for (band, _, other), found in both.items()}
+
+
+class PairedRatios(BaseModel):
+    """`reference` against `other` on the same requests: per-token speedup (other / reference, > 1: reference is
+    faster) and goodput ratio (other / reference, > 1: other carried more), with their pairs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tpot: RatioCI
+    goodput: RatioCI
+    pairs: int
+
+
+def paired_both(
+    requests: Requests, band_set: int, comparisons: Sequence[tuple[int, str, str]], settings: MapSettings
+) -> dict[tuple[int, str, str], PairedRatios]:
+    """Per (band, reference, other) triple with pairs: both ratios of `paired_ratios` on the same requests in
+    that band of band set `band_set`. The maps' `scored` view must exist on `requests`."""
     blocks = _pairs_vs_best(requests, band_set, list(comparisons))
-    return {
-        key: paired_ratios(found, settings, np.random.default_rng([settings.seed, key[0], position, 11]))[0]
-        for position, (key, found) in enumerate(sorted(blocks.items()))
-        if found.rows
-    }
+    found_ratios: dict[tuple[int, str, str], PairedRatios] = {}
+    for position, (key, found) in enumerate(sorted(blocks.items())):
+        if found.rows:
+            tpot, goodput = paired_ratios(found, settings, np.random.default_rng([settings.seed, key[0], position, 11]))
+            found_ratios[key] = PairedRatios(tpot=tpot, goodput=goodput, pairs=found.rows)
+    return found_ratios
 
 
 def choose_k(
@@ -197,7 +217,7 @@ def _decide(
     index: int,
     found: list[tuple[int, ArmInfo, MapCell]],
     best: tuple[int, ArmInfo, MapCell] | None,
-    blocks: dict[tuple[int, str], CellBlocks],
+    blocks: dict[tuple[int, str, str], CellBlocks],
     max_k: int,
     settings: MapSettings,
 ) -> BandChoice:
@@ -210,7 +230,8 @@ def _decide(
         vs_best: RatioCI | None = None
         pairs = 0
         if best is not None and arm.name != best[1].name:
-            pair_blocks = blocks.get((index, arm.name), CellBlocks(totals=np.zeros((0, PAIR_COLUMNS)), rows=0))
+            none = CellBlocks(totals=np.zeros((0, PAIR_COLUMNS)), rows=0)
+            pair_blocks = blocks.get((index, best[1].name, arm.name), none)
             pairs = pair_blocks.rows
             if pairs:
                 rng = np.random.default_rng([settings.seed, index, position, 7])

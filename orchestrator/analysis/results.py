@@ -19,6 +19,9 @@ class Verdict(StrEnum):
     NO_DIFFERENCE = "no_difference"
     HURTS = "hurts"
     INSUFFICIENT_DATA = "insufficient_data"
+    # Per-engine goodput where both arms carried every request within its SLOs: the ratio is 1 / engines by
+    # construction, so it says nothing about either arm.
+    INCONCLUSIVE = "inconclusive"
 
 
 class Quantiles(_Result):

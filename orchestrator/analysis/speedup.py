@@ -40,7 +40,8 @@ def verdict_for(low: float | None, high: float | None, margin: float) -> Verdict
 
 def combined_verdict(tpot: Verdict, goodput: Verdict) -> tuple[Verdict, Measure]:
     """Faster tokens bought with lost goodput do not help; either ratio hurting is enough to hurt. Returns the
-    verdict and the measure that decided it."""
+    verdict and the measure that decided it. An inconclusive ratio counts as one without data."""
+    tpot, goodput = (Verdict.INSUFFICIENT_DATA if v is Verdict.INCONCLUSIVE else v for v in (tpot, goodput))
     for verdict in (Verdict.HURTS, Verdict.HELPS):
         if tpot is verdict and goodput is verdict:
             return verdict, "both"
@@ -116,7 +117,18 @@ def _unpaired(
     )
 
 
+def _carried_both(arm: CellBlocks, base: CellBlocks, pairs: CellBlocks, paired: bool) -> bool:
+    """Every request met its SLOs in both arms: neither was loaded past what it could carry."""
+    if paired:
+        t = pairs.totals.sum(axis=0)
+        return bool(pairs.rows and t[2] == pairs.rows and t[3] == pairs.rows)
+    a, b = arm.totals.sum(axis=0), base.totals.sum(axis=0)
+    return bool(arm.rows and base.rows and a[MET] == arm.rows and b[MET] == base.rows)
+
+
 def _describe(ratio: RatioCI, what: str) -> str:
+    if ratio.verdict is Verdict.INCONCLUSIVE and ratio.point is not None:
+        return f"{what} {ratio.point:.2f}x inconclusive: both carried the load (every request met its SLOs)"
     if ratio.point is None:
         return f"{what} n/a"
     if ratio.low is None or ratio.high is None:
@@ -145,6 +157,8 @@ def speedup(
     else:
         missing = RatioCI(point=None, low=None, high=None, verdict=Verdict.INSUFFICIENT_DATA)
         tpot, goodput = missing, missing
+    if engines_ratio != 1 and goodput.point is not None and _carried_both(arm, base, pairs, paired):
+        goodput = goodput.model_copy(update={"verdict": Verdict.INCONCLUSIVE})
     verdict, decided_by = combined_verdict(tpot.verdict, goodput.verdict)
     how = f"{pairs.rows} pairs" if paired else "unpaired"
     against = baseline if engines_ratio == 1 else f"{baseline} per engine ({engines_ratio:g} engines against 1)"

@@ -1,0 +1,278 @@
+"""The answer first: per load band, which arm is best and by how much, where plain decoding is preferable, where
+the data are too few, each arm's crossover, and the executed-policy findings that change what ran.
+
+Arms on the same hardware (one `off` baseline, equal engines) are compared pairwise on the same requests: bands
+are the baseline twin's, so a band holds the same requests in every such arm (`ArmComparison`, computed where
+the maps' `scored` view lives: kchoice.paired_both). This module is pure: it reads the maps, those comparisons
+and the verification, and says only what a verdict supports. An arm beats another where their paired verdict
+is helps; a band's best arm is the one arm no other beats; arms that nothing separates tie.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.analysis.arms import ArmInfo
+from orchestrator.analysis.kchoice import PairedRatios
+from orchestrator.analysis.results import MapCell, Measure, OperatingMap, RatioCI, Verdict, VerificationReport
+from orchestrator.analysis.speedup import combined_verdict, verdict_for
+
+BandStatus = Literal["best", "plain_decoding", "tie", "no_difference", "insufficient_data"]
+# Executed-policy checks whose failure means the arm ran something else than its policy: its cells measure that.
+CHANGES_WHAT_RAN = ("static_fallback", "schedule_dropped")
+_FLIPPED = {Verdict.HELPS: Verdict.HURTS, Verdict.HURTS: Verdict.HELPS}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ArmComparison(_Model):
+    """`arm` against `other` on the same requests of one band; every ratio > 1 favours `arm`."""
+
+    measure: Literal["batch_size", "offered_rate"]
+    band: str
+    band_index: int
+    arm: str
+    other: str
+    pairs: int
+    tpot: RatioCI  # other's per-token latency / arm's (geometric means, pair by pair)
+    goodput: RatioCI  # arm's goodput / other's
+    verdict: Verdict  # helps: arm beats other; hurts: other beats arm
+    decided_by: Measure
+
+    def deciding(self) -> RatioCI:
+        return self.goodput if self.decided_by == "goodput" else self.tpot
+
+    def seen_from(self, arm: str) -> ArmComparison:
+        """The same comparison with `arm` first (its ratios inverted, its verdict turned)."""
+        if arm == self.arm:
+            return self
+        return self.model_copy(
+            update={
+                "arm": self.other, "other": self.arm, "tpot": _inverse(self.tpot), "goodput": _inverse(self.goodput),
+                "verdict": _FLIPPED.get(self.verdict, self.verdict),
+            }
+        )  # fmt: skip
+
+
+class BandAnswer(_Model):
+    measure: Literal["batch_size", "offered_rate"]
+    band: str
+    band_index: int
+    hardware: str  # the topology the compared arms share
+    status: BandStatus
+    best: list[str]  # the best arm, or the arms that tie for best; empty where the data are too few
+    requests: int  # the fewest requests any compared arm has in the band
+    message: str
+
+
+class Answer(_Model):
+    bands: list[BandAnswer]
+    crossovers: list[str]
+    executed: list[str]  # findings that change what ran (vLLM's data-parallel fallback)
+    comparisons: list[ArmComparison]
+    lines: list[str]  # the block as the console prints it
+
+
+def _inverse(ratio: RatioCI) -> RatioCI:
+    def inv(value: float | None) -> float | None:
+        return None if value is None or value == 0 else 1.0 / value
+
+    low, high = inv(ratio.high), inv(ratio.low)
+    verdict = _FLIPPED.get(ratio.verdict, ratio.verdict)
+    return RatioCI(point=inv(ratio.point), low=low, high=high, verdict=verdict)
+
+
+def comparison_of(
+    operating_map: OperatingMap, band_index: int, arm: str, other: str, ratios: PairedRatios
+) -> ArmComparison:
+    """From kchoice.paired_both's (band, reference=arm, other) ratios: its per-token ratio already favours `arm`,
+    its goodput ratio favours `other` and is turned."""
+    goodput = _inverse(ratios.goodput)
+    margin = operating_map.settings.margin
+    if goodput.low is not None and goodput.high is not None:
+        goodput = goodput.model_copy(update={"verdict": verdict_for(goodput.low, goodput.high, margin)})
+    verdict, decided_by = combined_verdict(ratios.tpot.verdict, goodput.verdict)
+    return ArmComparison(
+        measure=operating_map.measure, band=operating_map.bands[band_index].label, band_index=band_index, arm=arm,
+        other=other, pairs=ratios.pairs, tpot=ratios.tpot, goodput=goodput, verdict=verdict, decided_by=decided_by,
+    )  # fmt: skip
+
+
+def hardware_groups(operating_map: OperatingMap, arms: Sequence[ArmInfo]) -> dict[str, list[str]]:
+    """Per baseline arm, the arms on its hardware (itself first): those compared with it at equal engines."""
+    info = {a.name: a for a in arms}
+    groups: dict[str, list[str]] = {}
+    for name in operating_map.arms:
+        base = operating_map.baselines.get(name, operating_map.baseline)
+        if name == base or info[name].engines_ratio == 1:
+            groups.setdefault(base, [])
+            if name == base:
+                groups[base].insert(0, name)
+            else:
+                groups[base].append(name)
+    return groups
+
+
+def _enough(cell: MapCell | None, operating_map: OperatingMap) -> bool:
+    return cell is not None and cell.requests >= operating_map.settings.min_requests
+
+
+def _cells(operating_map: OperatingMap) -> dict[tuple[int, str], MapCell]:
+    return {(c.band_index, c.arm): c for c in operating_map.cells}
+
+
+def comparisons_wanted(operating_map: OperatingMap, arms: Sequence[ArmInfo]) -> list[tuple[int, str, str]]:
+    """(band, arm, other) for every pair of arms on the same hardware with enough requests each in the band."""
+    cells = _cells(operating_map)
+    wanted: list[tuple[int, str, str]] = []
+    for members in hardware_groups(operating_map, arms).values():
+        for b in range(len(operating_map.bands)):
+            judged = [m for m in members if _enough(cells.get((b, m)), operating_map)]
+            wanted += [(b, a, o) for i, a in enumerate(judged) for o in judged[i + 1 :]]
+    return wanted
+
+
+def ratio_text(ratio: RatioCI, what: str) -> str:
+    if ratio.point is None:
+        return f"{what} n/a"
+    if ratio.low is None or ratio.high is None:
+        return f"{what} {ratio.point:.2f}x (no interval)"
+    return f"{what} {ratio.point:.2f}x [{ratio.low:.2f}, {ratio.high:.2f}]"
+
+
+def _versus(c: ArmComparison) -> str:
+    what = "goodput" if c.decided_by == "goodput" else "per-token"
+    said = {Verdict.HELPS: "", Verdict.NO_DIFFERENCE: ", no difference", Verdict.INSUFFICIENT_DATA: ", no verdict"}
+    return f"vs {c.other} {ratio_text(c.deciding(), what)}{said.get(c.verdict, ', worse')} (n={c.pairs})"
+
+
+def _band_label(operating_map: OperatingMap, band: str) -> str:
+    return f"batch {band}" if operating_map.measure == "batch_size" else f"{band} req/s"
+
+
+def _more_data(n: int, needed: int, repeats: int) -> str:
+    if n == 0:
+        return f"no request reached this load ({needed} per arm needed for a verdict: a shape that reaches it)"
+    factor = math.ceil(needed / n)
+    more = f"about {factor}x as many requests (repeats: {repeats * factor})"
+    return f"n = {n} per arm, {needed} needed for a verdict: {more}"
+
+
+def _band_answer(
+    operating_map: OperatingMap,
+    b: int,
+    baseline: str,
+    members: list[str],
+    by_pair: Mapping[frozenset[str], ArmComparison],
+    hardware: str,
+    repeats: int,
+) -> BandAnswer:
+    cells = _cells(operating_map)
+    present = [m for m in members if (b, m) in cells and cells[(b, m)].requests > 0]
+    band = operating_map.bands[b].label
+    where = f"{_band_label(operating_map, band)} ({hardware})"
+    judged = [m for m in present if _enough(cells[(b, m)], operating_map)]
+    fewest = min((cells[(b, m)].requests for m in present), default=0)
+    needed = operating_map.settings.min_requests
+
+    def answer(status: BandStatus, best: list[str], message: str) -> BandAnswer:
+        return BandAnswer(
+            measure=operating_map.measure, band=band, band_index=b, hardware=hardware, status=status, best=best,
+            requests=fewest, message=f"{where}: {message}",
+        )  # fmt: skip
+
+    if len(judged) < 2:
+        return answer("insufficient_data", [], f"insufficient data: {_more_data(fewest, needed, repeats)}")
+    pairs = {m: [by_pair[frozenset((m, o))].seen_from(m) for o in judged if o != m and frozenset((m, o)) in by_pair]
+             for m in judged}  # fmt: skip
+    beaten = {c.other for found in pairs.values() for c in found if c.verdict is Verdict.HELPS}
+    undefeated = [m for m in judged if m not in beaten]
+    few = [m for m in present if m not in judged]
+    tail = "".join(f"; {m}: n = {cells[(b, m)].requests}, too few for a verdict" for m in few)
+    plain = [
+        c for c in pairs.get(baseline, []) if c.verdict is Verdict.HELPS and baseline in judged
+    ]  # plain decoding beats these arms
+    if len(undefeated) == 1:
+        best = undefeated[0]
+        status: BandStatus = "plain_decoding" if best == baseline else "best"
+        said = "plain decoding is best" if best == baseline else f"{best} is best"
+        return answer(status, [best], f"{said}: " + "; ".join(map(_versus, pairs[best])) + tail)
+    if len(undefeated) == len(judged):
+        ties = "; ".join(f"{a} " + _versus(by_pair[frozenset((a, o))].seen_from(a)) for i, a in enumerate(judged)
+                         for o in judged[i + 1 :] if frozenset((a, o)) in by_pair)  # fmt: skip
+        return answer("no_difference", judged, f"no arm is better than another: {ties}" + tail)
+    tied = ", ".join(undefeated)
+    lead = pairs[undefeated[0]]
+    message = f"{tied} tie for best ({'; '.join(f'{c.arm} {_versus(c)}' for c in lead if c.other in undefeated)})"
+    beat = [c for c in lead if c.other not in undefeated]
+    if beat:
+        message += f"; {undefeated[0]} " + "; ".join(map(_versus, beat))
+    if baseline in undefeated:
+        message += "; speculation gains nothing over plain decoding here"
+    elif plain:
+        message += "; plain decoding beats " + ", ".join(c.other for c in plain)
+    return answer("tie", undefeated, message + tail)
+
+
+def _crossover_lines(operating_map: OperatingMap) -> list[str]:
+    cells = _cells(operating_map)
+    lines = []
+    for crossover in operating_map.crossovers:
+        line = f"crossover by {operating_map.measure.replace('_', ' ')}: {crossover.message}"
+        cell = cells.get((crossover.band_index, crossover.arm)) if crossover.band_index is not None else None
+        if cell is not None and cell.speedup is not None:
+            s = cell.speedup
+            what = "goodput" if s.decided_by == "goodput" else "per-token"
+            line += f" ({ratio_text(s.deciding, what)} vs {s.baseline}, n = {cell.requests})"
+        lines.append(line)
+    return lines
+
+
+def answer_of(
+    maps: Sequence[OperatingMap],
+    comparisons: Sequence[ArmComparison],
+    verification: VerificationReport,
+    arms: Sequence[ArmInfo],
+    *,
+    repeats: int = 1,
+) -> Answer:
+    info = {a.name: a for a in arms}
+    bands: list[BandAnswer] = []
+    lines = ["answer (arms on the same hardware compared on the same requests; ratios > 1 favour the arm first)"]
+    for operating_map in maps:
+        lines.append(f"by {operating_map.measure.replace('_', ' ')} ({operating_map.unit}):")
+        mine = [c for c in comparisons if c.measure == operating_map.measure]
+        groups = sorted(hardware_groups(operating_map, arms).items(), key=lambda g: info[g[0]].data_parallel_size)
+        for baseline, members in groups:
+            for b in range(len(operating_map.bands)):
+                by_pair = {frozenset((c.arm, c.other)): c for c in mine if c.band_index == b}
+                found = _band_answer(operating_map, b, baseline, members, by_pair, info[baseline].topology, repeats)
+                bands.append(found)
+                lines.append(f"  {found.message}")
+        for name in operating_map.arms:
+            if info[name].engines_ratio != 1:
+                base = operating_map.baselines.get(name, operating_map.baseline)
+                lines.append(
+                    f"  {name} ({info[name].topology}) has no `off` on its topology: compared only per engine with "
+                    f"{base} (add `off` on {info[name].topology} to compare it on the same hardware)"
+                )
+        lines.extend(f"  {line}" for line in _crossover_lines(operating_map))
+    executed = [
+        f"{f.message}: its cells measure what ran, not its policy"
+        for checked in verification.arms
+        for f in checked.findings
+        if f.failed and f.check in CHANGES_WHAT_RAN
+    ]
+    if executed:
+        lines.append("what ran:")
+        lines.extend(f"  {line}" for line in executed)
+    return Answer(
+        bands=bands, crossovers=[x for m in maps for x in _crossover_lines(m)], executed=executed,
+        comparisons=list(comparisons), lines=lines,
+    )  # fmt: skip

@@ -1,0 +1,137 @@
+"""The answer first (orchestrator/analysis/answer.py): the words printed for the hard cases, on simulated runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from orchestrator.analysis.results import Verdict
+from orchestrator.campaign import Campaign
+from orchestrator.report import Summary, print_report, write_report
+from orchestrator.simulate_campaign import simulate_campaign
+
+CHAT = {"entries": [{"workload": "chat", "weight": 1}]}
+
+
+def short_campaign(output: Path, *, arms: list[dict[str, str]], shapes: dict[str, Any], **changes: Any) -> Campaign:
+    data: dict[str, Any] = {
+        "name": output.name,
+        "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
+        "policies": {"off": "off", "fixed2": "fixed:2", "fixed3": "fixed:3", "dyn": "dynamic:3:1-4=3,5-12=1,13-512=0"},
+        "topologies": {"single": "single", "dp2": "data_parallel:2"},
+        "arms": arms,
+        "shapes": shapes,
+        "mix": CHAT,
+        "warmup": {"requests": 0},
+        "gates": {"exempt_arms": [a for a in ("dyn-dp2",) if any(x["topology"] == "dp2" for x in arms)]},
+        "output": str(output),
+    }
+    data.update(changes)
+    return Campaign.model_validate(data)
+
+
+def run_and_report(campaign: Campaign) -> tuple[Summary, str]:
+    store, _ = simulate_campaign(campaign)
+    summary = write_report(store.root)
+    console = Console(width=400, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    print_report(summary, console)
+    return summary, console.export_text()
+
+
+SINGLE = [{"policy": "off", "topology": "single"}, {"policy": "fixed3", "topology": "single"},
+          {"policy": "dyn", "topology": "single"}]  # fmt: skip
+BUSY = {"ramp": {"kind": "ramp", "rate_from": 2, "rate_to": 14, "duration_s": 16}}
+
+
+@pytest.fixture(scope="module")
+def nine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Summary, str]:
+    arms = [{"policy": "off", "topology": "single"}, {"policy": "fixed2", "topology": "single"},
+            {"policy": "dyn", "topology": "single"}]  # fmt: skip
+    campaign = short_campaign(
+        tmp_path_factory.mktemp("nine") / "nine", arms=arms,
+        shapes={"quiet": {"kind": "quiet", "rate": 1, "duration_s": 9}}, seed=3,
+    )  # fmt: skip
+    return run_and_report(campaign)
+
+
+def test_a_short_campaign_is_insufficient_data_with_n_and_what_is_needed(nine: tuple[Summary, str]) -> None:
+    summary, printed = nine
+    assert summary.answer is not None
+    assert all(b.status == "insufficient_data" and not b.best for b in summary.answer.bands)
+    reached = [b for b in summary.answer.bands if b.requests > 0]
+    assert {b.measure for b in reached} == {"batch_size", "offered_rate"}
+    for band in reached:
+        assert band.requests < 20
+        factor = -(-20 // band.requests)
+        assert (
+            f"insufficient data: n = {band.requests} per arm, 20 needed for a verdict: about {factor}x as many "
+            f"requests (repeats: {factor})" in band.message
+        )
+        assert band.message in printed
+    unreached = [b for b in summary.answer.bands if b.measure == "batch_size" and b.requests == 0]
+    assert unreached and all("no request reached this load" in b.message for b in unreached)
+    assert "is best" not in printed and "tie for best" not in printed
+    assert "crossover by batch size: fixed2-single: no band with enough data" in printed
+    # The answer comes before the maps.
+    assert printed.index("answer (") < printed.index("operating map by batch size")
+
+
+@pytest.fixture(scope="module")
+def busy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Summary, str]:
+    return run_and_report(short_campaign(tmp_path_factory.mktemp("busy") / "busy", arms=SINGLE, shapes=BUSY))
+
+
+def test_arms_are_compared_pairwise_and_the_best_beats_every_other(busy: tuple[Summary, str]) -> None:
+    summary, printed = busy
+    assert summary.answer is not None
+    by_band = {(c.measure, c.band, frozenset((c.arm, c.other))): c for c in summary.answer.comparisons}
+    # Every pair of arms (not only against off) is compared in every band with data.
+    assert {frozenset(("dyn-single", "fixed3-single"))} <= {p for _, _, p in by_band}
+    decided = [b for b in summary.answer.bands if b.status in ("best", "plain_decoding")]
+    assert decided
+    for band in decided:
+        (best,) = band.best
+        for other in {"off-single", "fixed3-single", "dyn-single"} - {best}:
+            found = by_band[(band.measure, band.band, frozenset((best, other)))].seen_from(best)
+            assert found.verdict is Verdict.HELPS
+            assert found.deciding().low is not None and found.deciding().low > 1
+            assert f"vs {other} " in band.message and f"(n={found.pairs})" in band.message
+        assert band.message in printed
+    # Where the schedule runs k = 1 or 0 (batch 5+), fixed k = 3 is faster on the same requests, and it says so.
+    busier = [b for b in summary.answer.bands if b.measure == "batch_size" and b.band_index > 0 and b.status == "best"]
+    assert busier and all(b.best == ["fixed3-single"] and "vs dyn-single per-token" in b.message for b in busier)
+    # A pairwise claim agrees with the map's per-cell medians: the best arm has the lowest TPOT p50 of its band.
+    for band in busier:
+        cells = {c.arm: c for c in summary.maps[0].cells if c.band_index == band.band_index}
+        assert min(cells, key=lambda a: cells[a].tpot_s.p50 or 0) == "fixed3-single"
+
+
+def test_a_dp_arm_without_off_on_its_topology_is_said_to_be_compared_per_engine(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    arms = [*SINGLE, {"policy": "dyn", "topology": "dp2"}]
+    summary, printed = run_and_report(short_campaign(tmp_path_factory.mktemp("dp") / "dp", arms=arms, shapes=BUSY))
+    assert "dyn-dp2 (data_parallel2) has no `off` on its topology: compared only per engine with off-single" in printed
+    dp_cells = [c for c in summary.maps[1].cells if c.arm == "dyn-dp2" and c.speedup is not None]
+    carried = [c for c in dp_cells if c.speedup is not None and c.speedup.goodput.verdict is Verdict.INCONCLUSIVE]
+    # Two engines carrying what one carried: per-engine goodput is 1/2 by construction, never "hurts".
+    assert carried and all(c.speedup is not None and c.speedup.verdict is not Verdict.HURTS for c in carried)
+    assert all(
+        "goodput per engine 0.50x inconclusive: both carried the load" in c.speedup.message
+        for c in carried if c.speedup is not None
+    )  # fmt: skip
+    assert "what ran:" in printed and "vLLM's data-parallel fallback" in printed
+
+
+def test_a_dp_arm_with_off_dp2_is_compared_on_its_own_hardware(tmp_path_factory: pytest.TempPathFactory) -> None:
+    arms = [*SINGLE, {"policy": "off", "topology": "dp2"}, {"policy": "dyn", "topology": "dp2"}]
+    summary, printed = run_and_report(short_campaign(tmp_path_factory.mktemp("dp") / "dp2", arms=arms, shapes=BUSY))
+    assert summary.answer is not None
+    assert "has no `off` on its topology" not in printed
+    dp = [b for b in summary.answer.bands if b.hardware == "data_parallel2" and b.status == "best"]
+    assert dp and all(b.best == ["dyn-dp2"] and "vs off-dp2 per-token" in b.message for b in dp)
+    assert not any("off-single" in b.message for b in summary.answer.bands if b.hardware == "data_parallel2")
+    assert "dyn-dp2: ran the static max k = 3" in printed and "its cells measure what ran, not its policy" in printed
