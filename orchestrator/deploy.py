@@ -12,7 +12,7 @@ import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -48,8 +48,61 @@ def connect(address: str | None) -> None:
         ) from None
 
 
-def base_url(campaign: Campaign, arm: ArmSpec) -> str:
-    return f"http://{campaign.serve.host}:{campaign.serve.port}{arm.route_prefix}"
+WILDCARD = "0.0.0.0"
+
+
+def node_addresses() -> dict[str, str]:
+    """{node id: the node's IP address} of every alive node of the connected cluster."""
+    import ray
+
+    return {str(n["NodeID"]): str(n["NodeManagerAddress"]) for n in ray.nodes() if n.get("Alive")}  # type: ignore[no-untyped-call]
+
+
+def serve_host(campaign: Campaign, addresses: Mapping[str, str]) -> str:
+    """The address Serve's proxies bind. Loopback (the default) on one machine; on a cluster whose nodes have
+    addresses of their own, every proxy binds its node's addresses (0.0.0.0: in a pod or a host, the node's own),
+    so that a load worker on any node reaches one. One node's address would fail every other node's proxy."""
+    from serve_apps.deployment import LOOPBACK
+
+    host = campaign.serve.host
+    if len(set(addresses.values())) <= 1:
+        return host
+    if host in LOOPBACK:
+        return WILDCARD
+    if host in addresses.values():
+        raise DeployError(
+            f"serve.host {host} is one node's address; on a cluster of {len(addresses)} nodes every node's Serve "
+            f"proxy binds serve.host: use {WILDCARD} (each proxy on its own node's addresses) or leave it unset"
+        )
+    return host
+
+
+def base_url(campaign: Campaign, arm: ArmSpec, host: str | None = None) -> str:
+    """The arm's URL as this process reaches it: through its own node's proxy when Serve binds every address."""
+    host = host or campaign.serve.host
+    if host in (WILDCARD, "::"):
+        import ray
+
+        host = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    return f"http://{host}:{campaign.serve.port}{arm.route_prefix}"
+
+
+def proxy_routes(campaign: Campaign, arm: ArmSpec) -> dict[str, str]:
+    """{node id: the arm's URL through that node's Serve proxy}, for every node whose proxy is healthy now: the
+    head's always, those of nodes holding the arm's replicas once up (Serve runs no proxy elsewhere). A load
+    worker sends to its own node's proxy, or else to the head's (orchestrator.load_workers)."""
+    from ray import serve
+    from ray.serve.schema import ProxyStatus
+
+    addresses = node_addresses()
+    host = serve_host(campaign, addresses)
+    healthy = [node for node, status in serve.status().proxies.items() if status == ProxyStatus.HEALTHY]
+    routes = {}
+    for node in healthy:
+        where = addresses.get(node) if host in (WILDCARD, "::") else host
+        if where is not None:
+            routes[node] = f"http://{where}:{campaign.serve.port}{arm.route_prefix}"
+    return routes
 
 
 def deploy(
@@ -61,7 +114,8 @@ def deploy(
 ) -> dict[str, str]:
     """Deploy the campaign's arms (or only the named ones) and return {arm name: base URL}."""
     arms, _ = bring_up(campaign, address=address, timeout_s=timeout_s, only=only, probe=False)
-    urls = {arm.name: base_url(campaign, arm) for arm in arms}
+    host = serve_host(campaign, node_addresses())
+    urls = {arm.name: base_url(campaign, arm, host) for arm in arms}
     names = [arm.app_name for arm in arms]
     timeout = timeout_s or (900.0 if isinstance(campaign.engine, VllmEngineConfig) else 180.0)
     try:
@@ -85,7 +139,8 @@ def check_deploy(
     for name in [arm.name for arm in campaign.arms()]:
         arms, plans = bring_up(campaign, address=address, timeout_s=timeout_s or 120.0, only=[name], probe=True)
         try:
-            reports[name] = _probe_reports(base_url(campaign, arms[0]), plans[name].replicas)
+            url = base_url(campaign, arms[0], serve_host(campaign, node_addresses()))
+            reports[name] = _probe_reports(url, plans[name].replicas)
         finally:
             teardown_arms([arms[0].app_name])
     return reports
@@ -105,15 +160,16 @@ def bring_up(
     arms = [arm for arm in campaign.arms() if only is None or arm.name in only]
     plans = {arm.name: plan_placement(arm) for arm in arms}
     check_capacity(arms, plans)
-    serve.start(http_options={"host": campaign.serve.host, "port": campaign.serve.port})
-    _check_listening(campaign)
+    host = serve_host(campaign, node_addresses())
+    serve.start(proxy_location="EveryNode", http_options={"host": host, "port": campaign.serve.port})
+    _check_listening(host, campaign.serve.port)
     timeout = timeout_s or (900.0 if isinstance(campaign.engine, VllmEngineConfig) else 180.0)
     names = [arm.app_name for arm in arms]
     try:
         serve.run_many(
             [
                 serve.RunTarget(
-                    build_arm_app(arm, campaign.serve.host, probe=probe),
+                    build_arm_app(arm, host, probe=probe),
                     name=arm.app_name,
                     route_prefix=arm.route_prefix,
                 )
@@ -214,17 +270,17 @@ def _probe_reports(url: str, replicas: int) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
-def _check_listening(campaign: Campaign) -> None:
+def _check_listening(host: str, port: int) -> None:
     """Serve keeps the HTTP address it started with; refuse a campaign that asks for another one."""
     from ray.serve.context import _get_global_client
 
     client = _get_global_client()
     assert client is not None  # serve.start() just ran
     config = client.http_config
-    if (config.host, config.port) != (campaign.serve.host, campaign.serve.port):
+    if (config.host, config.port) != (host, port):
         raise DeployError(
             f"Serve already listens on {config.host}:{config.port}, the campaign asks for "
-            f"{campaign.serve.host}:{campaign.serve.port}: use that address or shut Serve down first"
+            f"{host}:{port}: use that address or shut Serve down first"
         )
 
 

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -324,6 +324,7 @@ class LoadWorkers:
         self.workdir = workdir
         self.actors: dict[int, Any] = {}
         self.generations: dict[int, int] = {}
+        self.nodes: dict[int, str] = {}  # worker slot -> the node its actor runs on (actors do not move)
 
     def __enter__(self) -> LoadWorkers:
         return self
@@ -355,12 +356,16 @@ class LoadWorkers:
         ready_timeout_s: float = 300.0,
         lead_s: float = 0.5,
         env: dict[str, str] | None = None,
+        routes: Mapping[str, str] | None = None,
     ) -> list[WorkerSummary]:
-        """Run plans (one per worker) with one common start time."""
+        """Run plans (one per worker) with one common start time. `routes`: {node id: the arm's URL through that
+        node's proxy}; a worker on a node listed there sends to it, any other to its plan's URL."""
         import ray
         from ray.exceptions import RayActorError
 
         actors = [self._actor(plan) for plan in plans]
+        if routes:
+            plans = [routed(plan, routes.get(self._node(plan.worker))) for plan in plans]
         ray.get([a.start.remote(plan.model_dump_json(), env) for a, plan in zip(actors, plans, strict=True)])
         scheduled = ray.get([a.wait_ready.remote(ready_timeout_s) for a in actors])
         start = now_ns() + round(lead_s * 1e9)
@@ -377,7 +382,15 @@ class LoadWorkers:
                           error=str(exc).splitlines()[0])  # fmt: skip
                 summaries.append(lost_worker(plan, count, start, str(exc).splitlines()[0]))
                 self.actors.pop(plan.worker, None)
+                self.nodes.pop(plan.worker, None)
         return summaries
+
+    def _node(self, worker: int) -> str:
+        import ray
+
+        if worker not in self.nodes:
+            self.nodes[worker] = ray.get(self.actors[worker].node_id.remote())
+        return self.nodes[worker]
 
     def close(self) -> None:
         import ray
@@ -385,6 +398,13 @@ class LoadWorkers:
         for actor in self.actors.values():
             ray.kill(actor)  # its Locust children (running or standby) die with it (PR_SET_PDEATHSIG)
         self.actors.clear()
+
+
+def routed(plan: WorkerPlan, url: str | None) -> WorkerPlan:
+    """The plan sending to `url` (None: as it is)."""
+    if url is None or url == plan.target.base_url:
+        return plan
+    return plan.model_copy(update={"target": plan.target.model_copy(update={"base_url": url})})
 
 
 def run_load(

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.campaign import Campaign, CampaignError
-from orchestrator.deploy import connect, deploy, preflight, teardown_arms
+from orchestrator.deploy import connect, deploy, preflight, proxy_routes, teardown_arms
 from orchestrator.endpoint_metrics import MetricsSampler, write_samples
 from orchestrator.load_workers import LoadWorkers
 from orchestrator.logs import get_logger
@@ -194,6 +194,8 @@ def run_unit(
             plans,
             ready_timeout_s=campaign.load.ready_timeout_s,
             env=secrets,  # to the worker processes' environment only: never in a plan, a trace or a log
+            # Each worker through its own node's Serve proxy where it has one (on a cluster, not every node does).
+            routes=None if endpoint else proxy_routes(campaign, arm),
         )
     if sampler is not None:
         write_samples(store.root, unit.arm, unit.shape, unit.repeat, sampler.table())
