@@ -523,7 +523,10 @@ def recommend_cmd(run_dir: str) -> None:
             inputs.store.write_text(name, yaml.safe_dump(campaign, sort_keys=False))
     click.echo(recommendation.message)
     click.echo(vllm_snippet(recommendation), nl=False)
-    click.echo(f"rehearse it: specdrill run {inputs.store.root}/recommended-campaign.yaml")
+    if rehearsal is not None:
+        click.echo(f"rehearse it: specdrill run {inputs.store.root}/recommended-campaign.yaml")
+    else:
+        click.echo("nothing to rehearse: no single-engine arm was measured and no schedule is recommended")
     if followup is not None:
         click.echo(
             f"not measured in {', '.join(recommendation.not_measured)}: measure them first with "

@@ -143,7 +143,7 @@ def test_recommend_builds_a_valid_vllm_schedule_and_a_rehearsal(virtual_run: Pat
 
 def test_report_of_a_missing_run_is_one_line() -> None:
     result = _cli("report", "/nonexistent/run")
-    assert result.returncode == 2 and "no manifest.json" in result.stderr
+    assert result.returncode == 2 and "/nonexistent/run: no such directory" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 

@@ -90,8 +90,10 @@ def followup_campaign(campaign: Campaign, recommendation: Recommendation, run_di
     return _exempt_only_its_arms(data)
 
 
-def rehearsal_campaign(campaign: Campaign, recommendation: Recommendation, run_dir: str) -> dict[str, Any]:
-    """The measured single-engine arms plus the recommended schedule, on the same traffic, into a new run dir."""
+def rehearsal_campaign(campaign: Campaign, recommendation: Recommendation, run_dir: str) -> dict[str, Any] | None:
+    """The measured single-engine arms plus the recommended schedule, on the same traffic, into a new run dir;
+    None where there is nothing to rehearse (no single-engine arm measured and no schedule recommended): a
+    campaign of no arms would not validate."""
     data = campaign.model_dump(mode="json", by_alias=True, exclude_none=True)
     policies = dict(data["policies"])
     if recommendation.speculative_config is not None:
@@ -109,6 +111,8 @@ def rehearsal_campaign(campaign: Campaign, recommendation: Recommendation, run_d
     arms = [{"policy": a.policy_name, "topology": a.topology_name} for a in _single_arms(campaign)]
     if recommendation.speculative_config is not None:
         arms.append({"policy": "recommended", "topology": topology})
+    if not arms:
+        return None
     output = f"{run_dir.rstrip('/')}-recommended"
     data.update(policies=policies, arms=arms, name=f"{campaign.name}-rec"[:41], output=output)
     return _exempt_only_its_arms(data)
@@ -143,7 +147,7 @@ def _single_arms(campaign: Campaign) -> list[_ArmRef]:
 
 def recommend(
     summary: Summary, campaign: Campaign, run_dir: str
-) -> tuple[Recommendation, dict[str, Any], dict[str, Any] | None]:
+) -> tuple[Recommendation, dict[str, Any] | None, dict[str, Any] | None]:
     """The recommendation, its rehearsal campaign, and a follow-up campaign where some k was never measured."""
     recommendation = build(campaign, summary.k_choices)
     return (
