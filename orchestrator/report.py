@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -213,7 +214,7 @@ def build_summary(
         headline=[
             *([ABSOLUTE_ONLY] if campaign.analysis.absolute_only else []),
             *headline(maps, verification, inputs.arms),
-            *filter(None, [graph_mode_confound(manifest)]),
+            *engine_confounds(manifest),
         ],
         saturated_units=saturated,
         engine_lagged_units=engine_lagged(inputs.units),
@@ -397,16 +398,49 @@ def headline(maps: list[OperatingMap], verification: VerificationReport, arms: l
     return lines
 
 
-def graph_mode_confound(manifest: dict[str, Any]) -> str | None:
-    """vLLM's model runner V1 runs a dynamic schedule with PIECEWISE CUDA graphs, while fixed k and the
-    data-parallel fallback keep full graphs: where the arms' graph modes differ, part of any difference between
-    them is the graph mode, not k. One line naming each arm's mode, or None when they agree (or are unknown)."""
-    modes = {name: entry.get("cudagraph_mode") for name, entry in manifest.get("arms", {}).items()}
-    known = {name: str(mode) for name, mode in modes.items() if mode is not None}
+def engine_confounds(manifest: dict[str, Any]) -> list[str]:
+    """Differences between the arms' engines, beyond k, that their telemetry reveals: CUDA graph mode, model
+    runner, async scheduling. One line each where the arms differ (arms that do not report one are left out)."""
+    arms: dict[str, dict[str, Any]] = manifest.get("arms", {})
+    return [
+        line
+        for line in (
+            graph_mode_confound(arms),
+            _differs(arms, "model_runner", "model runners differ", str, "the model runner"),
+            _differs(
+                arms, "async_scheduling", "async scheduling differs", lambda v: "on" if v else "off", "the scheduling"
+            ),
+        )
+        if line is not None
+    ]
+
+
+def graph_mode_confound(arms: dict[str, dict[str, Any]]) -> str | None:
+    """Where the arms' CUDA graph modes differ, part of any difference between them is the graph mode, not k.
+    The cause is named only where the arm's facts make it true: vLLM's model runner V1 forces PIECEWISE graphs
+    for a dynamic schedule (vllm/config/vllm.py, _maybe_override_dynamic_sd_cudagraph_mode); model runner V2
+    keeps full graphs for it, so there the modes agree and nothing is said."""
+    line = _differs(arms, "cudagraph_mode", "CUDA graph modes differ", str, "the graph mode")
+    if line is None:
+        return None
+    forced = sorted(
+        name
+        for name, entry in arms.items()
+        if entry.get("model_runner") == "V1"
+        and entry.get("cudagraph_mode") == "PIECEWISE"
+        and (entry.get("policy") or {}).get("kind") == "dynamic"
+    )
+    if forced:
+        line += f" (model runner V1 forces PIECEWISE for a dynamic schedule: {', '.join(forced)})"
+    return line
+
+
+def _differs(arms: dict[str, dict[str, Any]], key: str, what: str, show: Callable[[Any], str], part: str) -> str | None:
+    known = {name: show(entry[key]) for name, entry in arms.items() if entry.get(key) is not None}
     if len(set(known.values())) <= 1:
         return None
-    listed = ", ".join(f"{name} {mode}" for name, mode in sorted(known.items()))
-    return f"CUDA graph modes differ between arms ({listed}): part of their difference is the graph mode, not k"
+    listed = ", ".join(f"{name} {value}" for name, value in sorted(known.items()))
+    return f"{what} between arms ({listed}): part of their difference is {part}, not k"
 
 
 # --- output -------------------------------------------------------------------------------------------------

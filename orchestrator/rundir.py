@@ -314,6 +314,8 @@ def arm_entry(arm: ArmSpec, url: str, telemetry: dict[str, Any]) -> dict[str, An
         "schedule_dropped": telemetry.get("schedule_dropped"),
         "schedule_dropped_reason": telemetry.get("schedule_dropped_reason"),
         "cudagraph_mode": telemetry.get("cudagraph_mode"),
+        "model_runner": telemetry.get("model_runner"),
+        "async_scheduling": telemetry.get("async_scheduling"),
         "engine_ids": telemetry.get("engine_ids"),
         "engine_kind": telemetry.get("engine_kind"),
         "node_id": telemetry.get("node_id"),

