@@ -226,7 +226,10 @@ def build_summary(
         fault_windows=faults,
         k_choices=k_choices,
         prediction_check=prediction_check(campaign.prediction, maps),
-        answer=answer_of(maps, comparisons, verification, inputs.arms, repeats=campaign.repeats),
+        # the answer compares arms at equal hardware through their `off` baseline: none where there is none
+        answer=None
+        if campaign.analysis.absolute_only
+        else answer_of(maps, comparisons, verification, inputs.arms, repeats=campaign.repeats),
         passed=all(g.passed for g in gates),
     )
     return summary, series
