@@ -168,7 +168,10 @@ def test_dynamic_draft_model_arm_runs_the_schedule_exactly(arms: dict[str, str])
     # decoding), and the KV cache held at least those (block usage x block size, known once vLLM profiled).
     batched, kv = timeline["batched_tokens"], timeline["kv_tokens"]
     assert all(n >= b for n, b in zip(batched, timeline["batch_size"], strict=True))
-    assert all(v is not None and v >= n for v, n in zip(kv, batched, strict=True)), [*zip(kv, batched, strict=True)]
+    # vLLM samples block usage after freeing the blocks of requests that finished in the step: those steps say None.
+    # The last step finished the last request; the steps where none finished (most of them) have their KV.
+    assert kv[-1] is None and sum(v is not None for v in kv) > len(kv) / 2, kv
+    assert all(v >= n for v, n in zip(kv, batched, strict=True) if v is not None), [*zip(kv, batched, strict=True)]
     # k is unknown only where no request carried the step's drafts on: the last step, or a next step of prefills.
     prefill_only = [b == p for b, p in zip(timeline["batch_size"], timeline["num_prefill"], strict=True)]
     unknown = [i for i, (_, k, _) in enumerate(rows) if k is None]

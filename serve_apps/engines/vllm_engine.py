@@ -53,7 +53,9 @@ class StepStats:
     accepted: int
     k_scheduled: int
     batched_tokens: int | None  # tokens computed in the step (vLLM's num_ctx_tokens + num_generation_tokens)
-    kv_tokens: int | None  # KV tokens held after the step: kv_cache_usage x (num_gpu_blocks - 1) x block_size
+    # KV tokens the step read: kv_cache_usage x (num_gpu_blocks - 1) x block_size, sampled after the step; None
+    # when a request finished in it (its blocks were already freed, so the sample undercounts what the step read)
+    kv_tokens: int | None
     first_token_latencies: Sequence[float]  # vLLM's TTFT of each request whose first token came in this step
     finished: Sequence[str]  # request ids (as given to generate) that finished in this step
 
@@ -78,7 +80,8 @@ class StepTimeline:
     - k_scheduled: the k vLLM's schedule lookup gives for batch_size under the engine's resolved config.
     - batched_tokens / kv_tokens: what the step computed (iteration details) and the KV blocks in use after it
       as tokens (block granularity, so up to block_size - 1 per request above the contexts); None without
-      iteration details / before vLLM reported its block count.
+      iteration details / before vLLM reported its block count, and kv_tokens None in a step where a request
+      finished (vLLM samples usage after freeing its blocks, which would undercount what the step read).
     """
 
     COLUMNS = (
@@ -270,7 +273,8 @@ def _stat_logger_factory(timeline: StepTimeline, k_table: list[int], *, with_det
                     accepted=int(spec.num_accepted_tokens) if spec is not None else 0,
                     k_scheduled=k_table[min(max(scheduled, 1), len(k_table) - 1)],
                     batched_tokens=batched,
-                    kv_tokens=self.kv_tokens(scheduler_stats.kv_cache_usage),
+                    # vLLM samples usage after update_from_output freed the finished requests' blocks
+                    kv_tokens=None if finished else self.kv_tokens(scheduler_stats.kv_cache_usage),
                     first_token_latencies=list(iteration_stats.time_to_first_tokens_iter) if iteration_stats else [],
                     finished=finished,
                 )
