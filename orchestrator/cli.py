@@ -363,6 +363,9 @@ def _print_placement(reports: dict[str, list[dict[str, Any]]]) -> None:
         for report in replicas:
             if "workers" in report:
                 where = ", ".join(f"dp{w['dp_rank']}/tp{w['tp_rank']}->GPU {w['device']}" for w in report["workers"])
+            elif "ranks" in report:  # ray_dp: each rank's workers on the node vLLM's placement group chose
+                where = ", ".join(f"dp{r['dp_rank']}/tp{t}->{w['node_id'][:8]} GPU {','.join(w['gpu_ids'])}"
+                                  for r in report["ranks"] for t, w in enumerate(r["workers"]))  # fmt: skip
             elif "bundles" in report:
                 where = ", ".join(f"worker {b['worker']}->{b['node_id'][:8]} GPU {','.join(b['gpu_ids'])}"
                                   for b in report["bundles"])  # fmt: skip

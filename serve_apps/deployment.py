@@ -183,8 +183,10 @@ def build_arm_app(arm: ArmSpec, serve_host: str = "127.0.0.1", *, probe: bool = 
     actor: dict[str, Any] = {"num_cpus": plan.replica_cpus}
     if plan.replica_gpus:
         actor["num_gpus"] = plan.replica_gpus
-    if isinstance(arm.engine, VllmEngineConfig) and arm.engine.env:
-        actor["runtime_env"] = {"env_vars": dict(arm.engine.env)}
+    # The layout's variables win: vLLM's placement of a ray_dp group depends on them.
+    env = {**(arm.engine.env if isinstance(arm.engine, VllmEngineConfig) else {}), **plan.engine_env}
+    if env:
+        actor["runtime_env"] = {"env_vars": env}
     options: dict[str, Any] = {"name": arm.name, "num_replicas": plan.replicas, "ray_actor_options": actor}
     if plan.bundles is not None:
         # Ray Serve LLM's recipe: the replica's CPUs live in the first bundle and it holds no GPU itself, so

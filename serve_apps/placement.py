@@ -8,6 +8,12 @@ Two layouts carry GPUs, chosen the way vLLM 0.32 and Ray Serve LLM expect them (
 - `spanning`: tensor parallelism larger than a node (Ray Serve LLM's recipe). The replica holds no GPU; its CPUs
   are merged into the first bundle of a placement group of one-GPU bundles; vLLM's Ray executor places worker i
   on the i-th GPU bundle of the group, which the engine passes to vLLM explicitly.
+- `ray_dp`: a vLLM data-parallel group larger than a node, each rank within one node: vLLM's own Ray DP backend
+  in internal load-balancing mode (data_parallel_backend=ray; v1/engine/utils.py CoreEngineActorManager). The
+  replica holds no GPU and runs the front end; vLLM makes one STRICT_PACK placement group per rank (tp one-GPU
+  bundles and a one-CPU bundle for the rank's EngineCoreActor, all on one node). VLLM_RAY_DP_PACK_STRATEGY=fill
+  and data_parallel_size_local = the ranks the replica's own node can hold (0 on a GPU-less head, decided in the
+  replica: serve_apps/engines/vllm_placement.py): every node takes as many ranks as its free GPUs hold.
 
 A layout vLLM cannot run is refused here, before anything deploys.
 """
@@ -29,7 +35,7 @@ class PlacementError(ValueError):
 class ArmPlacement(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    layout: Literal["cpu", "replica", "spanning"]
+    layout: Literal["cpu", "replica", "spanning", "ray_dp"]
     replicas: int
     workers_per_replica: int  # GPU workers of one replica's engine: tp, or dp x tp for a vLLM DP group
     replica_cpus: float
@@ -39,7 +45,9 @@ class ArmPlacement(BaseModel):
     max_replicas_per_node: int | None
     # vLLM's distributed_executor_backend and data_parallel_backend for this layout (None: vLLM's default)
     executor_backend: Literal["mp", "ray"] | None
-    data_parallel_backend: Literal["mp"] | None
+    data_parallel_backend: Literal["mp", "ray"] | None
+    tensor_parallel_size: int = 1
+    engine_env: dict[str, str] = {}  # environment of the replica that the layout needs vLLM to read
 
     @property
     def total_gpus(self) -> float:
@@ -47,17 +55,24 @@ class ArmPlacement(BaseModel):
 
     @property
     def _gpus_per_worker(self) -> float:
+        if self.layout == "ray_dp":
+            return 1.0
         if self.bundles:
             return self.bundles[-1].get("GPU", 0.0)
         return self.replica_gpus / self.workers_per_replica
 
     def replica_demand(self) -> list[dict[str, float]]:
-        """What one replica needs from the cluster, as the bundles Ray must place (one bundle when no group)."""
+        """What one replica needs from the cluster, as the bundles Ray must place on one node each (one bundle
+        when no group; on ray_dp the replica and then each DP rank's group, as vLLM makes it)."""
         if self.bundles is not None:
             return [dict(b) for b in self.bundles]
         demand = {"CPU": self.replica_cpus}
         if self.replica_gpus:
             demand["GPU"] = self.replica_gpus
+        if self.layout == "ray_dp":
+            ranks = self.workers_per_replica // self.tensor_parallel_size
+            rank = {"CPU": 1.0, "GPU": float(self.tensor_parallel_size)}  # vLLM's STRICT_PACK group of one rank
+            return [demand] + [dict(rank) for _ in range(ranks)]
         return [demand]
 
 
@@ -99,11 +114,7 @@ def plan_placement(arm: ArmSpec) -> ArmPlacement:
             data_parallel_backend="mp" if vllm_dp > 1 else None,
         )  # fmt: skip
     if vllm_dp > 1:
-        raise PlacementError(
-            f"{name}: data_parallel {vllm_dp} x tensor_parallel_size {tp} needs {workers} GPUs on one node, the "
-            f"nodes have {node}; vLLM 0.32 runs a dense model's data parallelism across nodes only in external "
-            "load-balancing mode, which it refuses for non-MoE models: use replicas instead, or fewer ranks"
-        )
+        return _ray_data_parallel(arm, vllm_dp, tp, node)
     if res.max_engines_per_node is not None:
         raise PlacementError(
             f"{name}: resources.max_engines_per_node cannot apply to an engine spanning nodes (tensor_parallel_size "
@@ -114,6 +125,36 @@ def plan_placement(arm: ArmSpec) -> ArmPlacement:
         layout="spanning", replicas=replicas, workers_per_replica=workers, replica_cpus=res.cpus_per_engine,
         replica_gpus=0.0, bundles=tuple(bundles), strategy=res.placement_strategy, max_replicas_per_node=None,
         executor_backend="ray" if is_vllm else None, data_parallel_backend=None,
+    )  # fmt: skip
+
+
+# vLLM reads these when it makes the DP ranks' placement groups (vllm/envs.py, v1/engine/utils.py)
+RAY_DP_ENV = {"VLLM_RAY_DP_PACK_STRATEGY": "fill"}
+
+
+def _ray_data_parallel(arm: ArmSpec, dp: int, tp: int, node: int) -> ArmPlacement:
+    res = arm.resources
+    name = f"arm {arm.name}"
+    if tp > node:
+        # vLLM's "span" packing (a rank over several nodes) needs homogeneous nodes and data_parallel_size_local
+        # 1 on every node (create_dp_placement_groups): not a layout specdrill places.
+        raise PlacementError(
+            f"{name}: data_parallel {dp} x tensor_parallel_size {tp}: one DP rank needs {tp} GPUs, the nodes have "
+            f"{node}; specdrill runs vLLM's Ray DP backend with each rank on one node (tensor_parallel_size <= "
+            "gpus_per_node); for a larger engine use tensor parallelism alone (the spanning layout)"
+        )
+    if res.max_engines_per_node is not None:
+        raise PlacementError(
+            f"{name}: resources.max_engines_per_node cannot apply to a data-parallel group spanning nodes (vLLM "
+            "places its ranks itself, as many per node as its free GPUs hold)"
+        )
+    return ArmPlacement(
+        layout="ray_dp", replicas=1, workers_per_replica=dp * tp, replica_cpus=res.cpus_per_engine,
+        replica_gpus=0.0, bundles=None, strategy=None, max_replicas_per_node=None,
+        # The rank's EngineCoreActor holds only its CPU bundle: its workers take the GPU bundles through vLLM's
+        # Ray executor (vLLM selects it for data_parallel_backend=ray, config/parallel.py), tp 1 included.
+        executor_backend="ray", data_parallel_backend="ray", tensor_parallel_size=tp,
+        engine_env=dict(RAY_DP_ENV),
     )  # fmt: skip
 
 

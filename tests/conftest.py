@@ -66,6 +66,7 @@ SLOW = (
     "tests/test_ground_truth.py::test_the_reports_crossover_for_k3_is_the_dense_sweeps",  # ~10 s
     "tests/test_job_submit.py::",  # `ray job submit` runs and reruns: 1.5-2 min each
     "tests/test_multinode.py::test_a_campaign_runs_across_nodes",  # ~50 s
+    "tests/test_multinode_vllm.py::",  # a bed's Ray and a job: ~1.5 min
     "tests/test_serve_sim.py::test_a_serve_replica_killed_mid_run_becomes_error_rows_and_a_marked_window",  # ~40 s
     "tests/test_serve_sim.py::test_a_load_worker_killed_mid_run_loses_only_its_unflushed_rows",  # ~40 s
     "tests/test_serve_sim.py::test_load_workers_on_ray_write_one_row_per_request",  # ~25 s

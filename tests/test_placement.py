@@ -291,6 +291,6 @@ def test_cli_deploy_check_prints_each_workers_device_and_refuses_in_one_line(
     assert result.returncode == 0, result.stderr
     (report,) = json.loads(result.stdout)["off-t"]
     assert len({w["device"] for w in report["workers"]}) == 2
-    refused = check({"kind": "data_parallel", "size": 4, "tensor_parallel_size": 2})
+    refused = check({"kind": "data_parallel", "size": 2, "tensor_parallel_size": 8})
     assert refused.returncode == 1
-    assert refused.stderr.strip().count("\n") == 0 and "external load-balancing mode" in refused.stderr
+    assert refused.stderr.strip().count("\n") == 0 and "one DP rank needs 8 GPUs" in refused.stderr

@@ -54,6 +54,26 @@ def test_tensor_parallelism_larger_than_a_node_uses_ray_serve_llms_recipe() -> N
     assert len(plan.bundles) == 8 and plan.executor_backend == "ray" and plan.total_gpus == 8
 
 
+def test_data_parallelism_larger_than_a_node_runs_vllms_ray_dp_backend_in_internal_load_balancing() -> None:
+    from serve_apps.engines.vllm_placement import placement_engine_args
+
+    arm = _arm({"kind": "data_parallel", "size": 2, "tensor_parallel_size": 4}, gpus_per_engine=1, gpus_per_node=4)
+    plan = plan_placement(arm)
+    assert plan.layout == "ray_dp" and plan.replicas == 1 and plan.replica_gpus == 0 and plan.bundles is None
+    assert plan.total_gpus == 8
+    # The replica (the front end) anywhere, then one STRICT_PACK group per rank as vLLM makes it.
+    assert plan.replica_demand() == [{"CPU": 2}, {"CPU": 1, "GPU": 4}, {"CPU": 1, "GPU": 4}]
+    # Internal load balancing (no data_parallel_rank: external LB is refused for dense models); the replica's
+    # node holds what its free GPUs can (asked in the replica), every other node as many ranks as it can.
+    asked: list[tuple[int, int]] = []
+    args = placement_engine_args(arm, local_ranks=lambda dp, tp: asked.append((dp, tp)) or 1)
+    assert args == {
+        "distributed_executor_backend": "ray", "data_parallel_backend": "ray", "data_parallel_size_local": 1,
+    }  # fmt: skip
+    assert asked == [(2, 4)]
+    assert plan.engine_env == {"VLLM_RAY_DP_PACK_STRATEGY": "fill"}
+
+
 def test_replicas_and_simulated_ranks_are_one_replica_each() -> None:
     plan = plan_placement(_arm({"kind": "replicas", "size": 3}, gpus_per_engine=1, gpus_per_node=1))
     assert (plan.layout, plan.replicas, plan.replica_gpus, plan.total_gpus) == ("replica", 3, 1, 3)
@@ -67,10 +87,15 @@ def test_replicas_and_simulated_ranks_are_one_replica_each() -> None:
     ("topology", "resources", "message"),
     [
         (
-            {"kind": "data_parallel", "size": 2, "tensor_parallel_size": 4},
+            {"kind": "data_parallel", "size": 2, "tensor_parallel_size": 8},
             {"gpus_per_engine": 1, "gpus_per_node": 4},
-            "needs 8 GPUs on one node, the nodes have 4; vLLM 0.32 runs a dense model's data parallelism across "
-            "nodes only in external load-balancing mode",
+            "one DP rank needs 8 GPUs, the nodes have 4; specdrill runs vLLM's Ray DP backend with each rank on "
+            "one node",
+        ),
+        (
+            {"kind": "data_parallel", "size": 4},
+            {"gpus_per_engine": 1, "gpus_per_node": 2, "max_engines_per_node": 1},
+            "max_engines_per_node cannot apply to a data-parallel group spanning nodes",
         ),
         (
             {"kind": "single", "tensor_parallel_size": 2},
@@ -101,13 +126,13 @@ def test_a_campaign_with_an_unrunnable_layout_is_refused_naming_the_arm() -> Non
 name: refuse
 engine: {kind: vllm, model: m}
 policies: {"off": "off"}
-topologies: {dp2tp4: {kind: data_parallel, size: 2, tensor_parallel_size: 4}}
+topologies: {dp2tp8: {kind: data_parallel, size: 2, tensor_parallel_size: 8}}
 resources: {gpus_per_engine: 1, gpus_per_node: 4}
 """
     with pytest.raises(CampaignError) as caught:
         load_yaml_model(text, Campaign, origin="campaign c.yaml", error=CampaignError)
     line = str(caught.value)
-    assert "\n" not in line and "off-dp2tp4" in line and "external load-balancing mode" in line
+    assert "\n" not in line and "off-dp2tp8" in line and "one DP rank needs 8 GPUs" in line
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,9 @@ seconds and without loading a model, that every GPU worker of the engine gets a 
   and GPU workers use; on a node whose GPUs are declared to Ray but not present, with CUDA's semantics).
 - `spanning` layout: a one-GPU actor is placed on every bundle vLLM's Ray executor would use; a bundle whose GPU
   is held (e.g. by the replica itself) or cannot be placed fails the probe with Ray's view of it.
+- `ray_dp` layout: vLLM's own CoreEngineActorManager.create_dp_placement_groups makes the ranks' placement groups
+  from the cluster's free resources, as the engine would; a one-GPU actor is placed on every GPU bundle and a
+  one-CPU actor on each rank's engine-core bundle, then the groups are removed.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import asyncio
 import math
 import os
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 from serve_apps.arms import ArmSpec, VllmEngineConfig
@@ -28,6 +32,93 @@ class PlacementProbeError(RuntimeError):
     pass
 
 
+def _ray_dp_probe(arm: ArmSpec, plan: ArmPlacement) -> dict[str, Any]:
+    import ray
+    from ray.util import remove_placement_group
+    from vllm.v1.engine import utils
+
+    from serve_apps.engines.vllm_placement import ray_dp_local_ranks
+    from serve_apps.placement import RAY_DP_ENV
+
+    tp = plan.tensor_parallel_size
+    dp = plan.workers_per_replica // tp
+    wrong_env = {k: os.environ.get(k) for k, v in RAY_DP_ENV.items() if os.environ.get(k) != v}
+    if wrong_env:
+        raise PlacementProbeError(f"the replica's environment has {wrong_env}, the layout needs {RAY_DP_ENV}")
+    master = ray.util.get_node_ip_address()
+    # The fields of VllmConfig that create_dp_placement_groups reads, as the engine's config would hold them.
+    local = ray_dp_local_ranks(dp, tp)
+    parallel = SimpleNamespace(data_parallel_master_ip=master, data_parallel_size=dp, world_size=tp,
+                               data_parallel_size_local=local,
+                               all2all_backend="allgather_reducescatter")  # fmt: skip
+    engine_utils: Any = utils
+    saved = engine_utils.current_platform
+    if not saved.is_cuda_alike():  # GPUs declared to Ray, not present: CUDA's resource name is all it reads
+        engine_utils.current_platform = _cuda_platform()
+    try:
+        groups, local_ranks = engine_utils.CoreEngineActorManager.create_dp_placement_groups(
+            SimpleNamespace(parallel_config=parallel)
+        )
+    except (ValueError, AssertionError) as exc:
+        raise PlacementProbeError(f"vLLM could not place {dp} DP ranks of {tp} GPUs: {exc}") from None
+    finally:
+        engine_utils.current_platform = saved
+    try:
+        ranks = []
+        for rank, (group, local) in enumerate(zip(groups, local_ranks, strict=True)):
+            try:
+                ray.get(group.ready(), timeout=BUNDLE_TIMEOUT_S)
+            except ray.exceptions.GetTimeoutError:
+                raise PlacementProbeError(
+                    f"DP rank {rank}: its placement group was not placed within {BUNDLE_TIMEOUT_S:g} s"
+                ) from None
+            placed = _place_on(group, list(range(tp)), gpus=1.0)
+            (engine_core,) = _place_on(group, [tp], gpus=0.0, cpus=1.0)  # the rank's EngineCoreActor bundle
+            ranks.append({"dp_rank": rank, "local_dp_rank": local, "engine_core": engine_core, "workers": placed,
+                          "nodes": sorted({p["node_id"] for p in placed})})  # fmt: skip
+        return {"dp_master_ip": master, "data_parallel_size_local": local, "ranks": ranks}
+    finally:
+        for group in groups:
+            remove_placement_group(group)
+
+
+def _place_on(
+    group: Any, indices: list[int], *, gpus: float, cpus: float = 0.0, hint: str = ""
+) -> list[dict[str, Any]]:
+    """An actor on each bundle of `group` at `indices`, asked where it runs; killed before returning."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    @ray.remote(num_cpus=0)
+    class Dummy:
+        def where(self) -> dict[str, Any]:
+            context = ray.get_runtime_context()
+            return {"node_id": context.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
+
+    actors = [
+        Dummy.options(  # type: ignore[attr-defined]
+            num_gpus=gpus, num_cpus=cpus,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=group,
+                                                                 placement_group_bundle_index=index),
+        ).remote()
+        for index in indices
+    ]  # fmt: skip
+    try:
+        placed = []
+        for index, actor in zip(indices, actors, strict=True):
+            try:
+                placed.append({"bundle": index, **ray.get(actor.where.remote(), timeout=BUNDLE_TIMEOUT_S)})
+            except ray.exceptions.GetTimeoutError:
+                raise PlacementProbeError(
+                    f"bundle {index} of the placement group: a {gpus:g}-GPU actor was not placed within "
+                    f"{BUNDLE_TIMEOUT_S:g} s {hint}".rstrip()
+                ) from None
+        return placed
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+
+
 def _cuda_platform() -> Any:
     """vLLM's platform for device ids: the real one on a CUDA node; on a node whose GPUs are only declared to Ray
     (tests, `--check` from a CPU image) vLLM's generic Platform with CUDA's device variable, which is all that
@@ -40,6 +131,7 @@ def _cuda_platform() -> Any:
 
     class CudaDeviceIds(Platform):
         device_control_env_var = CUDA_DEVICES
+        ray_device_key = "GPU"  # CudaPlatform's
 
     return CudaDeviceIds
 
@@ -98,17 +190,10 @@ def _probe_replica(arm: ArmSpec, plan: ArmPlacement) -> dict[str, Any]:
 
 def _probe_bundles(plan: ArmPlacement) -> dict[str, Any]:
     import ray
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     group = ray.util.get_current_placement_group()
     if group is None:
         raise PlacementProbeError("spanning layout but the replica runs outside a placement group")
-
-    @ray.remote(num_cpus=0)
-    class Dummy:
-        def where(self) -> dict[str, Any]:
-            context = ray.get_runtime_context()
-            return {"node_id": context.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
 
     # The bundles vLLM's Ray executor uses: the first world-size bundles that have a GPU
     # (vllm/v1/executor/ray_executor.py, _init_workers_ray).
@@ -116,31 +201,10 @@ def _probe_bundles(plan: ArmPlacement) -> dict[str, Any]:
     if len(gpu_bundles) < plan.workers_per_replica:
         raise PlacementProbeError(f"{len(gpu_bundles)} GPU bundles for {plan.workers_per_replica} workers")
     gpus = plan.bundles[-1]["GPU"] if plan.bundles else 1.0
-    actors = [
-        Dummy.options(  # type: ignore[attr-defined]
-            num_gpus=gpus,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=group, placement_group_bundle_index=index
-            ),
-        ).remote()
-        for index in gpu_bundles
-    ]
-    try:
-        placed: list[dict[str, Any]] = []
-        for index, actor in zip(gpu_bundles, actors, strict=True):
-            try:
-                where = ray.get(actor.where.remote(), timeout=BUNDLE_TIMEOUT_S)
-            except ray.exceptions.GetTimeoutError:
-                raise PlacementProbeError(
-                    f"bundle {index} of the placement group: a {gpus:g}-GPU actor was not placed within "
-                    f"{BUNDLE_TIMEOUT_S:g} s (its GPU is held, e.g. by the replica itself); vLLM's Ray worker "
-                    f"{len(placed)} would wait there forever"
-                ) from None
-            placed.append({"bundle": index, "worker": len(placed), **where})
-        return {"bundles": placed, "nodes": sorted({p["node_id"] for p in placed})}
-    finally:
-        for actor in actors:
-            ray.kill(actor)
+    hint = "(its GPU is held, e.g. by the replica itself); vLLM's Ray worker on it would wait there forever"
+    placed = _place_on(group, gpu_bundles, gpus=gpus, hint=hint)
+    placed = [{**p, "worker": worker} for worker, p in enumerate(placed)]
+    return {"bundles": placed, "nodes": sorted({p["node_id"] for p in placed})}
 
 
 def probe(arm: ArmSpec) -> dict[str, Any]:
@@ -159,6 +223,8 @@ def probe(arm: ArmSpec) -> dict[str, Any]:
         report.update(_probe_replica(arm, plan))
     elif plan.layout == "spanning":
         report.update(_probe_bundles(plan))
+    elif plan.layout == "ray_dp":
+        report.update(_ray_dp_probe(arm, plan))
     report["ok"] = True
     return report
 
