@@ -166,6 +166,8 @@ TRACE_NOTES: dict[str, str] = {
     "worker": "the load worker that sent it",
     "request_id": "`{arm}:{shape}:{repeat}:{i}`, sent as `x-request-id`",
     "category": "the mix category (chat, editing, reasoning, ...)",
+    "prompt_sha256": "a hash of the prompt, not the prompt: the SHA-256 of its UTF-8 text as 64 hex digits, on every "
+    "row whose request was planned (null otherwise); the same request has the same hash on every arm",
     "prompt": "the prompt text (only with `store_prompts: true`)",
     "first_token_ns": "first content token arrived",
     "token_times_ns": "every token's arrival time (`load.store_token_times`)",
@@ -201,6 +203,36 @@ TRACE_NOTES: dict[str, str] = {
     "engine_id": "the engine (`<arm>/<replica>/dp<rank>` under data parallelism)",
     "node_id": "the Ray node",
     "error_message": "one line",
+}
+
+# The step timeline files' columns (orchestrator/rundir.py timeline_table): meaning, unit, and when null.
+TIMELINE_NOTES: dict[str, str] = {
+    "engine_id": "the engine that ran the step; each rank of a vLLM data-parallel group is its own engine "
+    "(`engine_id` as in the traces); never null",
+    "start_ns": "the step's start, epoch nanoseconds on specdrill's clock (virtual time: from the fixed virtual "
+    "epoch); vLLM: the front end's record time minus the engine core's own timing of the step; never null",
+    "end_ns": "the step's end, epoch nanoseconds; vLLM: when the front end recorded it (after the IPC hop, so "
+    "both ends are late by that lag, the duration is the engine's); never null",
+    "dp_rank": "the engine's rank in its vLLM data-parallel group; 0 for a single engine and for each replica; "
+    "never null",
+    "batch_size": "requests scheduled in the step (vLLM's key for the schedule lookup)",
+    "num_prefill": "requests in the step that were prefilling",
+    "k": "executed draft length (tokens drafted per drafting request, 0 for plain decoding); null where the engine "
+    "could not observe it (vLLM: no request carried the step's drafts on to the next step)",
+    "k_scheduled": "the k vLLM's schedule lookup gives for batch_size under the engine's resolved config; null for "
+    "the simulated engine (its k is the schedule's by construction)",
+    "drafted": "draft tokens verified in the step (proposed by the previous one)",
+    "accepted": "draft tokens accepted in the step",
+    "num_drafts": "requests whose drafts were verified in the step (vLLM); null for the simulated engine",
+    "waiting": "requests waiting in the engine's queue at the step",
+    "batched_tokens": "tokens computed in the step: prefill chunks, 1 + drafts per decoding request; null in "
+    "timelines written before it existed and for vLLM without iteration details",
+    "kv_tokens": "KV-cache tokens the step read (vLLM: blocks in use x block size, so up to block_size - 1 per "
+    "request above the contexts); null in older timelines, before vLLM reported its block count, and in a vLLM "
+    "step where a request finished (its usage is sampled after the blocks were freed)",
+    "lag_s": "wall seconds the real-time simulated engine handed the step's tokens out after the model's step end "
+    "(its latencies are the host's where this grows); present only where some engine reported it (null for the "
+    "others), absent for vLLM and virtual time",
 }
 
 
@@ -513,7 +545,34 @@ def trace_schema() -> str:
         out.append(f"| `{name}` | `{column.type}` | {nullable} | {_cell(meaning)} |")
         previous_end = end
     out.append("")
-    return "\n".join(out)
+    return "\n".join(out + timeline_schema())
+
+
+def timeline_columns() -> list[tuple[str, str]]:
+    """(name, Arrow type) of a step timeline file's columns, as rundir.timeline_table writes them."""
+    from orchestrator.rundir import timeline_table
+
+    schema = timeline_table({"engine": {"start": [0.0], "end": [0.0], "lag_s": [0.0]}}).schema
+    return [(f.name, str(f.type)) for f in schema]
+
+
+def timeline_schema() -> list[str]:
+    out = [
+        "## Step timelines",
+        "",
+        "One file per unit, `timelines/arm=<arm>/shape=<shape>/r<repeat>.parquet` (arm, shape and repeat live in the "
+        "path), written by orchestrator/rundir.py: one row per engine step of every engine of the arm, in the order "
+        "the engines reported them (the ranks of a data-parallel group interleave). The executed-policy check, "
+        "the cross-and-recover switch timings, `specdrill calibrate` and report.html's engine timelines read them. "
+        "Times are `int64` nanoseconds, the other integers `int32`.",
+        "",
+        "| column | type | meaning |",
+        "|---|---|---|",
+    ]
+    for name, kind in timeline_columns():
+        out.append(f"| `{name}` | `{kind}` | {_cell(TIMELINE_NOTES[name])} |")
+    out.append("")
+    return out
 
 
 def _targets(node: ast.AnnAssign | ast.Assign) -> list[ast.expr]:

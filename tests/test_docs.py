@@ -100,6 +100,20 @@ def test_every_note_names_a_real_field_or_column() -> None:
     assert sorted(set(docgen.TRACE_NOTES) - set(COLUMNS)) == []
 
 
+def test_the_trace_schema_describes_the_timeline_files_and_the_prompt_hash() -> None:
+    """Every column rundir.timeline_table writes has its meaning on the page (and no note names another), and
+    prompt_sha256 is said to be a hash of the prompt, not the prompt."""
+    columns = [name for name, _ in docgen.timeline_columns()]
+    assert sorted(docgen.TIMELINE_NOTES) == sorted(columns)
+    page = docgen.trace_schema()
+    timelines = page.split("## Step timelines", 1)[1]
+    assert "`timelines/arm=<arm>/shape=<shape>/r<repeat>.parquet`" in timelines
+    for name, kind in docgen.timeline_columns():
+        assert f"| `{name}` | `{kind}` | {docgen.TIMELINE_NOTES[name]} |" in timelines
+    row = next(line for line in page.splitlines() if line.startswith("| `prompt_sha256` |"))
+    assert "a hash of the prompt, not the prompt" in row and "the prompt itself" not in row
+
+
 def _code_blocks(text: str) -> Iterator[tuple[str, str]]:
     for match in re.finditer(r"^[ \t]*```(\w*)\n(.*?)^[ \t]*```", text, re.S | re.M):
         yield match.group(1), match.group(2)
