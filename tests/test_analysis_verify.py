@@ -135,10 +135,10 @@ def test_off_and_dynamic_with_k0_are_told_apart() -> None:
     assert off.passed
     assert _finding(off, "identity")[1] == "off: really off: no speculative config, k = 0 in all 60 steps, no drafts"
     k0 = _verify(ALL_ZERO, executed=lambda b: 0)
-    assert k0.passed
+    assert not k0.failed and k0.status == "not_exercised"  # its schedule has one k: no switch to see
     message = _finding(k0, "identity")[1]
     assert message == "dyn-k0: dynamic, not off: the engine reports its speculative config; k = 0 in 100.0% of steps"
-    assert _finding(k0, "schedule_switched")[1].startswith("dyn-k0: not exercised")
+    assert _finding(k0, "schedule_switched") == (False, "dyn-k0: not exercised: batch sizes 4-300 all configure k = {0}")
     posing_as_off = _verify(OFF, executed=lambda b: 0, config=CONFIG)
     assert not posing_as_off.passed
     assert (
@@ -202,7 +202,7 @@ def test_a_schedule_that_never_switches_fails_the_timing() -> None:
     assert timing.message.endswith("executed k never changed from 3 after the load crossed up at 25.0 s")
     quiet = trace_table(**_cross_rows(SINGLE, up_at=80.0, down_at=90.0))
     (timing,) = verify_executed_policy(quiet, [SINGLE], shapes={"cross": CROSS}).switch_timings
-    assert timing.passed and "not exercised" in timing.message
+    assert not timing.passed and timing.status == "not_exercised" and "not exercised" in timing.message
 
 
 def test_steps_without_a_k_are_left_out_and_reported() -> None:
@@ -548,8 +548,9 @@ def _per_step_timing(
     out.update(arm=arm.name, shape=shape_name, run=run_name, repeat=repeat, reference=reference, quiet_k=quiet_k,
                bound_s=bound_s)  # fmt: skip
 
-    def result(passed: bool, message: str, **values: Any) -> dict[str, Any]:
-        return {**out, **values, "passed": passed, "message": f"{where}: {message}"}
+    def result(passed: bool, message: str, status: str | None = None, **values: Any) -> dict[str, Any]:
+        status = status or ("pass" if passed else "fail")
+        return {**out, **values, "passed": passed, "status": status, "message": f"{where}: {message}"}
 
     if quiet_k is None or quiet_configured is None:
         return result(False, f"no engine steps before the load crossed up at {up_shape:.1f} s: cannot time a switch")
@@ -557,11 +558,14 @@ def _per_step_timing(
     executed_modes = bin_modes(bins, executed, n_bins)
     loaded = (configured_modes >= 0) & (configured_modes != quiet_configured)
     if not loaded.any():
-        return result(
-            True,
-            f"not exercised: the batch (max {int(batch.max())}) never reached a schedule range "
-            f"with k other than {quiet_configured}",
+        other = int((configured != quiet_configured).sum())
+        reached = (
+            f"the batch (max {int(batch.max())}) never reached a schedule range with k other than {quiet_configured}"
+            if other == 0
+            else f"{other} of {len(configured)} steps ran at batch sizes whose k is other than {quiet_configured} "
+            f"(batch max {int(batch.max())}), but in no {bin_s:g} s bin most of them"
         )
+        return result(False, f"not exercised: {reached}: no switch to time", "not_exercised")
     if reference == "shape":
         up, down = up_shape, down_shape
     else:
