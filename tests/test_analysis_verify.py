@@ -138,7 +138,8 @@ def test_off_and_dynamic_with_k0_are_told_apart() -> None:
     assert not k0.failed and k0.status == "not_exercised"  # its schedule has one k: no switch to see
     message = _finding(k0, "identity")[1]
     assert message == "dyn-k0: dynamic, not off: the engine reports its speculative config; k = 0 in 100.0% of steps"
-    assert _finding(k0, "schedule_switched") == (False, "dyn-k0: not exercised: batch sizes 4-300 all configure k = {0}")
+    switched = "dyn-k0: not exercised: batch sizes 4-300 all configure k = {0}"
+    assert _finding(k0, "schedule_switched") == (False, switched)
     posing_as_off = _verify(OFF, executed=lambda b: 0, config=CONFIG)
     assert not posing_as_off.passed
     assert (
@@ -203,6 +204,28 @@ def test_a_schedule_that_never_switches_fails_the_timing() -> None:
     quiet = trace_table(**_cross_rows(SINGLE, up_at=80.0, down_at=90.0))
     (timing,) = verify_executed_policy(quiet, [SINGLE], shapes={"cross": CROSS}).switch_timings
     assert not timing.passed and timing.status == "not_exercised" and "not exercised" in timing.message
+
+
+def test_a_switch_never_asked_for_by_most_steps_is_not_exercised_and_says_how_many_steps_were_there() -> None:
+    """Every third step in the loaded stretch runs at a batch size whose k is 1: no time bin is mostly there, so
+    there is no switch to time. That is not a pass, and the line counts the steps the per-band checks show."""
+    rows = _cross_rows(SINGLE, up_at=28.0, down_at=59.0)
+    table = SINGLE.k_table()
+    batches = [b if b[0] == 10 or i % 3 == 0 else [10] for i, b in enumerate(rows["step_batch_size"])]
+    rows.update(step_batch_size=batches, step_k=[[int(table[b[0]])] for b in batches])
+    report = verify_executed_policy(trace_table(**rows), [SINGLE], shapes={"cross": CROSS})
+    (timing,) = report.switch_timings
+    loaded = sum(b[0] == 100 for b in batches)
+    assert (timing.status, timing.passed) == ("not_exercised", False)
+    assert timing.message == (
+        f"dyn on cross (run r1, repeat 0): not exercised: {loaded} of {len(batches)} steps ran at batch sizes whose "
+        "k is other than 3 (batch max 100), but in no 1 s bin most of them: no switch to time"
+    )
+    (arm,) = report.arms
+    high = [b for b in arm.bands if 1 in b.configured_k]
+    assert sum(b.steps for b in high) == loaded  # the per-band lines count the same steps
+    assert report.status == "not_exercised" and not report.passed
+    assert VerificationReport.model_validate(json.loads(report.model_dump_json())) == report
 
 
 def test_steps_without_a_k_are_left_out_and_reported() -> None:

@@ -68,9 +68,9 @@ def _heat_value(cell: MapCell | None, baseline: bool) -> tuple[float | None, str
         return None, NO_DATA, "no data"
     s = cell.speedup
     point = s.deciding.point
-    goodput = "goodput per engine" if s.engines_ratio != 1 else "goodput"
+    goodput = "goodput ratio per engine" if s.engines_ratio != 1 else "goodput ratio"
     tip = (
-        f"{s.verdict.value.replace('_', ' ')}, decided by {s.decided_by}: TPOT speedup {ci(s.tpot)}, {goodput} ratio "
+        f"{s.verdict.value.replace('_', ' ')}, decided by {s.decided_by}: TPOT speedup {ci(s.tpot)}, {goodput} "
         f"{ci(s.goodput)}; {s.message}"
     )
     return point, f"{deciding_label(s)} {NO_DATA if point is None else ratio(point)}", tip
