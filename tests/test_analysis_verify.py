@@ -702,3 +702,31 @@ def test_switch_timing_from_binned_counts_equals_the_per_step_timing(bin_s: floa
         assert any(outcome in t["message"] for t in expected.values()), outcome  # every path of the timing
     if reference == "batch" and bin_s in (0.1, 0.3):
         assert any(b.below_start.any() or b.past_end.any() for b in binned)  # times that round across an edge
+
+
+def test_a_switch_not_exercised_fails_the_recovery_gate_only_where_checks_without_evidence_fail() -> None:
+    from pathlib import Path
+
+    from orchestrator.analysis.results import SwitchTiming
+    from orchestrator.campaign import load_campaign
+    from orchestrator.report import evaluate_gates
+
+    timing = SwitchTiming(
+        arm="dyn-single", shape="cross", run="r", repeat=0, reference="shape", crossed_up_s=None, switched_s=None,
+        switch_lag_s=None, crossed_down_s=None, recovered_s=None, recovery_s=None, quiet_k=3, loaded_k=None,
+        bound_s=10.0, passed=False, status="not_exercised", message="dyn-single on cross: not exercised: ...",
+    )  # fmt: skip
+    failed = timing.model_copy(update={"arm": "dyn-dp2", "status": "fail", "message": "dyn-dp2 on cross: never"})
+    campaign = load_campaign(Path(__file__).resolve().parent.parent / "campaigns" / "quickstart.yaml")
+
+    def recovery(not_verifiable: str) -> dict[str, tuple[bool, bool, str]]:
+        gates = campaign.gates.model_copy(update={"not_verifiable": not_verifiable, "max_recovery_s": 10.0})
+        report = VerificationReport(arms=[], switch_timings=[timing, failed], passed=False)
+        found = evaluate_gates(campaign.model_copy(update={"gates": gates}), [], report, [])
+        return {g.arm or "": (g.passed, g.exempt, g.message) for g in found if g.gate == "recovery"}
+
+    assert recovery("report") == {
+        "dyn-single": (True, False, "dyn-single on cross: not exercised: ..."),
+        "dyn-dp2": (True, True, "dyn-dp2 on cross: never (exempt: reported, not failed)"),  # the quickstart's exempt
+    }
+    assert recovery("fail")["dyn-single"] == (False, False, "dyn-single on cross: not exercised: ...")
