@@ -223,8 +223,9 @@ TIMELINE_NOTES: dict[str, str] = {
     "epoch); vLLM: the front end's record time minus the engine core's own timing of the step; never null",
     "end_ns": "the step's end, epoch nanoseconds; vLLM: when the front end recorded it (after the IPC hop, so "
     "both ends are late by that lag, the duration is the engine's); never null",
-    "dp_rank": "the engine's rank in its vLLM data-parallel group; 0 for a single engine and for each replica; "
-    "never null",
+    "dp_rank": "the engine's rank in its vLLM data-parallel group (vLLM, and the simulated engine in virtual time); "
+    "0 for a single engine and for each replica, and in real time for the simulated engine, whose ranks are each a "
+    "Serve replica of their own (told apart by engine_id); never null",
     "batch_size": "requests scheduled in the step (vLLM's key for the schedule lookup)",
     "num_prefill": "requests in the step that were prefilling",
     "k": "executed draft length (tokens drafted per drafting request, 0 for plain decoding); null where the engine "
