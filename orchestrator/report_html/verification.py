@@ -117,7 +117,11 @@ def verification_section(report: VerificationReport, exempt: Collection[str] = (
         else '<p class="muted">No arms verified.</p>'
     )
     arms = "".join(_arm_verification(a, exempt) for a in report.arms)
+    failed = {a.arm for a in report.arms if a.status == "fail"} | {
+        t.arm for t in report.switch_timings if t.status == "fail"
+    }
+    marked = EXEMPT if failed and failed <= set(exempt) else ""  # every failure is an exempt arm's
     return (
-        f"<section><h2>Executed policy {status_mark(report.status)}</h2>{summary}{arms}"
+        f"<section><h2>Executed policy {status_mark(report.status)}{marked}</h2>{summary}{arms}"
         f"{_switch_timings(report.switch_timings, exempt)}</section>"
     )
