@@ -41,7 +41,7 @@ _FIELDS: list[pa.Field] = [
     pa.field("repeat", pa.int32(), nullable=False),
     pa.field("request_index", pa.int64(), nullable=False),
     pa.field("category", pa.string()),
-    pa.field("prompt_sha256", pa.string()),  # the prompt itself only with the campaign's store_prompts: true
+    pa.field("prompt_sha256", pa.string()),
     pa.field("prompt", pa.string()),
     # Client times: epoch nanoseconds on specdrill's monotonic-anchored clock.
     pa.field("scheduled_ns", pa.int64(), nullable=False),

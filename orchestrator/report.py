@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +60,7 @@ class GateResult(BaseModel):
     arm: str | None
     passed: bool
     message: str
+    exempt: bool = False  # it failed on an arm of gates.exempt_arms: reported, and `passed` (it fails nothing)
 
 
 class Summary(BaseModel):
@@ -86,6 +87,7 @@ class Summary(BaseModel):
     prediction_check: list[str] = Field(default_factory=list)
     # The answer first: per band the best arm on the same requests, plain decoding, too few data, crossovers
     answer: Answer | None = None
+    exempt_arms: list[str] = Field(default_factory=list)  # gates.exempt_arms of the arms that ran
     passed: bool
 
 
@@ -213,7 +215,7 @@ def build_summary(
         gates=gates,
         headline=[
             *([ABSOLUTE_ONLY] if campaign.analysis.absolute_only else []),
-            *headline(maps, verification, inputs.arms),
+            *headline(maps, verification, inputs.arms, exempt=campaign.gates.exempt_arms),
             *engine_confounds(manifest),
         ],
         saturated_units=saturated,
@@ -230,6 +232,7 @@ def build_summary(
         answer=None
         if campaign.analysis.absolute_only
         else answer_of(maps, comparisons, verification, inputs.arms, repeats=campaign.repeats),
+        exempt_arms=[a.name for a in inputs.arms if a.name in campaign.gates.exempt_arms],
         passed=all(g.passed for g in gates),
     )
     return summary, series
@@ -299,19 +302,21 @@ def evaluate_gates(
             results.append(
                 GateResult(
                     gate="schedule_dropped", arm=arm.name, passed=not dropped or exempt,
-                    message=dropped[0].message if dropped else f"{arm.name}: schedule not dropped",
+                    exempt=bool(dropped) and exempt,
+                    message=dropped[0].message + _EXEMPT * exempt if dropped else f"{arm.name}: schedule not dropped",
                 )
             )  # fmt: skip
     if gates.max_recovery_s is not None:
         for timing in verification.switch_timings:
+            # A switch the load never asked for fails only where checks without evidence do (gates.not_verifiable)
+            held = timing.passed or (timing.status == "not_exercised" and gates.not_verifiable != "fail")
+            exempt = not held and timing.arm in gates.exempt_arms
             results.append(
                 GateResult(
-                    gate="recovery",
-                    arm=timing.arm,
-                    passed=timing.passed or timing.arm in gates.exempt_arms,
-                    message=timing.message,
+                    gate="recovery", arm=timing.arm, passed=held or exempt, exempt=exempt,
+                    message=timing.message + _EXEMPT * exempt,
                 )
-            )
+            )  # fmt: skip
     if gates.fail_on_saturated_generator:
         for unit in units:
             if unit.saturated:
@@ -335,6 +340,9 @@ def evaluate_gates(
     return results
 
 
+_EXEMPT = " (exempt: reported, not failed)"
+
+
 def _baseline_gate(arm: str, checked: ArmVerification, arms: list[ArmInfo], exempt: bool) -> list[GateResult]:
     """An `off` arm shown to have speculated is no baseline: the speedups of every arm compared with it are void."""
     identity = next((f for f in checked.findings if f.check == "identity" and f.failed), None)
@@ -344,11 +352,8 @@ def _baseline_gate(arm: str, checked: ArmVerification, arms: list[ArmInfo], exem
     against = f" ({', '.join(compared)})" if compared else ""
     message = f"{identity.message}: every speedup measured against {arm}{against} is void"
     return [
-        GateResult(
-            gate="baseline_is_off", arm=arm, passed=exempt,
-            message=message + (" (exempt: reported, not failed)" if exempt else ""),
-        )
-    ]  # fmt: skip
+        GateResult(gate="baseline_is_off", arm=arm, passed=exempt, exempt=exempt, message=message + _EXEMPT * exempt)
+    ]
 
 
 def _follows_schedule_gate(gates: GateConfig, arm: str, checked: ArmVerification, exempt: bool) -> GateResult:
@@ -373,31 +378,42 @@ def _follows_schedule_gate(gates: GateConfig, arm: str, checked: ArmVerification
             and checked.match_fraction >= gates.min_follow_fraction
         )
         basis = "executed k follows the schedule"
-    reason = "; ".join(f.message for f in checked.findings if f.failed) or basis
+    # The findings' messages name the arm already (no "dyn-dp2: dyn-dp2:"); the basis does not
+    reason = "; ".join(f.message for f in checked.findings if f.failed) or f"{arm}: {basis}"
     unverified = [f.check for f in checked.unverified]
     if unverified:
         reason += f" (not verifiable: {', '.join(unverified)})"
+    unexercised = [f.check for f in checked.unexercised]
+    if unexercised:
+        reason += f" (not exercised: {', '.join(unexercised)})"
     return GateResult(
-        gate="dynamic_follows_schedule",
-        arm=arm,
-        passed=follows or exempt,
-        message=f"{arm}: {reason}" + (" (exempt: reported, not failed)" if exempt and not follows else ""),
-    )
+        gate="dynamic_follows_schedule", arm=arm, passed=follows or exempt, exempt=exempt and not follows,
+        message=reason + _EXEMPT * (exempt and not follows),
+    )  # fmt: skip
 
 
 def _has_finding(checked: ArmVerification, check: str) -> bool:
     return any(f.check == check for f in checked.findings)
 
 
-def headline(maps: list[OperatingMap], verification: VerificationReport, arms: list[ArmInfo]) -> list[str]:
-    """The few lines an operator reads first: crossovers, then every failed verification finding."""
+def headline(
+    maps: list[OperatingMap], verification: VerificationReport, arms: list[ArmInfo], *, exempt: Sequence[str] = ()
+) -> list[str]:
+    """The few lines an operator reads first: crossovers, then every verification finding that did not pass
+    (an exempt arm's failures marked so)."""
     lines: list[str] = []
     for operating_map in maps:
         for crossover in operating_map.crossovers:
             lines.append(f"[{operating_map.measure}] {crossover.message}")
     for checked in verification.arms:
-        lines.extend(f.message for f in checked.findings if not f.passed)
-    lines.extend(t.message for t in verification.switch_timings)
+        lines.extend(
+            f.message + (EXEMPT_MARK if f.failed and checked.arm in exempt else "")
+            for f in checked.findings
+            if not f.passed
+        )
+    lines.extend(
+        t.message + (EXEMPT_MARK if t.status == "fail" and t.arm in exempt else "") for t in verification.switch_timings
+    )
     return lines
 
 
@@ -497,7 +513,9 @@ def map_table(operating_map: OperatingMap) -> Table:
 # Three outcomes: a check without evidence is neither a pass nor a failure.
 _STATUS_MARKS = {
     "pass": "[green]PASS[/green]", "fail": "[red]FAIL[/red]", "not_verifiable": "[yellow]NOT VERIFIABLE[/yellow]",
+    "not_exercised": "[yellow]NOT EXERCISED[/yellow]",
 }  # fmt: skip
+EXEMPT_MARK = " (exempt)"  # after an exempt arm's name wherever its failure is printed
 
 
 def print_answer(summary: Summary, console: Console) -> None:
@@ -513,19 +531,21 @@ def print_report(summary: Summary, console: Console) -> None:
     for operating_map in summary.maps:
         console.print(map_table(operating_map))
     console.print("[bold]executed policy[/bold]")
+    exempt = set(summary.exempt_arms)
     for checked in summary.verification.arms:
         mark = _STATUS_MARKS[checked.status]
         share = "-" if checked.match_fraction is None else f"{checked.match_fraction:.0%}"
+        marked = EXEMPT_MARK if checked.arm in exempt and checked.status == "fail" else ""
         console.print(
-            f"  {mark} {checked.arm} ({checked.kind}, {checked.topology}): k as configured in {share} of steps"
+            f"  {mark} {checked.arm}{marked} ({checked.kind}, {checked.topology}): k as configured in {share} of steps"
         )
         for finding in checked.findings:
             if not finding.passed:
-                status = "fail" if finding.failed else "not verifiable"
+                status = (finding.status or "fail").replace("_", " ")
                 console.print(f"       [{status}] {finding.message}", markup=False)
     for timing in summary.verification.switch_timings:
-        mark = "[green]PASS[/green]" if timing.passed else "[red]FAIL[/red]"
-        console.print(f"  {mark} {timing.message}")
+        marked = EXEMPT_MARK if timing.arm in exempt and timing.status == "fail" else ""
+        console.print(f"  {_STATUS_MARKS[timing.status or 'fail']}{marked} {timing.message}")
     for line in summary.incomplete_units:
         console.print(f"[red]incomplete unit[/red] {line}")
     for window in summary.fault_windows:
@@ -541,7 +561,19 @@ def print_report(summary: Summary, console: Console) -> None:
     for gate in summary.gates:
         if not gate.passed:
             console.print(f"[red]gate {gate.gate} failed[/red]: {gate.message}")
-    console.print("[green]all gates pass[/green]" if summary.passed else "[red]a gate failed[/red]")
+        elif gate.exempt:
+            console.print(f"[yellow]gate {gate.gate} failed{EXEMPT_MARK}[/yellow]: {gate.message}")
+    console.print(gates_line(summary))
+
+
+def gates_line(summary: Summary) -> str:
+    """The verdict on the gates, naming the exempt arms whose failures it does not count."""
+    exempted = sorted({g.arm or g.gate for g in summary.gates if g.exempt})
+    if not summary.passed:
+        return "[red]a gate failed[/red]" + (f" (exempt arms also failed: {', '.join(exempted)})" if exempted else "")
+    if exempted:
+        return f"[green]all gates pass[/green] except on exempt arms: {', '.join(exempted)} failed (exempt)"
+    return "[green]all gates pass[/green]"
 
 
 def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
@@ -569,6 +601,10 @@ def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
             engine_lagged_units=summary.engine_lagged_units,
             gate_failures=[g.message for g in summary.gates if not g.passed],
             fault_windows=summary.fault_windows,
+            answer=summary.answer.lines if summary.answer is not None else [],
+            exempt_arms=summary.exempt_arms,
+            exempt_failures=[f"{g.gate}: {g.message}" for g in summary.gates if g.exempt],
+            slo=inputs.campaign.slo,
         )
     )
     store.write_text("report.html", html)

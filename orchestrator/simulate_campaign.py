@@ -78,6 +78,7 @@ class VirtualEngine:
     engine_id: str
     info: dict[str, Any]  # ArmService.info(): what the manifest's arm entry is built from
     constant_columns: dict[str, Any]  # the trace columns that are the same on every response of this engine
+    dp_rank: int = 0  # its rank in a vLLM data-parallel group; replicas and a single engine are each rank 0
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,10 @@ def arm_model(arm: ArmSpec) -> ArmModel:
         columns = telemetry_columns(StreamResult(telemetry={**info, "engine_id": engine_id}))
         constant = {k: columns[k] for k in ("resolved_speculative_config", "schedule_dropped", "replica_id",
                                             "engine_id", "node_id")}  # fmt: skip
-        engines.append(VirtualEngine(rank=rank, engine_id=engine_id, info=info, constant_columns=constant))
+        dp_rank = rank if arm.topology.kind == "data_parallel" else 0
+        engines.append(
+            VirtualEngine(rank=rank, engine_id=engine_id, info=info, constant_columns=constant, dp_rank=dp_rank)
+        )
     return ArmModel(
         arm=arm, profile=profile, time_scale=config.time_scale, max_model_len=config.max_model_len,
         seed=config.seed, engines=engines,
@@ -662,6 +666,7 @@ def timelines(
             data[name] = (_to_ns(start_ns, seconds) / 1e9).tolist()
         for name in ("batch_size", "k", "drafted", "accepted", "waiting", "num_prefill", "batched_tokens", "kv_tokens"):
             data[name] = steps.column(name)[keep].astype(int).tolist()
+        data["dp_rank"] = [engine.dp_rank] * len(data["start"])
         out[engine.engine_id] = data
     return out
 

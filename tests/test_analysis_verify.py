@@ -135,10 +135,11 @@ def test_off_and_dynamic_with_k0_are_told_apart() -> None:
     assert off.passed
     assert _finding(off, "identity")[1] == "off: really off: no speculative config, k = 0 in all 60 steps, no drafts"
     k0 = _verify(ALL_ZERO, executed=lambda b: 0)
-    assert k0.passed
+    assert not k0.failed and k0.status == "not_exercised"  # its schedule has one k: no switch to see
     message = _finding(k0, "identity")[1]
     assert message == "dyn-k0: dynamic, not off: the engine reports its speculative config; k = 0 in 100.0% of steps"
-    assert _finding(k0, "schedule_switched")[1].startswith("dyn-k0: not exercised")
+    switched = "dyn-k0: not exercised: batch sizes 4-300 all configure k = {0}"
+    assert _finding(k0, "schedule_switched") == (False, switched)
     posing_as_off = _verify(OFF, executed=lambda b: 0, config=CONFIG)
     assert not posing_as_off.passed
     assert (
@@ -202,7 +203,29 @@ def test_a_schedule_that_never_switches_fails_the_timing() -> None:
     assert timing.message.endswith("executed k never changed from 3 after the load crossed up at 25.0 s")
     quiet = trace_table(**_cross_rows(SINGLE, up_at=80.0, down_at=90.0))
     (timing,) = verify_executed_policy(quiet, [SINGLE], shapes={"cross": CROSS}).switch_timings
-    assert timing.passed and "not exercised" in timing.message
+    assert not timing.passed and timing.status == "not_exercised" and "not exercised" in timing.message
+
+
+def test_a_switch_never_asked_for_by_most_steps_is_not_exercised_and_says_how_many_steps_were_there() -> None:
+    """Every third step in the loaded stretch runs at a batch size whose k is 1: no time bin is mostly there, so
+    there is no switch to time. That is not a pass, and the line counts the steps the per-band checks show."""
+    rows = _cross_rows(SINGLE, up_at=28.0, down_at=59.0)
+    table = SINGLE.k_table()
+    batches = [b if b[0] == 10 or i % 3 == 0 else [10] for i, b in enumerate(rows["step_batch_size"])]
+    rows.update(step_batch_size=batches, step_k=[[int(table[b[0]])] for b in batches])
+    report = verify_executed_policy(trace_table(**rows), [SINGLE], shapes={"cross": CROSS})
+    (timing,) = report.switch_timings
+    loaded = sum(b[0] == 100 for b in batches)
+    assert (timing.status, timing.passed) == ("not_exercised", False)
+    assert timing.message == (
+        f"dyn on cross (run r1, repeat 0): not exercised: {loaded} of {len(batches)} steps ran at batch sizes whose "
+        "k is other than 3 (batch max 100), but in no 1 s bin most of them: no switch to time"
+    )
+    (arm,) = report.arms
+    high = [b for b in arm.bands if 1 in b.configured_k]
+    assert sum(b.steps for b in high) == loaded  # the per-band lines count the same steps
+    assert report.status == "not_exercised" and not report.passed
+    assert VerificationReport.model_validate(json.loads(report.model_dump_json())) == report
 
 
 def test_steps_without_a_k_are_left_out_and_reported() -> None:
@@ -548,8 +571,9 @@ def _per_step_timing(
     out.update(arm=arm.name, shape=shape_name, run=run_name, repeat=repeat, reference=reference, quiet_k=quiet_k,
                bound_s=bound_s)  # fmt: skip
 
-    def result(passed: bool, message: str, **values: Any) -> dict[str, Any]:
-        return {**out, **values, "passed": passed, "message": f"{where}: {message}"}
+    def result(passed: bool, message: str, status: str | None = None, **values: Any) -> dict[str, Any]:
+        status = status or ("pass" if passed else "fail")
+        return {**out, **values, "passed": passed, "status": status, "message": f"{where}: {message}"}
 
     if quiet_k is None or quiet_configured is None:
         return result(False, f"no engine steps before the load crossed up at {up_shape:.1f} s: cannot time a switch")
@@ -557,11 +581,14 @@ def _per_step_timing(
     executed_modes = bin_modes(bins, executed, n_bins)
     loaded = (configured_modes >= 0) & (configured_modes != quiet_configured)
     if not loaded.any():
-        return result(
-            True,
-            f"not exercised: the batch (max {int(batch.max())}) never reached a schedule range "
-            f"with k other than {quiet_configured}",
+        other = int((configured != quiet_configured).sum())
+        reached = (
+            f"the batch (max {int(batch.max())}) never reached a schedule range with k other than {quiet_configured}"
+            if other == 0
+            else f"{other} of {len(configured)} steps ran at batch sizes whose k is other than {quiet_configured} "
+            f"(batch max {int(batch.max())}), but in no {bin_s:g} s bin most of them"
         )
+        return result(False, f"not exercised: {reached}: no switch to time", "not_exercised")
     if reference == "shape":
         up, down = up_shape, down_shape
     else:
@@ -675,3 +702,31 @@ def test_switch_timing_from_binned_counts_equals_the_per_step_timing(bin_s: floa
         assert any(outcome in t["message"] for t in expected.values()), outcome  # every path of the timing
     if reference == "batch" and bin_s in (0.1, 0.3):
         assert any(b.below_start.any() or b.past_end.any() for b in binned)  # times that round across an edge
+
+
+def test_a_switch_not_exercised_fails_the_recovery_gate_only_where_checks_without_evidence_fail() -> None:
+    from pathlib import Path
+
+    from orchestrator.analysis.results import SwitchTiming
+    from orchestrator.campaign import load_campaign
+    from orchestrator.report import evaluate_gates
+
+    timing = SwitchTiming(
+        arm="dyn-single", shape="cross", run="r", repeat=0, reference="shape", crossed_up_s=None, switched_s=None,
+        switch_lag_s=None, crossed_down_s=None, recovered_s=None, recovery_s=None, quiet_k=3, loaded_k=None,
+        bound_s=10.0, passed=False, status="not_exercised", message="dyn-single on cross: not exercised: ...",
+    )  # fmt: skip
+    failed = timing.model_copy(update={"arm": "dyn-dp2", "status": "fail", "message": "dyn-dp2 on cross: never"})
+    campaign = load_campaign(Path(__file__).resolve().parent.parent / "campaigns" / "quickstart.yaml")
+
+    def recovery(not_verifiable: str) -> dict[str, tuple[bool, bool, str]]:
+        gates = campaign.gates.model_copy(update={"not_verifiable": not_verifiable, "max_recovery_s": 10.0})
+        report = VerificationReport(arms=[], switch_timings=[timing, failed], passed=False)
+        found = evaluate_gates(campaign.model_copy(update={"gates": gates}), [], report, [])
+        return {g.arm or "": (g.passed, g.exempt, g.message) for g in found if g.gate == "recovery"}
+
+    assert recovery("report") == {
+        "dyn-single": (True, False, "dyn-single on cross: not exercised: ..."),
+        "dyn-dp2": (True, True, "dyn-dp2 on cross: never (exempt: reported, not failed)"),  # the quickstart's exempt
+    }
+    assert recovery("fail")["dyn-single"] == (False, False, "dyn-single on cross: not exercised: ...")

@@ -100,6 +100,20 @@ def test_every_note_names_a_real_field_or_column() -> None:
     assert sorted(set(docgen.TRACE_NOTES) - set(COLUMNS)) == []
 
 
+def test_the_trace_schema_describes_the_timeline_files_and_the_prompt_hash() -> None:
+    """Every column rundir.timeline_table writes has its meaning on the page (and no note names another), and
+    prompt_sha256 is said to be a hash of the prompt, not the prompt."""
+    columns = [name for name, _ in docgen.timeline_columns()]
+    assert sorted(docgen.TIMELINE_NOTES) == sorted(columns)
+    page = docgen.trace_schema()
+    timelines = page.split("## Step timelines", 1)[1]
+    assert "`timelines/arm=<arm>/shape=<shape>/r<repeat>.parquet`" in timelines
+    for name, kind in docgen.timeline_columns():
+        assert f"| `{name}` | `{kind}` | {docgen.TIMELINE_NOTES[name]} |" in timelines
+    row = next(line for line in page.splitlines() if line.startswith("| `prompt_sha256` |"))
+    assert "a hash of the prompt, not the prompt" in row and "the prompt itself" not in row
+
+
 def _code_blocks(text: str) -> Iterator[tuple[str, str]]:
     for match in re.finditer(r"^[ \t]*```(\w*)\n(.*?)^[ \t]*```", text, re.S | re.M):
         yield match.group(1), match.group(2)
@@ -165,11 +179,16 @@ def _specdrill(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*SPECDRILL, *args], capture_output=True, text=True, timeout=600, check=False, cwd=REPO)
 
 
-def test_the_first_run(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    run = tmp_path_factory.mktemp("first") / "run"
+    return run, _specdrill("simulate", "campaigns/quickstart.yaml", "--output", str(run))
+
+
+def test_the_first_run(first_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     """README: `specdrill simulate campaigns/quickstart.yaml` prints the report, the DP arm's fallback found; then
     docs/simulator.md's `python -m orchestrator.agreement` on that run against itself agrees."""
-    run = tmp_path / "run"
-    result = _specdrill("simulate", "campaigns/quickstart.yaml", "--output", str(run))
+    run, result = first_run
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "vLLM's data-parallel fallback" in result.stdout and "all gates pass" in result.stdout
     assert (run / "report.html").is_file()
@@ -180,6 +199,45 @@ def test_the_first_run(tmp_path: Path) -> None:
     )  # fmt: skip
     assert agreement.returncode == 0, agreement.stdout + agreement.stderr
     assert json.loads(summary.read_text())["verification"]["arms"]
+
+
+FirstRun = tuple[Path, subprocess.CompletedProcess[str]]
+
+
+def test_running_md_shows_the_quickstarts_answer_block(first_run: FirstRun) -> None:
+    """docs/running.md's answer block is the one this run printed first, line for line (make docs writes it)."""
+    run, result = first_run
+    lines = json.loads((run / "summary.json").read_text())["answer"]["lines"]
+    printed = result.stdout.splitlines()
+    start = printed.index(lines[0])
+    assert printed[start : start + len(lines)] == lines  # the console's block, before the maps
+    page = (REPO / docgen.RUNNING_PAGE).read_text()
+    if docgen.with_answer(page, lines) != page:
+        pytest.fail(f"{docgen.RUNNING_PAGE}'s answer block is stale: run make docs", pytrace=False)
+    assert docgen.answer_block(lines) in page
+
+
+def test_the_quickstart_marks_what_lacks_evidence_and_what_is_exempt(first_run: FirstRun) -> None:
+    """The dp2 arm's switch on `cross` has no time bin mostly at another k: not exercised, never PASS, in the
+    console, summary.json and report.html; its failures are marked exempt (gates.exempt_arms) wherever they are
+    printed, and the gate line says which arm's failure it does not count."""
+    run, result = first_run
+    out = result.stdout
+    assert "NOT EXERCISED dyn-dp2 on cross" in out and "PASS dyn-dp2" not in out
+    assert re.search(r"not exercised: \d+ of \d+ steps ran at batch sizes whose k is other than 3 \(batch max", out)
+    assert "FAIL dyn-dp2 (exempt) (dynamic, data_parallel2)" in out
+    assert "gate dynamic_follows_schedule failed (exempt): dyn-dp2: executed k" in out
+    assert out.rstrip().splitlines()[-2] == "all gates pass except on exempt arms: dyn-dp2 failed (exempt)"
+    assert "dyn-dp2: dyn-dp2:" not in out
+    summary = json.loads((run / "summary.json").read_text())
+    timing = next(t for t in summary["verification"]["switch_timings"] if t["arm"] == "dyn-dp2")
+    assert (timing["status"], timing["passed"]) == ("not_exercised", False)
+    assert summary["exempt_arms"] == ["dyn-dp2"]
+    assert [g["gate"] for g in summary["gates"] if g["exempt"]] == ["dynamic_follows_schedule"]
+    html = (run / "report.html").read_text()
+    assert html.index("<h2>Answer</h2>") < html.index("<svg")
+    assert '<span class="unverified">not exercised</span>' in html and "dyn-dp2: dyn-dp2:" not in html
+    assert '<span class="badge pass">gates pass (dyn-dp2 failed, exempt)</span>' in html
 
 
 def test_the_readme_campaign_runs_and_its_dp_arm_fails_the_gate(tmp_path: Path) -> None:

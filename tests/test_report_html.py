@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import shutil
 import subprocess
@@ -377,3 +378,153 @@ def test_steps_without_a_k_are_counted_but_not_drawn() -> None:
     assert sum(s.steps for s in series.values()) == steps.num_rows  # counted in the caption all the same
     page = render_report_html(_data(timelines=with_gaps))
     assert "nan" not in page[page.index("<section><h2>Engine timelines") :].lower()
+
+
+ANSWER = [
+    "answer (arms on the same hardware compared on the same requests; ratios > 1 favour the arm first)",
+    "by batch size (requests per engine step):",
+    "  batch 1-8 (single): fixed-k3 is best: vs off per-token 1.62x [1.51, 1.73] (n=180)",
+    "what ran:",
+    "  dyn-dp2: ran the static max k = 3: its cells measure what ran, not its policy",
+]
+
+
+def test_the_answer_comes_first_above_every_chart() -> None:
+    page = render_report_html(_data(answer=ANSWER))
+    answer = page.index('<section class="answer"><h2>Answer</h2>')
+    assert answer < page.index("<svg") and answer < page.index("<h2>Findings</h2>")
+    assert page.index("<h2>Answer</h2>") == page.index("<h2>")  # the first section
+    section = page[answer : page.index("</section>", answer)]
+    assert "<h3>by batch size (requests per engine step)</h3>" in section and "<h3>what ran</h3>" in section
+    assert "<li>batch 1-8 (single): fixed-k3 is best: vs off per-token 1.62x [1.51, 1.73] (n=180)</li>" in section
+    assert "<li>dyn-dp2: ran the static max k = 3: its cells measure what ran, not its policy</li>" in section
+
+
+def _heat_titles(page: str) -> dict[str, tuple[str, str]]:
+    """Heatmap cell -> (its tooltip, its label), from the first heatmap."""
+    elements = list(ET.fromstring(SVG_BLOCK.findall(page)[0]))
+    ns = "{http://www.w3.org/2000/svg}"
+    found = {}
+    for element, after in itertools.pairwise(elements):
+        title = element.findtext(f"{ns}title") if element.tag == f"{ns}rect" else None
+        if title:  # each cell's rect, then its label
+            found[title.split(":")[0]] = (title, after.text or "")
+    return found
+
+
+def test_the_heatmap_shows_the_ratio_that_decided_each_verdict() -> None:
+    """A cell decided by per-engine goodput shows that ratio (not its TPOT speedup), named, and says so."""
+    opmap = _map("batch_size")
+    goodput = RatioCI(point=0.5, low=0.48, high=0.52, verdict=Verdict.HURTS)
+    cells = [
+        c.model_copy(update={"speedup": c.speedup.model_copy(update={
+            "goodput": goodput, "verdict": Verdict.HURTS, "decided_by": "goodput", "engines_ratio": 2.0})})
+        if c.arm == "dyn-dp2" and c.band_index == 0 and c.speedup is not None else c
+        for c in opmap.cells
+    ]  # fmt: skip
+    page = render_report_html(_data(maps=[opmap.model_copy(update={"cells": cells})]))
+    titles = _heat_titles(page)
+    tip, label = titles["dyn-dp2 @ 1-8"]
+    assert label == "goodput/engine 0.50x"
+    assert tip.startswith(
+        "dyn-dp2 @ 1-8: hurts, decided by goodput: TPOT speedup 1.40x [1.30, 1.50], "
+        "goodput ratio per engine 0.50x [0.48, 0.52]; "
+    )
+    fixed_tip, fixed_label = titles["fixed-k3 @ 1-8"]
+    assert fixed_label == "tpot (both) 1.62x" and "decided by both" in fixed_tip
+    assert titles["off @ 1-8"][1] == "baseline"
+
+
+def test_decided_by_is_said_once_per_cell() -> None:
+    page = render_report_html(_data())
+    cells = re.findall(r'<td class="cell">(.*?)</td>', page, re.S)
+    judged = [c for c in cells if "TPOT speedup" in c]
+    assert judged and all(c.count("decided by") == 1 for c in judged)
+    assert "(decided by both ratios)" in judged[0]
+    assert "decided the verdict" not in page
+
+
+def test_captions_sit_above_their_charts() -> None:
+    page = render_report_html(_data())
+    figures = re.findall(r"<figure>(.*?)</figure>", page, re.S)
+    assert len(figures) == page.count("<svg")
+    assert all(f.startswith("<figcaption>") and f.index("</figcaption>") < f.index("<svg") for f in figures)
+
+
+def test_slo_thresholds_are_shown_with_the_charts_that_use_them() -> None:
+    from loadshapes.slo import SloConfig
+
+    page = render_report_html(_data(slo=SloConfig(ttft_s=1.0, tpot_s=0.03)))
+    captions = re.findall(r"<figcaption>(.*?)</figcaption>", page)
+    goodput = [c for c in captions if c.startswith("goodput per band")]
+    assert goodput and all("within the SLO (TTFT \u2264 1 s, TPOT \u2264 30 ms)" in c for c in goodput)
+    tpot = [c for c in captions if c.startswith("median time per output token")]
+    assert tpot and all("dashed red: the SLO&#x27;s TPOT deadline 30 ms" in c for c in tpot)
+    charts = [b for b in SVG_BLOCK.findall(page) if 'aria-label="TPOT p50 (ms) by band"' in b]
+    assert charts and all('class="slo"' in b and ">SLO TPOT 30 ms</text>" in b for b in charts)
+    ns = "{http://www.w3.org/2000/svg}"
+    (slo_line,) = [e for e in ET.fromstring(charts[0]).iter(f"{ns}line") if e.get("class") == "slo"]
+    # The y axis' tick labels (text-anchor end, 4 px below their tick): the line sits at 30 ms on that scale.
+    axis = [(float(t.text or ""), float(t.get("y") or 0) - 4) for t in ET.fromstring(charts[0]).iter(f"{ns}text")
+            if t.get("text-anchor") == "end" and (t.text or "").replace(".", "").isdigit()]  # fmt: skip
+    (v0, y0), (v1, y1) = axis[0], axis[-1]
+    assert v1 >= 30 and abs(float(slo_line.get("y1") or 0) - (y0 + (30 - v0) * (y1 - y0) / (v1 - v0))) < 0.2
+
+
+def test_coinciding_goodput_lines_are_each_drawn_differently_and_named() -> None:
+    """Two arms with the same goodput in every band: their lines lie on one another, so each has its own dash
+    and marker, and the caption says they coincide."""
+    opmap = _map("batch_size")
+    cells = [c.model_copy(update={"goodput_rps": 3.1 * (c.band_index + 1)}) for c in opmap.cells]
+    same = opmap.model_copy(update={"cells": cells})
+    page = render_report_html(_data(maps=[same]))
+    captions = re.findall(r"<figcaption>(.*?)</figcaption>", page)
+    (goodput,) = [c for c in captions if c.startswith("goodput per band")]
+    # dyn-dp2 has no cell in the last band: its line stops there, so it does not lie on theirs
+    assert goodput.endswith("; lines coincide: off and fixed-k3 (drawn over one another)")
+    chart = next(b for b in SVG_BLOCK.findall(page) if 'aria-label="goodput (req/s) by band"' in b)
+    dashes = {p.get("stroke-dasharray") for p in ET.fromstring(chart).iter("{http://www.w3.org/2000/svg}polyline")}
+    assert len(dashes) == 3  # one per arm (None: solid), dyn-dp2's line drawn in one piece
+    tpot_caption = next(c for c in captions if c.startswith("median time per output token"))
+    assert "coincide" not in tpot_caption  # their TPOT differs
+
+
+def test_not_exercised_reads_as_its_own_status_never_pass() -> None:
+    from orchestrator.report_html.verification import verification_section
+
+    arm = ArmVerification(
+        arm="dyn", kind="dynamic", topology="single", steps=100, match_fraction=1.0, bands=[], passed=False,
+        findings=[
+            Finding(check="executed_k", arm="dyn", passed=True, message="dyn: executed k = configured k"),
+            Finding.not_exercised("schedule_switched", "dyn", "dyn: not exercised: sizes 1-8 all configure k = 3"),
+        ],
+    )  # fmt: skip
+    timing = SwitchTiming(
+        arm="dyn", shape="cross", run="r", repeat=0, reference="shape", crossed_up_s=None, switched_s=None,
+        switch_lag_s=None, crossed_down_s=None, recovered_s=None, recovery_s=None, quiet_k=3, loaded_k=None,
+        bound_s=10.0, passed=False, status="not_exercised", message="dyn on cross: not exercised: no switch to time",
+    )  # fmt: skip
+    report = VerificationReport(arms=[arm], switch_timings=[timing], passed=False)
+    html = verification_section(report)
+    # heading, summary row, arm, finding, timing
+    assert html.count('<span class="unverified">not exercised</span>') == 5
+    assert "FAIL" not in html and '<span class="ok">pass</span> <b>schedule_switched' not in html
+    page = render_report_html(_data(verification=report, gate_failures=[]))
+    assert '<span class="badge partial">executed policy not exercised</span>' in page
+
+
+def test_an_exempt_arms_failure_is_marked_exempt_wherever_it_is_shown() -> None:
+    page = render_report_html(
+        _data(
+            gate_failures=[], exempt_arms=["dyn-dp2"],
+            exempt_failures=["dynamic_follows_schedule: dyn-dp2: vLLM dropped the schedule (exempt: reported)"],
+        )
+    )  # fmt: skip
+    exempt = ' <span class="exempt">(exempt)</span>'
+    assert '<span class="badge pass">gates pass (dyn-dp2 failed, exempt)</span>' in page
+    assert '<span class="badge fail">executed policy mismatch (only on exempt dyn-dp2)</span>' in page
+    assert f'<h3>dyn-dp2 <span class="bad">FAIL</span>{exempt}</h3>' in page
+    assert f'<td><span class="bad">FAIL</span>{exempt}</td>' in page  # the summary table's row
+    assert f"<b>Gate failures on exempt arms</b>{exempt}: reported, they fail no gate." in page
+    assert f'<h2>Executed policy <span class="bad">FAIL</span>{exempt}</h2>' in page  # its only failure
+    assert page.count(exempt) == 4  # fixed-k3 passed: nothing marked there

@@ -270,6 +270,17 @@ def test_data_parallel_arm_runs_static_k(simulated: tuple[RunStore, dict[str, An
         assert engine.endswith(f"-{int(rid.rsplit(':', 1)[1]) % 2}")
 
 
+def test_each_data_parallel_engine_writes_its_own_rank(simulated: tuple[RunStore, dict[str, Any]]) -> None:
+    """A DP group's ranks are told apart by dp_rank in the timeline (as vLLM's replica reports them); a single
+    engine is rank 0."""
+    store, _ = simulated
+    timeline = pq.read_table(f"{store.timelines}/arm=dyn-dp2/shape=ramp/r0.parquet")
+    ranks = dict(zip(timeline["engine_id"].to_pylist(), timeline["dp_rank"].to_pylist(), strict=True))
+    assert ranks == {"dyn-dp2-sim-0": 0, "dyn-dp2-sim-1": 1}
+    single = pq.read_table(f"{store.timelines}/arm=dyn-single/shape=ramp/r0.parquet")
+    assert set(single["dp_rank"].to_pylist()) == {0}
+
+
 def test_off_arm_reports_no_speculation(simulated: tuple[RunStore, dict[str, Any]]) -> None:
     store, _ = simulated
     rows = _arm_rows(store, "off-single")

@@ -201,7 +201,7 @@ def _timing(*, arm: ArmInfo, shape: CrossAndRecover, binned: BinnedRun, bound_s:
     quiet_k = _mode(executed[before], weights[before])
     quiet_configured = _mode(configured[before], weights[before])
 
-    def result(passed: bool, message: str, **values: float | int | None) -> SwitchTiming:
+    def result(passed: bool, message: str, status: str | None = None, **values: float | int | None) -> SwitchTiming:
         fields: dict[str, float | int | None] = dict.fromkeys(
             ("crossed_up_s", "switched_s", "switch_lag_s", "crossed_down_s", "recovered_s", "recovery_s", "loaded_k")
         )
@@ -216,6 +216,7 @@ def _timing(*, arm: ArmInfo, shape: CrossAndRecover, binned: BinnedRun, bound_s:
                 "quiet_k": quiet_k,
                 "bound_s": bound_s,
                 "passed": passed,
+                "status": status or ("pass" if passed else "fail"),
                 "message": f"{where}: {message}",
                 **fields,
             }
@@ -227,11 +228,17 @@ def _timing(*, arm: ArmInfo, shape: CrossAndRecover, binned: BinnedRun, bound_s:
     executed_modes = _bin_modes(bins, executed, weights, n_bins)
     loaded = (configured_modes >= 0) & (configured_modes != quiet_configured)
     if not loaded.any():
-        return result(
-            True,
-            f"not exercised: the batch (max {int(binned.max_batch.max())}) never reached a schedule range "
-            f"with k other than {quiet_configured}",
+        # No switch to time: neither a pass nor a failure. Steps at batch sizes of another k may still exist (the
+        # per-band checks count them), only never most of a bin's.
+        other = int(weights[configured != quiet_configured].sum())
+        reached = (
+            f"the batch (max {int(binned.max_batch.max())}) never reached a schedule range with k other than "
+            f"{quiet_configured}"
+            if other == 0
+            else f"{other} of {int(weights.sum())} steps ran at batch sizes whose k is other than {quiet_configured}"
+            f" (batch max {int(binned.max_batch.max())}), but in no {bin_s:g} s bin most of them"
         )
+        return result(False, f"not exercised: {reached}: no switch to time", "not_exercised")
     if reference == "shape":
         up, down = up_shape, down_shape
         window = binned.side == 1

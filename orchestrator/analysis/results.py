@@ -123,12 +123,23 @@ class OperatingMap(_Result):
         raise KeyError(f"no cell for band {band!r} and arm {arm!r}")
 
 
-FindingStatus = Literal["pass", "fail", "not_verifiable"]
+# Four outcomes: a check with evidence passes or fails; one without evidence is not verifiable (the telemetry
+# cannot show it) or not exercised (the load never reached what it checks). Neither of the last two is a pass.
+FindingStatus = Literal["pass", "fail", "not_verifiable", "not_exercised"]
+UNPROVEN: tuple[FindingStatus, ...] = ("not_verifiable", "not_exercised")  # in the order a summary names them
+
+
+def _status_of(statuses: list[FindingStatus]) -> FindingStatus:
+    """fail when one failed; pass when all passed; else the first unproven outcome present."""
+    if "fail" in statuses:
+        return "fail"
+    return next((u for u in UNPROVEN if u in statuses), "pass")
 
 
 class Finding(_Result):
-    """`passed` is true only for a pass: a finding without evidence (`status` "not_verifiable") does not pass, and
-    does not fail either; consumers that know only `passed` see it as not passed, never as a pass."""
+    """`passed` is true only for a pass: a finding without evidence (`status` "not_verifiable" or "not_exercised")
+    does not pass, and does not fail either; consumers that know only `passed` see it as not passed, never as a
+    pass."""
 
     check: str
     arm: str
@@ -153,9 +164,17 @@ class Finding(_Result):
     def verifiable(self) -> bool:
         return self.status != "not_verifiable"
 
+    @property
+    def exercised(self) -> bool:
+        return self.status != "not_exercised"
+
     @classmethod
     def not_verifiable(cls, check: str, arm: str, message: str, band: str | None = None) -> Finding:
         return cls(check=check, arm=arm, passed=False, status="not_verifiable", message=message, band=band)
+
+    @classmethod
+    def not_exercised(cls, check: str, arm: str, message: str, band: str | None = None) -> Finding:
+        return cls(check=check, arm=arm, passed=False, status="not_exercised", message=message, band=band)
 
 
 class BandKCheck(_Result):
@@ -187,11 +206,14 @@ class ArmVerification(_Result):
         return [f for f in self.findings if not f.verifiable]
 
     @property
+    def unexercised(self) -> list[Finding]:
+        return [f for f in self.findings if not f.exercised]
+
+    @property
     def status(self) -> FindingStatus:
-        """fail when a check failed; pass when every check passed; else not_verifiable (a check lacked evidence)."""
-        if self.failed:
-            return "fail"
-        return "pass" if self.passed else "not_verifiable"
+        """fail when a check failed; pass when every check passed; else not_verifiable or not_exercised (a check
+        lacked evidence)."""
+        return _status_of([f.status or "fail" for f in self.findings])
 
 
 class SwitchTiming(_Result):
@@ -213,9 +235,23 @@ class SwitchTiming(_Result):
     bound_s: float
     passed: bool
     message: str
+    # "not_exercised": the load never made most of a time bin's steps configure another k, so no switch to time
+    status: Literal["pass", "fail", "not_exercised"] | None = None  # None: from `passed` (older summaries)
+
+    @model_validator(mode="after")
+    def _status_agrees(self) -> Self:
+        if self.status is None:
+            object.__setattr__(self, "status", "pass" if self.passed else "fail")
+        elif self.passed != (self.status == "pass"):
+            raise ValueError(f"switch timing {self.arm}: passed={self.passed} contradicts status {self.status}")
+        return self
 
 
 class VerificationReport(_Result):
     arms: list[ArmVerification]
     switch_timings: list[SwitchTiming]
     passed: bool
+
+    @property
+    def status(self) -> FindingStatus:
+        return _status_of([a.status for a in self.arms] + [t.status or "fail" for t in self.switch_timings])

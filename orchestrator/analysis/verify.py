@@ -661,12 +661,11 @@ def _dropped_finding(arm: ArmInfo, t: ArmTelemetry, *, endpoint: bool = False) -
 
 def _fallback_finding(arm: ArmInfo, below: int, ran_max: int, settings: VerifySettings) -> Finding:
     if below < settings.min_steps:
-        return Finding(
-            check="static_fallback",
-            arm=arm.name,
-            passed=True,
-            message=f"{arm.name}: not exercised: {below} steps at batch sizes whose k is below max k {arm.k}",
-        )
+        return Finding.not_exercised(
+            "static_fallback", arm.name,
+            f"{arm.name}: not exercised: {below} steps at batch sizes whose k is below max k {arm.k} "
+            f"({settings.min_steps} needed)",
+        )  # fmt: skip
     share = ran_max / below
     if share >= settings.fallback_share:
         cause = (
@@ -700,13 +699,16 @@ def _switched_finding(
     high: int,
     settings: VerifySettings,
 ) -> Finding:
-    if steps < settings.min_steps or len(configured) < 2:
-        return Finding(
-            check="schedule_switched",
-            arm=arm.name,
-            passed=True,
-            message=(f"{arm.name}: not exercised: batch sizes {low}-{high} all configure k = {_k_set(configured)}"),
-        )
+    if len(configured) < 2:
+        return Finding.not_exercised(
+            "schedule_switched", arm.name,
+            f"{arm.name}: not exercised: batch sizes {low}-{high} all configure k = {_k_set(configured)}",
+        )  # fmt: skip
+    if steps < settings.min_steps:
+        return Finding.not_exercised(
+            "schedule_switched", arm.name,
+            f"{arm.name}: not exercised: {steps} steps over batch sizes {low}-{high} ({settings.min_steps} needed)",
+        )  # fmt: skip
     if len(executed) < 2:
         return Finding(
             check="schedule_switched",

@@ -10,7 +10,7 @@ import numpy as np
 
 from loadshapes.shapes import CrossAndRecover, Shape
 from orchestrator.analysis.faults import FaultWindow
-from orchestrator.analysis.results import MapCell, OperatingMap
+from orchestrator.analysis.results import MapCell, OperatingMap, Speedup
 from orchestrator.analysis.timelines import MAX_POINTS, TimelineSeries
 from orchestrator.report_html.svg import (
     Frame,
@@ -53,28 +53,43 @@ def _speedup_colour(point: float | None) -> str:
     return _mix((247, 247, 247), (26, 152, 80) if point >= 1 else (215, 48, 39), t)
 
 
+def deciding_label(speedup: Speedup) -> str:
+    """The name of the ratio that decided a cell's verdict, short enough for a heatmap cell."""
+    if speedup.decided_by == "goodput":
+        return "goodput/engine" if speedup.engines_ratio != 1 else "goodput"
+    return {"both": "tpot (both)", "neither": "tpot (no verdict)"}.get(speedup.decided_by, "tpot")
+
+
 def _heat_value(cell: MapCell | None, baseline: bool) -> tuple[float | None, str, str]:
-    """(colour value, text, tooltip) of a heatmap cell."""
+    """(colour value, text, tooltip) of a heatmap cell: the ratio that decided its verdict, named."""
     if baseline:
         return None, "baseline", "the baseline arm"
     if cell is None or cell.speedup is None:
         return None, NO_DATA, "no data"
     s = cell.speedup
-    tip = f"TPOT speedup {ci(s.tpot)}, {s.verdict.value.replace('_', ' ')}; {s.message}"
-    return s.tpot.point, NO_DATA if s.tpot.point is None else ratio(s.tpot.point), tip
+    point = s.deciding.point
+    goodput = "goodput ratio per engine" if s.engines_ratio != 1 else "goodput ratio"
+    tip = (
+        f"{s.verdict.value.replace('_', ' ')}, decided by {s.decided_by}: TPOT speedup {ci(s.tpot)}, {goodput} "
+        f"{ci(s.goodput)}; {s.message}"
+    )
+    return point, f"{deciding_label(s)} {NO_DATA if point is None else ratio(point)}", tip
 
 
 def heatmap(opmap: OperatingMap) -> str:
-    col = max([90.0, *(7.0 * len(a) + 16 for a in opmap.arms)])
+    values = {(band.label, arm): _heat_value(cell_or_none(opmap, band.label, arm), opmap.is_baseline(arm))
+              for band in opmap.bands for arm in opmap.arms}  # fmt: skip
+    col = max([90.0, *(7.0 * len(a) + 16 for a in opmap.arms), *(6.5 * len(t) + 12 for _, t, _ in values.values())])
     row, left, top = 28.0, max([70.0, *(7.0 * len(b.label) + 16 for b in opmap.bands)]), 30.0
-    svg = Svg(left + col * len(opmap.arms) + 10, top + row * len(opmap.bands) + 10, "TPOT speedup heatmap")
+    label = "speedup heatmap: the ratio that decided each verdict"
+    svg = Svg(left + col * len(opmap.arms) + 10, top + row * len(opmap.bands) + 10, label)
     for j, arm in enumerate(opmap.arms):
         svg.text(left + col * (j + 0.5), top - 10, arm, font_size=11, text_anchor="middle", fill="#333")
     for i, band in enumerate(opmap.bands):
         y = top + row * i
         svg.text(left - 8, y + row / 2 + 4, band.label, font_size=11, text_anchor="end", fill="#333")
         for j, arm in enumerate(opmap.arms):
-            point, text, tip = _heat_value(cell_or_none(opmap, band.label, arm), opmap.is_baseline(arm))
+            point, text, tip = values[(band.label, arm)]
             x = left + col * j
             svg.rect(x, y, col, row, f"{arm} @ {band.label}: {tip}", fill=_speedup_colour(point), stroke="#fff")
             svg.text(x + col / 2, y + row / 2 + 4, text, font_size=11, text_anchor="middle", fill="#111")
@@ -89,14 +104,59 @@ def _value_of(opmap: OperatingMap, band: str, arm: str, value: Callable[[MapCell
     return None if result is None else float(result)
 
 
-def band_chart(opmap: OperatingMap, label: str, value: Callable[[MapCell], float | None]) -> str:
-    """One line per arm of value(cell) against the band index."""
-    series = {
-        arm: [(float(i), _value_of(opmap, band.label, arm, value)) for i, band in enumerate(opmap.bands)]
-        for arm in opmap.arms
-    }
+# Each arm its own dash and marker as well as colour: lines that coincide stay told apart where they part.
+DASHES = (None, "6 3", "2 2", "8 3 2 3", "4 4", "1 3")
+MARKERS = ("circle", "square", "triangle", "diamond")
+
+
+def band_series(opmap: OperatingMap, value: Callable[[MapCell], float | None]) -> dict[str, list[float | None]]:
+    return {arm: [_value_of(opmap, band.label, arm, value) for band in opmap.bands] for arm in opmap.arms}
+
+
+def coinciding(series: dict[str, list[float | None]], *, tolerance: float = 0.005) -> list[list[str]]:
+    """Groups of arms whose lines lie on one another: every band's value equal within `tolerance` of the
+    chart's largest value (gaps in the same bands), and at least one value."""
+    top = max((abs(v) for vs in series.values() for v in vs if v is not None and math.isfinite(v)), default=0.0)
+    groups: list[list[str]] = []
+    for arm, values in series.items():
+        if all(v is None for v in values):
+            continue
+        for group in groups:
+            other = series[group[0]]
+            if all(
+                (a is None) == (b is None) and (a is None or b is None or abs(a - b) <= tolerance * (top or 1))
+                for a, b in zip(values, other, strict=True)
+            ):
+                group.append(arm)
+                break
+        else:
+            groups.append([arm])
+    return [g for g in groups if len(g) > 1]
+
+
+def _marker(svg: Svg, shape: str, x: float, y: float, colour: str) -> None:
+    r = 3.5
+    if shape == "circle":
+        svg.add("circle", cx=coord(x), cy=coord(y), r=3, fill=colour)
+    elif shape == "square":
+        svg.rect(x - r, y - r, 2 * r, 2 * r, fill=colour)
+    else:
+        points = [(x, y - r - 1), (x + r + 1, y + r), (x - r - 1, y + r)] if shape == "triangle" else [
+            (x, y - r - 1), (x + r + 1, y), (x, y + r + 1), (x - r - 1, y)]  # fmt: skip
+        svg.add("polygon", points=" ".join(f"{coord(a)},{coord(b)}" for a, b in points), fill=colour)
+
+
+def band_chart(
+    opmap: OperatingMap,
+    label: str,
+    value: Callable[[MapCell], float | None],
+    threshold: tuple[float, str] | None = None,
+) -> str:
+    """One line per arm of value(cell) against the band index; `threshold` (value, label) a dashed line."""
+    series = {arm: [(float(i), y) for i, y in enumerate(ys)] for arm, ys in band_series(opmap, value).items()}
     values = [y for points in series.values() for _, y in points if y is not None and math.isfinite(y)]
-    y_ticks = ticks(max(values, default=0.0) * 1.05)
+    top = max([*values, threshold[0] if threshold else 0.0], default=0.0)
+    y_ticks = ticks(top * 1.05)
     width = max(520.0, 90.0 * len(opmap.bands) + 120)
     frame = Frame(70, 34, width - 100, 200, -0.5, len(opmap.bands) - 0.5, 0, y_ticks[-1])
     svg = Svg(width, 290, f"{label} by band")
@@ -104,14 +164,22 @@ def band_chart(opmap: OperatingMap, label: str, value: Callable[[MapCell], float
     x_axis(svg, frame, [(float(i), b.label) for i, b in enumerate(opmap.bands)], f"band ({opmap.unit})")
     if not values:
         no_data(svg, frame)
+    if threshold is not None:
+        y = frame.y(threshold[0])
+        svg.line(frame.left, y, frame.right, y, stroke="#cf222e", stroke_width=1, stroke_dasharray="5 3",
+                 class_="slo")  # fmt: skip
+        svg.text(frame.right - 4, y - 4, threshold[1], font_size=10, text_anchor="end", fill="#cf222e")
     for n, points in enumerate(series.values()):
-        colour = PALETTE[n % len(PALETTE)]
+        colour, dash, marker = PALETTE[n % len(PALETTE)], DASHES[n % len(DASHES)], MARKERS[n % len(MARKERS)]
         for run in segments(points):
             pixels = [(frame.x(x), frame.y(y)) for x, y in run]
-            svg.polyline(pixels, stroke=colour, stroke_width=2)
+            svg.polyline(pixels, stroke=colour, stroke_width=2, stroke_dasharray=dash)
             for px, py in pixels:
-                svg.add("circle", cx=coord(px), cy=coord(py), r=3, fill=colour)
-    legend(svg, frame.left, 16, [(arm, PALETTE[n % len(PALETTE)], "line") for n, arm in enumerate(series)])
+                _marker(svg, marker, px, py, colour)
+    legend(
+        svg, frame.left, 16,
+        [(arm, PALETTE[n % len(PALETTE)], DASHES[n % len(DASHES)] or "line") for n, arm in enumerate(series)],
+    )  # fmt: skip
     return svg.render()
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from loadshapes.slo import SloConfig
 from orchestrator.analysis.results import Crossover, MapCell, OperatingMap, Quantiles
-from orchestrator.report_html.charts import band_chart, cell_or_none, heatmap
+from orchestrator.report_html.charts import band_chart, band_series, cell_or_none, coinciding, heatmap
 from orchestrator.report_html.text import ci, dur, esc, figure, num, pct, verdict
 
 
@@ -41,14 +42,14 @@ def _cell_html(cell: MapCell | None, baseline: bool) -> str:
         return out + '<div class="muted">baseline</div>'
     s = cell.speedup
     goodput = "goodput ratio per engine" if s.engines_ratio != 1 else "goodput ratio"
-    decided = " (decided the verdict)"
-    marks = {m: decided if s.decided_by in (m, "both") else "" for m in ("per-token latency", "goodput")}
+    # Said once, on the verdict's line: which ratio's interval decided it (both, or neither, included)
+    decided = {"both": "both ratios", "neither": "neither ratio (too few data)"}.get(s.decided_by, s.decided_by)
     return (
         out
-        + f"<div>TPOT speedup {esc(ci(s.tpot))}{marks['per-token latency']}</div>"
-        + f"<div>{goodput} {esc(ci(s.goodput))}{marks['goodput']}</div>"
-        + f'<div>{verdict(s.verdict)} <span class="muted">{"paired" if s.paired else "unpaired"}, '
-        + f"{s.pairs} pairs</span></div>"
+        + f"<div>TPOT speedup {esc(ci(s.tpot))}</div>"
+        + f"<div>{goodput} {esc(ci(s.goodput))}</div>"
+        + f'<div>{verdict(s.verdict)} (decided by {esc(decided)}) <span class="muted">'
+        + f"{'paired' if s.paired else 'unpaired'}, {s.pairs} pairs</span></div>"
     )
 
 
@@ -77,7 +78,45 @@ def _tpot_ms(cell: MapCell) -> float | None:
     return None if cell.tpot_s.p50 is None else cell.tpot_s.p50 * 1000
 
 
-def map_section(opmap: OperatingMap, index: int) -> str:
+def _seconds(value: float) -> str:
+    return f"{value * 1000:g} ms" if value < 1 else f"{value:g} s"
+
+
+def slo_text(slo: SloConfig | None) -> str:
+    """The deadlines goodput counts against, as the charts' captions say them."""
+    if slo is None:
+        return "the campaign's SLO"
+    names = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "end-to-end"))
+    deadlines = [f"{label} \u2264 {_seconds(getattr(slo, name))}" for name, label in names if getattr(slo, name)]
+    text = ", ".join(deadlines) or "no deadline"
+    if slo.per_category:
+        text += f" (other deadlines for {', '.join(sorted(slo.per_category))})"
+    return text
+
+
+def _coincide_note(opmap: OperatingMap, value: Callable[[MapCell], float | None]) -> str:
+    groups = coinciding(band_series(opmap, value))
+    return "".join(f"; lines coincide: {' and '.join(g)} (drawn over one another)" for g in groups)
+
+
+def _band_figures(opmap: OperatingMap, slo: SloConfig | None) -> str:
+    goodput_caption = f"goodput per band: completed requests per second within the SLO ({slo_text(slo)})"
+    tpot_threshold = None
+    tpot_caption = "median time per output token per band"
+    if slo is not None and slo.tpot_s is not None:
+        tpot_threshold = (slo.tpot_s * 1000, f"SLO TPOT {_seconds(slo.tpot_s)}")
+        tpot_caption += f"; dashed red: the SLO's TPOT deadline {_seconds(slo.tpot_s)} (a request's own TPOT)"
+    return (
+        figure(
+            band_chart(opmap, "goodput (req/s)", lambda c: c.goodput_rps),
+            goodput_caption + _coincide_note(opmap, lambda c: c.goodput_rps),
+        )
+        + figure(band_chart(opmap, "TPOT p50 (ms)", _tpot_ms, tpot_threshold), tpot_caption
+                 + _coincide_note(opmap, _tpot_ms))
+    )  # fmt: skip
+
+
+def map_section(opmap: OperatingMap, index: int, slo: SloConfig | None = None) -> str:
     s = opmap.settings
     unbanded = ", ".join(f"{esc(a)} {n}" for a, n in opmap.unbanded.items() if n) or "none"
     return (
@@ -86,9 +125,14 @@ def map_section(opmap: OperatingMap, index: int) -> str:
         f"margin {s.margin:g}, {s.bootstrap_samples} bootstrap samples, at least {s.min_requests} requests per "
         f"cell &middot; requests outside every band: {unbanded}</p>"
         f"{_map_table(opmap)}"
-        f"<h3>TPOT speedup over each arm's baseline</h3>{figure(heatmap(opmap), 'point estimate per cell')}"
-        f"<h3>Goodput and TPOT by band</h3>"
-        f"{figure(band_chart(opmap, 'goodput (req/s)', lambda c: c.goodput_rps), 'goodput per band')}"
-        f"{figure(band_chart(opmap, 'TPOT p50 (ms)', _tpot_ms), 'median time per output token per band')}"
-        f"<h3>Crossovers</h3>{_crossovers(opmap.crossovers)}</section>"
+        f"<h3>Speedup over each arm's baseline</h3>"
+        + figure(
+            heatmap(opmap),
+            "point estimate per cell of the ratio that decided its verdict: tpot (baseline's per-token latency / "
+            "the arm's), goodput (the arm's / the baseline's; per engine where the hardware differs), or both; "
+            f"goodput counts requests within the SLO ({slo_text(slo)})",
+        )
+        + "<h3>Goodput and TPOT by band</h3>"
+        + _band_figures(opmap, slo)
+        + f"<h3>Crossovers</h3>{_crossovers(opmap.crossovers)}</section>"
     )

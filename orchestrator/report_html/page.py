@@ -10,12 +10,13 @@ from typing import Any
 import pyarrow as pa
 
 from loadshapes.shapes import Shape
+from loadshapes.slo import SloConfig
 from orchestrator.analysis.faults import FaultWindow
 from orchestrator.analysis.results import OperatingMap, VerificationReport
 from orchestrator.analysis.timelines import TimelineSeries, series_of_table
 from orchestrator.report_html.charts import timeline_chart
 from orchestrator.report_html.maps import map_section
-from orchestrator.report_html.text import NO_DATA, badge, bullets, esc, figure, json_code, table
+from orchestrator.report_html.text import EXEMPT, NO_DATA, badge, bullets, esc, figure, json_code, table
 from orchestrator.report_html.verification import verification_section
 
 TIMELINE_COLUMNS = ("arm", "shape", "repeat", "engine_id", "start_ns", "end_ns", "batch_size", "k")
@@ -40,16 +41,21 @@ class ReportData:
     engine_lagged_units: list[str] = field(default_factory=list)
     gate_failures: list[str] = field(default_factory=list)
     fault_windows: list[FaultWindow] = field(default_factory=list)
+    answer: list[str] = field(default_factory=list)  # the answer block's lines, as the console prints them
+    exempt_arms: list[str] = field(default_factory=list)  # gates.exempt_arms: their failures fail no gate
+    exempt_failures: list[str] = field(default_factory=list)  # gates that failed on an exempt arm
+    slo: SloConfig | None = None  # the deadlines goodput counts against, shown beside the charts that use them
 
 
 def render_report_html(data: ReportData) -> str:
     body = "\n".join(
         [
             _header(data),
+            _answer_section(data.answer),
             _headline(data),
             _manifest_section(data.manifest),
-            *(map_section(m, i) for i, m in enumerate(data.maps)),
-            verification_section(data.verification),
+            *(map_section(m, i, data.slo) for i, m in enumerate(data.maps)),
+            verification_section(data.verification, data.exempt_arms),
             _faults_section(data.fault_windows),
             _timelines_section(data),
         ]
@@ -74,16 +80,33 @@ padding:4px 8px;text-align:left;vertical-align:top}th{background:#f6f8fa}code{fo
 td.cell{font-size:12px;min-width:170px}.v{font-weight:600}.v-helps{color:#1a7f37}.v-hurts{color:#cf222e}
 .v-no_difference{color:#555}.v-insufficient_data{color:#888}.muted{color:#888}figure{margin:12px 0}
 .unverified{color:#9a6700;font-weight:600}figcaption{color:#555;font-size:12px}svg{max-width:100%;height:auto;background:#fff}
+.partial{background:#9a6700}.exempt{color:#9a6700;font-weight:600}.answer li{margin:2px 0}
 """
 
 
 # -- header, headline, manifest ----------------------------------------------------------------------------------
 
 
+_POLICY_BADGE = {
+    "pass": ("pass", "executed policy verified"),
+    "fail": ("fail", "executed policy mismatch"),
+    "not_verifiable": ("partial", "executed policy not verifiable"),
+    "not_exercised": ("partial", "executed policy not exercised"),
+}
+
+
 def _header(data: ReportData) -> str:
-    gates = badge(not data.gate_failures, "gates pass" if not data.gate_failures else "gates FAIL")
-    verified = data.verification.passed
-    policy = badge(verified, "executed policy verified" if verified else "executed policy mismatch")
+    exempted = sorted({a for a in data.exempt_arms if any(a in line for line in data.exempt_failures)})
+    gates_text = "gates FAIL" if data.gate_failures else "gates pass"
+    if exempted:
+        gates_text += f" ({', '.join(exempted)} failed, exempt)"
+    gates = badge(not data.gate_failures, gates_text)
+    kind, text = _POLICY_BADGE[data.verification.status]
+    failed = {a.arm for a in data.verification.arms if a.status == "fail"}
+    failed |= {t.arm for t in data.verification.switch_timings if t.status == "fail"}
+    if failed and failed <= set(data.exempt_arms):
+        text += f" (only on exempt {', '.join(sorted(failed))})"
+    policy = f'<span class="badge {kind}">{esc(text)}</span>'
     return (
         f"<header><h1>{esc(data.title)}</h1>"
         f'<p class="meta">campaign <b>{esc(data.campaign)}</b> &middot; run <b>{esc(data.run)}</b> &middot; '
@@ -97,6 +120,11 @@ def _headline(data: ReportData) -> str:
         parts.append(f"<section><h2>Findings</h2>{bullets(data.headline)}</section>")
     if data.gate_failures:
         parts.append(f'<div class="failures"><b>Gate failures</b>{bullets(data.gate_failures)}</div>')
+    if data.exempt_failures:
+        parts.append(
+            f'<div class="warn"><b>Gate failures on exempt arms</b>{EXEMPT}: reported, they fail no gate.'
+            f"{bullets(data.exempt_failures)}</div>"
+        )
     if data.saturated_units:
         parts.append(
             '<div class="warn"><b>Load generator saturated</b> on '
@@ -111,6 +139,26 @@ def _headline(data: ReportData) -> str:
             f"a larger engine.time_scale helps.{bullets(data.engine_lagged_units)}</div>"
         )
     return "\n".join(parts)
+
+
+def _answer_section(lines: Sequence[str]) -> str:
+    """The answer block first, structured as the console prints it: its title, a heading per map ("by batch
+    size (...):", "what ran:"), one item per indented line."""
+    if not lines:
+        return ""
+    parts = [f'<section class="answer"><h2>Answer</h2><p>{esc(lines[0])}</p>']
+    items: list[str] = []
+    for line in lines[1:]:
+        if line.startswith("  "):
+            items.append(line.strip())
+            continue
+        if items:
+            parts.append(bullets(items))
+            items = []
+        parts.append(f"<h3>{esc(line.rstrip(':'))}</h3>")
+    if items:
+        parts.append(bullets(items))
+    return "".join(parts) + "</section>"
 
 
 def _manifest_arms(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

@@ -122,12 +122,12 @@ def x_axis(svg: Svg, frame: Frame, labelled: Sequence[tuple[float, str]], label:
 
 
 def legend(svg: Svg, x: float, y: float, items: Sequence[tuple[str, str, str]]) -> None:
-    """Items (name, colour, style: line | dashed | area) in one row from (x, y)."""
+    """Items (name, colour, style: line | dashed | area | an SVG dash array such as "6 3") in one row from (x, y)."""
     for name, colour, style in items:
         if style == "area":
             svg.rect(x, y - 8, 16, 10, fill=colour, fill_opacity="0.35", stroke="none")
         else:
-            dash = "4 3" if style == "dashed" else None
+            dash = {"dashed": "4 3", "line": None}.get(style, style)
             svg.line(x, y - 3, x + 16, y - 3, stroke=colour, stroke_width=2, stroke_dasharray=dash)
         svg.text(x + 20, y + 1, name, font_size=11, fill="#333")
         x += 30 + 6.5 * len(name)

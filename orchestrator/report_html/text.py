@@ -50,10 +50,13 @@ def passfail(passed: bool) -> str:
 
 
 def status_mark(status: str | None) -> str:
-    """A finding's outcome: pass, FAIL, or not verifiable (no evidence either way)."""
-    if status == "not_verifiable":
-        return '<span class="unverified">not verifiable</span>'
+    """A finding's outcome: pass, FAIL, or not verifiable / not exercised (no evidence either way)."""
+    if status in ("not_verifiable", "not_exercised"):
+        return f'<span class="unverified">{esc(status.replace("_", " "))}</span>'
     return passfail(status == "pass")
+
+
+EXEMPT = ' <span class="exempt">(exempt)</span>'  # after an exempt arm's failure: reported, not failed
 
 
 def badge(passed: bool, text: str) -> str:
@@ -76,4 +79,5 @@ def json_code(value: Any) -> str:
 
 
 def figure(svg: str, caption: str) -> str:
-    return f"<figure>{svg}<figcaption>{esc(caption)}</figcaption></figure>"
+    """The caption above its chart: below, it read as the next chart's title."""
+    return f"<figure><figcaption>{esc(caption)}</figcaption>{svg}</figure>"

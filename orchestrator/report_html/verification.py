@@ -3,10 +3,10 @@ one configured, the findings, and the cross-and-recover switch timings."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from orchestrator.analysis.results import ArmVerification, BandKCheck, SwitchTiming, VerificationReport
-from orchestrator.report_html.text import NO_DATA, esc, num, passfail, pct, status_mark, table
+from orchestrator.report_html.text import EXEMPT, NO_DATA, esc, num, passfail, pct, status_mark, table
 
 
 def _shares(executed: dict[str, float]) -> str:
@@ -42,16 +42,20 @@ def _findings(arm: ArmVerification) -> str:
     return f"<ul>{items}</ul>"
 
 
-def _arm_verification(arm: ArmVerification) -> str:
+def _exempt(arm: str, status: str | None, exempt: Collection[str]) -> str:
+    return EXEMPT if arm in exempt and status == "fail" else ""
+
+
+def _arm_verification(arm: ArmVerification, exempt: Collection[str]) -> str:
     return (
-        f"<h3>{esc(arm.arm)} {status_mark(arm.status)}</h3>"
+        f"<h3>{esc(arm.arm)} {status_mark(arm.status)}{_exempt(arm.arm, arm.status, exempt)}</h3>"
         f'<p class="meta">kind {esc(arm.kind)} &middot; topology {esc(arm.topology)} &middot; {arm.steps} steps '
         f"&middot; executed k matches the configured k on {pct(arm.match_fraction)} of steps</p>"
         f"{_band_checks(arm.bands)}{_findings(arm)}"
     )
 
 
-def _switch_timings(timings: Sequence[SwitchTiming]) -> str:
+def _switch_timings(timings: Sequence[SwitchTiming], exempt: Collection[str]) -> str:
     if not timings:
         return ""
     rows = [
@@ -70,7 +74,7 @@ def _switch_timings(timings: Sequence[SwitchTiming]) -> str:
             esc(t.quiet_k if t.quiet_k is not None else NO_DATA),
             esc(t.loaded_k if t.loaded_k is not None else NO_DATA),
             num(t.bound_s),
-            passfail(t.passed),
+            status_mark(t.status) + _exempt(t.arm, t.status, exempt),
             esc(t.message),
         ]
         for t in timings
@@ -96,20 +100,15 @@ def _switch_timings(timings: Sequence[SwitchTiming]) -> str:
     return f"<h3>Switch timings (cross and recover)</h3>{table(header, rows)}"
 
 
-def _report_status(report: VerificationReport) -> str:
-    if any(a.failed for a in report.arms) or any(not t.passed for t in report.switch_timings):
-        return "fail"
-    return "pass" if report.passed else "not_verifiable"
-
-
-def verification_section(report: VerificationReport) -> str:
+def verification_section(report: VerificationReport, exempt: Collection[str] = ()) -> str:
+    """`exempt`: the campaign's gates.exempt_arms, marked "(exempt)" where they failed."""
     summary = (
         table(
             ["arm", "kind", "topology", "steps", "match", "check"],
             [
                 [
                     esc(a.arm), esc(a.kind), esc(a.topology), str(a.steps), pct(a.match_fraction),
-                    status_mark(a.status),
+                    status_mark(a.status) + _exempt(a.arm, a.status, exempt),
                 ]
                 for a in report.arms
             ],
@@ -117,8 +116,12 @@ def verification_section(report: VerificationReport) -> str:
         if report.arms
         else '<p class="muted">No arms verified.</p>'
     )
-    arms = "".join(_arm_verification(a) for a in report.arms)
+    arms = "".join(_arm_verification(a, exempt) for a in report.arms)
+    failed = {a.arm for a in report.arms if a.status == "fail"} | {
+        t.arm for t in report.switch_timings if t.status == "fail"
+    }
+    marked = EXEMPT if failed and failed <= set(exempt) else ""  # every failure is an exempt arm's
     return (
-        f"<section><h2>Executed policy {status_mark(_report_status(report))}</h2>{summary}{arms}"
-        f"{_switch_timings(report.switch_timings)}</section>"
+        f"<section><h2>Executed policy {status_mark(report.status)}{marked}</h2>{summary}{arms}"
+        f"{_switch_timings(report.switch_timings, exempt)}</section>"
     )
