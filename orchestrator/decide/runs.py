@@ -111,7 +111,8 @@ def check_same_traffic(runs: list[RunEvidence]) -> None:
         differs = traffic_differences(first, other)
         if differs:
             raise RecommendError(
-                f"{first.run_dir} and {other.run_dir} are not runs of the same traffic: {', '.join(differs)} differ"
+                f"{first.run_dir} and {other.run_dir} are not runs of the same traffic: {', '.join(differs)} "
+                + ("differs" if len(differs) == 1 else "differ")
             )
         bands, theirs = [c.band for c in first.choices], [c.band for c in other.choices]
         if bands != theirs:
