@@ -47,11 +47,12 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _simulate(root: Path, data: dict[str, Any]) -> Path:
-    path = root / f"{data['name']}.yaml"
-    path.write_text(yaml.safe_dump({**data, "output": str(root / data["name"])}))
+    run = root / str(data["name"])
+    path = run.with_suffix(".yaml")
+    path.write_text(yaml.safe_dump({**data, "output": str(run)}))
     result = _cli("simulate", str(path))
     assert result.returncode in (0, 3), result.stderr
-    return root / data["name"]
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +81,7 @@ def _valid(path: Path) -> Campaign:
     return campaign
 
 
+@pytest.mark.slow  # a virtual-time run and the CLI in a process: 10-60 s
 def test_nine_requests_are_insufficient_data_not_advice(nine: Path) -> None:
     result = _cli("recommend", str(nine))
     assert result.returncode == EXIT_INSUFFICIENT == 4, result.stdout + result.stderr
@@ -112,6 +114,7 @@ def test_nine_requests_are_insufficient_data_not_advice(nine: Path) -> None:
                                                   "fixed3-single"}  # fmt: skip
 
 
+@pytest.mark.slow  # a virtual-time run and the CLI in a process: 10-60 s
 def test_a_ramp_names_each_arm_and_the_bands_without_evidence(ramp: Path) -> None:
     result = _cli("recommend", str(ramp))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -151,6 +154,7 @@ def test_a_ramp_names_each_arm_and_the_bands_without_evidence(ramp: Path) -> Non
     assert f"then: specdrill recommend {ramp} {ramp}-followup" in result.stdout
 
 
+@pytest.mark.slow  # a virtual-time run and the CLI in a process: 10-60 s
 def test_runs_of_the_same_traffic_combine(ramp: Path) -> None:
     if not (ramp / "followup-campaign.yaml").exists():
         assert _cli("recommend", str(ramp)).returncode == 0
@@ -168,6 +172,7 @@ def test_runs_of_the_same_traffic_combine(ramp: Path) -> None:
     assert all(c["run"] in (str(ramp), str(followup)) for b in bands.values() for c in b["candidates"])
 
 
+@pytest.mark.slow  # a virtual-time run and the CLI in a process: 10-60 s
 def test_runs_of_other_traffic_are_refused(ramp: Path, nine: Path) -> None:
     result = _cli("recommend", str(ramp), str(nine))
     assert result.returncode == 2
@@ -176,6 +181,7 @@ def test_runs_of_other_traffic_are_refused(ramp: Path, nine: Path) -> None:
     )
 
 
+@pytest.mark.slow  # a virtual-time run and the CLI in a process: 10-60 s
 def test_a_real_time_run_is_rehearsed_with_run(ramp: Path, tmp_path: Path) -> None:
     run = tmp_path / "real"
     shutil.copytree(ramp, run)

@@ -123,9 +123,9 @@ def _through_off(best: KCandidate, other: KCandidate, margin: float) -> RatioCI:
     if sb is None or so is None or sb.point is None or not so.point:
         return RatioCI(point=None, low=None, high=None, verdict=Verdict.INSUFFICIENT_DATA)
     point = sb.point / so.point
-    if None in (sb.low, sb.high, so.low, so.high) or not so.low or not so.high:
+    if sb.low is None or sb.high is None or not so.low or not so.high:
         return RatioCI(point=point, low=None, high=None, verdict=Verdict.INSUFFICIENT_DATA)
-    low, high = sb.low / so.high, sb.high / so.low  # type: ignore[operator]
+    low, high = sb.low / so.high, sb.high / so.low
     return RatioCI(point=point, low=low, high=high, verdict=verdict_for(low, high, margin))
 
 
