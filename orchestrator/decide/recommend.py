@@ -157,11 +157,18 @@ def decide_band(runs: Sequence[RunEvidence], index: int, max_k: int) -> BandDeci
     smaller = [c for c in spec if c.k < choice.k]
     clearly_worse = all(c.vs_best is not None and c.vs_best.low is not None and c.vs_best.low > limit for c in smaller)
     within = choice.vs_best is None or (choice.vs_best.high is not None and choice.vs_best.high <= limit)
-    confidence: Confidence = (
-        "high" if clearly_worse and within and not [k for k in unmeasured if k < max_k] else
-        "medium" if clearly_worse or within else "low"
-    )  # fmt: skip
     off_candidate = candidates[0] if off else None
+    # A schedule's k = 0 is no faster than `off` (the same steps, a drafter loaded besides): where `off` is
+    # clearly slower than the choice, an unmeasured k = 0 could not have been chosen.
+    off_slower = (
+        off_candidate is not None
+        and off_candidate.vs_best is not None
+        and (off_candidate.vs_best.low is not None and off_candidate.vs_best.low > limit)
+    )
+    open_k = [k for k in unmeasured if k < max_k and not (k == 0 and off_slower)]
+    confidence: Confidence = (
+        "high" if clearly_worse and within and not open_k else "medium" if clearly_worse or within else "low"
+    )  # fmt: skip
     off_faster = (
         off_candidate is not None and off_candidate.vs_best is not None and off_candidate.vs_best.high is not None
         and off_candidate.vs_best.high < 1 / limit
