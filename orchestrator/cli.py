@@ -537,7 +537,10 @@ def recommend_cmd(run_dirs: tuple[str, ...]) -> None:
         if first.campaign.engine.kind == "simulated":
             click.echo(f"a schedule in its own frame: specdrill tune {store.root}/recommended-campaign.yaml")
         else:
-            click.echo("a schedule in its own frame: specdrill tune, on a profile fitted with specdrill calibrate")
+            click.echo(
+                f"a schedule in its own frame: specdrill calibrate {store.root} -o profile.yaml, then specdrill tune "
+                "on a simulated-engine copy of the campaign with --profile profile.yaml"
+            )
     else:
         click.echo("nothing to rehearse: no schedule is recommended")
     if followup is not None:
