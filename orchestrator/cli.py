@@ -504,37 +504,54 @@ def report_cmd(run_dir: str, no_gate_exit: bool) -> None:
 
 
 @cli.command("recommend")
-@click.argument("run_dir")
-def recommend_cmd(run_dir: str) -> None:
-    """Per batch band, the smallest k within the margin of the fastest on the same requests, from the report's
-    evidence: a vLLM speculative_config, a campaign that rehearses it, and a follow-up campaign for the loads
-    where some k was never measured."""
+@click.argument("run_dirs", nargs=-1, required=True)
+def recommend_cmd(run_dirs: tuple[str, ...]) -> None:
+    """Per batch band, the smallest k within the margin of the fastest speculative arm on the same requests,
+    from the report's evidence of one run or several runs of the same traffic: a vLLM speculative_config, a
+    campaign that rehearses it, and a follow-up campaign for what is missing. Exit 4: insufficient data, no
+    recommendation."""
     import yaml
 
-    from orchestrator.decide.recommend import recommend, vllm_snippet
-    from orchestrator.report import load_run, summary_for
+    from orchestrator.decide.recommend import EXIT_INSUFFICIENT, recommend_runs, vllm_snippet
+    from orchestrator.decide.runs import RecommendError, load_evidence
+    from orchestrator.rundir import RunStore
 
-    inputs = load_run(run_dir)
-    if inputs.campaign.analysis.absolute_only:
-        _fail(f"{run_dir}: no off arm: absolute figures only (analysis.absolute_only), no speedups to recommend from")
-    summary = summary_for(inputs)  # the report's aggregates when it already ran for these units
-    recommendation, rehearsal, followup = recommend(summary, inputs.campaign, run_dir)
-    inputs.store.write_json("recommendation.json", recommendation.model_dump(mode="json"))
-    written = {"recommended-campaign.yaml": rehearsal, "followup-campaign.yaml": followup}
-    for name, campaign in written.items():
+    try:
+        runs = [load_evidence(run_dir) for run_dir in run_dirs]
+        recommendation, rehearsal, followup = recommend_runs(runs)
+    except RecommendError as exc:
+        _fail(str(exc))
+        raise
+    first = runs[0]
+    store = RunStore(first.run_dir, create=False)
+    store.write_json("recommendation.json", recommendation.model_dump(mode="json"))
+    # The run's mode decides the command: a virtual-time run rehearses in virtual time
+    command = "specdrill simulate" if first.mode == "virtual" else "specdrill run"
+    for name, campaign in {"recommended-campaign.yaml": rehearsal, "followup-campaign.yaml": followup}.items():
         if campaign is not None:
-            inputs.store.write_text(name, yaml.safe_dump(campaign, sort_keys=False))
+            store.write_text(name, yaml.safe_dump(campaign, sort_keys=False))
+        elif store.exists(name):
+            store.remove(name)  # an earlier recommendation's: not this one's
     click.echo(recommendation.message)
     click.echo(vllm_snippet(recommendation), nl=False)
     if rehearsal is not None:
-        click.echo(f"rehearse it: specdrill run {inputs.store.root}/recommended-campaign.yaml")
+        click.echo(recommendation.frame)
+        click.echo(f"rehearse it: {command} {store.root}/recommended-campaign.yaml")
+        if first.campaign.engine.kind == "simulated":
+            click.echo(f"a schedule in its own frame: specdrill tune {store.root}/recommended-campaign.yaml")
+        else:
+            click.echo(
+                f"a schedule in its own frame: specdrill calibrate {store.root} -o profile.yaml, then specdrill tune "
+                "on a simulated-engine copy of the campaign with --profile profile.yaml"
+            )
     else:
-        click.echo("nothing to rehearse: no single-engine arm was measured and no schedule is recommended")
+        click.echo("nothing to rehearse: no schedule is recommended")
     if followup is not None:
-        click.echo(
-            f"not measured in {', '.join(recommendation.not_measured)}: measure them first with "
-            f"specdrill run {inputs.store.root}/followup-campaign.yaml"
-        )
+        beside = " beside the current best" if recommendation.status != "insufficient" else ""
+        click.echo(f"measure what is missing{beside}: {command} {store.root}/followup-campaign.yaml")
+        click.echo(f"then: specdrill recommend {' '.join(r.run_dir for r in runs)} {followup['output']}")
+    if recommendation.status == "insufficient":
+        sys.exit(EXIT_INSUFFICIENT)
 
 
 @cli.command("tune")

@@ -4,6 +4,7 @@ time; the commands run in-process through the CLI's main."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -118,7 +119,24 @@ def test_a_damaged_summary_is_rebuilt_by_recommend(
     shutil.copytree(pristine, run)
     (run / "summary.json").write_text('{"campaign": ')
     code, err = cli(capsys, "recommend", str(run))
-    assert code == 0 and err == ""
+    # Rebuilt from the traces: this 6-second ramp is too short for any verdict, and recommend says so (exit 4)
+    assert code == 4 and err == ""
+
+
+def test_a_summary_older_than_its_traces_is_refused(
+    pristine: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(pristine, run)
+    cli(capsys, "report", str(run))
+    summary = json.loads((run / "summary.json").read_text())
+    summary["units"] = summary["units"][:-1]  # the report ran before the last unit was complete
+    (run / "summary.json").write_text(json.dumps(summary))
+    code, err = cli(capsys, "recommend", str(run))
+    assert code == 2 and err.strip() == (
+        f"specdrill: error: {run / 'summary.json'}: older than the run's traces (1 of 2 complete units not in it): "
+        f"run `specdrill report {run}` first"
+    )
 
 
 @pytest.mark.parametrize(

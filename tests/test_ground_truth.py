@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 import yaml
 
-from orchestrator.analysis.kchoice import BandChoice
 from orchestrator.analysis.results import MapSettings
 from orchestrator.campaign import Campaign, load_campaign
 from orchestrator.decide.ground_truth import (
@@ -32,7 +31,7 @@ from orchestrator.decide.ground_truth import (
     sweep_crossover,
 )
 from orchestrator.decide.oracle import Oracle, OraclePoint, oracle
-from orchestrator.decide.recommend import Recommendation
+from orchestrator.decide.recommend import BandDecision, Recommendation
 from orchestrator.report import write_report
 from orchestrator.simulate_campaign import simulate_campaign
 from serve_apps.sim.profile import Profile, load_profile
@@ -146,10 +145,11 @@ def _point(batch: int, best: int, ties: tuple[int, ...]) -> OraclePoint:
     )  # fmt: skip
 
 
-def _band(index: int, low: int, high: int, k: int | None) -> BandChoice:
-    return BandChoice(
-        band=f"{low}-{high}", band_index=index, low=low, high=high, candidates=[], best_k=k, k=k, unmeasured_k=[],
-        confidence="high" if k is not None else "none", message="",
+def _band(index: int, low: int, high: int, k: int | None) -> BandDecision:
+    return BandDecision(
+        band=f"{low}-{high}", low=low, high=high, requests=100 if k is not None else 0, needed=20,
+        status="schedule" if k is not None else "insufficient", k=k, arm=None, candidates=[], unmeasured_k=[],
+        more_repeats=None, confidence="high" if k is not None else "none", message="",
     )  # fmt: skip
 
 
@@ -161,8 +161,9 @@ def test_agreement_is_exact_on_ties_slack_one_band_from_the_oracles_k_and_a_miss
     bands = [_band(0, 1, 4, 3), _band(1, 5, 16, 4), _band(2, 17, 64, 1), _band(3, 65, 96, 3), _band(4, 97, 512, None)]
     schedule = [[1, 4, 3], [5, 16, 4], [17, 64, 1], [65, 512, 3]]
     recommendation = Recommendation(
-        method="eagle", model=None, num_speculative_tokens=4, schedule=schedule, bands=bands, not_measured=[],
-        speculative_config={"method": "eagle"}, message="",
+        runs=["r"], mode="virtual", status="schedule", off_arm="off-single", method="eagle", model=None,
+        num_speculative_tokens=4, schedule=schedule, bands=bands, not_measured=[],
+        speculative_config={"method": "eagle"}, frame="", message="",
     )  # fmt: skip
     rows = {r.batch_size: r.match for r in schedule_agreement(truth, recommendation)}
     # 1: k=3 is not the oracle's 4 but its tie at batch 4, one band away at most; 4: a tie; 8, 16: k=4 is the

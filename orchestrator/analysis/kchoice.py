@@ -1,18 +1,18 @@
-"""Which draft length k to run in each batch band, from evidence: every k some arm executed there, compared on
-the same requests, with intervals.
+"""The evidence for choosing a draft length k in each batch band: every k some arm executed there, compared on
+the same requests, with intervals. The choice itself is orchestrator/decide/recommend.py's.
 
 Per band, the candidates are the arms on one engine's hardware (the primary baseline's) that ran one k there
-throughout (their configured k for the band's batch sizes, confirmed by the k they executed). The best is the
-candidate with the shortest per-token latency. Every other candidate is compared with it request by request
+throughout (their configured k for the band's batch sizes, confirmed by the k they executed), with at least the
+map's minimum of requests. The `off` arm (no drafter) is a candidate of its own, apart from a speculative arm
+whose schedule gives k = 0 there (its drafter still loaded). The band's best is the speculative candidate with
+the shortest per-token latency; every other candidate, `off` included, is compared with it request by request
 (the same requests: bands are the baseline twin's), giving its per-token latency relative to the best with a
-block-bootstrap interval. The choice is the smallest k whose latency is within the margin of the best (ties go
-to the smaller k); a k not measured in the band is never chosen, nor k = 0 where no k > 0 was measured.
+block-bootstrap interval.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -23,7 +23,6 @@ from orchestrator.analysis.results import MapCell, MapSettings, OperatingMap, Ra
 from orchestrator.analysis.source import Requests
 from orchestrator.analysis.speedup import PAIR_COLUMNS, CellBlocks, paired_ratios
 
-Confidence = Literal["high", "medium", "low", "none"]
 # How far the k an arm executed in a band may stray from its configured k and still count as running it.
 K_EVIDENCE_TOLERANCE = 0.5
 
@@ -32,26 +31,34 @@ class KCandidate(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     k: int
     arm: str
+    # False: the `off` arm (no drafter); True: an arm with a drafter that ran k here (k = 0: a schedule's zero)
+    speculative: bool = True
     requests: int
     mean_executed_k: float | None
     tpot_p50_s: float | None
-    # This candidate's per-token latency over the band's best candidate's, on the same requests (>= 1: slower);
-    # None for the best itself.
+    # The map's per-token speedup over the primary baseline (its latency / this candidate's, > 1: faster);
+    # None for the baseline itself. Runs of the same traffic are compared through it.
+    speedup: RatioCI | None = None
+    # This candidate's per-token latency over the band's best speculative candidate's, on the same requests
+    # (>= 1: slower); None for the best itself.
     vs_best: RatioCI | None
     pairs: int
 
 
 class BandChoice(BaseModel):
+    """One batch band's evidence (summary.json's k_choices)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     band: str
     band_index: int
     low: int
     high: int
-    candidates: list[KCandidate]  # by k
-    best_k: int | None
-    k: int | None  # the choice; None: no k > 0 measured here, nothing to choose
-    unmeasured_k: list[int]  # 0..max_k with no candidate in this band
-    confidence: Confidence
+    requests: int  # the primary baseline's requests in the band (the band's n)
+    clock_s: float  # how long the band lasted on the primary baseline's clock, over every unit
+    min_requests: int  # per candidate, for a verdict (the map's rule)
+    margin: float  # the map's margin: within it, two candidates are equal
+    candidates: list[KCandidate]  # by k, `off` first
+    best_arm: str | None  # the fastest speculative candidate; None: no speculative arm has evidence here
     message: str
 
 
@@ -70,9 +77,10 @@ def _configured_k(arm: ArmInfo, low: int, high: int) -> int | None:
 def _candidates(
     batch_map: OperatingMap, index: int, arms: Sequence[ArmInfo], dropped: set[str], settings: MapSettings
 ) -> list[tuple[int, ArmInfo, MapCell]]:
+    """`off` first, then the speculative candidates by k; per k the arm with the most requests."""
     low, high = _band_limits(batch_map, index)
     primary = batch_map.baseline
-    found: dict[int, tuple[int, ArmInfo, MapCell]] = {}
+    found: dict[tuple[bool, int], tuple[int, ArmInfo, MapCell]] = {}
     for arm in arms:
         on_primary = arm.name == primary or (batch_map.baselines.get(arm.name) == primary and arm.engines_ratio == 1)
         if not on_primary or arm.name in dropped or arm.data_parallel_size > 1:
@@ -84,9 +92,10 @@ def _candidates(
         ran = cell.mean_executed_k if cell.mean_executed_k is not None else 0.0
         if abs(ran - k) > K_EVIDENCE_TOLERANCE:
             continue  # configured for k but did not run it here: no evidence for k
-        if k not in found or cell.requests > found[k][2].requests:
-            found[k] = (k, arm, cell)
-    return [found[k] for k in sorted(found)]
+        key = (arm.kind != "off", k)
+        if key not in found or cell.requests > found[key][2].requests:
+            found[key] = (k, arm, cell)
+    return [found[key] for key in sorted(found)]
 
 
 def _tpot_speedup(cell: MapCell) -> float:
@@ -191,7 +200,7 @@ def choose_k(
     settings: MapSettings | None = None,
 ) -> list[BandChoice]:
     """Per band of the batch map (band set `band_set` of the maps' `scored` view, which must exist on
-    `requests`), the evidence and the choice of k."""
+    `requests`), the evidence a choice of k is made from (`max_k` bounds the k a band lists as not measured)."""
     chosen_settings = settings or batch_map.settings
     per_band = {
         i: _candidates(batch_map, i, arms, dropped or set(), chosen_settings) for i in range(len(batch_map.bands))
@@ -199,20 +208,21 @@ def choose_k(
     best: dict[int, tuple[int, ArmInfo, MapCell]] = {}
     comparisons: list[tuple[int, str, str]] = []
     for i, found in per_band.items():
-        if not found:
+        speculative = [c for c in found if c[1].kind != "off"]
+        if not speculative:
             continue
         # Fastest per-token latency; ties to the smaller k (sorted by k, max keeps the first of equals).
-        top = max(found, key=lambda c: (_tpot_speedup(c[2]), -c[0]))
+        top = max(speculative, key=lambda c: (_tpot_speedup(c[2]), -c[0]))
         best[i] = top
-        comparisons += [(i, top[1].name, arm.name) for k, arm, _ in found if arm.name != top[1].name]
+        comparisons += [(i, top[1].name, arm.name) for _, arm, _ in found if arm.name != top[1].name]
     blocks = _pairs_vs_best(requests, band_set, comparisons)
     return [
-        _decide(batch_map, i, per_band[i], best.get(i), blocks, max_k, chosen_settings)
+        _evidence(batch_map, i, per_band[i], best.get(i), blocks, max_k, chosen_settings)
         for i in range(len(batch_map.bands))
     ]
 
 
-def _decide(
+def _evidence(
     batch_map: OperatingMap,
     index: int,
     found: list[tuple[int, ArmInfo, MapCell]],
@@ -223,8 +233,7 @@ def _decide(
 ) -> BandChoice:
     low, high = _band_limits(batch_map, index)
     label = batch_map.bands[index].label
-    measured = [k for k, _, _ in found]
-    unmeasured = [k for k in range(max_k + 1) if k not in measured]
+    baseline = next((c for c in batch_map.cells if c.band_index == index and c.arm == batch_map.baseline), None)
     candidates: list[KCandidate] = []
     for position, (k, arm, cell) in enumerate(found):
         vs_best: RatioCI | None = None
@@ -240,49 +249,30 @@ def _decide(
                 vs_best = RatioCI(point=None, low=None, high=None, verdict=Verdict.INSUFFICIENT_DATA)
         candidates.append(
             KCandidate(
-                k=k, arm=arm.name, requests=cell.requests, mean_executed_k=cell.mean_executed_k,
-                tpot_p50_s=cell.tpot_s.p50, vs_best=vs_best, pairs=pairs,
+                k=k, arm=arm.name, speculative=arm.kind != "off", requests=cell.requests,
+                mean_executed_k=cell.mean_executed_k, tpot_p50_s=cell.tpot_s.p50,
+                speedup=cell.speedup.tpot if cell.speedup is not None else None, vs_best=vs_best, pairs=pairs,
             )
         )  # fmt: skip
-    if best is None or not any(c.k > 0 for c in candidates):
-        why = (
-            f"no arm with {settings.min_requests}+ requests here ran one k throughout" if not candidates
-            else "no k > 0 was measured here"
-        )  # fmt: skip
-        return BandChoice(
-            band=label, band_index=index, low=low, high=high, candidates=candidates,
-            best_k=best[0] if best else None, k=None, unmeasured_k=unmeasured, confidence="none",
-            message=f"{label}: not measured ({why}); a follow-up campaign runs fixed k = "
-            f"{', '.join(str(k) for k in unmeasured if k > 0) or '-'} at these loads",
-        )  # fmt: skip
-    limit = 1 + settings.margin
-    acceptable = [
-        c for c in candidates
-        if c.k == best[0] or (c.vs_best is not None and c.vs_best.point is not None and c.vs_best.point <= limit)
-    ]  # fmt: skip
-    choice = min(acceptable, key=lambda c: c.k)
-    smaller = [c for c in candidates if c.k < choice.k]
-    clearly_worse = all(c.vs_best is not None and c.vs_best.low is not None and c.vs_best.low > limit for c in smaller)
-    within = choice.vs_best is None or (choice.vs_best.high is not None and choice.vs_best.high <= limit)
-    confidence: Confidence = (
-        "high" if clearly_worse and within and not [k for k in unmeasured if k < max_k] else
-        "medium" if clearly_worse or within else "low"
-    )  # fmt: skip
+    measured = {c.k for c in candidates if c.speculative}
     evidence = ", ".join(
-        f"k={c.k} " + ("best" if c.vs_best is None else _ratio_text(c.vs_best)) + f" (n={c.requests})"
+        ("off" if not c.speculative else f"k={c.k}") + f" ({c.arm}) "
+        + ("best" if c.vs_best is None else ratio_text(c.vs_best)) + f" n={c.requests}"
         for c in candidates
-    )
-    gaps = f"; k = {', '.join(map(str, unmeasured))} not measured" if unmeasured else ""
+    )  # fmt: skip
+    gaps = [k for k in range(max_k + 1) if k not in measured]
     return BandChoice(
-        band=label, band_index=index, low=low, high=high, candidates=candidates, best_k=best[0], k=choice.k,
-        unmeasured_k=unmeasured, confidence=confidence,
-        message=f"{label}: k={choice.k} ({confidence} confidence; per-token latency vs the best: {evidence}{gaps})",
+        band=label, band_index=index, low=low, high=high, requests=baseline.requests if baseline else 0,
+        clock_s=baseline.clock_s if baseline else 0.0, min_requests=settings.min_requests, margin=settings.margin,
+        candidates=candidates, best_arm=best[1].name if best else None,
+        message=f"{label}: per-token latency vs the fastest speculative arm: {evidence or 'no candidate'}"
+        + (f"; k = {', '.join(map(str, gaps))} not measured" if gaps else ""),
     )  # fmt: skip
 
 
-def _ratio_text(ratio: RatioCI) -> str:
+def ratio_text(ratio: RatioCI) -> str:
     if ratio.point is None:
         return "n/a"
     if ratio.low is None or ratio.high is None:
-        return f"{ratio.point:.3f}x"
+        return f"{ratio.point:.3f}x (no interval)"
     return f"{ratio.point:.3f}x [{ratio.low:.3f}, {ratio.high:.3f}]"

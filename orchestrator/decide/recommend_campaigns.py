@@ -1,0 +1,123 @@
+"""The campaigns `specdrill recommend` writes beside its recommendation: one that rehearses the recommended
+schedule, and a follow-up that measures what is missing beside the current best. Both on the same traffic as the
+first run, and validated as `specdrill run` would before they are written."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from orchestrator.campaign import Campaign, CampaignError
+from orchestrator.decide.runs import RunEvidence
+from serve_apps.config_io import load_yaml_model
+from serve_apps.policies import DynamicPolicy, FixedPolicy
+
+if TYPE_CHECKING:
+    from orchestrator.decide.recommend import Recommendation
+
+MAX_REPEATS = 100  # the campaign's own limit
+
+
+def _arm_names(campaign: Campaign) -> dict[str, tuple[str, str]]:
+    """arm name -> (policy name, topology name)."""
+    pairs = (
+        [(a.policy, a.topology) for a in campaign.arms_only] if campaign.arms_only is not None
+        else [(p, t) for p in campaign.policies for t in campaign.topologies]
+    )  # fmt: skip
+    return {f"{p}-{t}": (p, t) for p, t in pairs}
+
+
+def followup_campaign(runs: Sequence[RunEvidence], recommendation: Recommendation) -> dict[str, Any] | None:
+    """On the same traffic, one engine: `off`, the arms behind the current choices (so the follow-up run measures
+    the current best beside what is new), the dynamic policies (their edges are the batch bands, so the two runs'
+    evidence combines), a fixed-k arm for every k some band never measured, and the repeats a band short of
+    requests needs. None when nothing is missing."""
+    first = runs[0]
+    chosen = {(c.run, c.arm) for b in recommendation.bands if b.status != "insufficient" for c in b.candidates
+              if c.speculative and (c.vs_best is None or c.k == b.k)}  # fmt: skip
+    specs = {(r.run_dir, a.name): a.policy for r in runs for a in r.campaign.arms()}
+    kept = {p.k for key in chosen if isinstance(p := specs[key], FixedPolicy)}
+    unmeasured = {k for b in recommendation.bands if b.requests for k in b.unmeasured_k if k > 0}
+    missing = sorted(unmeasured - kept)
+    repeats = max([first.repeats, *(b.more_repeats or 0 for b in recommendation.bands)])
+    if not missing and repeats <= first.repeats:
+        return None
+    data = first.campaign.model_dump(mode="json", by_alias=True, exclude_none=True)
+    names = {r.run_dir: _arm_names(r.campaign) for r in runs}
+    raw = {r.run_dir: r.campaign.model_dump(mode="json", by_alias=True, exclude_none=True) for r in runs}
+    off_policy, topology = names[first.run_dir].get(recommendation.off_arm or "", ("off", "single"))
+    policies: dict[str, Any] = {off_policy: data["policies"][off_policy]}
+    topologies: dict[str, Any] = {topology: data["topologies"][topology]}
+    arms = [(off_policy, topology)]
+    for run_dir, arm in sorted(chosen):
+        policy_name, topology_name = names[run_dir][arm]
+        policies.setdefault(policy_name, raw[run_dir]["policies"][policy_name])
+        topologies.setdefault(topology_name, raw[run_dir]["topologies"][topology_name])
+        arms.append((policy_name, topology_name))
+    dynamic = [names[first.run_dir][a.name][0] for a in first.campaign.arms() if isinstance(a.policy, DynamicPolicy)]
+    for name in dict.fromkeys(dynamic):
+        policies.setdefault(name, data["policies"][name])
+        arms.append((name, topology))
+    drafter: dict[str, Any] = {"method": recommendation.method}
+    if recommendation.model:
+        drafter["model"] = recommendation.model
+    for k in missing:
+        name = f"fixed{k}" if f"fixed{k}" not in policies else f"fixed{k}-followup"
+        policies[name] = {"kind": "fixed", **drafter, "k": k}
+        arms.append((name, topology))
+    unique = list(dict.fromkeys(arms))
+    data.update(
+        policies=policies, topologies=topologies, arms=[{"policy": p, "topology": t} for p, t in unique],
+        repeats=min(repeats, MAX_REPEATS), name=f"{first.campaign.name}-followup"[:41],
+        output=f"{first.run_dir}-followup" + (str(len(runs)) if len(runs) > 1 else ""),
+    )  # fmt: skip
+    return _validated(_exempt_only_its_arms(data), "the follow-up campaign")
+
+
+def rehearsal_campaign(runs: Sequence[RunEvidence], recommendation: Recommendation) -> dict[str, Any] | None:
+    """The first run's single-engine arms plus the recommended schedule, on the same traffic, into a new run dir;
+    None where no schedule is recommended (there is nothing to rehearse)."""
+    if recommendation.speculative_config is None:
+        return None
+    first = runs[0]
+    campaign = first.campaign
+    data = campaign.model_dump(mode="json", by_alias=True, exclude_none=True)
+    policies = dict(data["policies"])
+    policies["recommended"] = {
+        "kind": "dynamic",
+        "method": recommendation.method,
+        "max_k": recommendation.num_speculative_tokens,
+        "schedule": recommendation.schedule,
+        **({"model": recommendation.model} if recommendation.model else {}),
+    }
+    singles = [name for name, t in campaign.topologies.items() if t.data_parallel_size == 1]
+    topology = singles[0] if singles else "single"
+    if not singles:
+        data.setdefault("topologies", {})["single"] = "single"
+    arms = [
+        {"policy": p, "topology": t}
+        for name, (p, t) in _arm_names(campaign).items()
+        if campaign.topologies[t].data_parallel_size == 1
+    ]
+    arms.append({"policy": "recommended", "topology": topology})
+    data.update(policies=policies, arms=arms, name=f"{campaign.name}-rec"[:41], output=f"{first.run_dir}-recommended")
+    return _validated(_exempt_only_its_arms(data), "the rehearsal campaign")
+
+
+def _exempt_only_its_arms(data: dict[str, Any]) -> dict[str, Any]:
+    """A generated campaign keeps the gates of the one it came from, minus exemptions of arms it does not run
+    (a campaign exempting an arm it has not is refused)."""
+    names = {f"{a['policy']}-{a['topology']}" for a in data["arms"]}
+    gates = data.get("gates", {})
+    if gates.get("exempt_arms"):
+        data["gates"] = {**gates, "exempt_arms": [a for a in gates["exempt_arms"] if a in names]}
+    return data
+
+
+def _validated(data: dict[str, Any], what: str) -> dict[str, Any]:
+    """A generated campaign is checked as `specdrill run` would check it before it is written."""
+    campaign = load_yaml_model(yaml.safe_dump(data, sort_keys=False), Campaign, origin=what, error=CampaignError)
+    campaign.require_traffic()
+    return data
