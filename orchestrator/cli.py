@@ -594,9 +594,21 @@ def tune_cmd(
               help="widening stops here (default: the high rate x 4)")  # fmt: skip
 @click.option("--real-time", is_flag=True, help="run the units on Ray (`specdrill run`'s runner), not in virtual time")
 @click.option("--address", default=None, help="--real-time: Ray cluster address (default: RAY_ADDRESS or local)")
-def search_cmd(campaign_file: str, arm: str, against: str, out_dir: str | None, budget_requests: int | None,
-               low: float | None, high: float | None, unit_requests: int, tolerance: float,
-               min_rate: float | None, max_rate: float | None, real_time: bool, address: str | None) -> None:  # fmt: skip
+def search_cmd(
+    campaign_file: str,
+    arm: str,
+    against: str,
+    out_dir: str | None,
+    budget_requests: int | None,
+    low: float | None,
+    high: float | None,
+    unit_requests: int,
+    tolerance: float,
+    min_rate: float | None,
+    max_rate: float | None,
+    real_time: bool,
+    address: str | None,
+) -> None:
     """Find the offered rate where ARM stops helping against `off`: paired units at constant rates, widened until
     the deciding ratio falls below 1, then narrowed on its PCHIP interpolant until the bracket is within the
     tolerance or the budget is spent. Every unit is kept in the run directory (`specdrill report` reads it)."""
@@ -611,9 +623,15 @@ def search_cmd(campaign_file: str, arm: str, against: str, out_dir: str | None, 
         if low is None or high is None:
             first, last = default_rates(campaign)
             low, high = low or first, high or last
-        config = SearchConfig(low=low, high=high, min_rate=min_rate or low / 4,
-                              max_rate=max_rate or high * 4,
-                              unit_requests=unit_requests, tolerance=tolerance, budget_requests=budget_requests)  # fmt: skip
+        config = SearchConfig(
+            low=low,
+            high=high,
+            min_rate=min_rate or low / 4,
+            max_rate=max_rate or high * 4,
+            unit_requests=unit_requests,
+            tolerance=tolerance,
+            budget_requests=budget_requests,
+        )
         slug = "".join(c if c.isalnum() or c == "-" else "-" for c in arm.lower())
         run_search(
             campaign, arm=arm, against=against, output=out_dir or f"runs/{campaign.name}-search-{slug}",

@@ -292,8 +292,12 @@ def run_search(
             by_rate.setdefault(rate, []).append(name)
             sent = sum(r.scheduled for r in results)
             previous = next((p for p in points if p.rate == rate), None)
-            point = point_of(rate, measure(output, chosen.name, by_rate[rate], campaign.seed),
-                             units=len(by_rate[rate]), requests=sent + (previous.requests if previous else 0))  # fmt: skip
+            point = point_of(
+                rate,
+                measure(output, chosen.name, by_rate[rate], campaign.seed),
+                units=len(by_rate[rate]),
+                requests=sent + (previous.requests if previous else 0),
+            )
             points = [point if p.rate == rate else p for p in points] if previous else [*points, point]
             line = path_line(len(record.steps) + 1, point, step)
             record.steps.append({"step": step.model_dump(), "shape": name, "point": point.model_dump()})

@@ -47,8 +47,7 @@ class SearchConfig(_Model):
             raise ValueError(f"the low rate ({self.low:g}) must be below the high one ({self.high:g})")
         if self.min_rate > self.low or self.max_rate < self.high:
             raise ValueError(
-                f"rates {self.low:g}-{self.high:g} req/s must lie within the limits {self.min_rate:g}-"
-                f"{self.max_rate:g}"
+                f"rates {self.low:g}-{self.high:g} req/s must lie within the limits {self.min_rate:g}-{self.max_rate:g}"
             )
         return self
 
@@ -193,13 +192,23 @@ def next_step(points: Sequence[SearchPoint], config: SearchConfig, *, arm: str, 
         return _affordable(points, config, _narrow(points, lo, hi, config.tolerance), arm)
     ordered = judged(points)
     if not ordered:
-        return Outcome(kind="no_data", lo=None, hi=None, estimate=None,
-                       message=f"no verdict at any rate measured: too few requests for a ratio ({arm} vs {against})")  # fmt: skip
+        return Outcome(
+            kind="no_data",
+            lo=None,
+            hi=None,
+            estimate=None,
+            message=f"no verdict at any rate measured: too few requests for a ratio ({arm} vs {against})",
+        )
     if ordered[0].helps:  # helps at every rate measured: widen up
         top = ordered[-1].rate
         if top >= config.max_rate * (1 - 1e-9):
-            return Outcome(kind="helps_everywhere", lo=top, hi=None, estimate=None,
-                           message=f"{arm} helps at every rate up to {rate_text(top)} req/s (against {against})")  # fmt: skip
+            return Outcome(
+                kind="helps_everywhere",
+                lo=top,
+                hi=None,
+                estimate=None,
+                message=f"{arm} helps at every rate up to {rate_text(top)} req/s (against {against})",
+            )
         rate = min(top * config.widen, config.max_rate)
         return _affordable(points, config, Step(rate=rate, extend=False, why="helps at every rate so far: widen up"),
                            arm)  # fmt: skip
