@@ -6,10 +6,11 @@ The crossover is where the deciding ratio (the analysis' own: per-token speedup,
 the verdict; > 1 favours the arm) crosses 1. The search measures a low and a high rate, widens (x `widen`) until
 the ratio falls below 1 somewhere above a rate where it is above 1, then narrows that bracket: the next rate is
 placed on the measured ratios' PCHIP interpolant (monotone between points, so its root stays inside the
-bracket; vLLM's `bench sweep serve_sla` interpolates its SLA margin the same way), just beside the estimated
-root so that one or two more units can close the bracket to `tolerance`. A rate whose interval still includes 1
-gets another unit of fresh requests (sequential intervals) up to `max_units_per_rate` before its side is taken
-from the point estimate.
+bracket; vLLM's `bench sweep serve_sla` interpolates its SLA margin the same way): at the estimated root while
+the bracket is wide, then just beside it so that one or two more units close the bracket to `tolerance`. A
+rate the answer rests on (a final bracket end, the last rate of "helps everywhere" or "never helps") whose
+interval still includes 1 gets another unit of fresh requests (sequential intervals) up to
+`max_units_per_rate`; elsewhere, and after that, the point estimate takes the side.
 """
 
 from __future__ import annotations
@@ -149,13 +150,16 @@ def spent(points: Sequence[SearchPoint]) -> int:
 
 
 def _narrow(points: Sequence[SearchPoint], lo: float, hi: float, tolerance: float) -> Step:
-    """A rate beside the estimated root, on the side of the bracket end furthest from it, so that the next unit
-    moves that end to within sqrt(1 + tolerance) of the root; the bracket closes in one or two more units when
-    the estimate is good, and shrinks anyway when it is not."""
+    """While the bracket is wider than two tolerances, the estimated root itself (it splits the bracket where the
+    crossing most likely is); then a rate beside it, on the side of the bracket end furthest from it, so that the
+    next unit moves that end to within sqrt(1 + tolerance) of the root and the bracket closes in one or two more
+    units when the estimate is good (and shrinks anyway when it is not)."""
     estimate = crossing(points, lo, hi)
     # Kept off the ends, so a poor estimate still cuts the bracket by a tenth of its (log) width.
     span = math.log(hi / lo)
     estimate = min(max(estimate, lo * math.exp(0.1 * span)), hi * math.exp(-0.1 * span))
+    if hi / lo > (1 + tolerance) ** 2:
+        return Step(rate=estimate, extend=False, why=f"PCHIP crossing at {rate_text(estimate)} req/s: measure it")
     step = math.sqrt(1 + tolerance) ** 0.9  # a little inside, so two such points are within the tolerance
     below, above = estimate / step, estimate * step
     low_gap, high_gap = math.log(estimate / lo), math.log(hi / estimate)
@@ -168,21 +172,29 @@ def _narrow(points: Sequence[SearchPoint], lo: float, hi: float, tolerance: floa
     return Step(rate=rate, extend=False, why=f"PCHIP crossing at {rate_text(estimate)} req/s: measure just {side} it")
 
 
+def _confirm(points: Sequence[SearchPoint], config: SearchConfig, decisive: Sequence[SearchPoint]) -> Step | None:
+    """Sequential intervals where they decide the answer: another unit at a rate the outcome rests on while its
+    interval still includes 1 (up to max_units_per_rate); elsewhere the point estimate steers the search."""
+    for point in decisive:
+        if point.side == "unsure" and point.units < config.max_units_per_rate:
+            what = "no interval" if point.low is None else "its interval includes 1"
+            return Step(rate=point.rate, extend=True, why=f"{what}: another unit at the same rate")
+    return None
+
+
 def next_step(points: Sequence[SearchPoint], config: SearchConfig, *, arm: str, against: str) -> Step | Outcome:
     """The next unit to run, or the outcome. `points` in the order they were first measured."""
     if not points:
         return _affordable(points, config, Step(rate=config.low, extend=False, why="the low end"), arm)
-    last = points[-1]
-    if last.side == "unsure" and last.units < config.max_units_per_rate:
-        what = "no interval" if last.low is None else "its interval includes 1"
-        step = Step(rate=last.rate, extend=True, why=f"{what}: another unit at the same rate")
-        return _affordable(points, config, step, arm)
     if len(points) == 1:
         return _affordable(points, config, Step(rate=config.high, extend=False, why="the high end"), arm)
     found = bracket(points)
     if found is not None:
         lo, hi = found[0].rate, found[1].rate
         if hi / lo - 1 <= config.tolerance + 1e-9:
+            confirm = _confirm(points, config, found)
+            if confirm is not None:
+                return _affordable(points, config, confirm, arm)
             estimate = crossing(points, lo, hi)
             return Outcome(
                 kind="crossover", lo=lo, hi=hi, estimate=estimate,
@@ -202,6 +214,9 @@ def next_step(points: Sequence[SearchPoint], config: SearchConfig, *, arm: str, 
     if ordered[0].helps:  # helps at every rate measured: widen up
         top = ordered[-1].rate
         if top >= config.max_rate * (1 - 1e-9):
+            confirm = _confirm(points, config, ordered[-1:])
+            if confirm is not None:
+                return _affordable(points, config, confirm, arm)
             return Outcome(
                 kind="helps_everywhere",
                 lo=top,
@@ -214,6 +229,9 @@ def next_step(points: Sequence[SearchPoint], config: SearchConfig, *, arm: str, 
                            arm)  # fmt: skip
     bottom = ordered[0].rate
     if bottom <= config.min_rate * (1 + 1e-9):
+        confirm = _confirm(points, config, ordered[:1])
+        if confirm is not None:
+            return _affordable(points, config, confirm, arm)
         return Outcome(kind="never_helps", lo=None, hi=bottom, estimate=None,
                        message=f"{arm} never helps down to {rate_text(bottom)} req/s (against {against})")  # fmt: skip
     rate = max(bottom / config.widen, config.min_rate)
