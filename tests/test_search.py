@@ -28,8 +28,9 @@ from orchestrator.search_run import SEARCH_FILE, grid_points, run_search
 
 
 def _point(rate: float, ratio: float, half: float, units: int = 1, requests: int = 300) -> SearchPoint:
+    verdict = "helps" if ratio - half > 1.02 else "no_difference"
     return SearchPoint(rate=rate, ratio=ratio, low=ratio - half, high=ratio + half, measure="per-token latency",
-                       verdict="helps" if ratio - half > 1.02 else "no_difference", units=units, requests=requests)  # fmt: skip
+                       verdict=verdict, units=units, requests=requests)  # fmt: skip
 
 
 def _drive(curve: Callable[[float, int], tuple[float, float]], config: SearchConfig) -> tuple[Outcome, list[Step]]:
