@@ -57,6 +57,13 @@ SEARCH_FILE = "search.json"
 Mode = Literal["virtual", "real"]
 
 
+class StepRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    step: Step
+    shape: str  # the unit's shape in the run's campaign
+    point: SearchPoint  # the rate's point after this unit (pooled with the rate's earlier units)
+
+
 class SearchRecord(BaseModel):
     """search.json: what the search did, step by step, and what it found."""
 
@@ -65,7 +72,7 @@ class SearchRecord(BaseModel):
     against: str
     mode: Mode
     config: SearchConfig
-    steps: list[dict[str, Any]]  # {"step": Step, "shape": name, "point": SearchPoint after the step}
+    steps: list[StepRecord]
     points: list[SearchPoint]
     outcome: Outcome | None
     requests: int
@@ -168,8 +175,7 @@ RunUnits = Callable[[Campaign, str], list[UnitResult]]
 
 
 @contextmanager
-def virtual_units(campaign: Campaign, arms: list[ArmSpec], store: RunStore,
-                  manifest: dict[str, Any]) -> Iterator[RunUnits]:  # fmt: skip
+def virtual_units(arms: list[ArmSpec], store: RunStore, manifest: dict[str, Any]) -> Iterator[RunUnits]:
     from orchestrator.simulate_campaign import UNIT_GAP_S, VIRTUAL_EPOCH_NS, Traffic, arm_model, simulate_unit
 
     models = {arm.name: arm_model(arm) for arm in arms}
@@ -268,7 +274,7 @@ def run_search(
     runner: AbstractContextManager[RunUnits]
     arms = [base, chosen]
     if mode == "virtual":
-        runner = virtual_units(grown, arms, store, manifest)
+        runner = virtual_units(arms, store, manifest)
     else:
         runner = real_units(grown, arms, store, manifest, address=address)
     began = time.perf_counter()
@@ -300,7 +306,7 @@ def run_search(
             )
             points = [point if p.rate == rate else p for p in points] if previous else [*points, point]
             line = path_line(len(record.steps) + 1, point, step)
-            record.steps.append({"step": step.model_dump(), "shape": name, "point": point.model_dump()})
+            record.steps.append(StepRecord(step=step, shape=name, point=point))
             record.points, record.requests = points, spent(points)
             record.lines.append(line)
             echo(line)

@@ -27,9 +27,7 @@ def ray_address() -> Iterator[str]:
         yield str(info["gcs_address"])
 
 
-def test_a_real_time_search_on_ray_brackets_the_crossover_in_a_run_directory(
-    ray_address: str, tmp_path: Path
-) -> None:
+def test_a_real_time_search_on_ray_brackets_the_crossover_in_a_run_directory(ray_address: str, tmp_path: Path) -> None:
     profile = tmp_path / "costly.yaml"
     profile.write_text(yaml.safe_dump(costly_verify_profile()))
     data = crossover_campaign(profile, tmp_path / "unused", rates=[4, 14], duration_s=10)
@@ -47,8 +45,8 @@ def test_a_real_time_search_on_ray_brackets_the_crossover_in_a_run_directory(
                         address=ray_address, echo=lines.append).record  # fmt: skip
     assert lines[0].startswith("search: fixed3-single against off-single (real time), rates 4-14 req/s")
     assert record.outcome is not None and record.steps
-    first = record.steps[0]["point"]
-    assert first["rate"] == 4 and first["ratio"] > 1  # k = 3 helps at a quarter of the crossover
+    first = record.steps[0].point
+    assert first.rate == 4 and first.ratio is not None and first.ratio > 1  # k = 3 helps at a quarter of the crossover
     assert record.outcome.kind in ("crossover", "budget")
     if record.outcome.kind == "crossover":
         assert record.outcome.message.startswith("crossover between ") and "(bracket within 50%)" in lines[-1]
