@@ -58,12 +58,12 @@ def one_seed(root: Path, profile: Path, seed: int, unit_requests: int) -> tuple[
     reference = grid_crossover(grid)
     grid_requests = sum(p.requests for p in grid)
     outcome = record.outcome
-    estimate = outcome.estimate if outcome is not None else None
     print(f"  grid crossover: {reference:.2f} req/s, {grid_requests} requests, {grid_s:.1f} s" if reference else
           "  grid crossover: none in the grid")  # fmt: skip
-    if estimate is None or reference is None:
+    if outcome is None or outcome.estimate is None or reference is None:
         print("  search crossover: none; FAIL")
         return False, False
+    estimate = outcome.estimate
     off = abs(estimate - reference) / reference
     share = record.requests / grid_requests
     close, cheap = off <= 0.10, share <= 0.40
