@@ -12,7 +12,7 @@ STAMP := $(VENV)/.specdrill-installed
 # gets the rest when make test runs (its stamp is missing), whatever the order.
 DEMO_STAMP := $(VENV)/.specdrill-demo-installed
 
-.PHONY: venv test test-fast demo lint bench bench-clients bench-loadgen bench-report bench-oracle bench-replay chromium clean
+.PHONY: venv test test-fast demo lint bench bench-clients bench-loadgen bench-report bench-oracle bench-search bench-replay chromium clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,10 @@ bench-replay: $(STAMP)
 # The analysis against the simulator's ground truth (docs/ground-truth.md); QUICK=1 for the tests' sizes.
 bench-oracle: $(STAMP)
 	$(BIN)/python benchmarks/bench_oracle.py $(if $(QUICK),--quick,)
+
+# The crossover search against a 10-point grid on the same arms, virtual time (docs/ground-truth.md); SEEDS=1 quick.
+bench-search: $(STAMP)
+	$(BIN)/python benchmarks/bench_search.py $(if $(SEEDS),--seeds $(SEEDS),)
 
 .PHONY: docs screenshot
 

@@ -594,6 +594,75 @@ def tune_cmd(
         click.echo(line)
 
 
+@cli.command("search")
+@click.argument("campaign_file", type=click.Path(dir_okay=False))
+@click.option("--arm", "arm", required=True, help="the arm (or its policy) whose crossover against `off` is sought")
+@click.option("--against", default="off", show_default=True, help="the `off` arm (or policy) it is compared with")
+@click.option("-o", "--output", "out_dir", default=None, help="the run directory (default runs/<name>-search-<arm>)")
+@click.option("--budget-requests", default=None, type=click.IntRange(1), help="requests to both arms, all units")
+@click.option("--low", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="the first low rate, req/s (default: the campaign's shapes' lowest)")  # fmt: skip
+@click.option("--high", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="the first high rate, req/s (default: the campaign's shapes' highest)")  # fmt: skip
+@click.option("--unit-requests", default=150, show_default=True, type=click.IntRange(20),
+              help="requests per arm in one unit")  # fmt: skip
+@click.option("--tolerance", default=0.10, show_default=True, type=click.FloatRange(min=0.01, max=1),
+              help="the bracket's width (high / low - 1) that ends the search")  # fmt: skip
+@click.option("--min-rate", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="widening stops here (default: the low rate / 4)")  # fmt: skip
+@click.option("--max-rate", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="widening stops here (default: the high rate x 4)")  # fmt: skip
+@click.option("--real-time", is_flag=True, help="run the units on Ray (`specdrill run`'s runner), not in virtual time")
+@click.option("--address", default=None, help="--real-time: Ray cluster address (default: RAY_ADDRESS or local)")
+def search_cmd(
+    campaign_file: str,
+    arm: str,
+    against: str,
+    out_dir: str | None,
+    budget_requests: int | None,
+    low: float | None,
+    high: float | None,
+    unit_requests: int,
+    tolerance: float,
+    min_rate: float | None,
+    max_rate: float | None,
+    real_time: bool,
+    address: str | None,
+) -> None:
+    """Find the offered rate where ARM stops helping against `off`: paired units at constant rates, widened until
+    the deciding ratio falls below 1, then narrowed on its PCHIP interpolant until the bracket is within the
+    tolerance or the budget is spent. Every unit is kept in the run directory (`specdrill report` reads it)."""
+    from pydantic import ValidationError
+
+    from orchestrator.decide.search import SearchConfig
+    from orchestrator.search_run import default_rates, run_search
+    from serve_apps.config_io import first_error
+
+    campaign = _campaign(campaign_file)
+    try:
+        if low is None or high is None:
+            first, last = default_rates(campaign)
+            low, high = low or first, high or last
+        config = SearchConfig(
+            low=low,
+            high=high,
+            min_rate=min_rate or low / 4,
+            max_rate=max_rate or high * 4,
+            unit_requests=unit_requests,
+            tolerance=tolerance,
+            budget_requests=budget_requests,
+        )
+        slug = "".join(c if c.isalnum() or c == "-" else "-" for c in arm.lower())
+        run_search(
+            campaign, arm=arm, against=against, output=out_dir or f"runs/{campaign.name}-search-{slug}",
+            config=config, mode="real" if real_time else "virtual", address=address, echo=click.echo,
+        )  # fmt: skip
+    except ValidationError as exc:
+        _fail(first_error(exc))
+    except CampaignError as exc:
+        _fail(str(exc))
+
+
 @cli.group("models")
 def models() -> None:
     """The models a vLLM campaign loads (target and drafters)."""

@@ -1,0 +1,103 @@
+"""`specdrill search` against a 10-point grid on the same arms (issue 27): fixed k = 3 vs `off` on the tests'
+costly-verify profile, in virtual time, for a few seeds of the traffic.
+
+The grid measures 10 evenly spaced rates from the search's low to its high rate, each with the most units the
+search may spend on one rate (two of the search's length), as one ordinary campaign run, and takes its crossover
+by the search's own rule (the first crossing of 1 on the PCHIP of its ratios). The search starts from the same
+two rates. Printed per seed: both crossovers, their difference against the grid's, and the requests each sent;
+the claim is "within 10% of the grid's crossover with at most 40% of its requests". `make bench-search`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from orchestrator.campaign import Campaign
+from orchestrator.decide.ground_truth import costly_verify_profile, crossover_campaign
+from orchestrator.decide.search import SearchConfig, SearchPoint, grid_crossover
+from orchestrator.logs import configure_logging
+from orchestrator.search_run import grid_points, run_search
+
+LOW, HIGH = 8.0, 40.0
+GRID = 10
+
+
+def _point(p: SearchPoint) -> str:
+    if p.ratio is None:
+        return "n/a"
+    if p.low is None or p.high is None:
+        return f"{p.ratio:.3f}"
+    return f"{p.ratio:.3f} [{p.low:.3f}, {p.high:.3f}]"
+
+
+def one_seed(root: Path, profile: Path, seed: int, unit_requests: int) -> tuple[bool, bool]:
+    data = crossover_campaign(profile, root / "unused", rates=[LOW, HIGH], duration_s=10)
+    data["seed"] = seed
+    campaign = Campaign.model_validate(data)
+    config = SearchConfig(low=LOW, high=HIGH, min_rate=LOW / 4, max_rate=HIGH * 4, unit_requests=unit_requests)
+    print(f"\n== seed {seed}: fixed3 vs off, {unit_requests} requests per arm per unit ==")
+    began = time.perf_counter()
+    record = run_search(campaign, arm="fixed3", against="off", output=str(root / f"search-{seed}"), config=config,
+                        mode="virtual", echo=lambda line: print(f"  {line}")).record  # fmt: skip
+    search_s = time.perf_counter() - began
+    rates = [LOW + i * (HIGH - LOW) / (GRID - 1) for i in range(GRID)]
+    began = time.perf_counter()
+    grid = grid_points(campaign, arm="fixed3", against="off", output=str(root / f"grid-{seed}"), rates=rates,
+                       unit_requests=unit_requests, units_per_rate=config.max_units_per_rate,
+                       mode="virtual")  # fmt: skip
+    grid_s = time.perf_counter() - began
+    print(f"  grid ({GRID} rates x {config.max_units_per_rate} units):")
+    for p in grid:
+        print(f"    {p.rate:6.2f} req/s  {_point(p)} on {p.measure}; {p.verdict.replace('_', ' ')}")
+    reference = grid_crossover(grid)
+    grid_requests = sum(p.requests for p in grid)
+    outcome = record.outcome
+    print(f"  grid crossover: {reference:.2f} req/s, {grid_requests} requests, {grid_s:.1f} s" if reference else
+          "  grid crossover: none in the grid")  # fmt: skip
+    if outcome is None or outcome.estimate is None or reference is None:
+        print("  search crossover: none; FAIL")
+        return False, False
+    estimate = outcome.estimate
+    off = abs(estimate - reference) / reference
+    share = record.requests / grid_requests
+    close, cheap = off <= 0.10, share <= 0.40
+    print(f"  search crossover: {estimate:.2f} req/s (bracket {outcome.lo:.2f}-{outcome.hi:.2f}), {record.requests} "
+          f"requests, {len(record.steps)} units per arm, {search_s:.1f} s")  # fmt: skip
+    print(
+        f"  search vs grid: crossover {off:.1%} off ({'within' if close else 'NOT within'} 10%), requests "
+        f"{share:.0%} of the grid's ({'at most' if cheap else 'MORE than'} 40%), time {search_s / grid_s:.0%}"
+    )
+    return close, cheap
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3, help="traffic seeds 0..N-1")
+    parser.add_argument("--unit-requests", type=int, default=150, help="requests per arm in one unit")
+    args = parser.parse_args()
+    configure_logging("WARNING")  # the units' progress lines would bury the search path
+    print(f"bench_search on {platform.node()} ({platform.processor() or platform.machine()}), "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")  # fmt: skip
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
+        root = Path(tmp)
+        profile = root / "costly.yaml"
+        profile.write_text(yaml.safe_dump(costly_verify_profile()))
+        for seed in range(args.seeds):
+            results.append(one_seed(root, profile, seed, args.unit_requests))
+    close = sum(c for c, _ in results)
+    cheap = sum(c for _, c in results)
+    print(
+        f"\nsummary: within 10% of the grid's crossover in {close} of {len(results)} seeds; at most 40% of its "
+        f"requests in {cheap} of {len(results)}"
+    )
+
+
+if __name__ == "__main__":
+    main()

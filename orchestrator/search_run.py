@@ -1,0 +1,359 @@
+"""`specdrill search`'s runner glue: each step of the crossover search (orchestrator/decide/search.py) as one
+paired unit per arm, written into a normal run directory, and measured by the report's own analysis.
+
+A step is a `sustained` shape at the step's rate, lasting `unit_requests / rate` seconds, added to the run's
+campaign (the original, its arms cut to the searched arm and its `off`, its shapes the search's, in the order
+run). The two arms get the same requests (the shape, seed and repeat fix them). The manifest is rewritten with
+the grown campaign after every unit, so the directory is always one `specdrill report` reads; search.json beside
+it holds the path (rate, ratio, interval, decision per step) and the outcome.
+
+Virtual time (a simulated engine) plays the units in their own slots, as `specdrill simulate` does; real time
+deploys both arms on Ray once and runs the units through the load workers, as `specdrill run` does (vLLM arms
+too: the same deploy and the same runner).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.analysis import EngineSettings, MapSettings, operating_map, rate_bands, run_requests
+from orchestrator.analysis.results import Speedup
+from orchestrator.campaign import Campaign, CampaignError
+from orchestrator.decide.search import (
+    Outcome,
+    SearchConfig,
+    SearchPoint,
+    Step,
+    next_step,
+    path_line,
+    spent,
+)
+from orchestrator.logs import get_logger
+from orchestrator.report import load_run
+from orchestrator.rundir import (
+    MANIFEST,
+    RunStore,
+    Unit,
+    UnitResult,
+    arm_entry,
+    fingerprint,
+    finish_run,
+    open_run,
+    plans_for,
+    record_unit,
+)
+from serve_apps.arms import ArmSpec, SimulatedEngineConfig
+
+log = get_logger(__name__)
+
+SEARCH_FILE = "search.json"
+Mode = Literal["virtual", "real"]
+
+
+class StepRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    step: Step
+    shape: str  # the unit's shape in the run's campaign
+    point: SearchPoint  # the rate's point after this unit (pooled with the rate's earlier units)
+
+
+class SearchRecord(BaseModel):
+    """search.json: what the search did, step by step, and what it found."""
+
+    model_config = ConfigDict(extra="forbid")
+    arm: str
+    against: str
+    mode: Mode
+    config: SearchConfig
+    steps: list[StepRecord]
+    points: list[SearchPoint]
+    outcome: Outcome | None
+    requests: int
+    lines: list[str]
+
+
+def arm_names(campaign: Campaign) -> dict[str, tuple[str, str]]:
+    """Arm name -> (policy, topology): the names Campaign.arms() gives its arms."""
+    return {f"{p}-{t}": (p, t) for p in campaign.policies for t in campaign.topologies}
+
+
+def pick_arms(campaign: Campaign, arm: str, against: str) -> tuple[ArmSpec, ArmSpec]:
+    """The searched arm and its `off` by arm name, or by policy name where it runs on one topology only."""
+    arms = campaign.arms()
+    names_of = arm_names(campaign)
+
+    def find(name: str, what: str) -> ArmSpec:
+        exact = [a for a in arms if a.name == name]
+        by_policy = exact or [a for a in arms if names_of[a.name][0] == name]
+        if len(by_policy) == 1:
+            return by_policy[0]
+        names = ", ".join(a.name for a in arms)
+        if not by_policy:
+            raise CampaignError(f"{what}: no arm or policy named {name!r} (arms: {names})")
+        raise CampaignError(f"{what}: policy {name!r} runs on several topologies; name the arm (arms: {names})")
+
+    chosen, base = find(arm, "--arm"), find(against, "--against")
+    if base.policy.kind != "off":
+        raise CampaignError(f"--against: arm {base.name} speculates (policy {base.policy.label}); it must be `off`")
+    if chosen.policy.kind == "off":
+        raise CampaignError(f"--arm: arm {chosen.name} does not speculate: there is nothing to search")
+    if chosen.topology != base.topology:
+        raise CampaignError(
+            f"--against: {base.name} runs on {base.topology.label}, {chosen.name} on {chosen.topology.label}: the "
+            "search compares arms on the same hardware"
+        )
+    return chosen, base
+
+
+def default_rates(campaign: Campaign) -> tuple[float, float]:
+    """The lowest and highest positive rate the campaign's open-loop shapes offer: where its own traffic goes."""
+    rates = [r for shape in campaign.shapes.values() if shape.open_loop for p in shape.phases()
+             for r in (p.rate_start, p.rate_end) if r > 0]  # fmt: skip
+    if len(set(rates)) < 2:
+        raise CampaignError(
+            "shapes: no open-loop shape spans two rates to start the search from; give --low and --high"
+        )
+    return min(rates), max(rates)
+
+
+def search_campaign(campaign: Campaign, arm: ArmSpec, base: ArmSpec, output: str,
+                    shapes: dict[str, dict[str, Any]]) -> Campaign:  # fmt: skip
+    """The run's campaign: the original with only the two arms, the search's shapes so far, one repeat."""
+    data = campaign.model_dump(mode="json", by_alias=True)
+    names_of = arm_names(campaign)
+    data.update(
+        arms=[{"policy": names_of[a.name][0], "topology": names_of[a.name][1]} for a in (base, arm)],
+        shapes=shapes, repeats=1, output=output,
+    )  # fmt: skip
+    return Campaign.model_validate(data)
+
+
+def shape_name(n: int, rate: float) -> str:
+    return f"s{n:02d}-{rate:.4g}rps".replace(".", "_")
+
+
+def shape_of(rate: float, unit_requests: int) -> dict[str, Any]:
+    return {"kind": "sustained", "rate": rate, "duration_s": unit_requests / rate}
+
+
+def measure(run_dir: str, arm: str, shapes: list[str], seed: int) -> Speedup | None:
+    """The arm against its `off` over the units of these shapes (one rate), pair by pair, with the report's own
+    machinery (one offered-rate band holding every request): its deciding ratio, interval and verdict."""
+    inputs = load_run(run_dir)
+    units = [(u.unit.arm, u.unit.shape, u.unit.repeat) for u in inputs.units if u.unit.shape in shapes]
+    requests = run_requests(inputs.store.root, units, settings=EngineSettings.from_env())
+    try:
+        rate_map = operating_map(requests, inputs.arms, inputs.campaign.slo, rate_bands([0.0, math.inf]),
+                                 settings=MapSettings(seed=seed))  # fmt: skip
+    finally:
+        requests.close()
+    cells = [c for c in rate_map.cells if c.arm == arm and c.speedup is not None]
+    return cells[0].speedup if cells else None
+
+
+def point_of(rate: float, speedup: Speedup | None, units: int, requests: int) -> SearchPoint:
+    if speedup is None:
+        return SearchPoint(rate=rate, ratio=None, low=None, high=None, measure="per-token latency",
+                           verdict="insufficient_data", units=units, requests=requests)  # fmt: skip
+    ratio = speedup.deciding
+    measure_name = "goodput" if speedup.decided_by == "goodput" else "per-token latency"
+    return SearchPoint(
+        rate=rate, ratio=ratio.point, low=ratio.low, high=ratio.high, measure=measure_name,
+        verdict=speedup.verdict.value, units=units, requests=requests,
+    )  # fmt: skip
+
+
+# --- the runners: one unit per arm at a time --------------------------------------------------------------------
+RunUnits = Callable[[Campaign, str], list[UnitResult]]
+
+
+@contextmanager
+def virtual_units(arms: list[ArmSpec], store: RunStore, manifest: dict[str, Any]) -> Iterator[RunUnits]:
+    from orchestrator.simulate_campaign import UNIT_GAP_S, VIRTUAL_EPOCH_NS, Traffic, arm_model, simulate_unit
+
+    models = {arm.name: arm_model(arm) for arm in arms}
+    for arm in arms:
+        manifest["arms"][arm.name] = arm_entry(arm, f"virtual://{arm.name}", models[arm.name].engines[0].info)
+    manifest["virtual_epoch_ns"] = VIRTUAL_EPOCH_NS
+    clock = [VIRTUAL_EPOCH_NS]
+
+    def run(grown: Campaign, shape: str) -> list[UnitResult]:
+        results = []
+        traffic: Traffic | None = None
+        for arm in grown.arms():
+            unit = Unit(arm=arm.name, shape=shape, repeat=0)
+            if traffic is None:  # one set of requests, played to both arms
+                traffic = Traffic(plans_for(grown, arm, unit, run=manifest["run"], url="", traces=store.traces))
+            result = simulate_unit(grown, models[arm.name], unit, run=manifest["run"], store=store,
+                                   start_ns=clock[0], traffic=traffic)  # fmt: skip
+            slot = math.ceil(grown.shapes[shape].duration + grown.load.drain_s) + UNIT_GAP_S
+            clock[0] += slot * 10**9
+            results.append(result)
+        return results
+
+    yield run
+
+
+@contextmanager
+def real_units(campaign: Campaign, arms: list[ArmSpec], store: RunStore, manifest: dict[str, Any], *,
+               address: str | None) -> Iterator[RunUnits]:  # fmt: skip
+    """Both arms deployed once (a step needs both), the units run one arm after the other as `specdrill run`
+    runs them, the arms torn down at the end."""
+    from orchestrator.deploy import connect, deploy, preflight, teardown_arms
+    from orchestrator.load_workers import LoadWorkers
+    from orchestrator.run import run_unit, warm
+
+    connect(address)
+    deployable = preflight(campaign)
+    names = [a.name for a in arms]
+    urls = deploy(deployable, address=address, only=names)
+    since: dict[str, dict[str, int]] = {name: {} for name in names}
+    try:
+        for arm in arms:
+            manifest["arms"][arm.name] = arm_entry(arm, urls[arm.name], warm(urls[arm.name], arm,
+                                                                            campaign.warmup.requests))  # fmt: skip
+        with LoadWorkers(cpus_per_worker=campaign.load.cpus_per_worker) as workers:
+
+            def run(grown: Campaign, shape: str) -> list[UnitResult]:
+                return [
+                    run_unit(grown, arm, Unit(arm=arm.name, shape=shape, repeat=0), run=manifest["run"],
+                             url=urls[arm.name], store=store, since=since[arm.name], workers=workers)
+                    for arm in grown.arms()
+                ]  # fmt: skip
+
+            yield run
+    finally:
+        teardown_arms([a.app_name for a in arms])
+
+
+@dataclass
+class SearchRun:
+    store: RunStore
+    record: SearchRecord
+
+
+def run_search(
+    campaign: Campaign,
+    *,
+    arm: str,
+    against: str,
+    output: str,
+    config: SearchConfig,
+    mode: Mode,
+    address: str | None = None,
+    echo: Callable[[str], None] = lambda _line: None,
+) -> SearchRun:
+    """The search to its outcome; every unit kept in `output`, a fresh run directory."""
+    chosen, base = pick_arms(campaign, arm, against)
+    if mode == "virtual" and not isinstance(campaign.engine, SimulatedEngineConfig):
+        raise CampaignError(f"engine: kind {campaign.engine.kind!r} cannot run in virtual time; use --real-time")
+    existing = RunStore.existing(output)
+    if existing is not None and existing.exists(MANIFEST):
+        raise CampaignError(f"output: {output} already holds a run; the search writes a fresh run directory")
+    grown = search_campaign(campaign, chosen, base, output, {})
+    store = RunStore(output)
+    manifest = open_run(grown, store, mode=mode)
+    shapes: dict[str, dict[str, Any]] = {}
+    by_rate: dict[float, list[str]] = {}  # the shapes measured at each rate
+    points: list[SearchPoint] = []
+    record = SearchRecord(arm=chosen.name, against=base.name, mode=mode, config=config, steps=[], points=[],
+                          outcome=None, requests=0, lines=[])  # fmt: skip
+    head = (f"search: {chosen.name} against {base.name} ({mode} time), rates {config.low:g}-{config.high:g} req/s "
+            f"(limits {config.min_rate:g}-{config.max_rate:g}), {config.unit_requests} requests per arm per unit, "
+            f"bracket to {config.tolerance:.0%}"
+            + (f", budget {config.budget_requests} requests" if config.budget_requests else ""))  # fmt: skip
+    record.lines.append(head)
+    echo(head)
+    runner: AbstractContextManager[RunUnits]
+    arms = [base, chosen]
+    if mode == "virtual":
+        runner = virtual_units(arms, store, manifest)
+    else:
+        runner = real_units(grown, arms, store, manifest, address=address)
+    began = time.perf_counter()
+    with runner as run_units:
+        store.write_json(MANIFEST, manifest)
+        while True:
+            decided = next_step(points, config, arm=chosen.name, against=base.name)
+            if isinstance(decided, Outcome):
+                record.outcome = decided
+                break
+            step: Step = decided
+            rate = round(step.rate, 6)
+            name = shape_name(len(shapes) + 1, rate)
+            shapes[name] = shape_of(rate, config.unit_requests)
+            grown = search_campaign(campaign, chosen, base, output, shapes)
+            manifest["campaign"] = grown.model_dump(mode="json", by_alias=True)
+            manifest["fingerprint"] = fingerprint(grown)
+            results = run_units(grown, name)
+            for result in results:
+                record_unit(store, manifest, result)
+            by_rate.setdefault(rate, []).append(name)
+            sent = sum(r.scheduled for r in results)
+            previous = next((p for p in points if p.rate == rate), None)
+            point = point_of(
+                rate,
+                measure(output, chosen.name, by_rate[rate], campaign.seed),
+                units=len(by_rate[rate]),
+                requests=sent + (previous.requests if previous else 0),
+            )
+            points = [point if p.rate == rate else p for p in points] if previous else [*points, point]
+            line = path_line(len(record.steps) + 1, point, step)
+            record.steps.append(StepRecord(step=step, shape=name, point=point))
+            record.points, record.requests = points, spent(points)
+            record.lines.append(line)
+            echo(line)
+            store.write_json(SEARCH_FILE, record.model_dump(mode="json"))
+    finish_run(store, manifest)
+    assert record.outcome is not None
+    tail = f"{record.outcome.message} ({len(record.steps)} units per arm, {record.requests} requests, " \
+           f"{time.perf_counter() - began:.1f} s)"  # fmt: skip
+    record.lines.append(tail)
+    echo(tail)
+    store.write_json(SEARCH_FILE, record.model_dump(mode="json"))
+    log.info("search.done", outcome=record.outcome.kind, units=len(record.steps), requests=record.requests)
+    return SearchRun(store=store, record=record)
+
+
+def grid_points(
+    campaign: Campaign,
+    *,
+    arm: str,
+    against: str,
+    output: str,
+    rates: list[float],
+    unit_requests: int,
+    units_per_rate: int,
+    mode: Mode,
+    address: str | None = None,
+) -> list[SearchPoint]:
+    """The fixed grid the search is held to: every rate measured with `units_per_rate` units of the search's
+    length, as one ordinary campaign run (`specdrill simulate` or `specdrill run`), each rate measured as the
+    search measures its steps."""
+    chosen, base = pick_arms(campaign, arm, against)
+    shapes = {shape_name(i * units_per_rate + u + 1, rate): shape_of(rate, unit_requests)
+              for i, rate in enumerate(rates) for u in range(units_per_rate)}  # fmt: skip
+    grid = search_campaign(campaign, chosen, base, output, shapes)
+    if mode == "virtual":
+        from orchestrator.simulate_campaign import simulate_campaign
+
+        simulate_campaign(grid)
+    else:
+        from orchestrator.run import run_campaign
+
+        run_campaign(grid, address=address)
+    inputs = load_run(output)
+    points = []
+    for i, rate in enumerate(rates):
+        names = list(shapes)[i * units_per_rate : (i + 1) * units_per_rate]
+        sent = sum(u.scheduled for u in inputs.units if u.unit.shape in names)
+        points.append(point_of(rate, measure(output, chosen.name, names, campaign.seed), units=len(names),
+                               requests=sent))  # fmt: skip
+    return points

@@ -1,0 +1,183 @@
+"""`specdrill search` (issue 27): the bracketing rules on known ratio curves, each outcome's words on the
+simulated costly-verify arms in virtual time, and the search against a 10-point grid on the same arms."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.campaign import Campaign
+from orchestrator.cli import main
+from orchestrator.decide.ground_truth import costly_verify_profile, crossover_campaign
+from orchestrator.decide.search import (
+    Outcome,
+    SearchConfig,
+    SearchPoint,
+    Step,
+    bracket,
+    grid_crossover,
+    next_step,
+)
+from orchestrator.report import write_report
+from orchestrator.search_run import SEARCH_FILE, grid_points, run_search
+
+
+def _point(rate: float, ratio: float, half: float, units: int = 1, requests: int = 300) -> SearchPoint:
+    verdict = "helps" if ratio - half > 1.02 else "no_difference"
+    return SearchPoint(rate=rate, ratio=ratio, low=ratio - half, high=ratio + half, measure="per-token latency",
+                       verdict=verdict, units=units, requests=requests)  # fmt: skip
+
+
+def _drive(curve: Callable[[float, int], tuple[float, float]], config: SearchConfig) -> tuple[Outcome, list[Step]]:
+    """The pure search against a known ratio curve: (ratio, interval half-width) at a rate, for its n-th unit."""
+    points: list[SearchPoint] = []
+    steps: list[Step] = []
+    for _ in range(50):
+        decided = next_step(points, config, arm="fixed3", against="off")
+        if isinstance(decided, Outcome):
+            return decided, steps
+        steps.append(decided)
+        units = next((p.units for p in points if p.rate == decided.rate), 0) + 1
+        ratio, half = curve(decided.rate, units)
+        point = _point(decided.rate, ratio, half, units, requests=config.unit_cost * units)
+        points = [point if p.rate == point.rate else p for p in points] if units > 1 else [*points, point]
+    raise AssertionError("the search did not end")
+
+
+CONFIG = SearchConfig(low=5, high=40, min_rate=1.25, max_rate=160, unit_requests=150)
+
+
+def test_a_smooth_crossing_is_bracketed_within_ten_percent_in_few_units() -> None:
+    outcome, steps = _drive(lambda r, _n: (1.6 - 0.0015 * r**2, 0.02), CONFIG)  # crosses 1 at 20 req/s
+    assert outcome.kind == "crossover"
+    assert outcome.lo is not None and outcome.hi is not None and outcome.estimate is not None
+    assert outcome.lo < 20 <= outcome.hi and outcome.hi / outcome.lo - 1 <= 0.10
+    assert outcome.estimate == pytest.approx(20, rel=0.02)
+    assert outcome.message.startswith(f"crossover between {outcome.lo:.3g} and {outcome.hi:.3g} req/s (bracket within "
+                                      "10%): fixed3 stops helping against off near")  # fmt: skip
+    assert len(steps) <= 7  # the two ends, PCHIP roots and their neighbours, a second unit at an unsure end
+
+
+def test_an_unsure_rate_gets_another_unit_before_its_side_is_taken() -> None:
+    # At 20-ish the first unit's interval includes 1; a second one (narrower) decides it.
+    outcome, steps = _drive(lambda r, n: (1.5 - r / 40, 0.3 if n == 1 and 15 < r < 30 else 0.02), CONFIG)
+    extended = [s for s in steps if s.extend]
+    assert extended and all("another unit at the same rate" in s.why for s in extended)
+    assert outcome.kind == "crossover"
+
+
+def test_the_budget_ends_the_search_with_the_bracket_it_has() -> None:
+    config = CONFIG.model_copy(update={"budget_requests": 3 * CONFIG.unit_cost})
+    outcome, steps = _drive(lambda r, _n: (1.5 - r / 40, 0.02), config)
+    assert len(steps) == 3
+    assert outcome.kind == "budget" and outcome.lo is not None and outcome.hi is not None
+    width = outcome.hi / outcome.lo - 1
+    assert outcome.message == (f"budget spent: bracket {outcome.lo:.3g}-{outcome.hi:.3g} req/s ({width:.0%}; "
+                               f"900 of 900 requests)")  # fmt: skip
+
+
+def test_an_arm_that_helps_everywhere_or_nowhere_says_so_at_the_limits() -> None:
+    helps, steps = _drive(lambda r, _n: (1.3, 0.02), CONFIG)
+    assert (
+        helps.kind == "helps_everywhere" and helps.message == "fixed3 helps at every rate up to 160 req/s (against off)"
+    )
+    assert [s.rate for s in steps] == [5, 40, 80, 160]
+    never, steps = _drive(lambda r, _n: (0.8, 0.02), CONFIG)
+    assert never.kind == "never_helps" and never.message == "fixed3 never helps down to 1.25 req/s (against off)"
+    assert [s.rate for s in steps] == [5, 40, 2.5, 1.25]
+
+
+def test_the_grid_crossover_is_the_first_crossing_of_its_pchip() -> None:
+    points = [_point(r, 1.5 - r / 40, 0.02) for r in (5, 10, 15, 25, 30)] + [_point(35, 1.1, 0.02)]
+    found = bracket(points)
+    assert found is not None and (found[0].rate, found[1].rate) == (15, 25)
+    assert grid_crossover(points) == pytest.approx(20, rel=0.01)
+    assert grid_crossover([_point(r, 1.2, 0.02) for r in (5, 10)]) is None
+
+
+# --- the simulated costly-verify arms in virtual time ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def campaign_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("search")
+    profile = root / "costly.yaml"
+    profile.write_text(yaml.safe_dump(costly_verify_profile()))
+    path = root / "campaign.yaml"
+    path.write_text(yaml.safe_dump(crossover_campaign(profile, root / "unused", rates=[8, 40], duration_s=10)))
+    return path
+
+
+def _search(campaign_file: Path, out: Path, *args: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    main(["search", str(campaign_file), "--arm", "fixed3", "-o", str(out), "--unit-requests", "100", *args])
+    return [line for line in capsys.readouterr().out.splitlines() if not line.startswith("{")]
+
+
+@pytest.mark.slow  # ~10-60 s of virtual-time units on this 2-core machine
+def test_search_finds_the_crossover_and_leaves_a_run_the_report_reads(
+    campaign_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    lines = _search(campaign_file, out, capsys=capsys)
+    assert lines[0].startswith("search: fixed3-single against off-single (virtual time), rates 8-40 req/s")
+    assert lines[1].startswith(" 1.      8 req/s  ratio ") and lines[1].endswith("<- the low end")
+    assert "stops helping (interval below 1)" in lines[2] and lines[2].endswith("<- the high end")
+    assert lines[-1].startswith("crossover between ") and "req/s (bracket within 10%)" in lines[-1]
+    record = json.loads((out / SEARCH_FILE).read_text())
+    assert record["outcome"]["kind"] == "crossover" and record["lines"] == lines
+    lo, hi = record["outcome"]["lo"], record["outcome"]["hi"]
+    assert hi / lo - 1 <= 0.10 and 20 < lo < hi < 36  # the costly profile's k = 3 crossover (docs/ground-truth.md)
+    summary = write_report(str(out))
+    assert len(summary.units) == 2 * len(record["steps"])  # every unit of both arms, read as a normal run
+    assert summary.mode == "virtual"
+
+
+@pytest.mark.slow  # ~10-60 s of virtual-time units on this 2-core machine
+def test_each_outcome_in_words_on_simulated_arms(
+    campaign_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = _search(campaign_file, tmp_path / "b", "--budget-requests", "500", capsys=capsys)
+    assert len(lines) == 4  # head, two units, outcome: a third unit would not fit
+    assert lines[-1].startswith("budget spent: bracket 8-40 req/s (400%; ")
+    lines = _search(campaign_file, tmp_path / "h", "--low", "4", "--high", "8", "--max-rate", "16", capsys=capsys)
+    assert lines[-1].startswith("fixed3-single helps at every rate up to 16 req/s (against off-single)")
+    lines = _search(campaign_file, tmp_path / "n", "--low", "44", "--high", "48", "--min-rate", "40", capsys=capsys)
+    assert lines[-1].startswith("fixed3-single never helps down to 40 req/s (against off-single)")
+
+
+def test_bad_arguments_are_one_line(campaign_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["search", str(campaign_file), "--arm", "fixed9", "-o", str(tmp_path / "x")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["specdrill: error: --arm: no arm or policy named 'fixed9' (arms: fixed3-single, off-single)"]
+    with pytest.raises(SystemExit):
+        main(["search", str(campaign_file), "--arm", "off", "-o", str(tmp_path / "x")])
+    assert "does not speculate" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(
+            ["search", str(campaign_file), "--arm", "fixed3", "--low", "20", "--high", "10", "-o", str(tmp_path / "x")]
+        )
+    assert capsys.readouterr().err.strip() == "specdrill: error: the low rate (20) must be below the high one (10)"
+
+
+@pytest.mark.slow  # ~10-60 s of virtual-time units on this 2-core machine
+def test_search_within_ten_percent_of_a_ten_point_grid_with_under_forty_percent_of_its_requests(
+    campaign_file: Path, tmp_path: Path
+) -> None:
+    campaign = Campaign.model_validate(yaml.safe_load(campaign_file.read_text()))
+    config = SearchConfig(low=8, high=40, min_rate=2, max_rate=160, unit_requests=100)
+    found = run_search(campaign, arm="fixed3", against="off", output=str(tmp_path / "search"), config=config,
+                       mode="virtual").record  # fmt: skip
+    rates = [8 + i * (40 - 8) / 9 for i in range(10)]
+    grid = grid_points(campaign, arm="fixed3", against="off", output=str(tmp_path / "grid"), rates=rates,
+                       unit_requests=100, units_per_rate=config.max_units_per_rate, mode="virtual")  # fmt: skip
+    reference = grid_crossover(grid)
+    assert found.outcome is not None and found.outcome.estimate is not None and reference is not None
+    assert math.isclose(found.outcome.estimate, reference, rel_tol=0.10)
+    assert found.requests <= 0.4 * sum(p.requests for p in grid)

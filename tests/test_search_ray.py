@@ -1,0 +1,58 @@
+"""`specdrill search --real-time`: the same search through `specdrill run`'s runner on Ray (deploy, load workers,
+traces, step timelines), on the simulated costly-verify arms slowed 4x so that the crossover (~28 req/s in
+virtual time) lies at a few requests per second of wall time. A short search: a 50% bracket, one unit per rate."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.campaign import Campaign
+from orchestrator.decide.ground_truth import costly_verify_profile, crossover_campaign
+from orchestrator.decide.search import SearchConfig
+from orchestrator.report import write_report
+from orchestrator.search_run import SEARCH_FILE, run_search
+from tests.ray_helpers import free_port, local_ray
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def ray_address() -> Iterator[str]:
+    with local_ray(num_cpus=8) as info:
+        yield str(info["gcs_address"])
+
+
+def test_a_real_time_search_on_ray_brackets_the_crossover_in_a_run_directory(ray_address: str, tmp_path: Path) -> None:
+    profile = tmp_path / "costly.yaml"
+    profile.write_text(yaml.safe_dump(costly_verify_profile()))
+    data = crossover_campaign(profile, tmp_path / "unused", rates=[4, 14], duration_s=10)
+    data["name"] = "search-ray"
+    data["engine"]["time_scale"] = 4.0
+    data["serve"] = {"host": "127.0.0.1", "port": free_port()}
+    data["load"] = {"workers": 1, "drain_s": 10}
+    data["warmup"] = {"requests": 2}
+    campaign = Campaign.model_validate(data)
+    config = SearchConfig(low=4, high=14, min_rate=2, max_rate=28, unit_requests=40, tolerance=0.5,
+                          max_units_per_rate=1, budget_requests=500)  # fmt: skip
+    out = tmp_path / "run"
+    lines: list[str] = []
+    record = run_search(campaign, arm="fixed3", against="off", output=str(out), config=config, mode="real",
+                        address=ray_address, echo=lines.append).record  # fmt: skip
+    assert lines[0].startswith("search: fixed3-single against off-single (real time), rates 4-14 req/s")
+    assert record.outcome is not None and record.steps
+    first = record.steps[0].point
+    assert first.rate == 4 and first.ratio is not None and first.ratio > 1  # k = 3 helps at a quarter of the crossover
+    assert record.outcome.kind in ("crossover", "budget")
+    if record.outcome.kind == "crossover":
+        assert record.outcome.message.startswith("crossover between ") and "(bracket within 50%)" in lines[-1]
+    else:
+        assert record.outcome.message.startswith("budget spent: bracket ")
+    assert json.loads((out / SEARCH_FILE).read_text())["lines"] == lines
+    summary = write_report(str(out))
+    assert summary.mode == "real" and len(summary.units) == 2 * len(record.steps)
+    assert all(u.rows == u.scheduled for u in summary.units)
