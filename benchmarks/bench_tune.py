@@ -8,7 +8,7 @@ fixed k = 1..4 over a ramp of short chat, in virtual time on the campaign's own 
 2. the local search against exhaustive search on a coarser space (a few edges, every k), and the tuned schedule
    (full space) against the coarse space's exhaustive winner, within the margin per band;
 3. the oracle gap: at every batch size 1-256, the best k's speedup over off minus the tuned k's, from the
-   fixed-batch oracle measured at tune_proof.GAP_GRID and interpolated in between;
+   fixed-batch oracle tune starts from (oracle.DENSE_BATCH_SIZES), interpolated in between;
 4. the rehearsal campaign `tune` writes, simulated in virtual time: its report's measured speedup per band
    against the prediction.
 Figures are in docs/ground-truth.md. `make bench-tune`; --quick for smaller sizes.
@@ -28,12 +28,10 @@ import yaml
 from orchestrator.analysis.results import MapSettings
 from orchestrator.campaign import Campaign, load_campaign
 from orchestrator.decide.ground_truth import SHIPPED_EAGLE, costly_verify_profile, fixed_k_campaign
-from orchestrator.decide.oracle import oracle
 from orchestrator.decide.scoring import Objective
-from orchestrator.decide.tune import OFF, exhaustive, oracle_workload, tune
+from orchestrator.decide.tune import OFF, exhaustive, tune
 from orchestrator.decide.tune_outputs import with_profile, write_tune
 from orchestrator.decide.tune_proof import (
-    GAP_GRID,
     GAP_LIMIT,
     VLLM_EXAMPLE_ARM,
     better_somewhere,
@@ -50,7 +48,7 @@ MARGIN = MapSettings().margin
 
 
 def prove(name: str, profile_path: Path, root: Path, *, rate_to: float, duration_s: float, seeds: int,
-          coarse: tuple[int, ...]) -> None:  # fmt: skip
+          coarse: tuple[int, ...], max_k: int) -> None:  # fmt: skip
     print(f"\n== {name}: off + fixed k=1..4 over a ramp 1 -> {rate_to:g} req/s in {duration_s:g} s, {seeds} seeds ==")
     data = fixed_k_campaign(profile_path, root / f"{name}-run", rate_to=rate_to, duration_s=duration_s)
     data["policies"].pop("bands")  # the recommend benchmark's band-edges arm: nothing to compare here
@@ -59,7 +57,8 @@ def prove(name: str, profile_path: Path, root: Path, *, rate_to: float, duration
     tuned = tune(campaign, profile, objective=objective, seeds=seeds)
     result, ev = tuned.result, tuned.evaluator
     print(f"tune: {result.candidates} candidates in {result.seconds:.0f} s; reach batch {result.reach}; "
-          f"edges {result.edges}; scored bands {len(result.scored_bands)} of {len(result.bands.bands)}")  # fmt: skip
+          f"edges {result.edges}; scored bands {len(result.scored_bands)} of {len(result.bands.bands)}"
+          + (f" (noisy, not scored: {', '.join(result.noisy_bands)})" if result.noisy_bands else ""))  # fmt: skip
     print(f"   oracle's start {json.dumps(result.start_schedule)}")
     print(f"   tuned          {json.dumps(result.schedule)}")
 
@@ -75,7 +74,8 @@ def prove(name: str, profile_path: Path, root: Path, *, rate_to: float, duration
         print("      " + "; ".join(v.text() for v in proof.rows.values()))
     worse = [p.band for p in proofs if not p.no_worse_than_best(MARGIN)]
     worse_example = [p.band for p in proofs if p.rows[VLLM_EXAMPLE_ARM].worse(MARGIN)]
-    print(f"   no worse than the best fixed k in any band: {'yes' if not worse else 'NO, worse in ' + ', '.join(worse)}")
+    print(f"   no worse than the best fixed k in any band: "
+          f"{'yes' if not worse else 'NO, worse in ' + ', '.join(worse)}")  # fmt: skip
     print(f"   no worse than vLLM's example in any band: "
           f"{'yes' if not worse_example else 'NO, worse in ' + ', '.join(worse_example)}")  # fmt: skip
     for arm in arms:
@@ -83,8 +83,8 @@ def prove(name: str, profile_path: Path, root: Path, *, rate_to: float, duration
         print(f"   better than {arm} somewhere: {'yes, ' + ', '.join(where) if where else 'NO'}")
 
     t0 = time.perf_counter()
-    local = tune(campaign, profile, objective=objective, seeds=seeds, edges=coarse)
-    full = tune(campaign, profile, objective=objective, seeds=seeds, edges=coarse, search=exhaustive)
+    local = tune(campaign, profile, objective=objective, seeds=seeds, edges=coarse, max_k=max_k)
+    full = tune(campaign, profile, objective=objective, seeds=seeds, edges=coarse, max_k=max_k, search=exhaustive)
     best = full.evaluator.evaluated[full.result.winner]
     bands = [b for b in full.result.scored_bands if b in local.result.scored_bands and b in result.scored_bands]
     local_worse = within_margin(local.evaluator.evaluated[local.result.winner], best, bands, MARGIN)
@@ -99,14 +99,12 @@ def prove(name: str, profile_path: Path, root: Path, *, rate_to: float, duration
     print(f"   tuned (full space) within the margin of the coarse exhaustive winner: "
           f"{'yes' if not tuned_worse else 'NO, worse in bands ' + str(tuned_worse)}")  # fmt: skip
 
-    t0 = time.perf_counter()
     top = profile.limits.max_num_seqs
-    truth = oracle(profile, workload=oracle_workload(campaign), max_k=ev.space.max_k, batch_sizes=GAP_GRID,
-                   tolerance=MARGIN)  # fmt: skip
-    gaps = oracle_gaps(truth, result.schedule, top)
+    gaps = oracle_gaps(tuned.oracle, result.schedule, top)
     worst = worst_gap(gaps)
     over = [g.batch for g in gaps if g.gap > GAP_LIMIT]
-    print(f"3. oracle gap at batch 1-256 (oracle at {len(GAP_GRID)} batch sizes, {time.perf_counter() - t0:.0f} s): "
+    sizes = [p.batch_size for p in tuned.oracle.points]
+    print(f"3. oracle gap at batch 1-256 (tune's oracle at {len(sizes)} batch sizes {sizes[0]}-{sizes[-1]}): "
           f"worst {worst.gap * 100:.1f} points at batch {worst.batch} (tuned k={worst.k}, oracle's best "
           f"k={worst.best_k}); {'within' if not over else 'BEYOND'} {GAP_LIMIT * 100:g} points"
           + (f" at {len(over)} batch sizes ({over[0]}..{over[-1]})" if over else " everywhere"))  # fmt: skip
@@ -135,10 +133,10 @@ def main() -> None:
         costly = root / "costly.yaml"
         costly.write_text(yaml.safe_dump(costly_verify_profile()))
         prove("costly-verify", costly, root, rate_to=27, duration_s=30 if args.quick else 60, seeds=seeds,
-              coarse=(1, 4, 16))  # fmt: skip
+              coarse=(1, 4, 16), max_k=3)  # fmt: skip
         if not args.skip_eagle:
-            prove("eagle", SHIPPED_EAGLE, root, rate_to=150, duration_s=30 if args.quick else 60, seeds=seeds,
-                  coarse=(1, 8, 32))  # fmt: skip
+            prove("eagle", SHIPPED_EAGLE, root, rate_to=150, duration_s=20 if args.quick else 40, seeds=seeds,
+                  coarse=(1, 32), max_k=4)  # fmt: skip
     print(f"\n{time.perf_counter() - began:.0f} s wall")
 
 

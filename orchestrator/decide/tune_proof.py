@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.analysis.bands import BandSet
@@ -29,8 +28,6 @@ from serve_apps.policies import DynamicPolicy, FixedPolicy
 VLLM_EXAMPLE = [[1, 64, 3], [65, 128, 1], [129, 512, 0]]
 VLLM_EXAMPLE_ARM = "vllm-example"
 GAP_LIMIT = 0.03  # three points of speedup over off
-# The oracle's batch sizes for the gap: every one to 16 (where the best k changes fastest), then coarser.
-GAP_GRID = (*range(1, 17), *range(20, 65, 4), *range(72, 129, 8), *range(144, 257, 16))
 
 
 def comparison_arms(traffic: CampaignTraffic, method: str, model: str | None, max_k: int) -> dict[str, Played]:
@@ -98,7 +95,7 @@ def versus(off: Played, tuned: Played, arms: dict[str, Played], bands: BandSet) 
     out = []
     for b, band in enumerate(bands.bands):
         medians = {name: SeedRange.of(values[b]).median for name, values in over_off.items()}
-        best = max(medians, key=lambda n: -math.inf if medians[n] is None else medians[n])  # type: ignore[return-value]
+        best = max(medians, key=lambda n: medians[n] or -math.inf)
         rows = {
             name: Versus(band=band.label, arm=name, speedup=SeedRange.of(speedups[name][b]),
                          goodput=SeedRange.of(goodputs[name][b]))
@@ -127,17 +124,14 @@ class Gap(BaseModel):
 
 
 def oracle_gaps(truth: Oracle, schedule: list[list[int]] | None, top: int, up_to: int = 256) -> list[Gap]:
-    """At every batch size 1..up_to: the oracle's per-token latency per k interpolated (linearly) between its
-    measured batch sizes, the schedule's k's speedup over off against the best k's."""
-    sizes = np.asarray([p.batch_size for p in truth.points], dtype=np.float64)
-    ks = range(truth.max_k + 1)
-    curves = {k: np.asarray([p.tpot_p50_s[k] for p in truth.points], dtype=np.float64) for k in ks}
+    """At every batch size 1..up_to: the best k's speedup over off minus the schedule's k's (Oracle.speedups_at:
+    interpolated between the oracle's measured batch sizes)."""
     out = []
     for batch in range(1, up_to + 1):
-        tpot = {k: float(np.interp(batch, sizes, curves[k])) for k in ks}
-        best = min(ks, key=lambda k: (tpot[k], k))
+        speedup = truth.speedups_at(batch)
+        best = max(speedup, key=lambda k: (speedup[k], -k))
         k = min(k_at(schedule, batch, top), truth.max_k)
-        out.append(Gap(batch=batch, k=k, best_k=best, gap=tpot[0] / tpot[best] - tpot[0] / tpot[k]))
+        out.append(Gap(batch=batch, k=k, best_k=best, gap=speedup[best] - speedup[k]))
     return out
 
 
