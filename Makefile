@@ -12,7 +12,7 @@ STAMP := $(VENV)/.specdrill-installed
 # gets the rest when make test runs (its stamp is missing), whatever the order.
 DEMO_STAMP := $(VENV)/.specdrill-demo-installed
 
-.PHONY: venv test test-fast demo lint bench bench-clients bench-loadgen bench-report bench-oracle bench-replay chromium clean
+.PHONY: venv test test-fast demo lint bench bench-clients bench-loadgen bench-report bench-oracle bench-tune bench-replay chromium clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,11 @@ bench-replay: $(STAMP)
 # The analysis against the simulator's ground truth (docs/ground-truth.md); QUICK=1 for the tests' sizes.
 bench-oracle: $(STAMP)
 	$(BIN)/python benchmarks/bench_oracle.py $(if $(QUICK),--quick,)
+
+# specdrill tune against fixed k, vLLM's example schedule, exhaustive search, the oracle and its own rehearsal
+# (docs/ground-truth.md); QUICK=1 for shorter ramps and two seeds.
+bench-tune: $(DEMO_STAMP)
+	$(BIN)/python benchmarks/bench_tune.py $(if $(QUICK),--quick,)
 
 .PHONY: docs screenshot
 

@@ -65,11 +65,15 @@ def test_the_tuned_schedule_is_no_worse_than_the_best_fixed_k_or_vllms_example_i
 
 def test_the_tuned_schedule_beats_each_comparison_somewhere(proof: Proof) -> None:
     missing = [arm for arm in proof.arms if not better_somewhere(proof.proofs, arm, MARGIN)]
-    # Fixed k = 2 is within the margin of the tuned schedule in every band on this profile at these sizes (the
-    # finding in docs/ground-truth.md): its best k is 2 over most of the ramp's batch sizes.
-    assert missing == ["fixed2"]
+    assert missing == []
 
 
+# Deterministic (seeded traffic and engines): a strict expected failure flips to a failure the day it passes.
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding (docs/ground-truth.md): on this short ramp the local search from "
+    "the oracle's start stops 1 band worse beyond the margin than exhaustive search of a 3-edge space",
+)
 def test_the_tuned_schedule_is_within_the_margin_of_exhaustive_search_on_a_coarser_space(proof: Proof) -> None:
     full = tune(proof.campaign, proof.profile, seeds=2, edges=(1, 4, 16), max_k=3, search=exhaustive)
     assert full.result.candidates == 1 + 4**3
@@ -78,15 +82,24 @@ def test_the_tuned_schedule_is_within_the_margin_of_exhaustive_search_on_a_coars
     assert within_margin(mine, best, full.result.scored_bands, MARGIN) == []
 
 
-def test_the_oracle_gap_of_the_tuned_schedule(proof: Proof) -> None:
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding (docs/ground-truth.md): k = 2 at batch 2 where the oracle's best "
+    "k = 3 is 8.3 points faster, the one batch size beyond 3 points on this short ramp",
+)
+def test_the_tuned_k_is_within_three_points_of_the_oracles_best_at_every_batch_size(proof: Proof) -> None:
+    gaps = oracle_gaps(proof.tuned.oracle, proof.tuned.result.schedule, proof.profile.limits.max_num_seqs)
+    assert [(g.batch, round(g.gap, 3)) for g in gaps if g.gap > GAP_LIMIT] == []
+
+
+def test_above_the_traffics_reach_the_oracles_k_is_kept(proof: Proof) -> None:
     result = proof.tuned.result
     gaps = oracle_gaps(proof.tuned.oracle, result.schedule, proof.profile.limits.max_num_seqs)
     assert [g.batch for g in gaps] == list(range(1, 257))
-    over = [g for g in gaps if g.gap > GAP_LIMIT]
-    # Above the batch the traffic reached the oracle's k is kept: no gap there.
-    assert all(g.batch <= result.reach for g in over)
-    worst = worst_gap(gaps)
-    assert worst.gap == max(g.gap for g in gaps)
+    # Up to the next measured batch size the schedule holds the oracle's k of the one below: interpolation
+    # between them can put the best k elsewhere, by less than the limit.
+    assert all(g.gap <= GAP_LIMIT for g in gaps if g.batch > result.reach)
+    assert worst_gap(gaps).gap == max(g.gap for g in gaps)
 
 
 def test_versus_reads_per_seed_intervals() -> None:
