@@ -12,7 +12,7 @@ STAMP := $(VENV)/.specdrill-installed
 # gets the rest when make test runs (its stamp is missing), whatever the order.
 DEMO_STAMP := $(VENV)/.specdrill-demo-installed
 
-.PHONY: venv test test-fast demo lint bench bench-clients bench-loadgen bench-report bench-oracle bench-search bench-replay chromium clean
+.PHONY: venv test test-fast demo lint bench bench-clients bench-loadgen bench-report bench-oracle bench-search bench-tune bench-replay chromium clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,11 @@ bench-oracle: $(STAMP)
 # The crossover search against a 10-point grid on the same arms, virtual time (docs/ground-truth.md); SEEDS=1 quick.
 bench-search: $(STAMP)
 	$(BIN)/python benchmarks/bench_search.py $(if $(SEEDS),--seeds $(SEEDS),)
+
+# specdrill tune against fixed k, vLLM's example schedule, exhaustive search, the oracle and its own rehearsal
+# (docs/ground-truth.md); QUICK=1 for shorter ramps and two seeds.
+bench-tune: $(DEMO_STAMP)
+	$(BIN)/python benchmarks/bench_tune.py $(if $(QUICK),--quick,)
 
 .PHONY: docs screenshot
 

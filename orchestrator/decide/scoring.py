@@ -2,14 +2,18 @@
 
 Per band and seed: the share of the band's requests that met the campaign's SLO (goodput: every candidate gets
 the same requests, so the share orders them as goodput does) and a latency quantile (per-token latency p50 by
-default). Over seeds, the robust score of vLLM's tuner (PR #49163): median minus 1.4826 MAD for what is better
-high (goodput), median plus 1.4826 MAD for what is better low (latency), so a candidate that is fast on one seed
-only does not win; a cell whose relative MAD exceeds 0.1 is noisy and rejected.
+default) over `off`'s on the same requests (paired, so that seed-to-seed differences of the traffic cancel).
+Over seeds, the robust score of vLLM's tuner (PR #49163): median minus 1.4826 MAD for what is better high
+(goodput), median plus 1.4826 MAD for what is better low (latency), so a candidate that is fast on one seed only
+does not win; a cell whose relative MAD exceeds 0.1 is noisy and rejected.
 
 Comparing two candidates in a band: goodput first; only where it ties within the margin, the latency. Either
 counts only when the difference exceeds the analysis' margin. The winner of a set: the candidate with the
-smallest total loss, then, among every candidate not worse than it beyond the margin in any band, the one with
-the smallest k (ties go to the smaller k).
+smallest total loss, then, among every candidate not worse than it beyond the margin in any band, the one the
+fixed-batch oracle prefers (the least speedup given up against its best k at the batch sizes the traffic reached,
+k within the oracle's own tolerance of its best counting as none), then the one with the smallest k (ties go to
+the smaller k). The oracle first: a batch size the traffic runs rarely moves no band beyond the margin whatever
+its k, so the smaller-k rule alone set k = 0 at batch 24-26 (the top of a ramp) where the oracle's best is 1.
 """
 
 from __future__ import annotations
@@ -84,7 +88,7 @@ class Cell(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     goodput: Robust  # share of the band's requests meeting the SLO
-    latency: Robust  # seconds, the objective's latency quantile
+    latency: Robust  # the objective's latency quantile over off's on the same requests
 
     @property
     def noisy(self) -> bool:
@@ -92,20 +96,27 @@ class Cell(BaseModel):
         return self.latency.noisy or (self.goodput.median > 0 and self.goodput.noisy)
 
 
-def cells(played: Played, bands: BandSet, objective: Objective) -> list[Cell]:
-    codes = bands.assign(played.offered_rate)
-    seeds = sorted(set(played.seed.tolist()))
-    latency = played.latency[objective.latency]
+def cells(played: Played, base: Played, bands: BandSet, objective: Objective) -> list[Cell]:
+    """`base` (the same traffic under `off`) pairs the latency: per band and seed, the candidate's quantile over
+    the base's on the requests usable in both. Seeds are different traffic: near saturation one seed's queues
+    run far longer than another's for every candidate alike, so the absolute quantile's MAD over seeds marks
+    those bands noisy and leaves them unscored, while the paired ratio varies only by what the policy changes."""
+    codes = bands.assign(base.offered_rate)
+    seeds = sorted(set(base.seed.tolist()))
+    latency, reference = played.latency[objective.latency], base.latency[objective.latency]
+    both = np.isfinite(latency) & np.isfinite(reference)
     out = []
     for b in range(len(bands.bands)):
         goodputs, latencies = [], []
         for seed in seeds:
-            mine = (codes == b) & (played.seed == seed)
-            n = int(mine.sum())
-            goodputs.append(float(played.met[mine].mean()) if n else math.nan)
-            values = latency[mine]
-            values = values[np.isfinite(values)]
-            latencies.append(float(np.quantile(values, objective.quantile)) if len(values) else math.nan)
+            mine = (codes == b) & (base.seed == seed)
+            goodputs.append(float(played.met[mine].mean()) if mine.any() else math.nan)
+            usable = mine & both
+            if usable.any():
+                q = objective.quantile
+                latencies.append(float(np.quantile(latency[usable], q) / np.quantile(reference[usable], q)))
+            else:
+                latencies.append(math.nan)
         out.append(Cell(goodput=robust(goodputs, True), latency=robust(latencies, False)))
     return out
 
@@ -133,28 +144,36 @@ def loss(band_cells: Sequence[Cell], scored: Sequence[int]) -> float:
 
 
 class Scored(BaseModel):
-    """A candidate with its cells, its k mass (the sum of its k over the batch sizes the traffic reached: what
-    ties are broken by) and whether a scored band rejected it as noisy."""
+    """A candidate with its cells, what ties are broken by (its prior: the fixed-batch oracle's speedup it
+    gives up over the batch sizes the traffic reached, 0 where its k is within the oracle's tolerance of the
+    best; then its k mass, the sum of its k over those batch sizes) and whether a scored band rejected it as
+    noisy."""
 
     model_config = ConfigDict(frozen=True)
     key: str
     k_mass: int
+    prior: float
     cells: list[Cell]
     loss: float
     rejected: bool
 
+    @property
+    def tie(self) -> tuple[float, int]:
+        return (self.prior, self.k_mass)
 
-def score(key: str, k_mass: int, band_cells: list[Cell], scored: Sequence[int]) -> Scored:
+
+def score(key: str, k_mass: int, prior: float, band_cells: list[Cell], scored: Sequence[int]) -> Scored:
     rejected = any(band_cells[b].noisy for b in scored) or not math.isfinite(loss(band_cells, scored))
     value = loss(band_cells, scored) if not rejected else math.inf
-    return Scored(key=key, k_mass=k_mass, cells=band_cells, loss=value, rejected=rejected)
+    return Scored(key=key, k_mass=k_mass, prior=prior, cells=band_cells, loss=value, rejected=rejected)
 
 
 def winner(candidates: Sequence[Scored], scored: Sequence[int], margin: float) -> Scored:
-    """The smallest-k candidate among those not worse than the best-loss one beyond the margin in any band."""
+    """Among the candidates not worse than the best-loss one beyond the margin in any band: the one closest to
+    the oracle, then the one with the smallest k."""
     usable = [c for c in candidates if not c.rejected]
     if not usable:
         raise ValueError("every candidate was rejected as noisy in some band: run more seeds or longer shapes")
     best = min(usable, key=lambda c: (c.loss, c.k_mass, c.key))
     tied = [c for c in usable if all(compare(c.cells[b], best.cells[b], margin) >= 0 for b in scored)]
-    return min(tied, key=lambda c: (c.k_mass, c.loss, c.key))
+    return min(tied, key=lambda c: (*c.tie, c.loss, c.key))

@@ -1,12 +1,14 @@
 """`specdrill tune CAMPAIGN.yaml`: the vLLM schedule (k per batch range) that serves the campaign's own traffic
 best, searched in virtual time, so the batch sizes a schedule is judged at are the ones it causes.
 
-The space: one k in 0..max_k per segment between candidate edges (the oracle's batch sizes up to the largest
-batch the traffic reaches); above that batch, nothing the traffic can show, the oracle's k is kept. The search
+The space: one k in 0..max_k per segment between candidate edges (oracle.DEFAULT_BATCH_SIZES and the batch sizes
+where the dense oracle's best k changes, up to the largest batch the traffic reaches); above that batch, nothing
+the traffic can show, the oracle's k is kept. The search
 starts from the fixed-batch oracle's schedule snapped to the edges, climbs to the neighbour with the smallest
 loss (one edge's k +/- 1, a whole segment's k +/- 1, a boundary moved to the next edge) while it improves,
-then walks to smaller-k neighbours as long as they tie (scoring.winner). Every candidate is simulated on every
-unit of the traffic; on a space small enough `exhaustive` evaluates all of it for the same rule.
+then walks to neighbours that tie and win the tie (scoring.winner: closer to the oracle, then smaller k). Every
+candidate is simulated on every unit of the traffic; on a space small enough `exhaustive` evaluates all of it for
+the same rule.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from loadshapes.mixes import Workload, builtin_workload
 from orchestrator.analysis.bands import BandSet, auto_rate_bands
 from orchestrator.analysis.results import MapSettings
 from orchestrator.campaign import Campaign
-from orchestrator.decide.oracle import DEFAULT_BATCH_SIZES, Oracle, oracle
+from orchestrator.decide.oracle import DEFAULT_BATCH_SIZES, DENSE_BATCH_SIZES, Oracle, oracle
 from orchestrator.decide.played import AnyPolicy, CampaignTraffic, Played, drafter_arms
 from orchestrator.decide.scoring import Objective, Scored, cells, score, winner
 from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, ResolvedSpeculation, dense_schedule
@@ -39,6 +41,9 @@ class Space:
     top: int  # the engine's max_num_seqs: the schedule covers 1..top
     tail: tuple[int, ...]  # k at batch reach+1 .. top (dense): the oracle's, kept
     max_k: int
+    # Per batch 1..reach (index batch - 1), per k: the oracle's speedup lost against its best k there, 0 within
+    # its tolerance: what breaks ties before the smaller k does.
+    regret: tuple[tuple[float, ...], ...]
 
     def entries(self, ks: KTable) -> list[list[int]]:
         """vLLM's num_speculative_tokens_per_batch_size ([start, end, k], inclusive) for these k."""
@@ -63,6 +68,15 @@ class Space:
         for i, start in enumerate(self.edges):
             end = self.edges[i + 1] - 1 if i + 1 < len(self.edges) else self.reach
             total += ks[i] * (end - start + 1)
+        return total
+
+    def prior(self, ks: KTable) -> float:
+        """The oracle's speedup lost over batch sizes 1..reach: where the traffic cannot tell candidates apart
+        (a batch size it rarely runs moves no band beyond the margin), the fixed-batch oracle decides."""
+        total = 0.0
+        for i, start in enumerate(self.edges):
+            end = self.edges[i + 1] - 1 if i + 1 < len(self.edges) else self.reach
+            total += sum(self.regret[b - 1][ks[i]] for b in range(start, end + 1))
         return total
 
     def snap(self, schedule: Sequence[Sequence[int]]) -> KTable:
@@ -136,8 +150,10 @@ class Evaluator:
     def evaluate(self, key: str) -> Scored:
         if key not in self.evaluated:
             played = self.played.get(key) or self.traffic.play(self.policy_of(key))
-            mass = 0 if key == OFF else self.space.k_mass(tuple(int(k) for k in key.split(",")))
-            self.evaluated[key] = score(key, mass, cells(played, self.bands, self.objective), self.scored_bands)
+            table = (0,) * len(self.space.edges) if key == OFF else _table(key)
+            band_cells = cells(played, self.played[OFF], self.bands, self.objective)
+            self.evaluated[key] = score(key, self.space.k_mass(table), self.space.prior(table), band_cells,
+                                        self.scored_bands)  # fmt: skip
             self.played[key] = played
             self.order.append(key)
         return self.evaluated[key]
@@ -157,10 +173,12 @@ def local_search(ev: Evaluator, start: KTable, margin: float, budget: int) -> Sc
         if not better:
             break
         current = min(better, key=lambda c: (c.loss, c.k_mass, c.key))
-    # The tie walk: from the winner so far, smaller-k neighbours, while one of them becomes the winner.
+    # The tie walk: from the winner so far, the neighbours that would win a tie (closer to the oracle, or as
+    # close with smaller k), while one of them becomes the winner.
     pick = ev.pick(margin)
     while len(ev.evaluated) < budget and pick.key != OFF:
-        smaller = [t for t in ev.space.neighbours(_table(pick.key)) if ev.space.k_mass(t) < pick.k_mass]
+        space = ev.space
+        smaller = [t for t in space.neighbours(_table(pick.key)) if (space.prior(t), space.k_mass(t)) < pick.tie]
         for t in smaller[: max(0, budget - len(ev.evaluated))]:
             ev.evaluate(key_of(t))
         following = ev.pick(margin)
@@ -235,17 +253,26 @@ def prepare(
     off = traffic.play(OffPolicy())
     bands = auto_rate_bands(off.offered_rate)
     top = profile.limits.max_num_seqs
-    sizes = [b for b in DEFAULT_BATCH_SIZES if b <= top]
+    sizes = [b for b in DENSE_BATCH_SIZES if b <= top]
     truth = oracle_fn(profile, workload=oracle_workload(traffic.campaign), max_k=max_k, batch_sizes=sizes,
                       tolerance=MapSettings().margin)  # fmt: skip
     start_schedule = truth.schedule()
     if start_schedule[-1][1] < top:
         start_schedule[-1][1] = top
     reach = max(1, min(off.max_batch, top))
-    chosen = sorted({1, *(e for e in (edges if edges is not None else sizes) if 1 <= e <= reach)})
+    regret = []
+    for batch in range(1, reach + 1):
+        speedup = truth.speedups_at(batch)
+        best = max(speedup.values())
+        regret.append(tuple(0.0 if s * (1 + truth.tolerance) >= best else best - s for s in speedup.values()))
+    # Edges: the default batch sizes and every one where the oracle's best k changes, so that the start is the
+    # oracle's schedule itself (the dense oracle's every size as an edge would triple the candidates per step).
+    if edges is None:
+        edges = [*DEFAULT_BATCH_SIZES, *(entry[0] for entry in start_schedule)]
+    chosen = sorted({1, *(e for e in edges if 1 <= e <= reach)})
     start_dense = dense_schedule(tuple((e[0], e[1], e[2]) for e in start_schedule), top, max_k)
     tail = tuple(int(start_dense[min(b, len(start_dense) - 1)]) for b in range(reach + 1, top + 1))
-    space = Space(edges=tuple(chosen), reach=reach, top=top, tail=tail, max_k=max_k)
+    space = Space(edges=tuple(chosen), reach=reach, top=top, tail=tail, max_k=max_k, regret=tuple(regret))
     ev = Evaluator(traffic=traffic, space=space, bands=bands, objective=objective, scored_bands=[], method=method,
                    model=model)  # fmt: skip
     ev.played[OFF] = off
@@ -265,7 +292,7 @@ def tune(
     # Bands where the start's own cells are noisy over seeds are not scored, for any candidate: comparing
     # candidates there would be comparing noise (#49163 rejects such cells).
     ev.played[key_of(start)] = ev.traffic.play(ev.policy_of(key_of(start)))
-    first = cells(ev.played[key_of(start)], ev.bands, objective)
+    first = cells(ev.played[key_of(start)], ev.played[OFF], ev.bands, objective)
     ev.scored_bands = [b for b, c in enumerate(first) if not c.noisy]
     noisy = [ev.bands.bands[b].label for b, c in enumerate(first) if c.noisy]
     pick = local_search(ev, start, margin, budget) if search is None else search(ev, margin)

@@ -85,6 +85,14 @@ def run_tune(
 ) -> TuneOutputs:  # fmt: skip
     campaign, loaded, profile_name = with_profile(campaign, profile)
     tuned = tune(campaign, loaded, objective=objective, seeds=seeds, max_k=max_k, budget=budget)
+    return write_tune(campaign, tuned, loaded, profile_name, objective=objective, seeds=seeds, out_dir=out_dir)
+
+
+def write_tune(
+    campaign: Campaign, tuned: Tuned, loaded: Profile, profile_name: str, *, objective: Objective, seeds: int,
+    out_dir: Path,
+) -> TuneOutputs:  # fmt: skip
+    """The files and words of a search already made on `campaign` (as with_profile returned it)."""
     result, ev = tuned.result, tuned.evaluator
     traffic = ev.traffic
     off_name = traffic.template.name
