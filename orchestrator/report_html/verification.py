@@ -96,6 +96,13 @@ def _switch_timings(timings: Sequence[SwitchTiming]) -> str:
     return f"<h3>Switch timings (cross and recover)</h3>{table(header, rows)}"
 
 
+def _k_switch_costs(lines: Sequence[str]) -> str:
+    if not lines:
+        return ""
+    items = "".join(f"<li>{esc(line)}</li>" for line in lines)
+    return f"<h3>k-switch cost</h3><ul>{items}</ul>"
+
+
 def _report_status(report: VerificationReport) -> str:
     if any(a.failed for a in report.arms) or any(not t.passed for t in report.switch_timings):
         return "fail"
@@ -120,5 +127,5 @@ def verification_section(report: VerificationReport) -> str:
     arms = "".join(_arm_verification(a) for a in report.arms)
     return (
         f"<section><h2>Executed policy {status_mark(_report_status(report))}</h2>{summary}{arms}"
-        f"{_switch_timings(report.switch_timings)}</section>"
+        f"{_switch_timings(report.switch_timings)}{_k_switch_costs(report.k_switch_costs)}</section>"
     )

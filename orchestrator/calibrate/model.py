@@ -1,0 +1,99 @@
+"""The step-time model fitted over arms' steps: refused in one line where the data cannot identify a coefficient,
+and per arm its quality and (dynamic arms) the k-switch cost against the fit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from orchestrator.calibrate.kswitch import KSwitch, after_switch, k_switch_cost
+from orchestrator.calibrate.stepfit import (
+    COEFFICIENTS,
+    Fit,
+    Quality,
+    StepData,
+    design,
+    huber_fit,
+    quality,
+    unidentified,
+)
+from orchestrator.calibrate.steps import ArmSteps
+
+PER_STEP = 2  # index of verify.fixed + step_overhead: fitted as one by design, never a refusal
+_WHY = {
+    "draft.per_kv_token": "no speculative arm (only off): the draft cost",
+    "draft.fixed": "no step drafted (no speculative step with k > 0): the draft cost",
+    "draft.per_draft_token": "one k only: the draft cost per token cannot be told from its per-step cost",
+    "verify.per_kv_token": "one context length only: the per-KV-token cost",
+    "verify.per_batched_token": "one batch size only: per-token costs cannot be told from per-step ones",
+}
+# Coefficients a run may leave unfitted without being refused (written as 0, and said so).
+_OPTIONAL = {"draft.idle_fixed", "draft.idle_per_request"}
+
+
+class CalibrationError(ValueError):
+    """A run that cannot identify a coefficient, or cannot be read: one line."""
+
+
+@dataclass(frozen=True)
+class ArmReport:
+    arm: str
+    quality: Quality
+    k_switch: KSwitch | None
+
+
+@dataclass(frozen=True)
+class StepFit:
+    fit: Fit
+    arms: list[ArmReport]
+    k_switch_cost_s: float
+    notes: list[str]
+
+
+def _usable(s: ArmSteps) -> np.ndarray:
+    """Steps with a duration, batched and KV tokens, and (speculative arms) a known k."""
+    known_k = ~np.isnan(s.k) | (not s.speculative)
+    return np.asarray((s.seconds > 0) & ~np.isnan(s.batched) & ~np.isnan(s.kv) & known_k, dtype=bool)
+
+
+def _pooled(steps: list[ArmSteps]) -> tuple[StepData, np.ndarray]:
+    """The usable steps, and per step whether it is near a k switch."""
+    parts, near = [], []
+    for s in steps:
+        ok = _usable(s)
+        k = np.where(np.isnan(s.k), 0.0, s.k) if not s.speculative else s.k
+        parts.append((s.seconds[ok], s.kv[ok], s.batched[ok], k[ok], s.batch[ok], np.full(ok.sum(), s.speculative)))
+        near.append(after_switch(s.k, s.previous_k())[ok])
+    cols = [np.concatenate(c) for c in zip(*parts, strict=True)]
+    return StepData(*cols), np.concatenate(near)
+
+
+def fit_steps(steps: dict[str, ArmSteps]) -> StepFit:
+    """The step-time model over these arms' steps (refused, one line, where a coefficient is not identified)."""
+    data, near = _pooled(list(steps.values()))
+    if not len(data.seconds):
+        raise CalibrationError("no step with a duration, batched and KV tokens and a known k: nothing to fit")
+    x = design(data)
+    fit_rows = ~near  # steps next to a k switch are the switch cost's evidence, not the model's
+    missing = [COEFFICIENTS[j] for j in unidentified(x[fit_rows]) if j != PER_STEP]
+    refused = [c for c in missing if c not in _OPTIONAL]
+    if refused:
+        why = _WHY.get(refused[0], refused[0])
+        raise CalibrationError(f"cannot fit {why} ({', '.join(refused)} not identified)")
+    columns = [j for j in range(x.shape[1]) if COEFFICIENTS[j] not in missing]
+    fit = huber_fit(x[fit_rows], data.seconds[fit_rows], columns)
+    notes = [f"{c} not identified (no speculative step with k = 0): written as 0" for c in missing]
+    notes.extend(f"{c} fitted below 0: held at 0" for c in fit.held_at_zero)
+    notes.append("verify.fixed + step_overhead fitted as one per-step constant (written as verify.fixed)")
+    arm_reports = []
+    for key, s in steps.items():
+        mine = _pooled([s])[0]
+        predicted = fit.predict(design(mine))
+        ok = _usable(s)
+        switch = k_switch_cost(mine.seconds - predicted, s.k[ok], s.previous_k()[ok]) if s.dynamic else None
+        arm_reports.append(ArmReport(key, quality(mine.seconds, predicted), switch))
+    switches = [r.k_switch for r in arm_reports if r.k_switch is not None]
+    total = sum(k.switches for k in switches)
+    k_cost = sum(k.excess_s * k.switches for k in switches) / total if total else 0.0
+    return StepFit(fit, arm_reports, k_cost, notes)
