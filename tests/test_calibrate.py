@@ -228,3 +228,27 @@ def test_engines_that_differ_get_separate_fits_and_alike_ones_one_pooled_fit(tmp
     assert pooled.returncode == 0, pooled.stderr[-2000:]
     assert "every coefficient agrees within its 95% interval or by 5%: one pooled fit" in pooled.stdout
     assert out.exists() and load_profile(str(out)).provenance.steps > 0  # type: ignore[union-attr]
+
+
+def test_engines_differ_only_beyond_both_intervals_and_by_a_material_share() -> None:
+    import numpy as np
+
+    from orchestrator.calibrate.engines import compare_engines
+    from orchestrator.calibrate.stepfit import COEFFICIENTS, Fit
+
+    def fit(per_batched: float, stderr: float) -> Fit:
+        coef = np.full(len(COEFFICIENTS), 1e-3)
+        coef[1] = per_batched
+        se = np.full(len(COEFFICIENTS), 1e-9)
+        se[1] = stderr
+        return Fit(coef, np.ones(len(COEFFICIENTS), dtype=bool), (), 1000, 5, se)
+
+    apart = compare_engines({"a": fit(2.0e-5, 1e-8), "b": fit(3.0e-5, 1e-8)})
+    assert apart.differ and [d.coefficient for d in apart.differences] == ["verify.per_batched_token"]
+    assert apart.lines[0] == "engines of runs a, b differ: a separate fit per run"
+    assert apart.lines[1].startswith("  verify.per_batched_token: a 2e-05 s [")
+    # 50% apart, but each interval +-2e-5: the data cannot tell them apart
+    assert not compare_engines({"a": fit(2.0e-5, 1e-5), "b": fit(3.0e-5, 1e-5)}).differ
+    # far outside both intervals, but 1% apart: no replay could tell them apart either
+    alike = compare_engines({"a": fit(2.0e-5, 1e-10), "b": fit(2.02e-5, 1e-10)})
+    assert not alike.differ and alike.lines[0].endswith("one pooled fit")
