@@ -252,3 +252,15 @@ def test_engines_differ_only_beyond_both_intervals_and_by_a_material_share() -> 
     # far outside both intervals, but 1% apart: no replay could tell them apart either
     alike = compare_engines({"a": fit(2.0e-5, 1e-10), "b": fit(2.02e-5, 1e-10)})
     assert not alike.differ and alike.lines[0].endswith("one pooled fit")
+
+
+def test_runs_that_identify_the_model_only_together_are_pooled_and_said_so(tmp_path: Path) -> None:
+    plain = _run(tmp_path, SHIPPED, ["off", "fixed1"], name="plain")  # one k: no per-draft-token cost alone
+    drafted = _run(tmp_path, SHIPPED, ["off", "fixed3", "dyn"], name="drafted")
+    out = tmp_path / "fitted.yaml"
+    done = _calibrate(str(plain), str(drafted), "-o", str(out), "--no-check")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "one run alone cannot be fitted (cannot fit one k only: the draft cost per token" in done.stdout
+    assert "one pooled fit, engines not compared" in done.stdout
+    truth, fitted = load_profile(SHIPPED), load_profile(str(out))
+    assert fitted.verify.per_batched_token == pytest.approx(truth.verify.per_batched_token, rel=0.05)

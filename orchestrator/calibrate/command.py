@@ -120,8 +120,13 @@ def calibrate(
             per_run.setdefault(run_id, {})[key] = s
     acceptance = _acceptance(inputs, repeats)
     separate: dict[str, Profile] = {}
+    fits: dict[str, StepFit] = {}
     if len(per_run) > 1:
-        fits = {run_id: fit_steps(group) for run_id, group in per_run.items()}
+        try:
+            fits = {run_id: fit_steps(group) for run_id, group in per_run.items()}
+        except CalibrationError as exc:  # the runs together may identify what one alone does not
+            lines.append(f"one run alone cannot be fitted ({exc}): one pooled fit, engines not compared")
+    if fits:
         verdict = compare_engines({run_id: f.fit for run_id, f in fits.items()})
         lines.extend(verdict.lines)
         if verdict.differ:
