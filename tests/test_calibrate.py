@@ -264,3 +264,23 @@ def test_runs_that_identify_the_model_only_together_are_pooled_and_said_so(tmp_p
     assert "one pooled fit, engines not compared" in done.stdout
     truth, fitted = load_profile(SHIPPED), load_profile(str(out))
     assert fitted.verify.per_batched_token == pytest.approx(truth.verify.per_batched_token, rel=0.05)
+
+
+def test_the_step_overhead_outside_steps_is_the_mean_gap_between_busy_steps() -> None:
+    import numpy as np
+
+    from orchestrator.calibrate.model import busy_gap
+    from orchestrator.calibrate.steps import ArmSteps
+
+    n = 5
+    # a unit's first step has no gap; the idle gap before the step that only prefills is the traffic's, not the
+    # engine's; the three busy gaps average 2 ms (a 4 ms stall counted in full: TPOT pays it)
+    gap = np.array([np.nan, 0.001, 0.001, 0.5, 0.004])
+    batch, prefill = np.array([1.0, 2, 2, 1, 2]), np.array([1.0, 1, 0, 1, 0])
+    decodes = batch - prefill
+    steps = ArmSteps(
+        arm="off", speculative=False, dynamic=False, unit=np.array(["u/r0"] * n, dtype=object),
+        engine=np.array(["e"] * n, dtype=object), seconds=np.full(n, 0.01), batch=batch, k=np.zeros(n),
+        batched=batch, kv=batch * 10, gap=gap, busy=~np.isnan(gap) & (decodes > 0),
+    )  # fmt: skip
+    assert busy_gap([steps]) == (pytest.approx(0.002), 3)

@@ -84,7 +84,7 @@ def _profile_of(inputs: Sequence[RunInputs], base: str | None, name: str, fitted
     )
     return fitted_profile(_base_profile(inputs, base), name=name, fit=fitted.fit if fitted else None,
                           acceptance=acceptance, k_switch_cost_s=fitted.k_switch_cost_s if fitted else 0.0,
-                          provenance=provenance)  # fmt: skip
+                          provenance=provenance, step_overhead_s=fitted.step_gap_s if fitted else 0.0)  # fmt: skip
 
 
 def _check(inputs: Sequence[RunInputs], profile: Profile, repeats: Collection[int] | None) -> list[PredictionCheck]:
