@@ -284,3 +284,37 @@ def test_the_step_overhead_outside_steps_is_the_mean_gap_between_busy_steps() ->
         batched=batch, kv=batch * 10, gap=gap, busy=~np.isnan(gap) & (decodes > 0),
     )  # fmt: skip
     assert busy_gap([steps]) == (pytest.approx(0.002), 3)
+
+
+def test_a_noisy_hosts_stalls_scale_the_fit_to_the_mean_step() -> None:
+    import numpy as np
+
+    from orchestrator.calibrate.model import fit_steps
+    from orchestrator.calibrate.steps import ArmSteps
+
+    rng = np.random.default_rng(3)
+    truth = load_profile(SHIPPED)
+
+    def arm(name: str, k: int, n: int = 3000) -> ArmSteps:
+        batch = rng.integers(1, 64, n).astype(float)
+        kv = batch * rng.integers(100, 2000, n)
+        batched = batch * (k + 1)
+        seconds = truth.verify.per_kv_token * kv + truth.verify.per_batched_token * batched + truth.verify.fixed
+        if k:
+            seconds += truth.draft.per_kv_token * kv + truth.draft.per_draft_token * k + truth.draft.fixed
+        # one step in ten stalls (x3): the typical step is the model's, the mean one is 1.2 times it
+        stall = np.where(rng.random(n) < 0.1, 3.0, 1.0)
+        return ArmSteps(
+            arm=name, speculative=k > 0, dynamic=False, unit=np.array(["u/r0"] * n, dtype=object),
+            engine=np.array(["e"] * n, dtype=object), seconds=seconds * stall, batch=batch, k=np.full(n, float(k)),
+            batched=batched, kv=kv, gap=np.full(n, np.nan), busy=np.zeros(n, dtype=bool),
+        )  # fmt: skip
+
+    fitted = fit_steps({"off": arm("off", 0), "fixed1": arm("fixed1", 1), "fixed3": arm("fixed3", 3)})
+    note = next(n for n in fitted.notes if n.startswith("steps average x"))
+    factor = float(note.split("x", 1)[1].split(" ")[0])
+    assert factor == pytest.approx(1.2, abs=0.03)
+    assert note.endswith("the robust fit's typical step (host stalls): costs scaled by it")
+    # the costs' shape is the model's, their level the mean step's
+    assert fitted.fit.coef[1] == pytest.approx(truth.verify.per_batched_token * factor, rel=0.05)
+    assert fitted.fit.coef[2] == pytest.approx(truth.verify.fixed * factor, rel=0.05)

@@ -29,6 +29,7 @@ _WHY = {
     "verify.per_batched_token": "one batch size only: per-token costs cannot be told from per-step ones",
 }
 # Coefficients a run may leave unfitted without being refused (written as 0, and said so).
+SMEAR_TOLERANCE = 1e-3  # a noiseless engine (the simulator) averages x1.000: its fit is written as fitted
 _OPTIONAL = {"draft.idle_fixed", "draft.idle_per_request"}
 
 
@@ -87,7 +88,14 @@ def fit_steps(steps: dict[str, ArmSteps]) -> StepFit:
         raise CalibrationError(f"cannot fit {why} ({', '.join(refused)} not identified)")
     columns = [j for j in range(x.shape[1]) if COEFFICIENTS[j] not in missing]
     fit = huber_fit(x[fit_rows], data.seconds[fit_rows], columns)
+    # Huber follows the typical step; a loaded host's stalls lengthen some steps, and a request's TPOT pays
+    # every one: the mean ratio of measured to fitted (Duan's smearing) scales the costs back to the mean step.
+    smear = float(np.mean(data.seconds[fit_rows] / fit.predict(x[fit_rows])))
+    if abs(smear - 1.0) > SMEAR_TOLERANCE:
+        fit = fit.scaled(smear)
     notes = [f"{c} not identified (no speculative step with k = 0): written as 0" for c in missing]
+    if abs(smear - 1.0) > SMEAR_TOLERANCE:
+        notes.append(f"steps average x{smear:.3f} the robust fit's typical step (host stalls): costs scaled by it")
     notes.extend(f"{c} fitted below 0: held at 0" for c in fit.held_at_zero)
     gap_s, gaps = busy_gap(list(steps.values()))
     notes.append("verify.fixed + step_overhead fitted as one per-step constant (written as verify.fixed)")

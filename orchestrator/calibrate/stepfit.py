@@ -13,6 +13,7 @@ push below zero is held at 0 and the rest refitted, and the fit says so.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,6 +77,9 @@ class Fit:
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         return np.asarray(x @ self.coef)
+
+    def scaled(self, factor: float) -> Fit:
+        return dataclasses.replace(self, coef=self.coef * factor, stderr=self.stderr * factor)
 
 
 def huber_fit(x: np.ndarray, y: np.ndarray, columns: list[int], *, max_iter: int = 100) -> Fit:
