@@ -90,7 +90,9 @@ def fit_steps(steps: dict[str, ArmSteps]) -> StepFit:
     fit = huber_fit(x[fit_rows], data.seconds[fit_rows], columns)
     # Huber follows the typical step; a loaded host's stalls lengthen some steps, and a request's TPOT pays
     # every one: the mean ratio of measured to fitted (Duan's smearing) scales the costs back to the mean step.
-    smear = float(np.mean(data.seconds[fit_rows] / fit.predict(x[fit_rows])))
+    fitted_s = fit.predict(x[fit_rows])
+    positive = fitted_s > 0
+    smear = float(np.mean(data.seconds[fit_rows][positive] / fitted_s[positive])) if positive.any() else 1.0
     if abs(smear - 1.0) > SMEAR_TOLERANCE:
         fit = fit.scaled(smear)
     notes = [f"{c} not identified (no speculative step with k = 0): written as 0" for c in missing]
