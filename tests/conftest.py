@@ -76,6 +76,9 @@ SLOW = (
     "tests/test_serve_sim.py::test_load_workers_on_ray_write_one_row_per_request",  # ~25 s
     "tests/test_serve_sim.py::test_cli_deploy_and_teardown",  # ~10 s
     "tests/test_placement.py::test_replicas_ray_cannot_place_fail_the_deploy_with_rays_message",  # ~35 s
+    "tests/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",  # ~20 s: fit and replay
+    "tests/test_calibrate.py::test_a_planted_k_switch_cost_is_found",  # ~20 s: simulate, calibrate, report
+    "tests/test_calibrate.py::test_engines_that_differ_get_separate_fits_and_alike_ones_one_pooled_fit",  # ~30 s
     # vLLM tier
     "tests/test_serve_vllm.py::",  # its arms (vLLM on Serve) take ~2 min to start: any test of it pays that
     "tests/test_placement.py::test_the_old_layout_is_caught_by_the_probe_within_seconds",  # ~65 s

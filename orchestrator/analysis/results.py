@@ -251,6 +251,8 @@ class VerificationReport(_Result):
     arms: list[ArmVerification]
     switch_timings: list[SwitchTiming]
     passed: bool
+    # Per dynamic arm, its k-switch cost against the run's step fit (calibrate), or why it has none
+    k_switch_costs: list[str] = Field(default_factory=list)
 
     @property
     def status(self) -> FindingStatus:

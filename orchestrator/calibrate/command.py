@@ -2,52 +2,24 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
-
-import numpy as np
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from orchestrator.analysis.source import run_requests
 from orchestrator.calibrate.acceptance import CategoryFit, fit_acceptance
-from orchestrator.calibrate.kswitch import KSwitch, after_switch, k_switch_cost
-from orchestrator.calibrate.stepfit import (
-    COEFFICIENTS,
-    Fit,
-    Quality,
-    StepData,
-    design,
-    huber_fit,
-    quality,
-    unidentified,
-)
+from orchestrator.calibrate.engines import compare_engines
+from orchestrator.calibrate.kswitch import describe
+from orchestrator.calibrate.model import ArmReport, CalibrationError, StepFit, fit_steps
+from orchestrator.calibrate.predict import PredictionCheck, predict
+from orchestrator.calibrate.stepfit import COEFFICIENTS, Fit
 from orchestrator.calibrate.steps import ArmSteps, arm_steps
-from orchestrator.calibrate.writer import fitted_profile, now_iso
+from orchestrator.calibrate.writer import fitted_profile, now_iso, write_profile
 from orchestrator.report import RunInputs, load_run
-from serve_apps.arms import SimulatedEngineConfig
+from serve_apps.arms import SimulatedEngineConfig, VllmEngineConfig
 from serve_apps.policies import OffPolicy
 from serve_apps.sim.profile import Profile, Provenance, load_profile
-
-PER_STEP = 2  # index of verify.fixed + step_overhead: fitted as one by design, never a refusal
-_WHY = {
-    "draft.per_kv_token": "no speculative arm (only off): the draft cost",
-    "draft.fixed": "no step drafted (no speculative step with k > 0): the draft cost",
-    "draft.per_draft_token": "one k only: the draft cost per token cannot be told from its per-step cost",
-    "verify.per_kv_token": "one context length only: the per-KV-token cost",
-    "verify.per_batched_token": "one batch size only: per-token costs cannot be told from per-step ones",
-}
-# Coefficients a run may leave unfitted without being refused (written as 0, and said so).
-_OPTIONAL = {"draft.idle_fixed", "draft.idle_per_request"}
-
-
-class CalibrationError(ValueError):
-    """A run that cannot identify a coefficient, or cannot be read: one line."""
-
-
-@dataclass(frozen=True)
-class ArmReport:
-    arm: str
-    quality: Quality
-    k_switch: KSwitch | None
 
 
 @dataclass(frozen=True)
@@ -57,80 +29,13 @@ class Calibration:
     arms: list[ArmReport]
     acceptance: list[CategoryFit]
     lines: list[str]  # what the command prints, one claim a line
+    # Where the runs' engines differ beyond their fits' intervals: one profile per run (run id -> profile), and
+    # `profile` is not to be written; empty where one pooled fit speaks for every run.
+    separate: dict[str, Profile] = field(default_factory=dict)
+    checks: list[PredictionCheck] = field(default_factory=list)
 
 
-def _usable(s: ArmSteps) -> np.ndarray:
-    """Steps with a duration, batched and KV tokens, and (speculative arms) a known k."""
-    known_k = ~np.isnan(s.k) | (not s.speculative)
-    return np.asarray((s.seconds > 0) & ~np.isnan(s.batched) & ~np.isnan(s.kv) & known_k, dtype=bool)
-
-
-def _pooled(steps: list[ArmSteps]) -> tuple[StepData, np.ndarray]:
-    """The usable steps, and per step whether it is near a k switch."""
-    parts, near = [], []
-    for s in steps:
-        ok = _usable(s)
-        k = np.where(np.isnan(s.k), 0.0, s.k) if not s.speculative else s.k
-        parts.append((s.seconds[ok], s.kv[ok], s.batched[ok], k[ok], s.batch[ok], np.full(ok.sum(), s.speculative)))
-        near.append(after_switch(s.k, s.previous_k())[ok])
-    cols = [np.concatenate(c) for c in zip(*parts, strict=True)]
-    return StepData(*cols), np.concatenate(near)
-
-
-def _base_profile(inputs: Sequence[RunInputs], base: str | None) -> Profile:
-    if base is not None:
-        return load_profile(base)
-    engine = inputs[0].campaign.engine
-    return load_profile(engine.profile if isinstance(engine, SimulatedEngineConfig) else "llama3.1-8b-h100-eagle")
-
-
-def calibrate(
-    run_dirs: Sequence[str], *, name: str, base: str | None = None, repeats: Collection[int] | None = None
-) -> Calibration:
-    inputs = [load_run(d) for d in run_dirs]
-    lines: list[str] = []
-    notes: list[str] = []
-    steps: dict[str, ArmSteps] = {}
-    for run in inputs:
-        found = arm_steps(run, repeats=repeats)
-        if not found:
-            lines.append(f"{run.manifest['run']}: no engine step timeline (endpoint arms): fitting acceptance only")
-        for arm, s in found.items():
-            if s.missing:
-                raise CalibrationError(f"{run.manifest['run']}: arm {arm}: {s.missing}: cannot fit its step times")
-            steps[arm if len(inputs) == 1 else f"{run.manifest['run']}/{arm}"] = s
-    profile_base = _base_profile(inputs, base)
-    fit: Fit | None = None
-    arm_reports: list[ArmReport] = []
-    k_cost = 0.0
-    if steps:
-        data, near = _pooled(list(steps.values()))
-        if not len(data.seconds):
-            raise CalibrationError("no step with a duration, batched and KV tokens and a known k: nothing to fit")
-        x = design(data)
-        fit_rows = ~near  # steps next to a k switch are the switch cost's evidence, not the model's
-        missing = [COEFFICIENTS[j] for j in unidentified(x[fit_rows]) if j != PER_STEP]
-        refused = [c for c in missing if c not in _OPTIONAL]
-        if refused:
-            why = _WHY.get(refused[0], refused[0])
-            raise CalibrationError(f"cannot fit {why} ({', '.join(refused)} not identified)")
-        columns = [j for j in range(x.shape[1]) if COEFFICIENTS[j] not in missing]
-        fit = huber_fit(x[fit_rows], data.seconds[fit_rows], columns)
-        for c in missing:
-            notes.append(f"{c} not identified (no speculative step with k = 0): written as 0")
-        for c in fit.held_at_zero:
-            notes.append(f"{c} fitted below 0: held at 0")
-        notes.append("verify.fixed + step_overhead fitted as one per-step constant (written as verify.fixed)")
-        for key, s in steps.items():
-            mine = _pooled([s])[0]
-            predicted = fit.predict(design(mine))
-            ok = _usable(s)
-            switch = k_switch_cost(mine.seconds - predicted, s.k[ok], s.previous_k()[ok]) if s.dynamic else None
-            arm_reports.append(ArmReport(key, quality(mine.seconds, predicted), switch))
-        switches = [r.k_switch for r in arm_reports if r.k_switch is not None]
-        if switches:
-            total = sum(k.switches for k in switches)
-            k_cost = sum(k.excess_s * k.switches for k in switches) / total
+def _acceptance(inputs: Sequence[RunInputs], repeats: Collection[int] | None) -> list[CategoryFit]:
     speculative_arms = [a.name for r in inputs for a in r.campaign.arms() if not isinstance(a.policy, OffPolicy)]
     max_k = max((a.policy.resolve().num_speculative_tokens for r in inputs for a in r.campaign.arms()), default=0)
     if not speculative_arms or max_k == 0:
@@ -144,20 +49,113 @@ def calibrate(
             acceptance.extend(fit_acceptance(requests.con, speculative_arms, max_k=max_k))
         finally:
             requests.close()
-    if any(not a.from_lists for a in acceptance):
-        notes.append("acceptance from per-request totals (no per-step lists): one p for every position")
+    return acceptance
+
+
+def _base_profile(inputs: Sequence[RunInputs], base: str | None) -> Profile:
+    if base is not None:
+        return load_profile(base)
+    campaign = inputs[0].campaign
+    engine = campaign.engine
+    if isinstance(engine, SimulatedEngineConfig):
+        return load_profile(engine.profile)
+    shipped = load_profile("llama3.1-8b-h100-eagle")
+    # The limits and names that a replay of the run must share with it: its engine's, not the shipped H100's.
+    update: dict[str, object] = {"hardware": f"the hardware of run {inputs[0].manifest['run']}"}
+    if isinstance(engine, VllmEngineConfig):
+        update["model"] = engine.model
+        update["limits"] = shipped.limits.model_copy(update={"max_num_seqs": campaign.max_num_seqs()})
+    drafters = [a.policy for a in campaign.arms() if not isinstance(a.policy, OffPolicy)]
+    if drafters:
+        update["drafter_method"] = drafters[0].method
+        update["drafter_model"] = drafters[0].model
+    return shipped.model_copy(update=update)
+
+
+def _profile_of(inputs: Sequence[RunInputs], base: str | None, name: str, fitted: StepFit | None,
+                acceptance: list[CategoryFit], notes: list[str]) -> Profile:  # fmt: skip
     provenance = Provenance(
         source="timelines",
         runs=[str(r.manifest["run"]) for r in inputs],
         arms=sorted({a.arm for r in inputs for a in (u.unit for u in r.units)}),
-        steps=fit.steps if fit else 0,
+        steps=fitted.fit.steps if fitted else 0,
         fitted=now_iso(),
         notes=notes,
     )
-    profile = fitted_profile(profile_base, name=name, fit=fit, acceptance=acceptance, k_switch_cost_s=k_cost,
-                             provenance=provenance)  # fmt: skip
-    lines.extend(render(fit, arm_reports, acceptance, notes))
-    return Calibration(profile=profile, fit=fit, arms=arm_reports, acceptance=acceptance, lines=lines)
+    return fitted_profile(_base_profile(inputs, base), name=name, fit=fitted.fit if fitted else None,
+                          acceptance=acceptance, k_switch_cost_s=fitted.k_switch_cost_s if fitted else 0.0,
+                          provenance=provenance, step_overhead_s=fitted.step_gap_s if fitted else 0.0)  # fmt: skip
+
+
+def _check(inputs: Sequence[RunInputs], profile: Profile, repeats: Collection[int] | None) -> list[PredictionCheck]:
+    with tempfile.TemporaryDirectory(prefix="specdrill-calibrate-") as scratch:
+        path = str(Path(scratch) / f"{profile.name}.yaml")
+        write_profile(profile, path)
+        return [predict(run, path, fitted_repeats=repeats) for run in inputs]
+
+
+def calibrate(
+    run_dirs: Sequence[str],
+    *,
+    name: str,
+    base: str | None = None,
+    repeats: Collection[int] | None = None,
+    check: bool = True,
+) -> Calibration:
+    """`repeats`: fit on these repeats only; the prediction check then compares the others (held out)."""
+    inputs = [load_run(d) for d in run_dirs]
+    lines: list[str] = []
+    steps: dict[str, ArmSteps] = {}
+    per_run: dict[str, dict[str, ArmSteps]] = {}
+    for run in inputs:
+        found = arm_steps(run, repeats=repeats)
+        run_id = str(run.manifest["run"])
+        if not found:
+            lines.append(f"{run_id}: no engine step timeline (endpoint arms): fitting acceptance only")
+        for arm, s in found.items():
+            if s.missing:
+                raise CalibrationError(f"{run_id}: arm {arm}: {s.missing}: cannot fit its step times")
+            key = arm if len(inputs) == 1 else f"{run_id}/{arm}"
+            steps[key] = s
+            per_run.setdefault(run_id, {})[key] = s
+    acceptance = _acceptance(inputs, repeats)
+    separate: dict[str, Profile] = {}
+    fits: dict[str, StepFit] = {}
+    if len(per_run) > 1:
+        try:
+            fits = {run_id: fit_steps(group) for run_id, group in per_run.items()}
+        except CalibrationError as exc:  # the runs together may identify what one alone does not
+            lines.append(f"one run alone cannot be fitted ({exc}): one pooled fit, engines not compared")
+    if fits:
+        verdict = compare_engines({run_id: f.fit for run_id, f in fits.items()})
+        lines.extend(verdict.lines)
+        if verdict.differ:
+            for run in inputs:
+                run_id = str(run.manifest["run"])
+                own = fits.get(run_id)
+                mine = _acceptance([run], repeats)
+                notes = [*(own.notes if own else []), "fitted alone: the runs' engines differ beyond their intervals"]
+                separate[run_id] = _profile_of([run], base, f"{name}.{run_id}", own, mine, notes)
+                lines.append(f"run {run_id}:")
+                lines.extend(render(own.fit if own else None, own.arms if own else [], mine, notes))
+    pooled = fit_steps(steps) if steps and not separate else None
+    notes = [*(pooled.notes if pooled else [])]
+    if any(not a.from_lists for a in acceptance):
+        notes.append("acceptance from per-request totals (no per-step lists): one p for every position")
+    profile = _profile_of(inputs, base, name, pooled, acceptance, notes)
+    if not separate:
+        lines.extend(render(pooled.fit if pooled else None, pooled.arms if pooled else [], acceptance, notes))
+    checks: list[PredictionCheck] = []
+    if check and steps:
+        if separate:
+            for run in inputs:
+                checks.extend(_check([run], separate[str(run.manifest["run"])], repeats))
+        else:
+            checks = _check(inputs, profile, repeats)
+        for c in checks:
+            lines.extend(c.lines())
+    return Calibration(profile=profile, fit=pooled.fit if pooled else None, arms=pooled.arms if pooled else [],
+                       acceptance=acceptance, lines=lines, separate=separate, checks=checks)  # fmt: skip
 
 
 def render(fit: Fit | None, arms: list[ArmReport], acceptance: list[CategoryFit], notes: list[str]) -> list[str]:
@@ -174,10 +172,7 @@ def render(fit: Fit | None, arms: list[ArmReport], acceptance: list[CategoryFit]
         )
         if a.k_switch is not None:
             s = a.k_switch
-            out.append(
-                f"arm {a.arm}: k-switch cost {s.excess_s * 1e3:+.3f} ms per switch "
-                f"[{s.low_s * 1e3:+.3f}, {s.high_s * 1e3:+.3f}] over {s.switches} switches"
-            )
+            out.append(f"arm {a.arm}: {describe(s)}")
     for c in acceptance:
         positions = ", ".join(f"{p:.3f} [{lo:.3f}, {hi:.3f}]" for p, lo, hi in zip(c.per_position, c.low, c.high,
                                                                                     strict=True))  # fmt: skip

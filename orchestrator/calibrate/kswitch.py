@@ -42,3 +42,10 @@ def k_switch_cost(residual: np.ndarray, k: np.ndarray, previous_k: np.ndarray) -
     mean = float(excess.mean())
     half = Z95 * float(excess.std(ddof=1)) / np.sqrt(len(excess)) if len(excess) > 1 else float("inf")
     return KSwitch(switches=len(excess), excess_s=mean, low_s=mean - half, high_s=mean + half)
+
+
+def describe(s: KSwitch) -> str:
+    return (
+        f"k-switch cost {s.excess_s * 1e3:+.3f} ms per switch [{s.low_s * 1e3:+.3f}, {s.high_s * 1e3:+.3f}] "
+        f"over {s.switches} switches"
+    )

@@ -13,6 +13,7 @@ push below zero is held at 0 and the rest refitted, and the fit says so.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,7 @@ COEFFICIENTS = (
     "draft.per_kv_token", "draft.per_draft_token", "draft.fixed", "draft.idle_fixed", "draft.idle_per_request",
 )  # fmt: skip
 HUBER_C = 1.345  # 95% efficiency at the normal
+Z95 = 1.959964
 _SEPARABLE = 1e-7  # a column whose distance to the span of the others is below this (relative) is not identified
 
 
@@ -67,9 +69,17 @@ class Fit:
     held_at_zero: tuple[str, ...]
     steps: int
     iterations: int
+    stderr: np.ndarray  # the coefficients' standard errors (Huber sandwich at the final weights; 0 where not fitted)
+
+    def interval(self, j: int) -> tuple[float, float]:
+        half = Z95 * float(self.stderr[j])
+        return float(self.coef[j]) - half, float(self.coef[j]) + half
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         return np.asarray(x @ self.coef)
+
+    def scaled(self, factor: float) -> Fit:
+        return dataclasses.replace(self, coef=self.coef * factor, stderr=self.stderr * factor)
 
 
 def huber_fit(x: np.ndarray, y: np.ndarray, columns: list[int], *, max_iter: int = 100) -> Fit:
@@ -95,6 +105,13 @@ def huber_fit(x: np.ndarray, y: np.ndarray, columns: list[int], *, max_iter: int
             if done:
                 break
         coef_active = beta / norms
+        # The covariance of the weighted least squares at the final weights, in the residuals' own scale: the
+        # usual approximation for an M-estimator (Huber 1981, 7.6), enough to tell two fits' coefficients apart.
+        weighted = a * np.sqrt(w)[:, None]
+        dof = max(len(y) - len(active), 1)
+        sigma2 = float(np.sum(w * r**2)) / dof
+        cov = sigma2 * np.linalg.pinv(weighted.T @ weighted)
+        se_active = np.sqrt(np.maximum(np.diag(cov), 0.0)) / norms
         negative = [i for i, c in enumerate(coef_active) if c < 0]
         if not negative:
             break
@@ -105,7 +122,10 @@ def huber_fit(x: np.ndarray, y: np.ndarray, columns: list[int], *, max_iter: int
     coef[active] = coef_active
     fitted = np.zeros(x.shape[1], dtype=bool)
     fitted[active] = True
-    return Fit(coef=coef, fitted=fitted, held_at_zero=tuple(held), steps=len(y), iterations=iterations)
+    stderr = np.zeros(x.shape[1])
+    stderr[active] = se_active
+    return Fit(coef=coef, fitted=fitted, held_at_zero=tuple(held), steps=len(y), iterations=iterations,
+               stderr=stderr)  # fmt: skip
 
 
 @dataclass(frozen=True)

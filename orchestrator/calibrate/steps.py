@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import numpy as np
@@ -11,11 +12,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from orchestrator.report import RunInputs
 from serve_apps.arms import EndpointEngineConfig
 from serve_apps.policies import DynamicPolicy, OffPolicy
 
-FIT_COLUMNS = ("batch_size", "k", "batched_tokens", "kv_tokens")
+if TYPE_CHECKING:  # the report reads the k-switch cost through this module: no import of it at run time
+    from orchestrator.report import RunInputs
+
+FIT_COLUMNS = ("batch_size", "k", "batched_tokens", "kv_tokens", "num_prefill")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,10 @@ class ArmSteps:
     k: np.ndarray
     batched: np.ndarray
     kv: np.ndarray
+    # Seconds from the same engine's previous step's end to this step's start (NaN for a unit's first step), and
+    # whether the engine was busy across it: this step decodes requests, which the previous one ran too.
+    gap: np.ndarray
+    busy: np.ndarray
     missing: str | None = None  # why this arm's timeline cannot be fitted (columns absent or null)
 
     def __len__(self) -> int:
@@ -83,18 +90,27 @@ def arm_steps(inputs: RunInputs, *, repeats: Collection[int] | None = None) -> d
             return np.asarray(table[name].cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=float)
 
         missing = [c for c in ("batched_tokens", "kv_tokens") if t[c].null_count == t.num_rows]
+        unit_ids = np.asarray(t["unit"].to_pylist(), dtype=object)
+        engines = np.asarray(t["engine_id"].to_pylist(), dtype=object)
+        start, end = t["start_ns"].to_numpy(), t["end_ns"].to_numpy()
+        gap = np.full(t.num_rows, np.nan)
+        same = (unit_ids[1:] == unit_ids[:-1]) & (engines[1:] == engines[:-1])
+        gap[1:] = np.where(same, (start[1:] - end[:-1]) / 1e9, np.nan)
+        decodes = values("batch_size") - np.nan_to_num(values("num_prefill"))
         policy = policies.get(arm)
         out[arm] = ArmSteps(
             arm=arm,
             speculative=not isinstance(policy, OffPolicy),
             dynamic=isinstance(policy, DynamicPolicy),
-            unit=np.asarray(t["unit"].to_pylist(), dtype=object),
-            engine=np.asarray(t["engine_id"].to_pylist(), dtype=object),
-            seconds=(t["end_ns"].to_numpy() - t["start_ns"].to_numpy()) / 1e9,
+            unit=unit_ids,
+            engine=engines,
+            seconds=(end - start) / 1e9,
             batch=values("batch_size"),
             k=values("k"),
             batched=values("batched_tokens"),
             kv=values("kv_tokens"),
+            gap=gap,
+            busy=np.asarray(~np.isnan(gap) & (decodes > 0), dtype=bool),
             missing=(
                 f"its timeline has no {' or '.join(missing)} (written by an older specdrill, or vLLM without "
                 "iteration details)"

@@ -24,13 +24,15 @@ def fitted_profile(
     acceptance: list[CategoryFit],
     k_switch_cost_s: float,
     provenance: Provenance,
+    step_overhead_s: float = 0.0,
 ) -> Profile:
-    """`fit` None: costs stay the base's (acceptance only). The per-step sum is written as verify.fixed."""
+    """`fit` None: costs stay the base's (acceptance only). The per-step constant inside a step is written as
+    verify.fixed; `step_overhead_s` is the time between busy steps, outside them."""
     verify, draft, overhead = base.verify, base.draft, base.step_overhead
     if fit is not None:
         c = [float(v) for v in fit.coef]
         verify = VerifyCost(per_kv_token=c[0], per_batched_token=c[1], fixed=c[2])
-        overhead = 0.0
+        overhead = step_overhead_s
         draft = DraftCost(
             kind="model", per_kv_token=c[3], per_draft_token=c[4], fixed=c[5], idle_fixed=c[6],
             idle_per_request=c[7],

@@ -100,6 +100,13 @@ def _switch_timings(timings: Sequence[SwitchTiming], exempt: Collection[str]) ->
     return f"<h3>Switch timings (cross and recover)</h3>{table(header, rows)}"
 
 
+def _k_switch_costs(lines: Sequence[str]) -> str:
+    if not lines:
+        return ""
+    items = "".join(f"<li>{esc(line)}</li>" for line in lines)
+    return f"<h3>k-switch cost</h3><ul>{items}</ul>"
+
+
 def verification_section(report: VerificationReport, exempt: Collection[str] = ()) -> str:
     """`exempt`: the campaign's gates.exempt_arms, marked "(exempt)" where they failed."""
     summary = (
@@ -123,5 +130,5 @@ def verification_section(report: VerificationReport, exempt: Collection[str] = (
     marked = EXEMPT if failed and failed <= set(exempt) else ""  # every failure is an exempt arm's
     return (
         f"<section><h2>Executed policy {status_mark(report.status)}{marked}</h2>{summary}{arms}"
-        f"{_switch_timings(report.switch_timings, exempt)}</section>"
+        f"{_switch_timings(report.switch_timings, exempt)}{_k_switch_costs(report.k_switch_costs)}</section>"
     )
