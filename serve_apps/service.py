@@ -44,6 +44,10 @@ def error_body(message: str, *, param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": 400}}
 
 
+def engine_dead_body(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "engine_dead", "param": None, "code": 503}}
+
+
 class ArmService:
     def __init__(self, arm: ArmSpec, engine: Engine, placement: Placement, versions: dict[str, str]) -> None:
         self.arm = arm

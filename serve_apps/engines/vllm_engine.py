@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from serve_apps.arms import ArmSpec, VllmEngineConfig
-from serve_apps.engines.base import GenerationInput, GenerationResult, TextDelta
+from serve_apps.engines.base import EngineDead, GenerationInput, GenerationResult, TextDelta
 from timebase import clock
 
 log = logging.getLogger(__name__)
@@ -442,6 +442,12 @@ class VllmEngine:
             self._llm.shutdown()
             self._llm = None
 
+    async def check_health(self) -> None:
+        """AsyncLLM's own check: `errored` is set when vLLM's monitor thread sees an engine core process exit
+        (core_client.py, MPClient.start_engine_core_monitor) or its output handler stopped."""
+        if self._llm is not None and self._llm.errored:
+            raise EngineDead(f"vLLM engine {self.engine_id}: {self._llm.dead_error}")
+
     async def generate(self, request: GenerationInput) -> AsyncIterator[TextDelta | GenerationResult]:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
@@ -461,47 +467,55 @@ class VllmEngine:
         )
         first_token: float | None = None
         completion_tokens = 0
-        async for out in self._llm.generate(prompt, params, request.request_id):
-            completion = out.outputs[0]
-            n = len(completion.token_ids)
-            if n:
-                now = clock.now()
-                first_token = first_token if first_token is not None else now
-                completion_tokens += n
-                yield TextDelta(text=completion.text, tokens=n, time=now, prompt_tokens=len(out.prompt_token_ids or []))
-            if out.finished:
-                done = clock.now()
-                stats = out.metrics
-                queued = getattr(stats, "queued_ts", 0.0) if stats is not None else 0.0
-                scheduled = getattr(stats, "scheduled_ts", 0.0) if stats is not None else 0.0
-                ttft = getattr(stats, "first_token_latency", None) if stats is not None else None
-                first_scheduled = clock.from_monotonic(scheduled) if scheduled else None
-                spec = completion.spec_decode_metrics
-                # Which DP rank served the request, and its last step: from the stat logger of the rank whose
-                # step reported the request finished (vLLM's iteration stats carry the finished request ids).
-                where = await self.timeline_data.finished(request.request_id)
-                rank = 0
-                batch_sizes: list[int] = []
-                ks: list[int] = []
-                if where is not None:
-                    rank = where[0]
-                    batch_sizes, ks = self.timeline_data.request_steps(
-                        rank, where[1], first_token_latency=ttft or None, first_scheduled=first_scheduled
+        # vLLM raises its EngineDeadError to every request in flight when the engine core dies: the replica's
+        # error rows then say what died, and its health check fails (check_health).
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        try:
+            async for out in self._llm.generate(prompt, params, request.request_id):
+                completion = out.outputs[0]
+                n = len(completion.token_ids)
+                if n:
+                    now = clock.now()
+                    first_token = first_token if first_token is not None else now
+                    completion_tokens += n
+                    prompt_tokens = len(out.prompt_token_ids or [])
+                    yield TextDelta(text=completion.text, tokens=n, time=now, prompt_tokens=prompt_tokens)
+                if out.finished:
+                    done = clock.now()
+                    stats = out.metrics
+                    queued = getattr(stats, "queued_ts", 0.0) if stats is not None else 0.0
+                    scheduled = getattr(stats, "scheduled_ts", 0.0) if stats is not None else 0.0
+                    ttft = getattr(stats, "first_token_latency", None) if stats is not None else None
+                    first_scheduled = clock.from_monotonic(scheduled) if scheduled else None
+                    spec = completion.spec_decode_metrics
+                    # Which DP rank served the request, and its last step: from the stat logger of the rank whose
+                    # step reported the request finished (vLLM's iteration stats carry the finished request ids).
+                    where = await self.timeline_data.finished(request.request_id)
+                    rank = 0
+                    batch_sizes: list[int] = []
+                    ks: list[int] = []
+                    if where is not None:
+                        rank = where[0]
+                        batch_sizes, ks = self.timeline_data.request_steps(
+                            rank, where[1], first_token_latency=ttft or None, first_scheduled=first_scheduled
+                        )
+                    yield GenerationResult(
+                        prompt_tokens=len(out.prompt_token_ids or []),
+                        completion_tokens=completion_tokens,
+                        finish_reason=completion.finish_reason or "stop",
+                        spec_decode_metrics=spec.to_dict() if spec is not None else None,
+                        first_scheduled=first_scheduled,
+                        first_token=first_token,
+                        finished=done,
+                        queue_wait=(scheduled - queued) if scheduled and queued else None,
+                        step_batch_sizes=batch_sizes,
+                        step_k=ks,
+                        engine_id=rank_engine_id(self.engine_id, rank, self.data_parallel_size),
+                        dp_rank=rank,
                     )
-                yield GenerationResult(
-                    prompt_tokens=len(out.prompt_token_ids or []),
-                    completion_tokens=completion_tokens,
-                    finish_reason=completion.finish_reason or "stop",
-                    spec_decode_metrics=spec.to_dict() if spec is not None else None,
-                    first_scheduled=first_scheduled,
-                    first_token=first_token,
-                    finished=done,
-                    queue_wait=(scheduled - queued) if scheduled and queued else None,
-                    step_batch_sizes=batch_sizes,
-                    step_k=ks,
-                    engine_id=rank_engine_id(self.engine_id, rank, self.data_parallel_size),
-                    dp_rank=rank,
-                )
+        except EngineDeadError as exc:
+            raise EngineDead(f"vLLM engine {self.engine_id}: {exc}") from exc
 
     def resolved_speculative_config(self) -> dict[str, Any] | None:
         if self._llm is None:
