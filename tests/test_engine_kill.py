@@ -60,11 +60,11 @@ def engine_core_of_replica(deployment: str) -> tuple[int, int, str]:
     import psutil
     from ray.util.state import list_actors
 
-    replicas = [
-        a for a in list_actors(filters=[("state", "=", "ALIVE")], limit=1000)
-        if a.class_name == f"ServeReplica:{CAMPAIGN}:{deployment}"
-    ]  # fmt: skip
-    assert len(replicas) == 1, replicas
+    alive = list_actors(filters=[("state", "=", "ALIVE")], limit=1000)
+    # Serve names a replica's actor class ServeReplica:<application>:<deployment>; the application is the arm's
+    # <campaign>.<arm> (orchestrator/deploy.py), the deployment the arm.
+    replicas = [a for a in alive if a.class_name == f"ServeReplica:{CAMPAIGN}.{deployment}:{deployment}"]
+    assert len(replicas) == 1, sorted(a.class_name for a in alive)
     replica = psutil.Process(replicas[0].pid)
     cores = [
         (child.pid, " ".join(child.cmdline()))
