@@ -7,9 +7,11 @@ import asyncio
 
 import pytest
 
+from serve_apps.arms import ArmSpec, SimulatedEngineConfig
 from serve_apps.engines.base import EngineDead, GenerationInput, GenerationResult
 from serve_apps.engines.simulated import SimulatedEngine
 from serve_apps.policies import FixedPolicy
+from serve_apps.service import ArmService, Placement
 from serve_apps.sim.engine import EngineCore
 from serve_apps.sim.profile import Profile
 
@@ -19,6 +21,20 @@ def _request(i: int, tokens: int = 400) -> GenerationInput:
                            ignore_eos=True)  # fmt: skip
 
 
+def _breaks_after(steps: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulated engine's loop raises in its step after `steps` (a fault inside the loop)."""
+    run_steps = EngineCore.run_steps
+    seen = {"n": 0}
+
+    def breaking(self: EngineCore, *args: object, **kwargs: object) -> object:
+        seen["n"] += 1
+        if seen["n"] > steps:
+            raise MemoryError("KV block table corrupted")
+        return run_steps(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(EngineCore, "run_steps", breaking)
+
+
 def test_a_simulated_engine_whose_loop_died_fails_its_health_check_and_its_requests(
     eagle_profile: Profile, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -26,16 +42,7 @@ def test_a_simulated_engine_whose_loop_died_fails_its_health_check_and_its_reque
         eagle_profile, FixedPolicy(method="eagle", model="d", k=3).resolve(), seed=1, time_scale=1.0,
         engine_id="arm/replica",
     )  # fmt: skip
-    run_steps = EngineCore.run_steps
-    steps = {"n": 0}
-
-    def breaks_after_five_steps(self: EngineCore, *args: object, **kwargs: object) -> object:
-        steps["n"] += 1
-        if steps["n"] > 5:
-            raise MemoryError("KV block table corrupted")  # any exception inside the loop
-        return run_steps(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(EngineCore, "run_steps", breaks_after_five_steps)
+    _breaks_after(5, monkeypatch)
 
     async def scenario() -> tuple[list[BaseException | list[object]], str, str]:
         await engine.start()
@@ -73,3 +80,27 @@ def test_a_healthy_simulated_engine_passes_its_health_check_after_serving(eagle_
 
     events = asyncio.run(scenario())
     assert isinstance(events[-1], GenerationResult) and events[-1].completion_tokens == 8
+
+
+def test_a_stream_whose_engine_dies_ends_with_openais_error_event(
+    eagle_profile: Profile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arm = ArmSpec(name="fixed3-single", policy=FixedPolicy(method="eagle", model="d", k=3),
+                  engine=SimulatedEngineConfig())  # fmt: skip
+    engine = SimulatedEngine(eagle_profile, arm.policy.resolve(), seed=1, time_scale=1.0, engine_id="e")
+    service = ArmService(arm, engine, Placement("r", "n", "127.0.0.1"), {})
+    _breaks_after(5, monkeypatch)
+
+    async def scenario() -> list[str]:
+        await engine.start()
+        events = [e async for e in service.stream(_request(0), chat=False, include_usage=True, received=0.0)]
+        await engine.stop()
+        return events
+
+    events = asyncio.run(scenario())
+    assert events[-1] == "data: [DONE]\n\n"
+    assert events[-2] == (
+        'data: {"error":{"message":"the simulated engine\'s loop died: MemoryError: KV block table corrupted",'
+        '"type":"engine_dead","param":null,"code":503}}\n\n'
+    )
+    assert len(events) > 2  # tokens streamed before the loop died
