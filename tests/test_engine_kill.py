@@ -55,12 +55,12 @@ def _campaign(model: str, output: Path) -> Campaign:
     )  # fmt: skip
 
 
-def engine_core_of_replica(deployment: str) -> tuple[int, int, str]:
+def engine_core_of_replica(deployment: str, gcs_address: str) -> tuple[int, int, str]:
     """(replica actor pid, engine core pid, its process title) of the deployment's one live replica."""
     import psutil
     from ray.util.state import list_actors
 
-    alive = list_actors(filters=[("state", "=", "ALIVE")], limit=1000)
+    alive = list_actors(address=gcs_address, filters=[("state", "=", "ALIVE")], limit=1000)
     # Serve names a replica's actor class ServeReplica:<application>:<deployment>; the application is the arm's
     # <campaign>.<arm> (orchestrator/deploy.py), the deployment the arm.
     replicas = [a for a in alive if a.class_name == f"ServeReplica:{CAMPAIGN}.{deployment}:{deployment}"]
@@ -88,16 +88,16 @@ def test_an_engine_core_killed_inside_its_replica_is_replaced_and_its_window_mar
     parts = output / "traces/arm=off-single/shape=steady"
     killed: list[tuple[int, int, str]] = []
 
-    def kill_the_engine_mid_unit() -> None:
+    def kill_the_engine_mid_unit(gcs_address: str) -> None:
         deadline = time.monotonic() + 200
         while len(list(parts.glob("*.parquet"))) < 2 and time.monotonic() < deadline:  # ~10 rows measured
             time.sleep(0.2)
-        replica, core, title = engine_core_of_replica("off-single")
+        replica, core, title = engine_core_of_replica("off-single", gcs_address)
         os.kill(core, signal.SIGKILL)
         killed.append((replica, core, title))
 
-    with local_ray(num_cpus=8):
-        killer = threading.Thread(target=kill_the_engine_mid_unit, daemon=True)
+    with local_ray(num_cpus=8) as info:
+        killer = threading.Thread(target=kill_the_engine_mid_unit, args=(str(info["gcs_address"]),), daemon=True)
         killer.start()
         _, manifest = run_campaign(campaign)
         killer.join(10)
