@@ -10,6 +10,7 @@ rows == requests. Bounded: one engine start, one replacement, a 40-second unit.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -90,7 +91,7 @@ def test_an_engine_core_killed_inside_its_replica_is_replaced_and_its_window_mar
 
     def kill_the_engine_mid_unit(gcs_address: str) -> None:
         deadline = time.monotonic() + 200
-        while len(list(parts.glob("*.parquet"))) < 2 and time.monotonic() < deadline:  # ~10 rows measured
+        while len(list(parts.glob("*.parquet"))) < 2 and time.monotonic() < deadline:  # the first rows measured
             time.sleep(0.2)
         replica, core, title = engine_core_of_replica("off-single", gcs_address)
         os.kill(core, signal.SIGKILL)
@@ -117,8 +118,17 @@ def test_an_engine_core_killed_inside_its_replica_is_replaced_and_its_window_mar
     before = {r["replica_id"] for r in ok if r["done_ns"] < first_failure}
     after = {r["replica_id"] for r in ok if r["done_ns"] > max(r["done_ns"] for r in failed)}
     assert len(before) == 1 and len(after) == 1 and before != after, (before, after)
+    # Streams cut by the engine's death end with its reason (the OpenAI error event), in vLLM's words.
+    (dead,) = before
+    streamed = {r["error_message"] for r in failed if r["error_class"] == "server_error"}
+    assert streamed == {
+        f"error event in stream: vLLM engine off-single/{dead}: EngineCore encountered an issue. See stack trace "
+        "(above) for the root cause."
+    }
 
     summary = write_report(str(output))
     windows = [w for w in summary.fault_windows if w.unit == "off-single/steady/r0"]
     assert windows and sum(w.failed for w in windows) == len(failed)
     print(*(w.message for w in windows), sep="\n")
+    assert all(re.fullmatch(r"off-single/steady/r0: \d+ of \d+ requests failed between [\d.]+ s and [\d.]+ s \(.+\)",
+                            w.message) for w in windows)  # fmt: skip
