@@ -73,7 +73,7 @@ def test_a_healthy_simulated_engine_passes_its_health_check_after_serving(eagle_
 
     async def scenario() -> list[object]:
         await engine.start()
-        events = [event async for event in engine.generate(_request(0, tokens=8))]
+        events: list[object] = [event async for event in engine.generate(_request(0, tokens=8))]
         await engine.check_health()
         await engine.stop()
         return events
