@@ -19,14 +19,18 @@ from ray import serve
 
 import serve_apps
 from serve_apps.arms import ArmSpec, VllmEngineConfig
-from serve_apps.engines.base import live_by_rank, rank_engine_ids
+from serve_apps.engines.base import EngineDead, live_by_rank, rank_engine_ids
 from serve_apps.engines.factory import build_engine
 from serve_apps.placement import plan_placement
-from serve_apps.service import ArmService, Placement, RequestError, error_body
+from serve_apps.service import ArmService, Placement, RequestError, engine_dead_body, error_body
 from timebase.clock import now
 
 app = FastAPI(title="specdrill arm")
 METRICS_PERIOD_S = 1.0
+# Serve replaces a replica after 3 failed health checks in a row (REPLICA_HEALTH_CHECK_UNHEALTHY_THRESHOLD): at
+# Serve's default period (10 s) a dead engine would answer errors for 30 s; the check is an attribute read.
+HEALTH_CHECK_PERIOD_S = 2.0
+HEALTH_CHECK_TIMEOUT_S = 10.0
 
 
 def _versions() -> dict[str, str]:
@@ -88,6 +92,12 @@ class ArmDeployment:
         await engine.start()
         self._metrics_task = asyncio.get_running_loop().create_task(self._publish_metrics())
 
+    async def check_health(self) -> None:
+        """Ray Serve's health check: raising marks the replica unhealthy, and Serve replaces it. Fails when the
+        engine is dead (vLLM's engine core process exited, the simulated engine's loop died), so a dead engine
+        does not leave a replica that Serve thinks healthy answering every request with an error."""
+        await self.service.engine.check_health()
+
     async def _publish_metrics(self) -> None:
         from ray.util.metrics import Gauge
 
@@ -126,6 +136,8 @@ class ArmDeployment:
                 )  # fmt: skip
                 return StreamingResponse(events, media_type="text/event-stream")
             result = await self.service.complete(parsed.inp, chat=chat, received=received)
+        except EngineDead as exc:  # until Serve replaces the replica (check_health), requests fail with why
+            return JSONResponse(engine_dead_body(str(exc)), status_code=503)
         except ValueError as exc:
             return JSONResponse(error_body(str(exc)), status_code=400)
         return JSONResponse(result)
@@ -187,7 +199,10 @@ def build_arm_app(arm: ArmSpec, serve_host: str = "127.0.0.1", *, probe: bool = 
     env = {**(arm.engine.env if isinstance(arm.engine, VllmEngineConfig) else {}), **plan.engine_env}
     if env:
         actor["runtime_env"] = {"env_vars": env}
-    options: dict[str, Any] = {"name": arm.name, "num_replicas": plan.replicas, "ray_actor_options": actor}
+    options: dict[str, Any] = {
+        "name": arm.name, "num_replicas": plan.replicas, "ray_actor_options": actor,
+        "health_check_period_s": HEALTH_CHECK_PERIOD_S, "health_check_timeout_s": HEALTH_CHECK_TIMEOUT_S,
+    }  # fmt: skip
     if plan.bundles is not None:
         # Ray Serve LLM's recipe: the replica's CPUs live in the first bundle and it holds no GPU itself, so
         # every GPU bundle stays free for vLLM's Ray workers.

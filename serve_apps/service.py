@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from serve_apps.arms import ArmSpec
-from serve_apps.engines.base import Engine, GenerationInput, GenerationResult, TextDelta, engine_facts
+from serve_apps.engines.base import Engine, EngineDead, GenerationInput, GenerationResult, TextDelta, engine_facts
 from serve_apps.openai_protocol import ChatCompletionRequest, CompletionRequest, usage
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
@@ -42,6 +42,10 @@ class Placement:
 
 def error_body(message: str, *, param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": 400}}
+
+
+def engine_dead_body(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "engine_dead", "param": None, "code": 503}}
 
 
 class ArmService:
@@ -178,27 +182,32 @@ class ArmService:
 
         first = True
         produced = 0
-        async for event in self.engine.generate(inp):
-            if isinstance(event, TextDelta):
-                produced += event.tokens
-                payload = chunk(event.text, None, first=first)
-                if continuous_usage:
-                    payload["usage"] = usage(event.prompt_tokens, produced)
-                yield _sse(payload)
-                first = False
-                continue
-            extra = {
-                "metrics": {"speculative_decoding": event.spec_decode_metrics},
-                "specdrill": self.telemetry(event, request_id=inp.request_id, received=received),
-            }
-            last = chunk(None if chat else "", event.finish_reason, first=first)
-            if include_usage:
-                yield _sse(last)
-                yield _sse(
-                    {**base, "choices": [], "usage": usage(event.prompt_tokens, event.completion_tokens), **extra}
-                )
-            else:
-                yield _sse({**last, **extra})
+        try:
+            async for event in self.engine.generate(inp):
+                if isinstance(event, TextDelta):
+                    produced += event.tokens
+                    payload = chunk(event.text, None, first=first)
+                    if continuous_usage:
+                        payload["usage"] = usage(event.prompt_tokens, produced)
+                    yield _sse(payload)
+                    first = False
+                    continue
+                extra = {
+                    "metrics": {"speculative_decoding": event.spec_decode_metrics},
+                    "specdrill": self.telemetry(event, request_id=inp.request_id, received=received),
+                }
+                last = chunk(None if chat else "", event.finish_reason, first=first)
+                if include_usage:
+                    yield _sse(last)
+                    yield _sse(
+                        {**base, "choices": [], "usage": usage(event.prompt_tokens, event.completion_tokens), **extra}
+                    )
+                else:
+                    yield _sse({**last, **extra})
+        except EngineDead as exc:
+            # Headers are sent: the stream ends with OpenAI's error event (as vLLM's server does), so the client
+            # records why rather than a broken stream.
+            yield _sse(engine_dead_body(str(exc)))
         yield "data: [DONE]\n\n"
 
 

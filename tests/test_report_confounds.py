@@ -66,3 +66,23 @@ def test_runners_and_async_scheduling_that_differ_are_stated() -> None:
     )
     same = {"arms": {"a": _arm("off", "NONE", "V1", False), "b": _arm("off", "NONE", "V1", False), "c": {}}}
     assert engine_confounds(same) == [] and engine_confounds({}) == []
+
+
+def test_on_model_runner_v2_differing_graph_modes_are_stated_without_a_cause_that_is_not_true() -> None:
+    # V2 keeps full graphs for a dynamic schedule (vllm/config/vllm.py _maybe_override_dynamic_sd_cudagraph_mode
+    # returns for use_v2_model_runner): a PIECEWISE arm there came from elsewhere (e.g. its engine_kwargs).
+    manifest = {
+        "arms": {
+            "dyn-single": _arm("dynamic", "PIECEWISE", "V2", True),
+            "off-single": _arm("off", "FULL_AND_PIECEWISE", "V2", True),
+        }
+    }
+    assert engine_confounds(manifest) == [
+        "CUDA graph modes differ between arms (dyn-single PIECEWISE, off-single FULL_AND_PIECEWISE): part of their "
+        "difference is the graph mode, not k"
+    ]
+    # A V1 arm on PIECEWISE with a fixed k: not the dynamic-schedule override either.
+    manifest["arms"]["dyn-single"] = _arm("fixed", "PIECEWISE", "V1", True)
+    manifest["arms"]["off-single"] = _arm("off", "FULL_AND_PIECEWISE", "V1", True)
+    (line,) = engine_confounds(manifest)
+    assert line.endswith("part of their difference is the graph mode, not k")

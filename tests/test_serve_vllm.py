@@ -182,4 +182,6 @@ def test_dynamic_draft_model_arm_runs_the_schedule_exactly(arms: dict[str, str])
     assert since["batch_size"] == timeline["batch_size"][-3:]
     # Every request's steps were found exactly: its last by the step vLLM reported it finished in, its first by
     # vLLM's TTFT of it (not by time).
-    assert _get(f"{url}/specdrill/info")["telemetry_fallbacks"] == {"first_step_by_time": 0, "finish_not_reported": 0}
+    assert _get(f"{url}/specdrill/info")["telemetry_fallbacks"] == {
+        "first_step_by_count": 0, "first_step_unknown": 0, "finish_not_reported": 0,
+    }  # fmt: skip

@@ -162,3 +162,36 @@ def test_accepted_as_written_exactly_when_vllm_runs_every_range_as_written(
         assert not as_written
     else:
         assert as_written
+
+
+@pytest.mark.parametrize("policy", ["off", "draft"])
+def test_vllm_cpu_runs_no_async_scheduling_even_when_an_arm_asks_for_it(
+    tiny_model_dir: str, tiny_draft_dir: str, policy: str
+) -> None:
+    """vllm/platforms/cpu.py (check_and_update_config) sets scheduler_config.async_scheduling = False after the
+    engine args asked for it, and logs nothing: the engine facts say what runs. The timeline's async-scheduling
+    rule is proven by tests/test_step_timeline.py only; if a vllm-cpu release keeps it on, this fails and a
+    vLLM-tier timeline test under async scheduling can be written (docs/gpu-runbook.md)."""
+    from orchestrator.campaign import Campaign
+    from serve_apps.engines.vllm_engine import VllmEngine, resolved_engine_facts
+
+    policies: dict[str, Any] = {
+        "off": "off",
+        "draft": {"kind": "fixed", "method": "draft_model", "model": tiny_draft_dir, "k": 2},
+    }
+    campaign = Campaign.model_validate(
+        {
+            "name": "asyncsched",
+            "engine": {
+                "kind": "vllm", "model": tiny_model_dir, "dtype": "float32", "enforce_eager": True,
+                "max_model_len": 256, "engine_kwargs": {"async_scheduling": True},
+            },
+            "policies": {policy: policies[policy]},
+            "topologies": {"single": "single"},
+        }
+    )  # fmt: skip
+    (arm,) = campaign.arms()
+    args = VllmEngine(arm, engine_id="e").engine_args()
+    assert args.async_scheduling is True  # what the arm asked vLLM for
+    facts = resolved_engine_facts(args.create_engine_config())
+    assert facts == {"cudagraph_mode": "NONE", "model_runner": "V1", "async_scheduling": False}

@@ -7,6 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 
+class EngineDead(RuntimeError):
+    """The engine can serve nothing more (vLLM's engine core process died, the simulated engine's loop raised):
+    the replica's health check fails with this message, and Serve replaces the replica."""
+
+
 @dataclass(frozen=True, slots=True)
 class GenerationInput:
     request_id: str
@@ -55,6 +60,11 @@ class Engine(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+    async def check_health(self) -> None:
+        """Raises EngineDead when the engine can serve nothing more; returns at once otherwise (Serve calls it
+        every few seconds)."""
+        ...
 
     def generate(self, request: GenerationInput) -> AsyncIterator[TextDelta | GenerationResult]: ...
 

@@ -249,6 +249,9 @@ class PlacementProbeEngine:
     async def stop(self) -> None:
         return None
 
+    async def check_health(self) -> None:
+        return None  # nothing runs after the probe: the replica is healthy as long as its actor lives
+
     async def generate(self, request: GenerationInput) -> AsyncIterator[TextDelta | GenerationResult]:
         raise ValueError("this arm runs the placement probe (specdrill deploy --check): no engine to generate")
         yield  # pragma: no cover  (makes this an async generator)

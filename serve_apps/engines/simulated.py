@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from serve_apps.engines.base import GenerationInput, GenerationResult, TextDelta
+from serve_apps.engines.base import EngineDead, GenerationInput, GenerationResult, TextDelta
 from serve_apps.policies import ResolvedSpeculation
 from serve_apps.sim.engine import EngineCore
 from serve_apps.sim.profile import Profile
-from serve_apps.sim.realtime import Finished, RealtimeEngine, TokenBatch
+from serve_apps.sim.realtime import Finished, LoopDied, RealtimeEngine, TokenBatch
 from serve_apps.sim.request import SimRequest
 
 _WORDS = ("the", " model", " drafts", " tokens", " and", " the", " target", " verifies", " them", ".")
@@ -45,6 +45,10 @@ class SimulatedEngine:
     async def stop(self) -> None:
         await self._realtime.stop()
 
+    async def check_health(self) -> None:
+        if self._realtime.failure is not None:
+            raise EngineDead(str(self._realtime.failure))
+
     def _prompt_tokens(self, request: GenerationInput) -> int:
         if request.prompt_tokens_hint is not None:
             return request.prompt_tokens_hint
@@ -68,28 +72,31 @@ class SimulatedEngine:
             stop_at=None if request.ignore_eos else request.output_tokens_hint,
         )
         produced = 0
-        async for item in self._realtime.generate(sim):
-            if isinstance(item, TokenBatch):
-                yield TextDelta(
-                    text=simulated_text(produced, item.count), tokens=item.count, time=item.time,
-                    prompt_tokens=prompt_tokens,
-                )  # fmt: skip
-                produced += item.count
-            elif isinstance(item, Finished):
-                r = item.record
-                yield GenerationResult(
-                    prompt_tokens=prompt_tokens,
-                    completion_tokens=r.output_tokens,
-                    finish_reason=r.finish_reason,
-                    spec_decode_metrics=r.spec_decode_metrics(),
-                    first_scheduled=r.first_scheduled,
-                    first_token=r.first_token,
-                    finished=r.finished,
-                    queue_wait=r.queue_wait,
-                    step_batch_sizes=[int(x) for x in r.step_batch_size],
-                    step_k=[int(x) for x in r.step_k],
-                    engine_id=self.engine_id,
-                )
+        try:
+            async for item in self._realtime.generate(sim):
+                if isinstance(item, TokenBatch):
+                    yield TextDelta(
+                        text=simulated_text(produced, item.count), tokens=item.count, time=item.time,
+                        prompt_tokens=prompt_tokens,
+                    )  # fmt: skip
+                    produced += item.count
+                elif isinstance(item, Finished):
+                    r = item.record
+                    yield GenerationResult(
+                        prompt_tokens=prompt_tokens,
+                        completion_tokens=r.output_tokens,
+                        finish_reason=r.finish_reason,
+                        spec_decode_metrics=r.spec_decode_metrics(),
+                        first_scheduled=r.first_scheduled,
+                        first_token=r.first_token,
+                        finished=r.finished,
+                        queue_wait=r.queue_wait,
+                        step_batch_sizes=[int(x) for x in r.step_batch_size],
+                        step_k=[int(x) for x in r.step_k],
+                        engine_id=self.engine_id,
+                    )
+        except LoopDied as exc:
+            raise EngineDead(str(exc)) from exc
 
     def resolved_speculative_config(self) -> dict[str, Any] | None:
         s = self.speculation

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from serve_apps.arms import ArmSpec, VllmEngineConfig
-from serve_apps.engines.base import GenerationInput, GenerationResult, TextDelta
+from serve_apps.engines.base import EngineDead, GenerationInput, GenerationResult, TextDelta
 from timebase import clock
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,9 @@ class StepStats:
     prefills: int  # of which still in prefill (vLLM's context requests)
     decodes: int  # of which decoding: they carry the drafts of the rank's previous step
     waiting: int
+    # Requests still running after the step (vLLM's num_running_reqs, finished ones removed): with `waiting`,
+    # whether the rank went straight on to its next step
+    running: int
     num_drafts: int  # requests that verified drafts in this step
     drafted: int  # draft tokens verified in this step
     accepted: int
@@ -70,6 +73,12 @@ class StepTimeline:
       start is end minus the engine core's own timing of the step (model forward, sampling and drafting; the
       scheduler's bookkeeping before and after is not in it). So the duration is the engine's, both ends are
       shifted later by the lag.
+      With async scheduling (vLLM's default on GPU for EAGLE, draft-model and off arms: a batch queue of two, the
+      next step launched before the current one's result is awaited) vLLM's elapsed time covers only the wait
+      for the result (v1/engine/core.py step_with_batch_queue), not the step. There a step's start is the end
+      of the same rank's previous step when that step left requests to run (running or waiting): the engine was
+      busy throughout, so consecutive outputs of a rank are its steps' durations. A step after an idle rank (its
+      first, or one after every request had finished) starts at vLLM's measure, as without async scheduling.
     - batch_size: requests scheduled in the step (vLLM's len(num_scheduled_tokens), the schedule's lookup key).
     - k: the draft length proposed at the end of this step, as the rank's NEXT step verified it (draft tokens
       verified per drafting request there; 0 when decoding requests verified none). vLLM reports drafts when
@@ -89,9 +98,12 @@ class StepTimeline:
         "k_scheduled", "dp_rank", "batched_tokens", "kv_tokens",
     )  # fmt: skip
 
-    def __init__(self, *, speculative: bool = True) -> None:
+    def __init__(self, *, speculative: bool = True, async_scheduling: bool = False) -> None:
         self._lock = threading.Lock()
-        self._speculative = speculative
+        self.speculative = speculative
+        # Set by the engine from its finalised config before the first step (see the class doc).
+        self.async_scheduling = async_scheduling
+        self._busy_until: dict[int, float] = {}  # rank -> end of its last step, while that step left work
         self.rows: dict[str, list[Any]] = {c: [] for c in self.COLUMNS}
         self._rank_rows: dict[int, list[int]] = {}  # rank -> its row indices, ascending
         self._awaiting_k: dict[int, int] = {}  # rank -> its last row, whose k the next step will tell
@@ -99,7 +111,7 @@ class StepTimeline:
         self._finished: dict[str, tuple[int, int]] = {}  # request id -> (rank, row of its last step)
         self._waiters: dict[str, asyncio.Future[tuple[int, int]]] = {}
         # Requests whose steps could not be found exactly (see request_steps and finished): 0 when all is well.
-        self.fallbacks = {"first_step_by_time": 0, "finish_not_reported": 0}
+        self.fallbacks = {"first_step_by_count": 0, "first_step_unknown": 0, "finish_not_reported": 0}
 
     def record(self, step: StepStats) -> None:
         with self._lock:
@@ -111,16 +123,21 @@ class StepTimeline:
                 elif step.decodes:
                     rows["k"][previous] = 0  # decoding requests came on and verified nothing: k was 0
             index = len(rows["end"])
+            start = step_start(step, self._busy_until.get(step.rank), async_scheduling=self.async_scheduling)
+            if step.running + step.waiting > 0:
+                self._busy_until[step.rank] = step.end
+            else:
+                self._busy_until.pop(step.rank, None)
             for name, value in (
-                ("start", step.end - step.elapsed_s), ("end", step.end), ("batch_size", step.scheduled),
-                ("k", None if self._speculative else 0), ("drafted", step.drafted), ("accepted", step.accepted),
+                ("start", start), ("end", step.end), ("batch_size", step.scheduled),
+                ("k", None if self.speculative else 0), ("drafted", step.drafted), ("accepted", step.accepted),
                 ("waiting", step.waiting), ("num_prefill", step.prefills), ("num_drafts", step.num_drafts),
                 ("k_scheduled", step.k_scheduled), ("dp_rank", step.rank), ("batched_tokens", step.batched_tokens),
                 ("kv_tokens", step.kv_tokens),
             ):  # fmt: skip
                 rows[name].append(value)
             self._rank_rows.setdefault(step.rank, []).append(index)
-            if self._speculative:
+            if self.speculative:
                 self._awaiting_k[step.rank] = index
             for latency in step.first_token_latencies:
                 _bounded_put(self._first_token, (step.rank, latency), index)
@@ -161,24 +178,29 @@ class StepTimeline:
             return None
 
     def request_steps(
-        self, rank: int, last_row: int, *, first_token_latency: float | None, first_scheduled: float | None
+        self, rank: int, last_row: int, *, first_token_latency: float | None, decode_steps: int | None
     ) -> tuple[list[int], list[int]]:
         """(batch sizes, k) of the rank's steps whose drafts the request verified: from the step of its first
         token up to the one before its last (the last step's drafts are never verified by it). The first step is
-        found exactly by vLLM's TTFT of the request; without it, by time (approximate, see the class doc)."""
+        found by vLLM's TTFT of the request (the value its iteration stats carried in that step); without it, by
+        counting back `decode_steps` of the rank's steps from the last (where the caller knows that count: one
+        token a step without speculation). Never by time: under async scheduling a step's start is not vLLM's
+        measure (see the class doc). Neither known: no steps, counted in fallbacks."""
         with self._lock:
             mine = self._rank_rows.get(rank, [])
+            hi = bisect.bisect_left(mine, last_row)
             first: int | None = None
             if first_token_latency is not None:
                 # Not popped: two requests that arrived at the same instant share the key, and the step.
                 first = self._first_token.get((rank, first_token_latency))
-            if first is None:
-                self.fallbacks["first_step_by_time"] += 1
-                since = first_scheduled if first_scheduled is not None else self.rows["end"][last_row]
-                starts = [self.rows["start"][i] for i in mine]
-                at = bisect.bisect_left(starts, since)
-                first = mine[at] if at < len(mine) else last_row
-            lo, hi = bisect.bisect_left(mine, first), bisect.bisect_left(mine, last_row)
+            if first is not None:
+                lo = bisect.bisect_left(mine, first)
+            elif decode_steps is not None:
+                self.fallbacks["first_step_by_count"] += 1
+                lo = max(0, hi - decode_steps)
+            else:
+                self.fallbacks["first_step_unknown"] += 1
+                return [], []
             batch: list[int] = []
             ks: list[int] = []
             for i in mine[lo:hi]:
@@ -208,6 +230,14 @@ class StepTimeline:
 
     def __len__(self) -> int:
         return len(self.rows["end"])
+
+
+def step_start(step: StepStats, previous_busy_end: float | None, *, async_scheduling: bool) -> float:
+    """When the step started (see StepTimeline): the end of the rank's previous step if async scheduling is on
+    and that step left work, else the end minus vLLM's own timing of the step."""
+    if async_scheduling and previous_busy_end is not None:
+        return previous_busy_end
+    return step.end - step.elapsed_s
 
 
 def _settle(waiter: asyncio.Future[tuple[int, int]], where: tuple[int, int]) -> None:
@@ -268,6 +298,7 @@ def _stat_logger_factory(timeline: StepTimeline, k_table: list[int], *, with_det
                     prefills=prefills,
                     decodes=decodes,
                     waiting=int(scheduler_stats.num_waiting_reqs),
+                    running=int(scheduler_stats.num_running_reqs),
                     num_drafts=int(spec.num_drafts) if spec is not None else 0,
                     drafted=int(spec.num_draft_tokens) if spec is not None else 0,
                     accepted=int(spec.num_accepted_tokens) if spec is not None else 0,
@@ -411,6 +442,7 @@ class VllmEngine:
             vllm_config = args.create_engine_config()
         self.schedule_dropped_reason = next((w for w in warnings if "num_speculative_tokens_per_batch_size" in w), None)
         self.attach_placement(vllm_config)
+        self.timeline_data.async_scheduling = bool(vllm_config.scheduler_config.async_scheduling)
         spec = vllm_config.speculative_config
         max_seqs = vllm_config.scheduler_config.max_num_seqs
         if spec is None:
@@ -442,6 +474,12 @@ class VllmEngine:
             self._llm.shutdown()
             self._llm = None
 
+    async def check_health(self) -> None:
+        """AsyncLLM's own check: `errored` is set when vLLM's monitor thread sees an engine core process exit
+        (core_client.py, MPClient.start_engine_core_monitor) or its output handler stopped."""
+        if self._llm is not None and self._llm.errored:
+            raise EngineDead(f"vLLM engine {self.engine_id}: {self._llm.dead_error}")
+
     async def generate(self, request: GenerationInput) -> AsyncIterator[TextDelta | GenerationResult]:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
@@ -461,47 +499,57 @@ class VllmEngine:
         )
         first_token: float | None = None
         completion_tokens = 0
-        async for out in self._llm.generate(prompt, params, request.request_id):
-            completion = out.outputs[0]
-            n = len(completion.token_ids)
-            if n:
-                now = clock.now()
-                first_token = first_token if first_token is not None else now
-                completion_tokens += n
-                yield TextDelta(text=completion.text, tokens=n, time=now, prompt_tokens=len(out.prompt_token_ids or []))
-            if out.finished:
-                done = clock.now()
-                stats = out.metrics
-                queued = getattr(stats, "queued_ts", 0.0) if stats is not None else 0.0
-                scheduled = getattr(stats, "scheduled_ts", 0.0) if stats is not None else 0.0
-                ttft = getattr(stats, "first_token_latency", None) if stats is not None else None
-                first_scheduled = clock.from_monotonic(scheduled) if scheduled else None
-                spec = completion.spec_decode_metrics
-                # Which DP rank served the request, and its last step: from the stat logger of the rank whose
-                # step reported the request finished (vLLM's iteration stats carry the finished request ids).
-                where = await self.timeline_data.finished(request.request_id)
-                rank = 0
-                batch_sizes: list[int] = []
-                ks: list[int] = []
-                if where is not None:
-                    rank = where[0]
-                    batch_sizes, ks = self.timeline_data.request_steps(
-                        rank, where[1], first_token_latency=ttft or None, first_scheduled=first_scheduled
+        # vLLM raises its EngineDeadError to every request in flight when the engine core dies: the replica's
+        # error rows then say what died, and its health check fails (check_health).
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        try:
+            async for out in self._llm.generate(prompt, params, request.request_id):
+                completion = out.outputs[0]
+                n = len(completion.token_ids)
+                if n:
+                    now = clock.now()
+                    first_token = first_token if first_token is not None else now
+                    completion_tokens += n
+                    prompt_tokens = len(out.prompt_token_ids or [])
+                    yield TextDelta(text=completion.text, tokens=n, time=now, prompt_tokens=prompt_tokens)
+                if out.finished:
+                    done = clock.now()
+                    stats = out.metrics
+                    queued = getattr(stats, "queued_ts", 0.0) if stats is not None else 0.0
+                    scheduled = getattr(stats, "scheduled_ts", 0.0) if stats is not None else 0.0
+                    ttft = getattr(stats, "first_token_latency", None) if stats is not None else None
+                    first_scheduled = clock.from_monotonic(scheduled) if scheduled else None
+                    spec = completion.spec_decode_metrics
+                    # Which DP rank served the request, and its last step: from the stat logger of the rank whose
+                    # step reported the request finished (vLLM's iteration stats carry the finished request ids).
+                    where = await self.timeline_data.finished(request.request_id)
+                    rank = 0
+                    batch_sizes: list[int] = []
+                    ks: list[int] = []
+                    if where is not None:
+                        rank = where[0]
+                        # Without speculation a request decodes one token a step: its step count is known.
+                        count = None if self.timeline_data.speculative else max(completion_tokens - 1, 0)
+                        batch_sizes, ks = self.timeline_data.request_steps(
+                            rank, where[1], first_token_latency=ttft or None, decode_steps=count
+                        )
+                    yield GenerationResult(
+                        prompt_tokens=len(out.prompt_token_ids or []),
+                        completion_tokens=completion_tokens,
+                        finish_reason=completion.finish_reason or "stop",
+                        spec_decode_metrics=spec.to_dict() if spec is not None else None,
+                        first_scheduled=first_scheduled,
+                        first_token=first_token,
+                        finished=done,
+                        queue_wait=(scheduled - queued) if scheduled and queued else None,
+                        step_batch_sizes=batch_sizes,
+                        step_k=ks,
+                        engine_id=rank_engine_id(self.engine_id, rank, self.data_parallel_size),
+                        dp_rank=rank,
                     )
-                yield GenerationResult(
-                    prompt_tokens=len(out.prompt_token_ids or []),
-                    completion_tokens=completion_tokens,
-                    finish_reason=completion.finish_reason or "stop",
-                    spec_decode_metrics=spec.to_dict() if spec is not None else None,
-                    first_scheduled=first_scheduled,
-                    first_token=first_token,
-                    finished=done,
-                    queue_wait=(scheduled - queued) if scheduled and queued else None,
-                    step_batch_sizes=batch_sizes,
-                    step_k=ks,
-                    engine_id=rank_engine_id(self.engine_id, rank, self.data_parallel_size),
-                    dp_rank=rank,
-                )
+        except EngineDeadError as exc:
+            raise EngineDead(f"vLLM engine {self.engine_id}: {exc}") from exc
 
     def resolved_speculative_config(self) -> dict[str, Any] | None:
         if self._llm is None:

@@ -11,12 +11,15 @@ import array
 import asyncio
 import contextlib
 import dataclasses
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from serve_apps.sim.engine import EngineCore
 from serve_apps.sim.request import RequestRecord, SimRequest
 from timebase import clock
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +33,10 @@ class Finished:
     record: RequestRecord  # timestamps in wall-clock time
 
 
+class LoopDied(RuntimeError):
+    """The engine loop raised: every request in flight, and every later one, fails with this."""
+
+
 class RealtimeEngine:
     def __init__(self, core: EngineCore, *, time_scale: float = 1.0) -> None:
         if not time_scale > 0:
@@ -37,7 +44,7 @@ class RealtimeEngine:
         self.core = core
         self.time_scale = time_scale
         self._t0 = clock.now()
-        self._queues: dict[int, asyncio.Queue[TokenBatch | Finished]] = {}  # by request uid
+        self._queues: dict[int, asyncio.Queue[TokenBatch | Finished | LoopDied]] = {}  # by request uid
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._engine_time = 0.0  # simulated seconds at which the engine is free again
@@ -46,6 +53,7 @@ class RealtimeEngine:
         # after the wall time the model says the step ends. The engine's counterpart of send lateness: where it
         # is large the host could not keep up, and latencies are the host's, not the model's.
         self.step_lag = array.array("d")
+        self.failure: LoopDied | None = None  # set when the loop raised; the engine serves nothing after it
 
     def to_wall(self, engine_seconds: float) -> float:
         return self._t0 + engine_seconds * self.time_scale
@@ -54,8 +62,8 @@ class RealtimeEngine:
         return (clock.now() - self._t0) / self.time_scale
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"{self.core.engine_id}-loop")
+        if self._task is None and self.failure is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"{self.core.engine_id}-loop")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -67,20 +75,33 @@ class RealtimeEngine:
     async def generate(self, request: SimRequest) -> AsyncIterator[TokenBatch | Finished]:
         """Submit a request and stream its tokens; the last item is Finished with the full record."""
         self.start()
+        if self.failure is not None:
+            raise self.failure
         request.arrival = self.engine_now()
-        queue: asyncio.Queue[TokenBatch | Finished] = asyncio.Queue()
+        queue: asyncio.Queue[TokenBatch | Finished | LoopDied] = asyncio.Queue()
         self.core.add_request(request)
         self._queues[request.uid] = queue
         self._wake.set()
         try:
             while True:
                 item = await queue.get()
+                if isinstance(item, LoopDied):
+                    raise item
                 yield item
                 if isinstance(item, Finished):
                     return
         finally:
-            if self._queues.pop(request.uid, None) is not None and not request.finished:
+            if self._queues.pop(request.uid, None) is not None and not request.finished and self.failure is None:
                 self.core.abort(request)  # the client went away: free its KV blocks
+
+    async def _run(self) -> None:
+        try:
+            await self._loop()
+        except Exception as exc:  # a bug or a broken profile: fail what is in flight instead of leaving it hanging
+            self.failure = LoopDied(f"the simulated engine's loop died: {type(exc).__name__}: {exc}")
+            for queue in self._queues.values():
+                queue.put_nowait(self.failure)
+            log.exception("%s", self.failure)
 
     async def _loop(self) -> None:
         while True:
