@@ -29,7 +29,8 @@ TESTS = Path(__file__).resolve().parent
 
 # Modules whose every test starts Ray, Serve or vLLM: the detector has to see it (a check of the detector).
 ALL_NON_UNIT = ("test_serve_sim.py", "test_job_submit.py", "test_multinode.py", "test_serve_vllm.py",
-                "test_vllm_data_parallel.py", "test_endpoint_vllm.py")  # fmt: skip
+                "test_vllm_data_parallel.py", "test_endpoint_vllm.py", "test_engine_kill.py", "test_multinode_vllm.py",
+                "test_search_ray.py")  # fmt: skip
 
 
 def _suite(request: pytest.FixtureRequest) -> list[pytest.Item]:
