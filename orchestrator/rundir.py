@@ -161,6 +161,10 @@ class RunStore:
             if self.fs.get_file_info(temporary).type == FileType.File:
                 self.fs.delete_file(temporary)
             raise write_failed(path, exc) from None
+        except BaseException:  # Ctrl-C or SIGTERM between the write and the rename: no temporary left behind
+            if self.fs.get_file_info(temporary).type == FileType.File:
+                self.fs.delete_file(temporary)
+            raise
 
     def remove(self, relative: str) -> None:
         path = self.path(relative)
