@@ -92,7 +92,8 @@ def cli(log_level: str) -> None:
 
 
 class _SimulateGroup(click.Group):
-    """`specdrill simulate CAMPAIGN.yaml` runs a campaign in virtual time; the named subcommands stay."""
+    """`specdrill simulate CAMPAIGN.yaml` runs a campaign in virtual time; the named subcommands stay. Its help
+    shows both forms and the campaign form's options (the README's form is the one without a subcommand)."""
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
@@ -100,6 +101,19 @@ class _SimulateGroup(click.Group):
         if args and args[0] not in self.commands and not args[0].startswith("-"):
             return "campaign", self.commands["campaign"], args
         return super().resolve_command(ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        campaign = self.commands["campaign"]
+        formatter.write_usage(ctx.command_path, " ".join(campaign.collect_usage_pieces(ctx)))
+        formatter.write_usage(ctx.command_path, " ".join(self.collect_usage_pieces(ctx)), prefix="   or: ")
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        campaign = self.commands["campaign"]
+        options = [p for p in campaign.get_params(ctx) if isinstance(p, click.Option) and "--help" not in p.opts]
+        rows = [r for p in options if (r := p.get_help_record(ctx))]
+        with formatter.section(f"Options of {ctx.command_path} CAMPAIGN_FILE"):
+            formatter.write_dl(rows)
+        super().format_options(ctx, formatter)
 
 
 @cli.group(cls=_SimulateGroup)
@@ -635,7 +649,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # a file or a pipe gets each line as it is printed
     try:
-        cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
+        cli.main(args=list(argv) if argv is not None else None, prog_name="specdrill", standalone_mode=False)
     except click.UsageError as exc:
         click.echo(f"specdrill: error: {exc.format_message()}", err=True)
         sys.exit(EXIT_USAGE)
