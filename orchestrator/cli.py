@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import Any
 
 import click
+from pyarrow.fs import LocalFileSystem
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from loadshapes.badfile import BadFileError
+from loadshapes.badfile import BadFileError, make_directory, write_failed
 from loadshapes.mixes import BUILTIN_WORKLOADS, builtin_workload
 from loadshapes.slo import SloConfig
 from orchestrator.campaign import Campaign, CampaignError, load_campaign
@@ -589,9 +591,11 @@ def tune_cmd(
         require_simulated(campaign)
         if profile_name is not None:
             _profile(profile_name)
+        directory = Path(out_dir or f"runs/{campaign.name}-tune")
+        _output_directory(str(directory), "tune output directory")  # before the search, not after it
         outputs = run_tune(
             campaign, profile=profile_name, objective=objective, seeds=seeds, max_k=max_k, budget=budget,
-            out_dir=Path(out_dir or f"runs/{campaign.name}-tune"),
+            out_dir=directory,
         )  # fmt: skip
     except (CampaignError, ValueError) as exc:
         _fail(str(exc))
@@ -685,6 +689,7 @@ def calibrate_cmd(run_dirs: tuple[str, ...], output: str, vllm_profile: str | No
     from orchestrator.calibrate.writer import write_profile
 
     stem = name or Path(output).stem
+    _output_directory(os.path.dirname(output) or ".", "directory of the fitted profile")  # before the fit
     try:
         if vllm_profile is not None:
             if run_dirs:
@@ -703,5 +708,14 @@ def calibrate_cmd(run_dirs: tuple[str, ...], output: str, vllm_profile: str | No
         raise
     for line in lines:
         click.echo(line)
-    write_profile(profile, output)
+    try:
+        write_profile(profile, output)
+    except OSError as exc:
+        raise write_failed(output, exc) from None
     click.echo(f"wrote {output}")
+
+
+def _output_directory(path: str, what: str) -> None:
+    """The directory a command writes into exists or is created, or one line says why not (a regular file in the
+    way, /proc), before the command spends any time."""
+    make_directory(LocalFileSystem(), os.path.abspath(path), what)

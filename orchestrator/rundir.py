@@ -238,8 +238,12 @@ class RunStore:
         return removed
 
 
-def read_manifest(store: RunStore) -> dict[str, Any]:
-    """manifest.json as a mapping that names its run and campaign, or one line naming the file."""
+def read_manifest(store: RunStore, *, resuming: bool = False) -> dict[str, Any]:
+    """manifest.json as a mapping that names its run and campaign, or one line naming the file.
+
+    The manifest records a unit right after its marker is written, so a recorded unit without its marker lost
+    it afterwards (deleted): a reader gets one line naming the marker instead of a report over fewer units than
+    the run completed. A run being resumed forgets those units instead: it runs them again."""
     manifest = store.read_json(MANIFEST, "the run's manifest")
     path = store.path(MANIFEST)
     if not isinstance(manifest, dict):
@@ -247,6 +251,15 @@ def read_manifest(store: RunStore) -> dict[str, Any]:
     for key, kind in (("run", str), ("campaign", dict), ("units", dict)):
         if not isinstance(manifest.get(key), kind):
             raise BadFileError(path, f"no {key!r} {kind.__name__} (the run's manifest)")
+    for key in list(manifest["units"]):
+        marker = f"units/{key}.json"
+        if store.exists(marker):
+            continue
+        if resuming:
+            del manifest["units"][key]
+            continue
+        raise BadFileError(store.path(marker), f"missing (unit {key}'s marker; {path} records the unit as complete; "
+                                               "rerun the campaign to redo it)")  # fmt: skip
     return manifest
 
 
@@ -267,7 +280,7 @@ def open_run(campaign: Campaign, store: RunStore, *, mode: str = "real") -> dict
     """The manifest of the run in this directory, created on first use; a different campaign is refused."""
     print_ = campaign.model_dump(mode="json", by_alias=True)
     if store.exists(MANIFEST):
-        manifest = read_manifest(store)
+        manifest = read_manifest(store, resuming=True)
         if manifest.get("fingerprint") != fingerprint(campaign):
             raise CampaignError(
                 f"output: {store.root} holds a run of a different campaign (fingerprint {manifest.get('fingerprint')}"
