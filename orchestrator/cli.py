@@ -490,17 +490,19 @@ def _run_units(
             bar.update(bar.task_ids[0], description=f"{unit.arm} / {unit.shape} / repeat {unit.repeat}",
                        completed=state.started - (result is None))  # fmt: skip
 
+    def stopped_lines(stopped: Stopped) -> None:
+        now = RunStore.existing(campaign.output_dir())
+        complete = {u.key for u in units if now.is_complete(u)} if now else set()
+        for line in state.interrupted_lines(stopped.name, complete, resume):
+            click.echo(line, err=True)
+
     try:
-        with stop_on_signals(), bar if bar is not None else nullcontext():
+        with stop_on_signals(stopped_lines), bar if bar is not None else nullcontext():
             store, manifest = execute(on_unit)
             announce()
             if bar is not None:
                 bar.update(bar.task_ids[0], completed=len(units), description=f"campaign {campaign.name}")
-    except Stopped as stopped:
-        now = RunStore.existing(campaign.output_dir())
-        complete = sum(1 for u in units if now.is_complete(u)) if now else 0
-        for line in state.interrupted_lines(stopped.name, complete, resume):
-            click.echo(line, err=True)
+    except Stopped as stopped:  # said already; the arm and the load workers are stopped by now
         sys.exit(stopped.exit_code)
     return store, manifest
 

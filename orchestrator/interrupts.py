@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -33,15 +33,20 @@ class Stopped(BaseException):
 
 
 @contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """Within the block SIGINT and SIGTERM raise Stopped; the previous handlers are back after it. Outside the
-    main thread (where Python allows no handler) the block runs unchanged."""
+def stop_on_signals(announce: Callable[[Stopped], None] | None = None) -> Iterator[None]:
+    """Within the block SIGINT and SIGTERM raise Stopped; the previous handlers are back after it. `announce` is
+    called first, before any cleanup runs: whoever sent SIGTERM may send SIGKILL a few seconds later (`ray job
+    stop` does after 3 s), and the words are out by then. Outside the main thread (where Python allows no
+    handler) the block runs unchanged."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def raise_stopped(signum: int, _frame: FrameType | None) -> None:
-        raise Stopped(signum)
+        stopped = Stopped(signum)
+        if announce is not None:
+            announce(stopped)
+        raise stopped
 
     previous = {s: signal.signal(s, raise_stopped) for s in SIGNALS}
     try:

@@ -91,16 +91,17 @@ class CampaignProgress:
             self.in_flight = None
         return unit_line(unit, result, self.started, len(self.units), virtual=self.virtual)
 
-    def interrupted_lines(self, signal_name: str, complete: int, resume: str) -> list[str]:
-        """`complete`: the units with a marker in the run directory now."""
+    def interrupted_lines(self, signal_name: str, complete: set[str], resume: str) -> list[str]:
+        """`complete`: the keys of the units with a marker in the run directory now (one whose marker was just
+        written is complete, though its "done" line is not out yet)."""
         total = len(self.units)
-        first = f"specdrill: stopped by {signal_name}: {complete} of {total} units complete"
-        if self.in_flight is not None:
+        first = f"specdrill: stopped by {signal_name}: {len(complete)} of {total} units complete"
+        if self.in_flight is not None and self.in_flight.key not in complete:
             u = self.in_flight
             first += (
                 f"; unit arm={u.arm} shape={u.shape} repeat={u.repeat} was in flight and is not complete "
                 "(resuming runs it again from its start)"
             )
-        if complete == total:
+        if len(complete) == total:
             return [first, f"every unit is complete; the report: specdrill report {shlex.quote(self.output)}"]
         return [first, f"resume with: {resume}"]

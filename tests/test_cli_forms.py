@@ -44,10 +44,11 @@ def documented_commands() -> list[tuple[str, str]]:
         where = str(path.relative_to(ROOT))
         fenced = False
         for line in text.splitlines():
-            if line.startswith("```"):
+            if line.strip().startswith("```"):
                 fenced = not fenced
                 continue
             if fenced:
+                line = line.strip()
                 command = line.split(" -- ", 1)[1] if " -- specdrill " in line else line
                 if command.startswith("specdrill ") and not command.startswith("specdrill:"):
                     found += [(where, c) for c in _alternatives(command)]

@@ -103,14 +103,41 @@ def test_a_signal_stops_the_campaign_cleanly_and_the_rerun_resumes(
 
 
 def test_a_signal_after_the_last_unit_points_to_the_report(tmp_path: Path) -> None:
-    """Every unit complete when the signal comes (here: before the run starts anything new, on a finished run):
-    no resume to offer, the report command instead."""
+    """Every unit complete when the signal comes (the last marker written, its line not printed yet): no unit in
+    flight, no resume to offer, the report command instead."""
     from orchestrator.progress import CampaignProgress
     from orchestrator.rundir import Unit
 
     units = [Unit(arm="off-single", shape="s", repeat=0)]
     state = CampaignProgress(name="c", output="runs/my run", units=units, complete_before=units)
-    assert state.interrupted_lines("SIGTERM", 1, "specdrill simulate c.yaml") == [
+    state.unit_event(units[0], "start", None)  # its marker written, the signal before its "finished" line
+    assert state.interrupted_lines("SIGTERM", {units[0].key}, "specdrill simulate c.yaml") == [
         "specdrill: stopped by SIGTERM: 1 of 1 units complete",
         "every unit is complete; the report: specdrill report 'runs/my run'",
     ]
+
+
+def test_progress_reaches_a_file_line_by_line(tmp_path: Path) -> None:
+    """stdout to a file (as `specdrill run ... > log`): the first unit's lines are in the file while the run goes
+    on, not only when it ends."""
+    campaign = tmp_path / "cut.yaml"
+    campaign.write_text(CAMPAIGN)
+    log = tmp_path / "log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen([*SPECDRILL, "simulate", str(campaign), "--output", str(tmp_path / "run"),
+                                 "--no-report"], stdout=sink, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while "unit 1/3 arm=off-single shape=steady repeat=0 finished" not in log.read_text():
+                assert proc.poll() is None, "the run ended before its first unit's line reached the file"
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            running = proc.poll() is None
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=WAIT_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert running
+    assert log.read_text().splitlines()[0] == "unit 1/3 arm=off-single shape=steady repeat=0 started"
+    assert proc.returncode == 143 and err.startswith("specdrill: stopped by SIGTERM: "), err
