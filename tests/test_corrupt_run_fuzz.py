@@ -122,6 +122,7 @@ def _close(a: object, b: object) -> bool:
     return a == b
 
 
+@pytest.mark.slow  # ~1-2 s a case, 30 cases: the suite runs them, `make test-fast` has tests/test_bad_files.py
 @pytest.mark.parametrize(("kind", "damage", "draw"), CASES, ids=[f"{k}-{d}-{i}" for k, d, i in CASES])
 def test_a_corrupted_run_is_one_line_naming_a_file_and_exit_2(
     kind: str, damage: str, draw: int, finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
