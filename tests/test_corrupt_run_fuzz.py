@@ -181,3 +181,35 @@ def test_an_unwritable_output_is_one_line_before_any_work(
     problem = "Not a directory" if where == "under a regular file" else "/proc takes no new directory"
     assert lines[0].startswith(f"specdrill: error: {output}") and problem in lines[0], lines[0]
     assert not Path(output).exists()
+
+
+def random_bytes(path: Path, rng: random.Random) -> None:
+    path.write_bytes(bytes(rng.randrange(256) for _ in range(3000)))
+
+
+REPLAY_DAMAGES = {**DAMAGES, "random bytes": random_bytes}
+REPLAY_CASES = [(damage, draw) for damage in REPLAY_DAMAGES for draw in range(DRAWS)]
+
+
+@pytest.mark.slow  # a campaign run per case
+@pytest.mark.parametrize(("damage", "draw"), REPLAY_CASES, ids=[f"{d}-{i}" for d, i in REPLAY_CASES])
+def test_a_damaged_replay_file_is_one_line_or_a_run(
+    damage: str, draw: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The replay file a campaign's shape reads (`run` and `simulate` read it; the report does not): damaged, it is
+    one line naming it and exit 2, or (cut at a line end, a flipped digit: still arrival times) a run."""
+    rng = random.Random(f"{SEED}:replay:{damage}:{draw}")
+    arrivals = tmp_path / "arrivals.csv"
+    arrivals.write_text("\n".join(f"{0.05 * i:.3f}" for i in range(60)) + "\n")
+    (tmp_path / "replayed.yaml").write_text(CAMPAIGN.replace(
+        "  calm: {kind: quiet, rate: 2, duration_s: 4}", f"  calm: {{kind: replay, path: {arrivals}, bin_s: 0.5}}"
+    ))  # fmt: skip
+    REPLAY_DAMAGES[damage](arrivals, rng)
+    code, err = cli(capsys, "simulate", str(tmp_path / "replayed.yaml"), "--output", str(tmp_path / "run"),
+                    "--no-report")  # fmt: skip
+    assert "Traceback" not in err and code in (0, EXIT_BAD_FILE), err
+    if code == EXIT_BAD_FILE:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and str(arrivals) in lines[0], err
+        assert not (tmp_path / "run").exists()  # refused before anything ran
+    assert code == EXIT_BAD_FILE or damage in ("truncate", "flip"), err
