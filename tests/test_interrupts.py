@@ -141,3 +141,26 @@ def test_progress_reaches_a_file_line_by_line(tmp_path: Path) -> None:
     assert running
     assert log.read_text().splitlines()[0] == "unit 1/3 arm=off-single shape=steady repeat=0 started"
     assert proc.returncode == 143 and err.startswith("specdrill: stopped by SIGTERM: "), err
+
+
+def test_the_resume_command_is_the_one_run_quoted_for_a_shell() -> None:
+    from orchestrator.progress import resume_command
+
+    options = [("--address", "ray://head:10001"), ("--output", None), ("--serve-port", 8000), ("--no-report", True)]
+    assert resume_command("run", "my campaign.yaml", options) == (
+        "specdrill run 'my campaign.yaml' --address ray://head:10001 --serve-port 8000 --no-report"
+    )
+
+
+def test_a_signal_in_the_block_is_announced_raised_and_the_old_handler_is_back() -> None:
+    import os
+
+    from orchestrator.interrupts import Stopped, stop_on_signals
+
+    before = signal.getsignal(signal.SIGTERM)
+    seen: list[Stopped] = []
+    with pytest.raises(Stopped) as caught, stop_on_signals(seen.append):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(WAIT_S)  # the handler runs at the next bytecode: this sleep is cut short
+    assert caught.value.exit_code == 143 and caught.value.name == "SIGTERM" and seen == [caught.value]
+    assert signal.getsignal(signal.SIGTERM) is before
