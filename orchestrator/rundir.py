@@ -30,7 +30,7 @@ from loadshapes.badfile import (
     write_failed,
 )
 from loadshapes.plan import Target, WorkerPlan
-from loadshapes.trace import PART_FILE, filesystem, writer_id
+from loadshapes.trace import FILE_SCHEMA, PART_FILE, filesystem, writer_id
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.endpoint_metrics import ROOT as ENDPOINT_METRICS
 from orchestrator.load_workers import WorkerSummary
@@ -188,8 +188,10 @@ class RunStore:
         otherwise make the report quietly count fewer rows or verify nothing."""
         unit, marker = result.unit, self.path(self.unit_marker(result.unit))
         if result.timeline_steps:
-            require_file(self.fs, self.timeline_file(unit), f"unit {unit.key}'s step timeline; {marker} counts "
-                                                            f"{result.timeline_steps} steps")  # fmt: skip
+            timeline = self.timeline_file(unit)
+            require_file(self.fs, timeline, f"unit {unit.key}'s step timeline; {marker} counts "
+                                            f"{result.timeline_steps} steps")  # fmt: skip
+            self._check_columns(timeline, TIMELINE_COLUMNS, "a step timeline")
         listed = [result.trace_file] if result.trace_file else [f for w in result.workers for f in w.files]
         if not result.rows or not listed:
             return
@@ -199,6 +201,17 @@ class RunStore:
             if name not in present:
                 raise BadFileError(f"{directory}/{name}", f"missing (a trace file of unit {unit.key}; {marker} counts "
                                                           f"{result.rows} rows)")  # fmt: skip
+            self._check_columns(f"{directory}/{name}", frozenset(FILE_SCHEMA.names), "a trace part file")
+
+    def _check_columns(self, path: str, known: frozenset[str], what: str) -> None:
+        """Every column of the file's footer is one specdrill writes: a name it does not know is a damaged footer
+        (a flipped bit in a column name), which the readers would otherwise take for a column they lack (DuckDB's
+        union_by_name: nulls, or a binder error with no file named). Footer only, no row read."""
+        schema = parquet_metadata(self.fs, path, what).schema
+        names = {schema.column(i).path.split(".", 1)[0] for i in range(len(schema))}
+        unknown = sorted(names - known)
+        if unknown:
+            raise BadFileError(path, f"not a readable Parquet file ({what}): unknown column {unknown[0]!r}")
 
     def unit_marker(self, unit: Unit) -> str:
         return f"units/{unit.arm}/{unit.shape}/r{unit.repeat}.json"
@@ -393,6 +406,9 @@ TIMELINE_INT_COLUMNS = (
 # model's step end. Only that engine knows it: the column is written when some engine reported it (null for
 # the others), and absent otherwise (vLLM, virtual time), so files without it stay what they were.
 TIMELINE_FLOAT_COLUMNS = ("lag_s",)
+
+
+TIMELINE_COLUMNS = frozenset({"engine_id", "start_ns", "end_ns", *TIMELINE_INT_COLUMNS, *TIMELINE_FLOAT_COLUMNS})
 
 
 def timeline_table(timelines: dict[str, dict[str, list[Any]]]) -> pa.Table:

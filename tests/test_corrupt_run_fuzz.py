@@ -213,3 +213,23 @@ def test_a_damaged_replay_file_is_one_line_or_a_run(
         assert len(lines) == 1 and str(arrivals) in lines[0], err
         assert not (tmp_path / "run").exists()  # refused before anything ran
     assert code == EXIT_BAD_FILE or damage in ("truncate", "flip"), err
+
+
+@pytest.mark.parametrize("kind", ["trace", "timeline"])
+def test_a_column_renamed_in_a_footer_is_named(
+    kind: str, finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a flipped bit in a footer's column name does (the fuzz found `schudule_dropped`): DuckDB, reading by
+    name, raised a binder error naming no file."""
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    target = KINDS[kind](run, random.Random(SEED))
+    table = pq.read_table(target)
+    column, renamed = ("schedule_dropped", "schudule_dropped") if kind == "trace" else ("batch_size", "batch_sire")
+    pq.write_table(table.rename_columns([renamed if n == column else n for n in table.column_names]), target)
+    for command in ("report", "recommend"):
+        code, err = cli(capsys, command, str(run))
+        assert code == EXIT_BAD_FILE and err.strip() == (
+            f"specdrill: error: {target}: not a readable Parquet file "
+            f"({'a trace part file' if kind == 'trace' else 'a step timeline'}): unknown column {renamed!r}"
+        ), err
