@@ -99,7 +99,12 @@ def detect_format(path: str) -> Format:
     text = head.decode("utf-8-sig", errors="replace").lstrip()
     if text.startswith("{"):
         return "mooncake"
-    first = next(csv.reader(io.StringIO(text.split("\n", 1)[0])), [])
+    try:
+        first = next(csv.reader(io.StringIO(text.split("\n", 1)[0])), [])
+    except csv.Error as exc:  # a lone carriage return, a NUL: random bytes, not a trace of any format
+        raise TraceError(
+            f"{path}: not a replay file (CSV, JSONL or Parquet): its first line is not CSV ({exc})"
+        ) from None
     names = {c.strip() for c in first}
     if set(AZURE_COLUMNS) <= names:
         return "azure"
@@ -515,15 +520,32 @@ def _locate_jsonl(lines: io.TextIOWrapper) -> str | None:
 # ---- csv and specdrill traces: arrival times only ----
 
 
+def _csv_rows(reader: Any, path: str) -> Iterator[list[str]]:
+    """The reader's rows, or one line naming the line it could not split (a NUL, a stray carriage return)."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise TraceError(f"{path}:{reader.line_num}: not a CSV line ({exc})") from None
+        yield row
+
+
 def csv_ns(path: str, column: str | None) -> np.ndarray:
     """Timestamps in seconds (absolute epoch or relative), one per line or in the named column of a header."""
     fs, base = filesystem(path)
     with fs.open_input_stream(base) as stream:
-        text = stream.read().decode("utf-8-sig")
+        raw = stream.read()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 text, expected a CSV of arrival times ({exc.reason} at byte "
+                         f"{exc.start})") from None  # fmt: skip
     reader = csv.reader(io.StringIO(text))
     need_header, index, width = column is not None, 0, 1
     values: list[float] = []
-    for row in reader:
+    for row in _csv_rows(reader, path):
         cells = [c.strip() for c in row]
         if not any(cells):
             continue

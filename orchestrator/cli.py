@@ -3,26 +3,28 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from typing import Any
 
 import click
+from pyarrow.fs import LocalFileSystem
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from loadshapes.badfile import BadFileError
+from loadshapes.badfile import BadFileError, make_directory, write_failed
 from loadshapes.mixes import BUILTIN_WORKLOADS, builtin_workload
 from loadshapes.slo import SloConfig
 from orchestrator.campaign import Campaign, CampaignError, load_campaign
 from orchestrator.logs import configure_logging
+from orchestrator.progress import CampaignProgress, resume_command
+from orchestrator.rundir import RunStore, Unit, UnitResult
 from orchestrator.simulate import FixedBatchPoint, SweepPoint, fixed_batch, sweep
 from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topology, split_policy_list
 from serve_apps.sim.profile import Profile, ProfileError, load_profile
-
-if TYPE_CHECKING:
-    from orchestrator.rundir import Unit, UnitResult
 
 EXIT_USAGE = 2
 
@@ -92,7 +94,8 @@ def cli(log_level: str) -> None:
 
 
 class _SimulateGroup(click.Group):
-    """`specdrill simulate CAMPAIGN.yaml` runs a campaign in virtual time; the named subcommands stay."""
+    """`specdrill simulate CAMPAIGN.yaml` runs a campaign in virtual time; the named subcommands stay. Its help
+    shows both forms and the campaign form's options (the README's form is the one without a subcommand)."""
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
@@ -100,6 +103,19 @@ class _SimulateGroup(click.Group):
         if args and args[0] not in self.commands and not args[0].startswith("-"):
             return "campaign", self.commands["campaign"], args
         return super().resolve_command(ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        campaign = self.commands["campaign"]
+        formatter.write_usage(ctx.command_path, " ".join(campaign.collect_usage_pieces(ctx)))
+        formatter.write_usage(ctx.command_path, " ".join(self.collect_usage_pieces(ctx)), prefix="   or: ")
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        campaign = self.commands["campaign"]
+        options = [p for p in campaign.get_params(ctx) if isinstance(p, click.Option) and "--help" not in p.opts]
+        rows = [r for p in options if (r := p.get_help_record(ctx))]
+        with formatter.section(f"Options of {ctx.command_path} CAMPAIGN_FILE"):
+            formatter.write_dl(rows)
+        super().format_options(ctx, formatter)
 
 
 @cli.group(cls=_SimulateGroup)
@@ -113,12 +129,18 @@ def simulate() -> None:
 @click.option("--output", default=None, help="run directory or URI (overrides the campaign's output)")
 @click.option("--no-report", is_flag=True, help="traces only; `specdrill report RUN_DIR` later")
 def simulate_campaign_cmd(campaign_file: str, output: str | None, no_report: bool) -> None:
-    """A campaign in virtual time on the simulated engine: no Ray, no HTTP, the same run directory."""
+    """A campaign in virtual time on the simulated engine: no Ray, no HTTP, the same run directory. One line per
+    unit started and finished; rerun it to resume (complete units are skipped)."""
     from orchestrator.simulate_campaign import simulate_campaign
 
     campaign = _campaign(campaign_file)
+    if output:
+        campaign = campaign.model_copy(update={"output": output})
+    resume = resume_command("simulate", campaign_file, [("--output", output), ("--no-report", no_report)])
     try:
-        store, manifest = simulate_campaign(campaign, output=output)
+        store, manifest = _run_units(
+            campaign, resume, lambda on_unit: simulate_campaign(campaign, on_unit=on_unit), virtual=True
+        )
     except CampaignError as exc:
         _fail(str(exc))
         raise
@@ -405,7 +427,6 @@ def run_cmd(
     started and finished (a Ray job's log shows them); the progress bar only on a terminal."""
     from orchestrator.deploy import DeployError
     from orchestrator.run import run_campaign
-    from orchestrator.rundir import RunStore, units_of
 
     campaign = _campaign(campaign_file)
     if output:
@@ -416,32 +437,14 @@ def run_cmd(
         campaign.require_traffic()
     except CampaignError as exc:
         _fail(str(exc))
-    units = [u for arm in campaign.arms() for u in units_of(campaign, arm)]
-    existing = RunStore.existing(campaign.output_dir())
-    done = sum(1 for u in units if existing.is_complete(u)) if existing else 0  # a rerun skips these
-    progress = _unit_progress(campaign.name, len(units), done) if sys.stdout.isatty() else None
-    count = [done]
-
-    def on_unit(unit: Unit, event: str, result: UnitResult | None) -> None:
-        if event == "start":
-            count[0] += 1
-        line = unit_line(unit, result, count[0], len(units))
-        if progress is not None:
-            progress.console.print(line, markup=False, highlight=False)
-            progress.update(progress.task_ids[0], description=f"{unit.arm} / {unit.shape} / repeat {unit.repeat}",
-                            completed=count[0] - (result is None))  # fmt: skip
-        else:
-            click.echo(line)  # flushed: a Ray job's log shows it as it happens
-
-    if done:
-        click.echo(f"campaign {campaign.name}: {done} of {len(units)} units already complete, skipped")
+    resume = resume_command(
+        "run", campaign_file,
+        [("--address", address), ("--output", output), ("--serve-port", serve_port), ("--no-report", no_report)],
+    )  # fmt: skip
     try:
-        if progress is not None:
-            with progress:
-                store, manifest = run_campaign(campaign, address=address, on_unit=on_unit)
-                progress.update(progress.task_ids[0], completed=len(units), description=f"campaign {campaign.name}")
-        else:
-            store, manifest = run_campaign(campaign, address=address, on_unit=on_unit)
+        store, manifest = _run_units(
+            campaign, resume, lambda on_unit: run_campaign(campaign, address=address, on_unit=on_unit), virtual=False
+        )
     except (DeployError, CampaignError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"run {manifest['run']}: traces in {store.traces}")
@@ -449,6 +452,62 @@ def run_cmd(
         from orchestrator.report import report_and_exit
 
         report_and_exit(store.root)
+
+
+OnUnit = Callable[[Unit, str, UnitResult | None], None]
+
+
+def _run_units(
+    campaign: Campaign, resume: str, execute: Callable[[OnUnit], tuple[RunStore, dict[str, Any]]], *, virtual: bool
+) -> tuple[RunStore, dict[str, Any]]:
+    """Run the campaign's pending units with a line per unit (a bar as well on a terminal); on SIGINT or SIGTERM
+    say how many units are complete and the command that resumes, and exit 128 + the signal's number."""
+    from orchestrator.interrupts import Stopped, stop_on_signals
+    from orchestrator.rundir import units_of
+
+    units = [u for arm in campaign.arms() for u in units_of(campaign, arm)]
+    existing = RunStore.existing(campaign.output_dir())
+    state = CampaignProgress(
+        name=campaign.name, output=campaign.output_dir(), units=units, virtual=virtual,
+        complete_before=[u for u in units if existing.is_complete(u)] if existing else [],
+    )  # fmt: skip
+    bar = _unit_progress(campaign.name, len(units), len(state.complete_before)) if sys.stdout.isatty() else None
+    announced = [False]
+
+    def say(line: str) -> None:
+        if bar is not None:
+            bar.console.print(line, markup=False, highlight=False)
+        else:
+            click.echo(line)  # flushed: a file, a pipe or a Ray job's log shows it as it happens
+
+    def announce() -> None:
+        if not announced[0]:
+            announced[0] = True
+            for line in state.resumed_lines():
+                say(line)
+
+    def on_unit(unit: Unit, event: str, result: UnitResult | None) -> None:
+        announce()  # the first unit runs: the run directory was accepted, so it is really being resumed
+        say(state.unit_event(unit, event, result))
+        if bar is not None:
+            bar.update(bar.task_ids[0], description=f"{unit.arm} / {unit.shape} / repeat {unit.repeat}",
+                       completed=state.started - (result is None))  # fmt: skip
+
+    def stopped_lines(stopped: Stopped) -> None:
+        now = RunStore.existing(campaign.output_dir())
+        complete = {u.key for u in units if now.is_complete(u)} if now else set()
+        for line in state.interrupted_lines(stopped.name, complete, resume):
+            click.echo(line, err=True)
+
+    try:
+        with stop_on_signals(stopped_lines), bar if bar is not None else nullcontext():
+            store, manifest = execute(on_unit)
+            announce()
+            if bar is not None:
+                bar.update(bar.task_ids[0], completed=len(units), description=f"campaign {campaign.name}")
+    except Stopped as stopped:  # said already; the arm and the load workers are stopped by now
+        sys.exit(stopped.exit_code)
+    return store, manifest
 
 
 def _unit_progress(name: str, total: int, done: int) -> Progress:
@@ -460,35 +519,6 @@ def _unit_progress(name: str, total: int, done: int) -> Progress:
     )  # fmt: skip
     progress.add_task(f"campaign {name}", total=total, completed=done)
     return progress
-
-
-def unit_line(unit: Unit, result: UnitResult | None, n: int, total: int) -> str:
-    """One line for a unit started (result None) or finished."""
-    where = f"unit {n}/{total} arm={unit.arm} shape={unit.shape} repeat={unit.repeat}"
-    if result is None:
-        return f"{where} started"
-    statuses = result.statuses
-    ok = statuses.get("ok", 0)
-    errors = sum(statuses.values()) - ok
-    kinds = ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()) if k != "ok")
-    tpot = "-" if result.tpot_p50_s is None else f"{result.tpot_p50_s * 1000:.1f}ms"
-    parts = [
-        f"{where} finished:",
-        f"requests={result.scheduled}",
-        f"ok={ok}",
-        f"errors={errors}" + (f" ({kinds})" if errors else ""),
-        f"tpot_p50={tpot}",
-        f"send_lateness_p99={result.lateness_p99_s * 1000:.1f}ms",
-        f"saturated={'yes' if result.saturated else 'no'}",
-        f"took={(result.end_ns - result.start_ns) / 1e9:.1f}s",
-    ]
-    if result.engine_lag_p99_s is not None:
-        parts.insert(-1, f"engine_lag_p99={result.engine_lag_p99_s * 1000:.1f}ms")
-        parts.insert(-1, f"engine_lag_share={result.engine_lag_share or 0.0:.0%}")
-        parts.insert(-1, f"engine_lagged={'yes' if result.engine_lagged else 'no'}")
-    if result.missing:
-        parts.append(f"missing={result.missing}" + (" (a load worker was lost)" if result.incomplete else ""))
-    return " ".join(parts)
 
 
 @cli.command("report")
@@ -583,9 +613,11 @@ def tune_cmd(
         require_simulated(campaign)
         if profile_name is not None:
             _profile(profile_name)
+        directory = Path(out_dir or f"runs/{campaign.name}-tune")
+        _output_directory(str(directory), "tune output directory")  # before the search, not after it
         outputs = run_tune(
             campaign, profile=profile_name, objective=objective, seeds=seeds, max_k=max_k, budget=budget,
-            out_dir=Path(out_dir or f"runs/{campaign.name}-tune"),
+            out_dir=directory,
         )  # fmt: skip
     except (CampaignError, ValueError) as exc:
         _fail(str(exc))
@@ -709,8 +741,10 @@ def _campaign(path: str) -> Campaign:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)  # a file or a pipe gets each line as it is printed
     try:
-        cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
+        cli.main(args=list(argv) if argv is not None else None, prog_name="specdrill", standalone_mode=False)
     except click.UsageError as exc:
         click.echo(f"specdrill: error: {exc.format_message()}", err=True)
         sys.exit(EXIT_USAGE)
@@ -720,7 +754,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except click.ClickException as exc:
         click.echo(f"specdrill: error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort:  # Ctrl-C outside a campaign's units (those say how far they got)
+        click.echo("specdrill: interrupted", err=True)
         sys.exit(130)
 
 
@@ -749,6 +784,7 @@ def calibrate_cmd(run_dirs: tuple[str, ...], output: str, vllm_profile: str | No
     from orchestrator.calibrate.writer import write_profile
 
     stem = name or Path(output).stem
+    _output_directory(os.path.dirname(output) or ".", "directory of the fitted profile")  # before the fit
     repeats = None
     if repeats_text is not None:
         try:
@@ -778,9 +814,21 @@ def calibrate_cmd(run_dirs: tuple[str, ...], output: str, vllm_profile: str | No
         target = Path(output)
         for run_id, own in separate.items():
             path = str(target.with_name(f"{target.stem}.{run_id}{target.suffix}"))
-            write_profile(own, path)
+            try:
+                write_profile(own, path)
+            except OSError as exc:
+                raise write_failed(path, exc) from None
             click.echo(f"wrote {path} (run {run_id} alone)")
         click.echo(f"not written: {output} (the engines differ: one pooled profile would speak for none of them)")
         return
-    write_profile(profile, output)
+    try:
+        write_profile(profile, output)
+    except OSError as exc:
+        raise write_failed(output, exc) from None
     click.echo(f"wrote {output}")
+
+
+def _output_directory(path: str, what: str) -> None:
+    """The directory a command writes into exists or is created, or one line says why not (a regular file in the
+    way, /proc), before the command spends any time."""
+    make_directory(LocalFileSystem(), os.path.abspath(path), what)

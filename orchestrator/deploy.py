@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -39,6 +41,9 @@ def connect(address: str | None) -> None:
     if ray.is_initialized():
         return
     target = address or os.environ.get("RAY_ADDRESS") or "auto"
+    # ray.init sets its own SIGTERM handler (sys.exit) in the main thread; one the caller installed (the
+    # campaign's, orchestrator.interrupts: how far it got, how to resume) is put back after it.
+    caller = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
     try:
         ray.init(address=target, namespace="specdrill", logging_level=logging.ERROR, log_to_driver=False)
     except ConnectionError as exc:
@@ -46,6 +51,9 @@ def connect(address: str | None) -> None:
             f"no Ray cluster at {target!r}: start one (infra/ray-up.sh or `ray start --head`) or set RAY_ADDRESS"
             f" ({exc})".replace("\n", " ")
         ) from None
+    finally:
+        if callable(caller):
+            signal.signal(signal.SIGTERM, caller)
 
 
 WILDCARD = "0.0.0.0"

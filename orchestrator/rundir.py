@@ -30,7 +30,7 @@ from loadshapes.badfile import (
     write_failed,
 )
 from loadshapes.plan import Target, WorkerPlan
-from loadshapes.trace import PART_FILE, filesystem, writer_id
+from loadshapes.trace import FILE_SCHEMA, PART_FILE, filesystem, writer_id
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.endpoint_metrics import ROOT as ENDPOINT_METRICS
 from orchestrator.load_workers import WorkerSummary
@@ -161,6 +161,10 @@ class RunStore:
             if self.fs.get_file_info(temporary).type == FileType.File:
                 self.fs.delete_file(temporary)
             raise write_failed(path, exc) from None
+        except BaseException:  # Ctrl-C or SIGTERM between the write and the rename: no temporary left behind
+            if self.fs.get_file_info(temporary).type == FileType.File:
+                self.fs.delete_file(temporary)
+            raise
 
     def remove(self, relative: str) -> None:
         path = self.path(relative)
@@ -184,8 +188,10 @@ class RunStore:
         otherwise make the report quietly count fewer rows or verify nothing."""
         unit, marker = result.unit, self.path(self.unit_marker(result.unit))
         if result.timeline_steps:
-            require_file(self.fs, self.timeline_file(unit), f"unit {unit.key}'s step timeline; {marker} counts "
-                                                            f"{result.timeline_steps} steps")  # fmt: skip
+            timeline = self.timeline_file(unit)
+            require_file(self.fs, timeline, f"unit {unit.key}'s step timeline; {marker} counts "
+                                            f"{result.timeline_steps} steps")  # fmt: skip
+            self._check_columns(timeline, TIMELINE_COLUMNS, "a step timeline")
         listed = [result.trace_file] if result.trace_file else [f for w in result.workers for f in w.files]
         if not result.rows or not listed:
             return
@@ -195,6 +201,17 @@ class RunStore:
             if name not in present:
                 raise BadFileError(f"{directory}/{name}", f"missing (a trace file of unit {unit.key}; {marker} counts "
                                                           f"{result.rows} rows)")  # fmt: skip
+            self._check_columns(f"{directory}/{name}", frozenset(FILE_SCHEMA.names), "a trace part file")
+
+    def _check_columns(self, path: str, known: frozenset[str], what: str) -> None:
+        """Every column of the file's footer is one specdrill writes: a name it does not know is a damaged footer
+        (a flipped bit in a column name), which the readers would otherwise take for a column they lack (DuckDB's
+        union_by_name: nulls, or a binder error with no file named). Footer only, no row read."""
+        schema = parquet_metadata(self.fs, path, what).schema
+        names = {schema.column(i).path.split(".", 1)[0] for i in range(len(schema))}
+        unknown = sorted(names - known)
+        if unknown:
+            raise BadFileError(path, f"not a readable Parquet file ({what}): unknown column {unknown[0]!r}")
 
     def unit_marker(self, unit: Unit) -> str:
         return f"units/{unit.arm}/{unit.shape}/r{unit.repeat}.json"
@@ -234,8 +251,12 @@ class RunStore:
         return removed
 
 
-def read_manifest(store: RunStore) -> dict[str, Any]:
-    """manifest.json as a mapping that names its run and campaign, or one line naming the file."""
+def read_manifest(store: RunStore, *, resuming: bool = False) -> dict[str, Any]:
+    """manifest.json as a mapping that names its run and campaign, or one line naming the file.
+
+    The manifest records a unit right after its marker is written, so a recorded unit without its marker lost
+    it afterwards (deleted): a reader gets one line naming the marker instead of a report over fewer units than
+    the run completed. A run being resumed forgets those units instead: it runs them again."""
     manifest = store.read_json(MANIFEST, "the run's manifest")
     path = store.path(MANIFEST)
     if not isinstance(manifest, dict):
@@ -243,6 +264,15 @@ def read_manifest(store: RunStore) -> dict[str, Any]:
     for key, kind in (("run", str), ("campaign", dict), ("units", dict)):
         if not isinstance(manifest.get(key), kind):
             raise BadFileError(path, f"no {key!r} {kind.__name__} (the run's manifest)")
+    for key in list(manifest["units"]):
+        marker = f"units/{key}.json"
+        if store.exists(marker):
+            continue
+        if resuming:
+            del manifest["units"][key]
+            continue
+        raise BadFileError(store.path(marker), f"missing (unit {key}'s marker; {path} records the unit as complete; "
+                                               "rerun the campaign to redo it)")  # fmt: skip
     return manifest
 
 
@@ -263,7 +293,7 @@ def open_run(campaign: Campaign, store: RunStore, *, mode: str = "real") -> dict
     """The manifest of the run in this directory, created on first use; a different campaign is refused."""
     print_ = campaign.model_dump(mode="json", by_alias=True)
     if store.exists(MANIFEST):
-        manifest = read_manifest(store)
+        manifest = read_manifest(store, resuming=True)
         if manifest.get("fingerprint") != fingerprint(campaign):
             raise CampaignError(
                 f"output: {store.root} holds a run of a different campaign (fingerprint {manifest.get('fingerprint')}"
@@ -376,6 +406,9 @@ TIMELINE_INT_COLUMNS = (
 # model's step end. Only that engine knows it: the column is written when some engine reported it (null for
 # the others), and absent otherwise (vLLM, virtual time), so files without it stay what they were.
 TIMELINE_FLOAT_COLUMNS = ("lag_s",)
+
+
+TIMELINE_COLUMNS = frozenset({"engine_id", "start_ns", "end_ns", *TIMELINE_INT_COLUMNS, *TIMELINE_FLOAT_COLUMNS})
 
 
 def timeline_table(timelines: dict[str, dict[str, list[Any]]]) -> pa.Table:

@@ -18,7 +18,7 @@ import heapq
 import math
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,7 @@ from orchestrator.rundir import (
     open_run,
     plans_for,
     record_unit,
+    unit_tpot_p50,
     units_of,
     write_timeline,
 )
@@ -756,7 +757,7 @@ def simulate_unit(
     result = UnitResult(
         unit=unit, start_ns=start_ns, end_ns=start_ns + round(outcome.stop_s * 1e9), duration_s=shape.duration,
         scheduled=len(outcome.sent), rows=writer.rows_written, saturated=False, lateness_p99_s=0.0,
-        workers=summaries, timeline_steps=steps,
+        workers=summaries, timeline_steps=steps, tpot_p50_s=unit_tpot_p50(store, unit),
     )  # fmt: skip
     store.write_json(store.unit_marker(unit), result.model_dump(mode="json"))
     log.info(
@@ -773,8 +774,14 @@ def require_simulated(campaign: Campaign) -> None:
         )
 
 
-def simulate_campaign(campaign: Campaign, *, output: str | None = None) -> tuple[RunStore, dict[str, Any]]:
+def simulate_campaign(
+    campaign: Campaign,
+    *,
+    output: str | None = None,
+    on_unit: Callable[[Unit, str, UnitResult | None], None] | None = None,
+) -> tuple[RunStore, dict[str, Any]]:
     """`specdrill run` in virtual time: every pending unit of every arm; returns the run store and manifest.
+    `on_unit` as run_campaign's: `(unit, "start", None)` before a unit, `(unit, "done", result)` after it.
 
     Units run shape by shape and repeat by repeat, every arm in turn, so each (shape, repeat)'s requests are
     built once; the results do not depend on the order (fresh engines per unit, fixed virtual time slots).
@@ -802,6 +809,8 @@ def simulate_campaign(campaign: Campaign, *, output: str | None = None) -> tuple
                 unit = Unit(arm=name, shape=shape, repeat=repeat)
                 if store.is_complete(unit):
                     continue
+                if on_unit:
+                    on_unit(unit, "start", None)
                 log.info("unit.start", unit=unit.key)
                 if traffic is None:
                     plans = plans_for(campaign, model.arm, unit, run=manifest["run"], url="", traces=store.traces)
@@ -809,5 +818,7 @@ def simulate_campaign(campaign: Campaign, *, output: str | None = None) -> tuple
                 result = simulate_unit(campaign, model, unit, run=manifest["run"], store=store,
                                        start_ns=starts[unit.key], traffic=traffic)  # fmt: skip
                 record_unit(store, manifest, result)
+                if on_unit:
+                    on_unit(unit, "done", result)
     finish_run(store, manifest)
     return store, manifest

@@ -161,12 +161,19 @@ def test_a_stopped_job_rerun_skips_complete_units_and_redoes_the_partial_one(
     status = _ray(ray_head, "status", job_id)
     assert "stopped" in status.stdout + status.stderr
     assert not (output / "units/off-single/b-long/r0.json").exists()
+    # The driver said how far it got and how to go on, before the cleanup that SIGKILL may cut short.
+    stopped_log = _ray(ray_head, "logs", job_id).stdout
+    assert ("specdrill: stopped by SIGTERM: 1 of 2 units complete; unit arm=off-single shape=b-long repeat=0 was "
+            "in flight and is not complete") in stopped_log, stopped_log[-3000:]  # fmt: skip
+    assert f"resume with: specdrill run {path}\n" in stopped_log and "Traceback" not in stopped_log
     partial_rows = read_traces(str(long_parts.parent.parent)).num_rows
     kept_mtime = short_marker.stat().st_mtime_ns
 
     rerun = _submit(ray_head, path)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert short_marker.stat().st_mtime_ns == kept_mtime  # complete unit skipped
+    assert f"campaign stoptest: resuming in {output}: 1 of 2 units already complete, 1 to run" in rerun.stdout
+    assert "unit arm=off-single shape=a-short repeat=0 skipped: already complete" in rerun.stdout
     manifest = json.loads((output / "manifest.json").read_text())
     scheduled = {k: v["scheduled"] for k, v in manifest["units"].items()}
     ids = read_traces(str(output / "traces")).column("request_id").to_pylist()

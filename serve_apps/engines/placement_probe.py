@@ -65,7 +65,7 @@ def _ray_dp_probe(arm: ArmSpec, plan: ArmPlacement) -> dict[str, Any]:
         engine_utils.current_platform = saved
     try:
         ranks = []
-        for rank, (group, local) in enumerate(zip(groups, local_ranks, strict=True)):
+        for rank, (group, local_index) in enumerate(zip(groups, local_ranks, strict=True)):
             try:
                 ray.get(group.ready(), timeout=BUNDLE_TIMEOUT_S)
             except ray.exceptions.GetTimeoutError:
@@ -74,7 +74,7 @@ def _ray_dp_probe(arm: ArmSpec, plan: ArmPlacement) -> dict[str, Any]:
                 ) from None
             placed = _place_on(group, list(range(tp)), gpus=1.0)
             (engine_core,) = _place_on(group, [tp], gpus=0.0, cpus=1.0)  # the rank's EngineCoreActor bundle
-            ranks.append({"dp_rank": rank, "local_dp_rank": local, "engine_core": engine_core, "workers": placed,
+            ranks.append({"dp_rank": rank, "local_dp_rank": local_index, "engine_core": engine_core, "workers": placed,
                           "nodes": sorted({p["node_id"] for p in placed})})  # fmt: skip
         return {"dp_master_ip": master, "data_parallel_size_local": local, "ranks": ranks}
     finally:

@@ -1,0 +1,235 @@
+"""Corrupted run directories (issue 25): every kind of file a finished run holds (manifest.json with its campaign
+copy, summary.json, unit markers, trace Parquet, timeline Parquet) truncated, bit-flipped or deleted at seeded
+random places, then `report` and `recommend` through the CLI's main. Each ends in one line naming a file of the
+run and the problem, exit 2, never a traceback; or, only where the damage left every file readable as its kind
+(a flipped bit inside a value: no checksum guards these files) or hit an output the command rewrites
+(summary.json), in the command's ordinary outcome. Unwritable outputs (under a regular file, in /proc): one line,
+exit 2, before any work. One finished virtual-time run, copied per case."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from orchestrator.cli import main
+
+SEED = 25
+DRAWS = int(os.environ.get("SPECDRILL_FUZZ_EXAMPLES", "2"))  # per (file kind, damage); CI runs this many
+EXIT_BAD_FILE = 2
+ORDINARY = (0, 3)  # a report's exit codes: all gates pass, a gate failed
+
+CAMPAIGN = """
+name: fuzzed
+engine: {kind: simulated, profile: llama3.1-8b-h100-eagle}
+policies: {"off": "off", dyn: "dynamic:3:1-4=3,5-12=1,13-512=0"}
+topologies: {single: single}
+shapes:
+  ramp: {kind: ramp, rate_from: 1, rate_to: 8, duration_s: 6}
+  calm: {kind: quiet, rate: 2, duration_s: 4}
+load: {drain_s: 5}
+"""
+
+KINDS: dict[str, Callable[[Path, random.Random], Path]] = {
+    "manifest": lambda run, rng: run / "manifest.json",
+    "summary": lambda run, rng: run / "summary.json",
+    "marker": lambda run, rng: rng.choice(sorted((run / "units").rglob("*.json"))),
+    "trace": lambda run, rng: rng.choice(sorted((run / "traces").rglob("*.parquet"))),
+    "timeline": lambda run, rng: rng.choice(sorted((run / "timelines").rglob("*.parquet"))),
+}
+
+
+def truncate(path: Path, rng: random.Random) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: rng.randrange(len(data))])  # strictly shorter: a JSON object loses its closing brace
+
+
+def flip(path: Path, rng: random.Random) -> None:
+    data = bytearray(path.read_bytes())
+    data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    path.write_bytes(bytes(data))
+
+
+def delete(path: Path, rng: random.Random) -> None:
+    path.unlink()
+
+
+DAMAGES: dict[str, Callable[[Path, random.Random], None]] = {"truncate": truncate, "flip": flip, "delete": delete}
+CASES = [(kind, damage, draw) for kind in KINDS for damage in DAMAGES for draw in range(DRAWS)]
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as caught:
+        main(list(args))
+        raise SystemExit(0)
+    code = caught.value.code
+    return (code if isinstance(code, int) else 1), capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run with its report written (summary.json and report.html beside the traces)."""
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.campaign import load_campaign
+    from orchestrator.report import write_report
+    from orchestrator.simulate_campaign import simulate_campaign
+
+    root = tmp_path_factory.mktemp("fuzzed")
+    (root / "fuzzed.yaml").write_text(CAMPAIGN)
+    store, _ = simulate_campaign(load_campaign(root / "fuzzed.yaml"), output=str(root / "run"))
+    write_report(store.root, console=Console(file=io.StringIO(), width=200))
+    return root / "run"
+
+
+def readable(path: Path) -> bool:
+    """The file still reads as its kind: JSON that parses, Parquet whose every row decodes."""
+    if not path.exists():
+        return False
+    try:
+        if path.suffix == ".json":
+            json.loads(path.read_bytes().decode())
+        else:
+            pq.read_table(path)
+    except Exception:  # any reader failure at all means unreadable: that is what is being decided
+        return False
+    return True
+
+
+def _summary(run: Path) -> object:
+    """summary.json but the time it was generated."""
+    path = run / "summary.json"
+    return {k: v for k, v in json.loads(path.read_text()).items() if k != "generated"} if path.exists() else None
+
+
+def _close(a: object, b: object) -> bool:
+    """Equal, floats to 1e-9 relative: DuckDB sums in parallel, in no fixed order (the last digit varies)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9)
+    return a == b
+
+
+@pytest.mark.slow  # ~1-2 s a case, 30 cases: the suite runs them, `make test-fast` has tests/test_bad_files.py
+@pytest.mark.parametrize(("kind", "damage", "draw"), CASES, ids=[f"{k}-{d}-{i}" for k, d, i in CASES])
+def test_a_corrupted_run_is_one_line_naming_a_file_and_exit_2(
+    kind: str, damage: str, draw: int, finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = random.Random(f"{SEED}:{kind}:{damage}:{draw}")
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    target = KINDS[kind](run, rng)
+    DAMAGES[damage](target, rng)
+    still_readable = readable(target)
+    for command in ("report", "recommend"):
+        code, err = cli(capsys, command, str(run))
+        lines = err.strip().splitlines()
+        assert "Traceback" not in err and code != 1, f"{command} after {damage} of {target}: {err}"
+        if code == EXIT_BAD_FILE:
+            assert len(lines) == 1 and lines[0].startswith("specdrill: error: "), err
+            # the file is named: the damaged one, or (a flipped name in the manifest) the file it no longer matches
+            named = lines[0].removeprefix("specdrill: error: ")
+            assert named.startswith(str(run)), lines[0]
+            if damage != "flip":
+                assert str(target) in lines[0] or (kind == "manifest" and "no manifest.json" in lines[0]), lines[0]
+            continue
+        # An ordinary outcome only where nothing it reads is damaged: summary.json (report rewrites it, recommend
+        # rebuilds a damaged one from the traces), a flip that left the file readable (no checksum to catch it),
+        # or a flip in data the report does not read (its summary is the undamaged run's).
+        assert code in ORDINARY, (command, code, err)
+        same = _close(_summary(run), _summary(finished))
+        assert kind == "summary" or (damage == "flip" and (still_readable or same)), (command, kind, code, err)
+        assert command == "recommend" or err == "", err
+    if damage in ("truncate", "delete") and kind != "summary":
+        assert code == EXIT_BAD_FILE  # what is missing or cut short is always caught
+
+
+def test_the_fuzz_covers_every_kind_of_file_the_run_holds(finished: Path) -> None:
+    files = {p.relative_to(finished).parts[0] for p in finished.rglob("*") if p.is_file()}
+    assert files == {"manifest.json", "summary.json", "report.html", "units", "traces", "timelines"}
+    # report.html is the report's output only (nothing reads it back): tests/test_bad_files.py makes it unwritable
+
+
+@pytest.mark.parametrize("where", ["under a regular file", "in /proc"])
+@pytest.mark.parametrize("command", ["simulate", "tune", "calibrate"])
+def test_an_unwritable_output_is_one_line_before_any_work(
+    command: str, where: str, finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "fuzzed.yaml").write_text(CAMPAIGN)
+    (tmp_path / "plainfile").write_text("")
+    output = str(tmp_path / "plainfile" / "out") if where == "under a regular file" else "/proc/specdrill-out"
+    args = {
+        "simulate": ["simulate", str(tmp_path / "fuzzed.yaml"), "--output", output],
+        "tune": ["tune", str(tmp_path / "fuzzed.yaml"), "--budget", "2", "--seeds", "1", "-o", output],
+        "calibrate": ["calibrate", str(finished), "-o", f"{output}/fitted.yaml"],
+    }[command]
+    code, err = cli(capsys, *args)
+    lines = err.strip().splitlines()
+    assert code == EXIT_BAD_FILE and len(lines) == 1, err
+    problem = "Not a directory" if where == "under a regular file" else "/proc takes no new directory"
+    assert lines[0].startswith(f"specdrill: error: {output}") and problem in lines[0], lines[0]
+    assert not Path(output).exists()
+
+
+def random_bytes(path: Path, rng: random.Random) -> None:
+    path.write_bytes(bytes(rng.randrange(256) for _ in range(3000)))
+
+
+REPLAY_DAMAGES = {**DAMAGES, "random bytes": random_bytes}
+REPLAY_CASES = [(damage, draw) for damage in REPLAY_DAMAGES for draw in range(DRAWS)]
+
+
+@pytest.mark.slow  # a campaign run per case
+@pytest.mark.parametrize(("damage", "draw"), REPLAY_CASES, ids=[f"{d}-{i}" for d, i in REPLAY_CASES])
+def test_a_damaged_replay_file_is_one_line_or_a_run(
+    damage: str, draw: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The replay file a campaign's shape reads (`run` and `simulate` read it; the report does not): damaged, it is
+    one line naming it and exit 2, or (cut at a line end, a flipped digit: still arrival times) a run."""
+    rng = random.Random(f"{SEED}:replay:{damage}:{draw}")
+    arrivals = tmp_path / "arrivals.csv"
+    arrivals.write_text("\n".join(f"{0.05 * i:.3f}" for i in range(60)) + "\n")
+    (tmp_path / "replayed.yaml").write_text(CAMPAIGN.replace(
+        "  calm: {kind: quiet, rate: 2, duration_s: 4}", f"  calm: {{kind: replay, path: {arrivals}, bin_s: 0.5}}"
+    ))  # fmt: skip
+    REPLAY_DAMAGES[damage](arrivals, rng)
+    code, err = cli(capsys, "simulate", str(tmp_path / "replayed.yaml"), "--output", str(tmp_path / "run"),
+                    "--no-report")  # fmt: skip
+    assert "Traceback" not in err and code in (0, EXIT_BAD_FILE), err
+    if code == EXIT_BAD_FILE:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and str(arrivals) in lines[0], err
+        assert not (tmp_path / "run").exists()  # refused before anything ran
+    assert code == EXIT_BAD_FILE or damage in ("truncate", "flip"), err
+
+
+@pytest.mark.parametrize("kind", ["trace", "timeline"])
+def test_a_column_renamed_in_a_footer_is_named(
+    kind: str, finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a flipped bit in a footer's column name does (the fuzz found `schudule_dropped`): DuckDB, reading by
+    name, raised a binder error naming no file."""
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    target = KINDS[kind](run, random.Random(SEED))
+    table = pq.read_table(target)
+    column, renamed = ("schedule_dropped", "schudule_dropped") if kind == "trace" else ("batch_size", "batch_sire")
+    pq.write_table(table.rename_columns([renamed if n == column else n for n in table.column_names]), target)
+    for command in ("report", "recommend"):
+        code, err = cli(capsys, command, str(run))
+        assert code == EXIT_BAD_FILE and err.strip() == (
+            f"specdrill: error: {target}: not a readable Parquet file "
+            f"({'a trace part file' if kind == 'trace' else 'a step timeline'}): unknown column {renamed!r}"
+        ), err

@@ -1,0 +1,166 @@
+"""Ctrl-C and SIGTERM during `specdrill simulate` of a campaign, with a real process and a real signal (issue 25):
+it stops without a traceback, leaves the unit in flight incomplete (no marker, no temporary file), says how many
+units are complete of how many and the exact command that resumes; the resumed run names the units it skips.
+Progress reaches a pipe line by line: the test reads each unit's line while the run is still going."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SPECDRILL = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+
+# Three arms, one shape: units of ~5k requests (a second or more each here), long enough that a signal sent the
+# moment a unit's "started" line arrives lands inside that unit.
+CAMPAIGN = """
+name: cut
+engine: {kind: simulated, profile: llama3.1-8b-h100-eagle}
+policies: {"off": "off", k3: "fixed:3", dyn: "dynamic:3:1-4=3,5-12=1,13-512=0"}
+topologies: {single: single}
+shapes:
+  steady: {kind: sustained, rate: 40, duration_s: 120}
+load: {drain_s: 5}
+"""
+UNITS = ["off-single/steady/r0", "k3-single/steady/r0", "dyn-single/steady/r0"]
+WAIT_S = 300  # bound on every wait: a run that hangs fails the test instead of the suite
+
+
+def _read_until(proc: subprocess.Popen[str], needle: str) -> list[str]:
+    """stdout lines up to and including the first one containing `needle`, read while the process runs."""
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+        if needle in line:
+            return lines
+    raise AssertionError(f"no line with {needle!r} before the run ended; got {lines}")
+
+
+def _markers(run: Path) -> set[str]:
+    return {str(p.relative_to(run / "units").with_suffix("")) for p in (run / "units").rglob("r*.json")}
+
+
+@pytest.mark.slow  # ~15 s each here: two runs of three 4,800-request units
+@pytest.mark.parametrize(("signum", "name", "code"), [(signal.SIGINT, "SIGINT", 130), (signal.SIGTERM, "SIGTERM", 143)])
+def test_a_signal_stops_the_campaign_cleanly_and_the_rerun_resumes(
+    signum: int, name: str, code: int, tmp_path: Path
+) -> None:
+    campaign = tmp_path / "cut.yaml"
+    campaign.write_text(CAMPAIGN)
+    run = tmp_path / "run"
+    args = ["simulate", str(campaign), "--output", str(run), "--no-report"]
+    proc = subprocess.Popen([*SPECDRILL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Through a pipe, each line arrives while the run goes on: the first unit's lines before the second starts.
+        before = _read_until(proc, "unit 2/3 arm=k3-single shape=steady repeat=0 started")
+        assert proc.poll() is None
+        proc.send_signal(signum)
+        rest, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert before[0] == "unit 1/3 arm=off-single shape=steady repeat=0 started"
+    assert before[1].startswith("unit 1/3 arm=off-single shape=steady repeat=0 finished: requests=")
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and "unit 2/3 arm=k3-single shape=steady repeat=0 finished" not in rest
+    resume = shlex.join(["specdrill", *args])
+    assert err.strip().splitlines() == [
+        f"specdrill: stopped by {name}: 1 of 3 units complete; unit arm=k3-single shape=steady repeat=0 was in "
+        "flight and is not complete (resuming runs it again from its start)",
+        f"resume with: {resume}",
+    ]
+    # Nothing half-written: the unit in flight has no marker, no temporary file anywhere, a readable manifest.
+    assert _markers(run) == {"off-single/steady/r0"}
+    assert not [p for p in run.rglob(".tmp-*")]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert list(manifest["units"]) == ["off-single/steady/r0"] and "finished_ns" not in manifest
+
+    resumed = subprocess.run([*SPECDRILL, *shlex.split(resume)[1:]], capture_output=True, text=True,
+                             timeout=WAIT_S, check=False)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    lines = resumed.stdout.splitlines()
+    assert lines[:2] == [
+        f"campaign cut: resuming in {run}: 1 of 3 units already complete, 2 to run",
+        "unit arm=off-single shape=steady repeat=0 skipped: already complete",
+    ]
+    assert lines[2] == "unit 2/3 arm=k3-single shape=steady repeat=0 started"
+    assert lines[4] == "unit 3/3 arm=dyn-single shape=steady repeat=0 started"
+    assert _markers(run) == set(UNITS)
+    for unit in UNITS:
+        marker = json.loads((run / "units" / f"{unit}.json").read_text())
+        assert marker["rows"] == marker["scheduled"] > 4000  # the redone unit holds each request once
+
+
+def test_a_signal_after_the_last_unit_points_to_the_report(tmp_path: Path) -> None:
+    """Every unit complete when the signal comes (the last marker written, its line not printed yet): no unit in
+    flight, no resume to offer, the report command instead."""
+    from orchestrator.progress import CampaignProgress
+    from orchestrator.rundir import Unit
+
+    units = [Unit(arm="off-single", shape="s", repeat=0)]
+    state = CampaignProgress(name="c", output="runs/my run", units=units, complete_before=units)
+    state.unit_event(units[0], "start", None)  # its marker written, the signal before its "finished" line
+    assert state.interrupted_lines("SIGTERM", {units[0].key}, "specdrill simulate c.yaml") == [
+        "specdrill: stopped by SIGTERM: 1 of 1 units complete",
+        "every unit is complete; the report: specdrill report 'runs/my run'",
+    ]
+
+
+def test_progress_reaches_a_file_line_by_line(tmp_path: Path) -> None:
+    """stdout to a file (as `specdrill run ... > log`): the first unit's lines are in the file while the run goes
+    on, not only when it ends."""
+    campaign = tmp_path / "cut.yaml"
+    campaign.write_text(CAMPAIGN)
+    log = tmp_path / "log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen([*SPECDRILL, "simulate", str(campaign), "--output", str(tmp_path / "run"),
+                                 "--no-report"], stdout=sink, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while "unit 1/3 arm=off-single shape=steady repeat=0 finished" not in log.read_text():
+                assert proc.poll() is None, "the run ended before its first unit's line reached the file"
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            running = proc.poll() is None
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=WAIT_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert running
+    assert log.read_text().splitlines()[0] == "unit 1/3 arm=off-single shape=steady repeat=0 started"
+    assert proc.returncode == 143 and err.startswith("specdrill: stopped by SIGTERM: "), err
+
+
+def test_the_resume_command_is_the_one_run_quoted_for_a_shell() -> None:
+    from orchestrator.progress import resume_command
+
+    options = [("--address", "ray://head:10001"), ("--output", None), ("--serve-port", 8000), ("--no-report", True)]
+    assert resume_command("run", "my campaign.yaml", options) == (
+        "specdrill run 'my campaign.yaml' --address ray://head:10001 --serve-port 8000 --no-report"
+    )
+
+
+def test_a_signal_in_the_block_is_announced_raised_and_the_old_handler_is_back() -> None:
+    import os
+
+    from orchestrator.interrupts import Stopped, stop_on_signals
+
+    before = signal.getsignal(signal.SIGTERM)
+    seen: list[Stopped] = []
+    with pytest.raises(Stopped) as caught, stop_on_signals(seen.append):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(WAIT_S)  # the handler runs at the next bytecode: this sleep is cut short
+    assert caught.value.exit_code == 143 and caught.value.name == "SIGTERM" and seen == [caught.value]
+    assert signal.getsignal(signal.SIGTERM) is before
