@@ -120,20 +120,23 @@ def _start_kuberay(spec: dict[str, Any], cluster_name: str, operator_home: Path,
         pods = kuberay_pods(cluster_name, spec, head_address=head.address, secrets_=secrets_)
         running = [PodProcess(nodes[name], pod.args, pod.env, tmp_path / f"{name}.log")
                    for name, pod in zip(names, pods, strict=True)]  # fmt: skip
+        token = secrets_[cluster_name]["auth_token"] if secrets_ else None
+        dashboard, operator = f"http://{head.address}:{DASHBOARD_PORT}", _client(operator_home, token)
+        # Pods start in any order on Kubernetes; here one after another (each once the one before is a node), so
+        # that no two Ray starts share this machine's two cores.
         running[0].start()
-        for name, pod, process in zip(names[1:], pods[1:], running[1:], strict=True):
+        for k, (name, pod, process) in enumerate(zip(names[1:], pods[1:], running[1:], strict=True), start=1):
+            wait_for_nodes(dashboard, operator, k, running[:k])
             wait_gcs_ready(nodes[name], pod.init_env, head.address, running[0])
             process.start()
-        token = secrets_[cluster_name]["auth_token"] if secrets_ else None
-        dashboard = f"http://{head.address}:{DASHBOARD_PORT}"
-        up = wait_for_nodes(dashboard, _client(operator_home, token), len(names), running)
+        up = wait_for_nodes(dashboard, operator, len(names), running)
         assert len(up) == len(names)
         assert sorted(n["node_ip"] for n in up) == sorted(c.address for c in nodes.values())
         # The head takes no GPU; each GPU pod's Ray has its container's nvidia.com/gpu limit.
         expected = [{"CPU": _flag(pods[0].args, "num-cpus")}]
         expected += [{"CPU": _flag(p.args, "num-cpus"), "GPU": _flag(p.args, "num-gpus")} for p in pods[1:]]
         assert _resources(up) == sorted(expected, key=lambda r: (r.get("GPU", 0), r["CPU"]))
-        _check_jobs(dashboard, _client(operator_home, token), operator_home, len(names), runtime_env)
+        _check_jobs(dashboard, operator, operator_home, len(names), runtime_env)
 
 
 def test_the_rayclusters_pods_start_and_take_jobs_only_with_kuberays_token(operator_home: Path,
