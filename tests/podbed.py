@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -137,10 +137,8 @@ def containers(bed: NetBed) -> Iterator[dict[str, Container]]:
         yield made
     finally:
         for container in made.values():
-            try:
+            with suppress(ProcessLookupError):
                 os.kill(container.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         for container in made.values():
             try:
                 container.init.wait(timeout=30)
