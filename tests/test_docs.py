@@ -65,6 +65,11 @@ NEEDS_A_CLUSTER: dict[str, tuple[str, str]] = {
     ),
     "RAY_AUTH_MODE=token ray job submit --address http://127.0.0.1:8265 -- specdrill models pull "
     "campaigns/gpu-llama3.1-8b-eagle.yaml": ("tests/test_infra.py", "def test_models_pull_runs_one_task_per_gpu_node"),
+    "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=\"$(kubectl get secret specdrill -o jsonpath='{.data.auth_token}' "
+    "| base64 -d)\"": ("tests/podbed.py", "def kuberay_secrets"),
+    "ray job submit --address http://127.0.0.1:8265 -- specdrill run campaigns/gpu-llama3.1-8b-eagle.yaml": (
+        "tests/test_manifests_start.py", "def test_the_rayclusters_pods_start_and_take_jobs_only_with_kuberays_token",
+    ),
     "RAY_ADDRESS=... specdrill deploy --check campaigns/gpu-llama3.1-8b-eagle.yaml": (
         "tests/test_placement.py", '"deploy", "--check"',
     ),

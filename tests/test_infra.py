@@ -162,14 +162,64 @@ def test_the_launchers_token_lines_validate_once_uncommented() -> None:
 
     text = (REPO / "infra" / "cluster-launcher.yaml").read_text()
     enabled = text.replace('    # - "--env HF_TOKEN_PATH', '    - "--env HF_TOKEN_PATH')
-    enabled = enabled.replace("# file_mounts:\n#   ", "file_mounts:\n  ")
+    enabled = enabled.replace("\n#   /home/ray/.specdrill-secrets", "\n  /home/ray/.specdrill-secrets")
     assert enabled != text
     config = yaml.safe_load(enabled)
     validate_config(prepare_config(config))
-    (secrets,) = config["file_mounts"]
+    (secrets,) = [m for m in config["file_mounts"] if m != RAY_TOKEN_MOUNT]
     assert any(f"HF_TOKEN_PATH={secrets}/" in opt for opt in config["docker"]["run_options"])
-    cache = [o for o in config["docker"]["run_options"] if o.startswith("--volume ")]
+    cache = [o for o in config["docker"]["run_options"] if o.startswith("--volume ") and ":/models" in o]
     assert [c.split(":")[1] for c in cache] == [_dockerfile_hf_home().rsplit("/", 1)[0]]
+
+
+# --- Ray's token and the results volume (tests/test_manifests_start.py starts the nodes themselves) ----------------
+
+RAY_TOKEN_MOUNT = "~/.ray/auth_token"  # Ray's default token file (`ray get-auth-token --generate` writes it)
+
+
+def test_the_launcher_mounts_the_operators_ray_token_on_every_node() -> None:
+    config = yaml.safe_load((REPO / "infra" / "cluster-launcher.yaml").read_text())
+    assert config["file_mounts"][RAY_TOKEN_MOUNT] == RAY_TOKEN_MOUNT
+    for command in config["head_start_ray_commands"] + config["worker_start_ray_commands"]:
+        assert command == "ray stop" or command.startswith("RAY_AUTH_MODE=token ray start ")
+    assert "ray get-auth-token --generate" in (REPO / "infra" / "cluster-launcher.yaml").read_text()
+
+
+@pytest.mark.parametrize(("path", "kind"), MANIFESTS)
+def test_kuberay_generates_the_token_of_every_pod(path: str, kind: str) -> None:
+    doc = yaml.safe_load((REPO / "infra" / "kuberay" / path).read_text())
+    spec = doc["spec"].get("rayClusterSpec", doc["spec"])
+    assert spec["authOptions"] == {"mode": "token"}
+    for group, pod in _pods(doc):  # KubeRay adds RAY_AUTH_MODE and RAY_AUTH_TOKEN only where a pod sets neither
+        for container in pod["containers"]:
+            assert not {e["name"] for e in container["env"]} & {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN"}, group
+
+
+def _output_root(campaign: str) -> str:
+    output = yaml.safe_load((REPO / campaign).read_text())["output"]
+    return "/" + output.strip("/").split("/")[0]
+
+
+@pytest.mark.parametrize(("path", "kind"), MANIFESTS)
+def test_every_pod_mounts_the_shared_results_claim_where_the_campaign_writes(path: str, kind: str) -> None:
+    doc = yaml.safe_load((REPO / "infra" / "kuberay" / path).read_text())
+    root = _output_root("campaigns/gpu-llama3.1-8b-eagle.yaml")
+    claim = yaml.safe_load((REPO / "infra" / "kuberay" / "results-pvc.yaml").read_text())
+    assert claim["kind"] == "PersistentVolumeClaim" and claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    for group, pod in _pods(doc):
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        for container in pod["containers"]:
+            (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == root]
+            assert volumes[mount["name"]]["persistentVolumeClaim"] == {"claimName": claim["metadata"]["name"]}, group
+
+
+def test_the_launchers_nodes_mount_one_nfs_file_system_where_the_campaign_writes() -> None:
+    config = yaml.safe_load((REPO / "infra" / "cluster-launcher.yaml").read_text())
+    root = _output_root("campaigns/gpu-llama3.1-8b-eagle.yaml")
+    (volume,) = [o for o in config["docker"]["run_options"] if o.endswith(f":{root}")]
+    host_dir = volume.removeprefix("--volume ").split(":")[0]
+    (nfs,) = [c for c in config["initialization_commands"] if "mount -t nfs4" in c]
+    assert f":/ {host_dir})" in nfs  # the EFS export mounted on the directory the containers see as /results
 
 
 # --- `specdrill models pull`: never downloads here (no network; HF_HUB_OFFLINE=1 wherever a Hub id is asked for) ---
