@@ -38,6 +38,7 @@ from orchestrator.analysis.bands import auto_rate_quantiles, rate_bands_from_edg
 from orchestrator.analysis.faults import FaultWindow, fault_windows_of
 from orchestrator.analysis.kchoice import BandChoice, choose_k, paired_both
 from orchestrator.analysis.results import ArmVerification, Verdict
+from orchestrator.analysis.serve_path import ServePath, serve_paths
 from orchestrator.analysis.timelines import TimelineSeries, timeline_series
 from orchestrator.baselines import baselines
 from orchestrator.calibrate.kswitch_report import k_switch_lines
@@ -82,6 +83,8 @@ class Summary(BaseModel):
     engine_lagged_units: list[str] = Field(default_factory=list)
     incomplete_units: list[str]  # a load worker was lost mid-run: "unit: N of M requests missing"
     fault_windows: list[FaultWindow]  # where requests failed (a replica died, a stream broke), per unit
+    # send -> replica receipt per (load worker's node, replica's node); real-time runs of specdrill arms only
+    serve_paths: list[ServePath] = Field(default_factory=list)
     # Per batch band: every k measured there on the same requests, and the k the evidence supports (recommend)
     k_choices: list[BandChoice] = Field(default_factory=list)
     # A rehearsal of `specdrill tune`'s schedule: per band, the measured speedup against the predicted one
@@ -122,7 +125,10 @@ def load_run(run_dir: str) -> RunInputs:
     compared = {} if campaign.analysis.absolute_only else baselines(specs)
     arms = [
         ArmInfo.from_policy(
-            arm.name, arm.policy, topology=arm.topology, max_num_seqs=max_num_seqs,
+            arm.name,
+            arm.policy,
+            topology=arm.topology,
+            max_num_seqs=max_num_seqs,
             compared_with=compared[arm.name].baseline if compared else None,
             engines_ratio=compared[arm.name].engines_ratio if compared else 1.0,
         )
@@ -200,6 +206,10 @@ def build_summary(
         comparisons = pairwise(requests, maps, inputs.arms)
         series = timeline_series(requests, {u.unit.key: u.start_ns for u in inputs.units})
         faults = fault_windows_of(requests, {u.unit.key: u.start_ns for u in inputs.units})
+        workers = [
+            (u.unit.arm, u.unit.shape, u.unit.repeat, w.worker, w.node_id) for u in inputs.units for w in u.workers
+        ]
+        paths = serve_paths(requests, workers) if manifest.get("mode", "real") == "real" else []
     except duckdb.Error as exc:  # a file found corrupt mid-scan: one line naming it
         raise requests.blame(exc) from None
     finally:
@@ -228,6 +238,7 @@ def build_summary(
             if u.incomplete
         ],
         fault_windows=faults,
+        serve_paths=paths,
         k_choices=k_choices,
         prediction_check=prediction_check(campaign.prediction, maps),
         # the answer compares arms at equal hardware through their `off` baseline: none where there is none
@@ -259,8 +270,10 @@ def summary_for(inputs: RunInputs) -> Summary:
             written = Summary.model_validate(inputs.store.read_json(SUMMARY))
         except ValueError:
             written = None  # an older specdrill's summary, or a damaged one: build a new one
-        if written is not None and written.run == inputs.manifest["run"] and _unit_keys(written.units) == _unit_keys(
-            inputs.units
+        if (
+            written is not None
+            and written.run == inputs.manifest["run"]
+            and _unit_keys(written.units) == _unit_keys(inputs.units)
         ):
             return written
     summary, _ = build_summary(inputs)
@@ -554,6 +567,8 @@ def print_report(summary: Summary, console: Console) -> None:
         console.print(f"[red]incomplete unit[/red] {line}")
     for window in summary.fault_windows:
         console.print(f"[red]fault window[/red] {window.message}")
+    for path in summary.serve_paths:
+        console.print(f"  {path.message}", markup=False)
     if summary.saturated_units:
         console.print(f"[yellow]load generator saturated in: {', '.join(summary.saturated_units)}[/yellow]")
     for line in summary.engine_lagged_units:
@@ -605,6 +620,7 @@ def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
             engine_lagged_units=summary.engine_lagged_units,
             gate_failures=[g.message for g in summary.gates if not g.passed],
             fault_windows=summary.fault_windows,
+            serve_paths=summary.serve_paths,
             answer=summary.answer.lines if summary.answer is not None else [],
             exempt_arms=summary.exempt_arms,
             exempt_failures=[f"{g.gate}: {g.message}" for g in summary.gates if g.exempt],

@@ -63,6 +63,12 @@ def test_a_campaign_runs_across_nodes(cluster: BedRay, tmp_path: Path) -> None:
     assert traces.num_rows == sum(m["scheduled"] for m in markers)
     failed = traces.filter(pc.not_equal(traces["status"], "ok"))
     assert failed.num_rows == 0, failed.select(["worker", "error_class", "error_message"]).slice(0, 5).to_pylist()
+    # The report's serve path per pair of nodes: every worker's node, including those with no replica, to the
+    # replicas' nodes, every request counted once.
+    paths = json.loads((output / "summary.json").read_text())["serve_paths"]
+    assert {p["client_node"] for p in paths} == set(nodes) and {p["server_node"] for p in paths} <= arm_nodes
+    assert sum(p["requests"] for p in paths) == traces.num_rows
+    assert any(p["client_node"] not in arm_nodes for p in paths)  # sent from a node that holds no replica
 
 
 def test_the_beds_ray_listens_only_inside_the_bed(cluster: BedRay) -> None:

@@ -13,6 +13,7 @@ from loadshapes.shapes import Shape
 from loadshapes.slo import SloConfig
 from orchestrator.analysis.faults import FaultWindow
 from orchestrator.analysis.results import OperatingMap, VerificationReport
+from orchestrator.analysis.serve_path import ServePath
 from orchestrator.analysis.timelines import TimelineSeries, series_of_table
 from orchestrator.report_html.charts import timeline_chart
 from orchestrator.report_html.maps import map_section
@@ -41,6 +42,7 @@ class ReportData:
     engine_lagged_units: list[str] = field(default_factory=list)
     gate_failures: list[str] = field(default_factory=list)
     fault_windows: list[FaultWindow] = field(default_factory=list)
+    serve_paths: list[ServePath] = field(default_factory=list)
     answer: list[str] = field(default_factory=list)  # the answer block's lines, as the console prints them
     exempt_arms: list[str] = field(default_factory=list)  # gates.exempt_arms: their failures fail no gate
     exempt_failures: list[str] = field(default_factory=list)  # gates that failed on an exempt arm
@@ -57,6 +59,7 @@ def render_report_html(data: ReportData) -> str:
             *(map_section(m, i, data.slo) for i, m in enumerate(data.maps)),
             verification_section(data.verification, data.exempt_arms),
             _faults_section(data.fault_windows),
+            _serve_paths_section(data.serve_paths),
             _timelines_section(data),
         ]
     )
@@ -228,6 +231,22 @@ def _faults_section(windows: Sequence[FaultWindow]) -> str:
         "<section><h2>Fault windows</h2><p>Stretches where requests failed, by when each outcome was known "
         "(shaded red in the engine timelines).</p>"
         f"{faults}</section>"
+    )
+
+
+def _serve_paths_section(paths: Sequence[ServePath]) -> str:
+    if not paths:
+        return ""
+    rows = [
+        (esc((p.client_node or "?")[:8]), esc((p.server_node or "?")[:8]), str(p.requests), f"{p.p50_ms:.2f}",
+         f"{p.p99_ms:.2f}", f"{p.max_ms:.2f}")
+        for p in paths
+    ]  # fmt: skip
+    paths_table = table(("load worker's node", "replica's node", "requests", "p50 ms", "p99 ms", "max ms"), rows)
+    return (
+        "<section><h2>Serve path per node</h2><p>From a load worker's send to the replica's receipt of the request, "
+        "per pair of nodes. Across two nodes the figure includes the offset between their clocks.</p>"
+        f"{paths_table}</section>"
     )
 
 
