@@ -6,8 +6,8 @@ Two layouts carry GPUs, chosen the way vLLM 0.32 and Ray Serve LLM expect them (
   vLLM data-parallel group), no placement group, and vLLM's multiprocessing backends start the ranks and workers
   as child processes. vLLM maps DP rank r, TP rank t to CUDA_VISIBLE_DEVICES[r * tp + t] of the replica.
 - `spanning`: tensor parallelism larger than a node (Ray Serve LLM's recipe). The replica holds no GPU; its CPUs
-  are merged into the first bundle of a placement group of one-GPU bundles; vLLM's Ray executor places worker i
-  on the i-th GPU bundle of the group, which the engine passes to vLLM explicitly.
+  are merged into the first bundle of a placement group of one-GPU bundles, which the engine passes to vLLM
+  explicitly; vLLM's RayExecutorV2 orders the GPU bundles driver node first and places rank r on the r-th.
 - `ray_dp`: a vLLM data-parallel group larger than a node, each rank within one node: vLLM's own Ray DP backend
   in internal load-balancing mode (data_parallel_backend=ray; v1/engine/utils.py CoreEngineActorManager). The
   replica holds no GPU and runs the front end; vLLM makes one STRICT_PACK placement group per rank (tp one-GPU

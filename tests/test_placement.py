@@ -151,6 +151,14 @@ def test_a_tensor_parallel_engine_larger_than_a_node_spans_nodes_with_every_bund
     assert set(report["nodes"]) == gpu_cluster["gpu_nodes"]
     per_bundle = [(b["node_id"], tuple(b["gpu_ids"])) for b in report["bundles"]]
     assert len(set(per_bundle)) == 8  # eight distinct GPUs over the two nodes
+    # RayExecutorV2's rank order: the replica's (driver's) node first, and on each node its GPUs by local rank.
+    ranks = report["bundles"]
+    assert ranks[0]["bundle"] == 0 and ranks[0]["node_id"] == report["node_id"]
+    assert [r["node_id"] for r in ranks] == sorted((r["node_id"] for r in ranks), key=lambda n: n != report["node_id"])
+    for node in gpu_cluster["gpu_nodes"]:
+        mine = [r for r in ranks if r["node_id"] == node]
+        assert [r["local_rank"] for r in mine] == [0, 1, 2, 3]
+        assert [r["device"] for r in mine] == sorted(int(g) for r in mine for g in r["gpu_ids"])
     groups = [g for pg_id, g in placement_group_table().items() if pg_id not in before]
     assert len(groups) == 1 and len(groups[0]["bundles"]) == 8
     assert groups[0]["bundles"][0] == {"CPU": 0.25, "GPU": 1.0}  # the replica's CPUs in the first bundle

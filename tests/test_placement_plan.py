@@ -215,3 +215,13 @@ def test_fractional_gpus_whose_engines_do_not_fit_in_one_gpus_memory_are_refused
     kwargs = {"gpu_memory_utilization": 0.3}  # three engines of 0.3 fit one GPU
     plan = plan_placement(arm())
     assert (plan.layout, plan.replica_gpus) == ("replica", gpus)
+
+
+def test_ray_executor_v2_maps_each_nodes_local_ranks_to_its_sorted_gpu_ids() -> None:
+    from serve_apps.engines.placement_probe import v2_devices
+
+    # Ranks in RayExecutorV2's order: two on node a (Ray gave their bundles GPUs 3 and 1), one on node b.
+    placed = [{"bundle": 2, "node_id": "a", "gpu_ids": ["3"]}, {"bundle": 0, "node_id": "a", "gpu_ids": ["1"]},
+              {"bundle": 1, "node_id": "b", "gpu_ids": ["0"]}]  # fmt: skip
+    workers = v2_devices(placed)
+    assert [(w["worker"], w["local_rank"], w["device"]) for w in workers] == [(0, 0, 1), (1, 1, 3), (2, 0, 0)]

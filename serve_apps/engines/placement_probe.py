@@ -195,16 +195,46 @@ def _probe_bundles(plan: ArmPlacement) -> dict[str, Any]:
     if group is None:
         raise PlacementProbeError("spanning layout but the replica runs outside a placement group")
 
-    # The bundles vLLM's Ray executor uses: the first world-size bundles that have a GPU
-    # (vllm/v1/executor/ray_executor.py, _init_workers_ray).
-    gpu_bundles = [i for i, b in enumerate(group.bundle_specs) if b.get("GPU", 0)][: plan.workers_per_replica]
-    if len(gpu_bundles) < plan.workers_per_replica:
-        raise PlacementProbeError(f"{len(gpu_bundles)} GPU bundles for {plan.workers_per_replica} workers")
+    # The bundles vLLM's Ray executor uses, in its rank order: RayExecutorV2 (0.32's default) sorts the GPU
+    # bundles driver node first (vllm/v1/executor/ray_utils.py get_bundles_sorted_by_node; its V1 executor took
+    # them in index order).
+    ordered = _v2_rank_order(group)[: plan.workers_per_replica]
+    if len(ordered) < plan.workers_per_replica:
+        raise PlacementProbeError(f"{len(ordered)} GPU bundles for {plan.workers_per_replica} workers")
     gpus = plan.bundles[-1]["GPU"] if plan.bundles else 1.0
     hint = "(its GPU is held, e.g. by the replica itself); vLLM's Ray worker on it would wait there forever"
-    placed = _place_on(group, gpu_bundles, gpus=gpus, hint=hint)
-    placed = [{**p, "worker": worker} for worker, p in enumerate(placed)]
-    return {"bundles": placed, "nodes": sorted({p["node_id"] for p in placed})}
+    placed = _place_on(group, ordered, gpus=gpus, hint=hint)
+    workers = v2_devices(placed)
+    return {"bundles": workers, "nodes": sorted({p["node_id"] for p in workers})}
+
+
+def _v2_rank_order(group: Any) -> list[int]:
+    from vllm.v1.executor import ray_utils
+
+    executor_utils: Any = ray_utils
+    saved = executor_utils.current_platform
+    if not saved.is_cuda_alike():  # GPUs declared to Ray, not present: CUDA's resource name is all it reads
+        executor_utils.current_platform = _cuda_platform()
+    try:
+        return [index for index, _, _ in executor_utils.get_bundles_sorted_by_node(group)]
+    finally:
+        executor_utils.current_platform = saved
+
+
+def v2_devices(placed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Worker (rank) r on placed[r]: its local rank among the workers of its node, and the physical GPU it
+    opens. RayExecutorV2 keeps Ray from setting CUDA_VISIBLE_DEVICES on its workers and maps local rank j of a
+    node to the j-th smallest of the GPU ids Ray gave that node's workers (ray_executor_v2.py, steps 5-6), so a
+    worker's device need not be the GPU of its own bundle, but the node's set is the engine's own."""
+    by_node: dict[str, list[int]] = {}
+    for rank, where in enumerate(placed):
+        by_node.setdefault(where["node_id"], []).append(rank)
+    ids = {node: sorted(int(g) for r in ranks for g in placed[r]["gpu_ids"]) for node, ranks in by_node.items()}
+    workers = []
+    for rank, where in enumerate(placed):
+        local = by_node[where["node_id"]].index(rank)
+        workers.append({**where, "worker": rank, "local_rank": local, "device": ids[where["node_id"]][local]})
+    return workers
 
 
 def probe(arm: ArmSpec) -> dict[str, Any]:

@@ -39,7 +39,7 @@ def placement_engine_args(arm: ArmSpec, local_ranks: Callable[[int, int], int] =
 
 def attach_placement_group(vllm_config: Any, arm: ArmSpec) -> None:
     """On a spanning layout, hand vLLM the replica's placement group explicitly (as Ray Serve LLM does): its Ray
-    executor puts worker i on the i-th GPU bundle of that group."""
+    executor (RayExecutorV2) puts its ranks on that group's GPU bundles, driver node first."""
     if plan_placement(arm).layout != "spanning":
         return
     from ray.util import get_current_placement_group
