@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from loadshapes.tokens import PromptTokenizer
 
 
 class _Strict(BaseModel):
@@ -188,17 +192,24 @@ class RequestMix(_Strict):
                 )
         return self
 
-    def sample(self, n: int, *, seed: int) -> list[RequestSpec]:
-        return self.at(range(n), seed=seed)
+    def sample(self, n: int, *, seed: int, tokenizer: PromptTokenizer | None = None) -> list[RequestSpec]:
+        return self.at(range(n), seed=seed, tokenizer=tokenizer)
 
-    def at(self, indices: Iterable[int], *, seed: int) -> list[RequestSpec]:
+    def at(self, indices: Iterable[int], *, seed: int, tokenizer: PromptTokenizer | None = None) -> list[RequestSpec]:
         """Request number i of the seeded sequence, for each i: any worker can build its own share, and request i
-        is the same whatever the split (every arm and every worker sees identical requests)."""
+        is the same whatever the split (every arm and every worker sees identical requests).
+
+        With a tokenizer, `prompt_tokens` is that many of its tokens exactly (loadshapes/tokens.py); without, that
+        many words."""
         from loadshapes.prompts import PROMPT_BUILDERS
 
         if self.dataset is not None:
             specs = _cached_jsonl(self.dataset)
-            return [specs[int(np.random.default_rng([seed, i]).integers(0, len(specs)))] for i in indices]
+            picked = [specs[int(np.random.default_rng([seed, i]).integers(0, len(specs)))] for i in indices]
+            if tokenizer is None:
+                return picked
+            # A dataset's prompt is the user's text: its length is counted, not made.
+            return [s.model_copy(update={"prompt_tokens": max(1, tokenizer.count(s.prompt))}) for s in picked]
         workloads = [e.resolved() for e in self.entries]
         weights = np.array([e.weight for e in self.entries])
         cumulative = np.cumsum(weights / weights.sum())
@@ -211,7 +222,7 @@ class RequestMix(_Strict):
             out.append(
                 RequestSpec(
                     category=w.category,
-                    prompt=builder(int(prompts[0]), rng),
+                    prompt=_prompt(int(prompts[0]), functools.partial(_from_copy, builder, rng), tokenizer),
                     prompt_tokens=int(prompts[0]),
                     max_tokens=w.max_tokens,
                     output_tokens=None if w.ignore_eos else int(outputs[0]),
@@ -220,7 +231,14 @@ class RequestMix(_Strict):
             )
         return out
 
-    def replayed(self, indices: Iterable[int], *, seed: int, recorded: ReplayedRequests) -> list[RequestSpec]:
+    def replayed(
+        self,
+        indices: Iterable[int],
+        *,
+        seed: int,
+        recorded: ReplayedRequests,
+        tokenizer: PromptTokenizer | None = None,
+    ) -> list[RequestSpec]:
         """Requests `indices` of a replayed trace: the recorded prompt and output lengths (max_tokens with ignore_eos,
         so the engine produces that many), the recorded category or the mix's draw, the category's prompt text.
 
@@ -244,9 +262,10 @@ class RequestMix(_Strict):
                     category = workloads[pick].category
             prompt_tokens = int(recorded.prompt_tokens[n])
             if recorded.prefixes is not None:
-                prompt = prefixed_prompt(recorded.prefixes[n], prompt_tokens, seed)
+                build = functools.partial(prefixed_prompt, recorded.prefixes[n], seed=seed)
             else:
-                prompt = PROMPT_BUILDERS.get(category, PROMPT_BUILDERS["chat"])(prompt_tokens, rng)
+                build = functools.partial(_from_copy, PROMPT_BUILDERS.get(category, PROMPT_BUILDERS["chat"]), rng)
+            prompt = _prompt(prompt_tokens, build, tokenizer)
             failed = bool(recorded.expect_error[n])
             out.append(
                 RequestSpec(
@@ -259,6 +278,16 @@ class RequestMix(_Strict):
                 )
             )
         return out
+
+
+def _prompt(length: int, build: Callable[[int], str], tokenizer: PromptTokenizer | None) -> str:
+    return build(length) if tokenizer is None else tokenizer.fit(length, build)
+
+
+def _from_copy(builder: Callable[[int, np.random.Generator], str], rng: np.random.Generator, words: int) -> str:
+    # Fitting to a token count builds more than once: each build starts from the request's generator as it was,
+    # so a number of words always gives the same text.
+    return builder(words, copy.deepcopy(rng))
 
 
 @functools.lru_cache(maxsize=8)

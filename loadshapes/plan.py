@@ -20,6 +20,7 @@ from loadshapes.arrivals import shape_arrivals, worker_share
 from loadshapes.mixes import RequestMix, RequestSpec
 from loadshapes.shapes import Replay, Shape
 from loadshapes.slo import SloConfig
+from loadshapes.tokens import PromptTokenizer, prompt_tokenizer
 
 
 class Target(BaseModel):
@@ -71,6 +72,9 @@ class WorkerPlan(BaseModel):
     slo: SloConfig | None = None  # the campaign's, for the live goodput counter; None: every ok request counts
     write_trace: bool = True  # False only to measure what writing the trace costs (benchmarks/bench_loadgen.py)
     store_prompts: bool = False
+    # The served model's tokenizer (a local path or a cached Hugging Face id): prompt lengths in its tokens, as
+    # the server counts them. None: lengths in words (a simulated engine, or an endpoint with none named).
+    tokenizer: str | None = None
 
     @model_validator(mode="after")
     def _worker_in_range(self) -> WorkerPlan:
@@ -86,6 +90,13 @@ class WorkerPlan(BaseModel):
     def meets_slo(self, category: str | None, ttft: float | None, tpot: float | None, e2e: float | None) -> bool:
         """For an ok row: whether it counts toward goodput."""
         return self.slo is None or self.slo.met(category, ok=True, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e)
+
+    def prompt_tokenizer(self) -> PromptTokenizer | None:
+        if self.tokenizer is None:
+            return None
+        # vLLM adds the tokenizer's special tokens (a BOS) to a completion's prompt; a chat prompt's come from the
+        # chat template, around the content counted here.
+        return prompt_tokenizer(self.tokenizer, add_special_tokens=self.target.endpoint == "completions")
 
     def request_id(self, index: int) -> str:
         return f"{self.arm}:{self.shape_name}:{self.repeat}:{index}"
@@ -129,11 +140,14 @@ def open_loop_schedule(plan: WorkerPlan) -> list[Planned]:
     mine = offsets[indices]
     phases = plan.shape.phase_at(mine) if len(mine) else np.array([], dtype=str)
     rates = np.asarray(plan.shape.rate_at(mine), dtype=np.float64) if len(mine) else np.zeros(0)
+    tokenizer = plan.prompt_tokenizer()
     if isinstance(plan.shape, Replay) and plan.shape.has_lengths:  # the trace's lengths for request i, not the mix's
         recorded = plan.shape.requests(indices)
-        specs = plan.mix.replayed((int(i) for i in indices), seed=plan.traffic_seed("requests"), recorded=recorded)
+        specs = plan.mix.replayed(
+            (int(i) for i in indices), seed=plan.traffic_seed("requests"), recorded=recorded, tokenizer=tokenizer
+        )
     else:
-        specs = plan.mix.at((int(i) for i in indices), seed=plan.traffic_seed("requests"))
+        specs = plan.mix.at((int(i) for i in indices), seed=plan.traffic_seed("requests"), tokenizer=tokenizer)
     return [
         Planned(int(i), float(t), str(p), s, request_body(plan, s), float(r))
         for i, t, p, s, r in zip(indices, mine, phases, specs, rates, strict=True)

@@ -427,6 +427,7 @@ def run_cmd(
     started and finished (a Ray job's log shows them); the progress bar only on a terminal."""
     from orchestrator.deploy import DeployError
     from orchestrator.run import run_campaign
+    from serve_apps.arms import prompt_length_notice
 
     campaign = _campaign(campaign_file)
     if output:
@@ -437,6 +438,9 @@ def run_cmd(
         campaign.require_traffic()
     except CampaignError as exc:
         _fail(str(exc))
+    notice = prompt_length_notice(campaign.engine)
+    if notice is not None:
+        click.echo(notice)
     resume = resume_command(
         "run", campaign_file,
         [("--address", address), ("--output", output), ("--serve-port", serve_port), ("--no-report", no_report)],

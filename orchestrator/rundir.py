@@ -35,7 +35,7 @@ from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.endpoint_metrics import ROOT as ENDPOINT_METRICS
 from orchestrator.load_workers import WorkerSummary
 from orchestrator.logs import get_logger
-from serve_apps.arms import ArmSpec, EndpointEngineConfig
+from serve_apps.arms import ArmSpec, EndpointEngineConfig, prompt_tokenizer_name
 from serve_apps.config_io import first_error
 from timebase.clock import now_ns
 
@@ -384,7 +384,7 @@ def plans_for(campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: st
             # An endpoint has no step timeline: its rows keep the per-step lists.
             store_step_lists=load.store_step_lists or isinstance(campaign.engine, EndpointEngineConfig),
             flush_rows=load.flush_rows, flush_s=load.flush_s, store_prompts=campaign.store_prompts,
-            slo=campaign.slo,
+            slo=campaign.slo, tokenizer=prompt_tokenizer_name(campaign.engine),
         )
         for w in range(load.workers)
     ]  # fmt: skip

@@ -93,6 +93,9 @@ class EndpointEngineConfig(_Strict):
     urls: dict[str, str] = Field(min_length=1)  # arm name (policy-topology) -> base URL (before /v1)
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     max_num_seqs: int = Field(default=512, ge=1)
+    # The served model's tokenizer (a local path, or a Hugging Face id already in the local cache; never
+    # downloaded): prompt lengths are counted in its tokens. None: in words, said at run start.
+    tokenizer: str | None = None
 
     @field_validator("urls")
     @classmethod
@@ -104,6 +107,27 @@ class EndpointEngineConfig(_Strict):
 
 
 EngineConfig = Annotated[SimulatedEngineConfig | VllmEngineConfig | EndpointEngineConfig, Field(discriminator="kind")]
+
+
+def prompt_tokenizer_name(engine: SimulatedEngineConfig | VllmEngineConfig | EndpointEngineConfig) -> str | None:
+    """Whose tokens a prompt length counts: a vLLM engine's own tokenizer (its `tokenizer` engine arg, else the
+    model's), an endpoint's named one; None (words) for the simulated engine, which counts words as tokens."""
+    if isinstance(engine, VllmEngineConfig):
+        named = engine.engine_kwargs.get("tokenizer")
+        return named if isinstance(named, str) and named else engine.model
+    if isinstance(engine, EndpointEngineConfig):
+        return engine.tokenizer
+    return None
+
+
+def prompt_length_notice(engine: SimulatedEngineConfig | VllmEngineConfig | EndpointEngineConfig) -> str | None:
+    """The line a run starts with when a real server will count tokens and the prompts are sized in words."""
+    if isinstance(engine, EndpointEngineConfig) and engine.tokenizer is None:
+        return (
+            f"prompt lengths are words: no tokenizer known for endpoint model {engine.model}; set engine.tokenizer "
+            "(a local path or a cached Hugging Face id) to size prompts in its tokens"
+        )
+    return None
 
 
 class Resources(_Strict):

@@ -6,7 +6,9 @@ drafter: unlike n-gram lookup, a draft model proposes exactly k tokens in every 
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
+from typing import Literal
 
 VOCAB_SIZE = 2048
 
@@ -44,7 +46,6 @@ def _build(
     target: Path, *, seed: int, hidden_size: int, intermediate_size: int, layers: int, tokenizer_from: Path | None
 ) -> Path:
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     target.mkdir(parents=True, exist_ok=True)
@@ -69,15 +70,35 @@ def _build(
         PreTrainedTokenizerFast.from_pretrained(tokenizer_from).save_pretrained(target)
         return target
 
+    build_tiny_tokenizer(target)
+    return target
+
+
+def build_tiny_tokenizer(target: Path, *, style: Literal["byte-level", "metaspace"] = "byte-level") -> Path:
+    """A BPE tokenizer trained here on the tiny corpus, saved as a transformers tokenizer in `target`.
+
+    byte-level (the tiny Llama's, GPT-2 style) adds no BOS; metaspace is SentencePiece-like, as Llama 2's is:
+    words marked with a leading "▁" and BOS added to every encoding, as vLLM's completions count it.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    target.mkdir(parents=True, exist_ok=True)
     tokenizer = Tokenizer(models.BPE(unk_token=None))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
-        special_tokens=["<unk>", "<s>", "</s>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
+    special = ["<unk>", "<s>", "</s>"]
+    if style == "byte-level":
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+        tokenizer.decoder = decoders.Metaspace()
+        alphabet = sorted(set(string.ascii_letters + string.digits + string.punctuation) | {"\u2581"})
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=special, initial_alphabet=alphabet)
     tokenizer.train_from_iterator(_corpus(), trainer=trainer)
+    if style == "metaspace":
+        bos = tokenizer.token_to_id("<s>")
+        tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
     fast.save_pretrained(target)
     return target

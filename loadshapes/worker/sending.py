@@ -126,7 +126,7 @@ class Sender:
         while now_ns() < self.pacing.end_ns and not self.pacing.finished:
             index = plan.worker + plan.workers * self.closed_loop_counter
             self.closed_loop_counter += 1
-            spec = plan.mix.at([index], seed=plan.traffic_seed("requests"))[0]
+            spec = plan.mix.at([index], seed=plan.traffic_seed("requests"), tokenizer=plan.prompt_tokenizer())[0]
             item = Planned(index, 0.0, first_phase(plan), spec, request_body(plan, spec))
             self.send_and_wait(index, item, now_ns())
 

@@ -1,0 +1,163 @@
+"""Prompt lengths in the served model's tokens: exact counts under two tokenizers trained here (byte-level, as the
+tiny Llama's, and SentencePiece-like with a BOS, as Llama 2's), the tokenizer each engine kind's plans carry,
+and the line a run starts with when an endpoint names none. The server-side check is in tests/test_serve_vllm.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from loadshapes.mixes import PrefixBlocks, ReplayedRequests, RequestMix
+from loadshapes.plan import open_loop_schedule
+from loadshapes.prompts import PROMPT_BUILDERS
+from loadshapes.tokens import PromptTokenizer, TokenizerUnavailable, prompt_tokenizer
+from orchestrator.campaign import Campaign
+from orchestrator.cli import cli
+from orchestrator.rundir import Unit, plans_for
+from tests.tiny_model import build_tiny_tokenizer
+
+ALL = {"entries": [{"workload": name, "weight": 1} for name in ("reasoning", "chat", "editing")]}
+
+
+@pytest.fixture(scope="module", params=["byte-level", "metaspace"])
+def tokenizer_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(build_tiny_tokenizer(tmp_path_factory.mktemp(request.param), style=request.param))
+
+
+def _fixed(category: str, length: int) -> RequestMix:
+    workload = {"name": "w", "category": category, "prompt_tokens": {"kind": "fixed", "value": length},
+                "output_tokens": {"kind": "fixed", "value": 8}, "max_tokens": 8}  # fmt: skip
+    return RequestMix.model_validate({"entries": [{"workload": workload, "weight": 1}]})
+
+
+def test_every_category_and_length_is_exact_in_tokens(tokenizer_dir: str) -> None:
+    tok = prompt_tokenizer(tokenizer_dir, add_special_tokens=True)
+    for category in PROMPT_BUILDERS:
+        for length in (1, 2, 3, 7, 128, 1000):
+            specs = _fixed(category, length).sample(5, seed=11, tokenizer=tok)
+            assert [tok.count(s.prompt) for s in specs] == [length] * 5, (category, length)
+    mixed = RequestMix.model_validate(ALL).sample(200, seed=3, tokenizer=tok)
+    assert [tok.count(s.prompt) for s in mixed] == [s.prompt_tokens for s in mixed]
+    assert len({s.prompt_tokens for s in mixed}) > 50  # the lognormal lengths, not one size
+
+
+def test_token_sized_prompts_are_seeded_and_keep_the_categorys_text(tokenizer_dir: str) -> None:
+    tok = prompt_tokenizer(tokenizer_dir, add_special_tokens=True)
+    from transformers import AutoTokenizer
+
+    fresh = PromptTokenizer("again", AutoTokenizer.from_pretrained(tokenizer_dir), add_special_tokens=True)
+    mix = RequestMix.model_validate(ALL)
+    first = mix.at([5, 17, 40], seed=9, tokenizer=tok)
+    assert first == mix.at([5, 17, 40], seed=9, tokenizer=fresh)
+    assert [s.prompt for s in first] == [mix.at([i], seed=9, tokenizer=tok)[0].prompt for i in (5, 17, 40)]
+    assert [s.prompt for s in mix.at([5, 17, 40], seed=10, tokenizer=tok)] != [s.prompt for s in first]
+    # Fitted to a token count, a prompt is still its category's text: the GSM8K-style question, the code to edit.
+    assert "Think step by step" in _fixed("reasoning", 300).sample(1, seed=1, tokenizer=tok)[0].prompt
+    assert "Rewrite the code below exactly" in _fixed("editing", 300).sample(1, seed=1, tokenizer=tok)[0].prompt
+
+
+def test_prompt_tokens_include_the_bos_the_server_counts(tmp_path: Path) -> None:
+    tok = prompt_tokenizer(
+        str(build_tiny_tokenizer(tmp_path / "llama2ish", style="metaspace")), add_special_tokens=True
+    )
+    assert tok.special == 1
+    spec = _fixed("chat", 128).sample(1, seed=2, tokenizer=tok)[0]
+    ids = tok._tokenizer.encode(spec.prompt, add_special_tokens=True)
+    assert len(ids) == 128 and ids[0] == tok._tokenizer.bos_token_id
+    assert len(tok._tokenizer.encode(spec.prompt, add_special_tokens=False)) == 127
+    # A chat prompt's special tokens come from the server's chat template: the count is the content's.
+    chat = prompt_tokenizer(tok.name, add_special_tokens=False)
+    assert chat.special == 0
+    assert len(chat._tokenizer.encode(_fixed("chat", 128).sample(1, seed=2, tokenizer=chat)[0].prompt,
+                                      add_special_tokens=False)) == 128  # fmt: skip
+
+
+def test_replayed_prefixes_are_exact_and_shared(tokenizer_dir: str) -> None:
+    tok = prompt_tokenizer(tokenizer_dir, add_special_tokens=True)
+    recorded = ReplayedRequests(
+        prompt_tokens=np.array([900, 1000, 200]), output_tokens=np.array([8, 8, 8]), categories=["chat"] * 3,
+        prefixes=[PrefixBlocks((1, 2, 3), 16), PrefixBlocks((1, 2, 4, 5), 16), PrefixBlocks((7,), 16)],
+        expect_error=np.zeros(3, dtype=bool),
+    )  # fmt: skip
+    specs = RequestMix.model_validate(ALL).replayed([0, 1, 2], seed=4, recorded=recorded, tokenizer=tok)
+    assert [tok.count(s.prompt) for s in specs] == [900, 1000, 200]
+    # Requests 0 and 1 share hash ids 1 and 2: their first two 16-word blocks are the same text; request 2's not.
+    words = [s.prompt.split() for s in specs]
+    assert min(len(w) for w in words) > 32
+    assert words[0][:32] == words[1][:32] and words[0][:16] != words[2][:16]
+
+
+def test_a_datasets_prompts_are_counted_in_tokens(tmp_path: Path, tokenizer_dir: str) -> None:
+    tok = prompt_tokenizer(tokenizer_dir, add_special_tokens=True)
+    path = tmp_path / "data.jsonl"
+    prompt = "Summarise these notes on draft verification, please"
+    path.write_text(json.dumps({"category": "chat", "prompt": prompt, "max_tokens": 4}) + "\n")
+    mix = RequestMix.model_validate({"dataset": str(path)})
+    assert mix.sample(1, seed=0)[0].prompt_tokens == 7  # words, without a tokenizer
+    spec = mix.sample(1, seed=0, tokenizer=tok)[0]
+    assert spec.prompt == prompt and spec.prompt_tokens == tok.count(prompt) != 7
+
+
+def test_a_tokenizer_not_on_this_machine_is_one_line_and_never_downloaded(tmp_path: Path) -> None:
+    for name in (str(tmp_path / "nowhere"), "specdrill-no-such-org/no-such-model"):
+        with pytest.raises(TokenizerUnavailable) as caught:
+            prompt_tokenizer(name, add_special_tokens=True)
+        message = str(caught.value)
+        assert "\n" not in message and message.startswith(f"tokenizer {name}: not loadable from local files")
+
+
+def _campaign_data(tmp_path: Path, engine: dict[str, object], endpoint: str = "completions") -> dict[str, object]:
+    return {
+        "name": "tok", "engine": engine, "policies": {"off": "off"}, "topologies": {"single": "single"},
+        "mix": ALL, "shapes": {"s": {"kind": "sustained", "rate": 2.0, "duration_s": 3}},
+        "load": {"endpoint": endpoint}, "output": str(tmp_path / "run"),
+    }  # fmt: skip
+
+
+def _campaign(tmp_path: Path, engine: dict[str, object], endpoint: str = "completions") -> Campaign:
+    return Campaign.model_validate(_campaign_data(tmp_path, engine, endpoint))
+
+
+def test_each_engine_kinds_plans_name_the_tokenizer_that_counts(tmp_path: Path, tokenizer_dir: str) -> None:
+    def plan_of(engine: dict[str, object], endpoint: str = "completions"):  # type: ignore[no-untyped-def]
+        campaign = _campaign(tmp_path, engine, endpoint)
+        arm = campaign.arms()[0]
+        return plans_for(campaign, arm, Unit(arm=arm.name, shape="s", repeat=0), run="r", url="http://x", traces="t")[0]
+
+    assert plan_of({"kind": "vllm", "model": tokenizer_dir}).tokenizer == tokenizer_dir
+    vllm_own = plan_of({"kind": "vllm", "model": "/models/m", "engine_kwargs": {"tokenizer": tokenizer_dir}})
+    assert vllm_own.tokenizer == tokenizer_dir
+    assert plan_of({"kind": "simulated"}).tokenizer is None
+    urls = {"urls": {"off-single": "http://127.0.0.1:9"}, "model": "m"}
+    assert plan_of({"kind": "endpoint", **urls}).tokenizer is None
+    named = plan_of({"kind": "endpoint", **urls, "tokenizer": tokenizer_dir})
+    assert named.tokenizer == tokenizer_dir
+    tok = prompt_tokenizer(tokenizer_dir, add_special_tokens=True)
+    schedule = open_loop_schedule(named)
+    assert schedule and all(tok.count(p.spec.prompt) == p.spec.prompt_tokens for p in schedule)
+    chat = plan_of({"kind": "endpoint", **urls, "tokenizer": tokenizer_dir}, endpoint="chat")
+    content = prompt_tokenizer(tokenizer_dir, add_special_tokens=False)
+    assert all(content.count(p.spec.prompt) == p.spec.prompt_tokens for p in open_loop_schedule(chat))
+
+
+def test_an_endpoint_without_a_tokenizer_is_said_in_one_line_at_run_start(tmp_path: Path) -> None:
+    import yaml
+
+    path = tmp_path / "c.yaml"
+    engine = {"kind": "endpoint", "model": "served-llama", "urls": {"off-single": "http://127.0.0.1:9"}}
+    path.write_text(yaml.safe_dump(_campaign_data(tmp_path, engine)))
+    result = CliRunner().invoke(cli, ["run", str(path)])
+    notice = (
+        "prompt lengths are words: no tokenizer known for endpoint model served-llama; set engine.tokenizer "
+        "(a local path or a cached Hugging Face id) to size prompts in its tokens"
+    )
+    assert result.output.splitlines()[0] == notice
+    assert "engine.urls.off-single: http://127.0.0.1:9 is unreachable" in result.output  # the run stops there
+    named = {**engine, "tokenizer": str(tmp_path)}
+    path.write_text(yaml.safe_dump(_campaign_data(tmp_path, named)))
+    assert "prompt lengths are words" not in CliRunner().invoke(cli, ["run", str(path)]).output
