@@ -1,7 +1,7 @@
 """Seeded prompt text for each workload category, generated here: nothing is downloaded.
 
-Lengths are in whitespace-separated words, which the simulated engine counts as tokens; real tokenizers give
-somewhat more tokens per word, so a prompt's `prompt_tokens` is a target, not a promise, against vLLM.
+Lengths here are in whitespace-separated words, which the simulated engine counts as tokens; where the served
+model's tokenizer is known, loadshapes/tokens.py fits these texts to an exact token count instead.
 """
 
 from __future__ import annotations

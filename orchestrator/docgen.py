@@ -139,7 +139,10 @@ FIELD_NOTES: dict[str, str] = {
     "MixEntry.workload": "a built-in workload's name (see Workload) or an inline Workload",
     "MixEntry.weight": "relative share of requests",
     "Workload.category": "the acceptance profile the simulated engine uses (chat, editing, reasoning, ...)",
-    "Workload.prompt_tokens": "prompt length distribution",
+    "Workload.prompt_tokens": (
+        "prompt length distribution: the served model's tokens where its tokenizer is known, else words "
+        "(docs/traffic.md)"
+    ),
     "Workload.output_tokens": "where the model stops (EOS)",
     "Workload.max_tokens": "sent as `max_tokens`",
     "Workload.ignore_eos": "sent as `ignore_eos`: run to max_tokens",

@@ -93,8 +93,9 @@ class EndpointEngineConfig(_Strict):
     urls: dict[str, str] = Field(min_length=1)  # arm name (policy-topology) -> base URL (before /v1)
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     max_num_seqs: int = Field(default=512, ge=1)
-    # The served model's tokenizer (a local path, or a Hugging Face id already in the local cache; never
-    # downloaded): prompt lengths are counted in its tokens. None: in words, said at run start.
+    # The served model's tokenizer (a local path, or a Hugging Face id already in the local cache of every node
+    # a load worker runs on; never downloaded): prompt lengths are counted in its tokens. None: in words, said at
+    # run start (docs/traffic.md).
     tokenizer: str | None = None
 
     @field_validator("urls")
