@@ -72,14 +72,19 @@ class WorkerPlan(BaseModel):
     slo: SloConfig | None = None  # the campaign's, for the live goodput counter; None: every ok request counts
     write_trace: bool = True  # False only to measure what writing the trace costs (benchmarks/bench_loadgen.py)
     store_prompts: bool = False
-    # The served model's tokenizer (a local path or a cached Hugging Face id): prompt lengths in its tokens, as
-    # the server counts them. None: lengths in words (a simulated engine, or an endpoint with none named).
+    # The served model's tokenizer: prompt lengths in its tokens, as the server counts them. `tokenizer` names it
+    # (a path or Hugging Face id, for the record), `tokenizer_json` is its tokenizer.json, loaded where the run
+    # started: a worker's node need not hold the model. None: lengths in words (a simulated engine, or an
+    # endpoint with none named).
     tokenizer: str | None = None
+    tokenizer_json: str | None = Field(default=None, repr=False)
 
     @model_validator(mode="after")
     def _worker_in_range(self) -> WorkerPlan:
         if self.worker >= self.workers:
             raise ValueError(f"worker {self.worker} outside 0..{self.workers - 1}")
+        if (self.tokenizer is None) != (self.tokenizer_json is None):
+            raise ValueError("tokenizer and tokenizer_json come together")
         return self
 
     def traffic_seed(self, purpose: str) -> int:
@@ -92,11 +97,13 @@ class WorkerPlan(BaseModel):
         return self.slo is None or self.slo.met(category, ok=True, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e)
 
     def prompt_tokenizer(self) -> PromptTokenizer | None:
-        if self.tokenizer is None:
+        if self.tokenizer is None or self.tokenizer_json is None:
             return None
         # vLLM adds the tokenizer's special tokens (a BOS) to a completion's prompt; a chat prompt's come from the
         # chat template, around the content counted here.
-        return prompt_tokenizer(self.tokenizer, add_special_tokens=self.target.endpoint == "completions")
+        return prompt_tokenizer(
+            self.tokenizer_json, name=self.tokenizer, add_special_tokens=self.target.endpoint == "completions"
+        )
 
     def request_id(self, index: int) -> str:
         return f"{self.arm}:{self.shape_name}:{self.repeat}:{index}"

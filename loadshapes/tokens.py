@@ -6,15 +6,19 @@ server adds. vLLM's completions endpoint tokenizes with add_special_tokens=True,
 which brings its own special tokens, and tokenizes without adding more, so there the count is the message
 content's tokens and the server's figure is that plus the template's.
 
-Tokenizers load from local files only (a path, or a Hugging Face id already in the local cache): nothing is
-downloaded.
+The tokenizer loads once, where the run starts, from local files only (a path, or a Hugging Face id already in
+the local cache): nothing is downloaded. Load workers get its serialized form (tokenizer.json) in their plans, so
+the nodes they run on need neither the model's files nor transformers.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 # Appended to reach the count when the category's own text falls short by a few tokens: common words, each one
 # token in most vocabularies, that survive decode -> encode in byte-level and SentencePiece tokenizers alike.
@@ -31,7 +35,7 @@ class TokenizerUnavailable(ValueError):
 class PromptTokenizer:
     """Counts a prompt's tokens as the server does, and builds text of an exact count."""
 
-    def __init__(self, name: str, tokenizer: Any, *, add_special_tokens: bool) -> None:
+    def __init__(self, name: str, tokenizer: Tokenizer, *, add_special_tokens: bool) -> None:
         self.name = name
         self.add_special_tokens = add_special_tokens
         self._tokenizer = tokenizer
@@ -39,13 +43,13 @@ class PromptTokenizer:
         self._padding = self._ids(_PADDING)
 
     def _ids(self, text: str) -> list[int]:
-        return list(self._tokenizer.encode(text, add_special_tokens=False))
+        return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
     def _text(self, ids: list[int]) -> str:
-        return str(self._tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False))
+        return str(self._tokenizer.decode(ids, skip_special_tokens=True))
 
     def count(self, text: str) -> int:
-        return len(self._tokenizer.encode(text, add_special_tokens=self.add_special_tokens))
+        return len(self._tokenizer.encode(text, add_special_tokens=self.add_special_tokens).ids)
 
     def fit(self, tokens: int, build: Callable[[int], str]) -> str:
         """Text of exactly `tokens` tokens. `build(words)` is the category's seeded text of that many words (the
@@ -102,8 +106,9 @@ class PromptTokenizer:
 
 
 @functools.lru_cache(maxsize=4)
-def prompt_tokenizer(name: str, *, add_special_tokens: bool) -> PromptTokenizer:
-    """The tokenizer at `name` (a local path, or a Hugging Face id in the local cache), never downloaded."""
+def tokenizer_json(name: str) -> str:
+    """The tokenizer at `name` (a local path, or a Hugging Face id in the local cache), never downloaded, as its
+    fast tokenizer's tokenizer.json: what transformers' encode and decode run, special-token rules included."""
     try:
         from transformers import AutoTokenizer
 
@@ -116,4 +121,18 @@ def prompt_tokenizer(name: str, *, add_special_tokens: bool) -> PromptTokenizer:
             f"tokenizer {name}: not loadable from local files ({first}); give a local path, or an id already in "
             "the Hugging Face cache"
         ) from None
-    return PromptTokenizer(name, loaded, add_special_tokens=add_special_tokens)
+    backend = getattr(loaded, "backend_tokenizer", None)
+    if backend is None:
+        raise TokenizerUnavailable(f"tokenizer {name}: has no fast (tokenizers) form to count prompt tokens with")
+    return str(backend.to_str())
+
+
+@functools.lru_cache(maxsize=8)
+def prompt_tokenizer(serialized: str, *, name: str, add_special_tokens: bool) -> PromptTokenizer:
+    from tokenizers import Tokenizer
+
+    return PromptTokenizer(name, Tokenizer.from_str(serialized), add_special_tokens=add_special_tokens)
+
+
+def local_prompt_tokenizer(name: str, *, add_special_tokens: bool) -> PromptTokenizer:
+    return prompt_tokenizer(tokenizer_json(name), name=name, add_special_tokens=add_special_tokens)

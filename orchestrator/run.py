@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from loadshapes.tokens import TokenizerUnavailable, tokenizer_json
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.deploy import connect, deploy, preflight, proxy_routes, teardown_arms
 from orchestrator.endpoint_metrics import MetricsSampler, write_samples
@@ -40,7 +41,7 @@ from orchestrator.rundir import (
     units_of,
     write_timeline,
 )
-from serve_apps.arms import ArmSpec, EndpointEngineConfig
+from serve_apps.arms import ArmSpec, EndpointEngineConfig, VllmEngineConfig, prompt_tokenizer_name
 from serve_apps.placement import plan_placement
 from timebase.clock import now_ns
 
@@ -147,6 +148,25 @@ def check_endpoints(campaign: Campaign, arms: Sequence[str] | None = None) -> No
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise CampaignError(f"engine.urls.{name}: {url} is unreachable ({reason})") from None
+
+
+def check_tokenizer(campaign: Campaign) -> None:
+    """Before anything deploys: the tokenizer prompt lengths are counted in loads here, where the run starts (the
+    load workers get it in their plans), or one line says why."""
+    name = prompt_tokenizer_name(campaign.engine)
+    if name is None:
+        return
+    try:
+        tokenizer_json(name)
+    except TokenizerUnavailable as exc:
+        engine = campaign.engine
+        field = "engine.tokenizer"
+        if isinstance(engine, VllmEngineConfig):
+            field = "engine.engine_kwargs.tokenizer" if "tokenizer" in engine.engine_kwargs else "engine.model"
+        raise CampaignError(
+            f"{field}: {exc} (prompt lengths are counted in its tokens where the run starts; "
+            "`specdrill models pull CAMPAIGN --here` caches a Hugging Face model here)"
+        ) from None
 
 
 def metrics_speculation(url: str, headers: dict[str, str]) -> dict[str, float]:
@@ -282,6 +302,7 @@ def run_campaign(
     """Run every pending unit of every arm; returns the run store and the final manifest. `on_unit(unit, "start",
     None)` before a unit, `on_unit(unit, "done", result)` after it."""
     campaign.require_traffic()
+    check_tokenizer(campaign)
     check_endpoints(campaign, arms)
     connect(address)
     # A layout these nodes cannot run is refused before any arm deploys and before the run directory exists.

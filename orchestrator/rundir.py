@@ -30,6 +30,7 @@ from loadshapes.badfile import (
     write_failed,
 )
 from loadshapes.plan import Target, WorkerPlan
+from loadshapes.tokens import tokenizer_json
 from loadshapes.trace import FILE_SCHEMA, PART_FILE, filesystem, writer_id
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.endpoint_metrics import ROOT as ENDPOINT_METRICS
@@ -372,6 +373,7 @@ def finish_run(store: RunStore, manifest: dict[str, Any]) -> None:
 def plans_for(campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: str, traces: str) -> list[WorkerPlan]:
     load = campaign.load
     key_env = campaign.engine.api_key_env if isinstance(campaign.engine, EndpointEngineConfig) else None
+    tokenizer = prompt_tokenizer_name(campaign.engine)
     return [
         WorkerPlan(
             campaign=campaign.name, run=run, arm=arm.name, policy=arm.policy.label, topology=arm.topology.label,
@@ -384,7 +386,7 @@ def plans_for(campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: st
             # An endpoint has no step timeline: its rows keep the per-step lists.
             store_step_lists=load.store_step_lists or isinstance(campaign.engine, EndpointEngineConfig),
             flush_rows=load.flush_rows, flush_s=load.flush_s, store_prompts=campaign.store_prompts,
-            slo=campaign.slo, tokenizer=prompt_tokenizer_name(campaign.engine),
+            slo=campaign.slo, tokenizer=tokenizer, tokenizer_json=tokenizer_json(tokenizer) if tokenizer else None,
         )
         for w in range(load.workers)
     ]  # fmt: skip

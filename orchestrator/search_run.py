@@ -208,8 +208,9 @@ def real_units(campaign: Campaign, arms: list[ArmSpec], store: RunStore, manifes
     runs them, the arms torn down at the end."""
     from orchestrator.deploy import connect, deploy, preflight, teardown_arms
     from orchestrator.load_workers import LoadWorkers
-    from orchestrator.run import run_unit, warm
+    from orchestrator.run import check_tokenizer, run_unit, warm
 
+    check_tokenizer(campaign)
     connect(address)
     deployable = preflight(campaign)
     names = [a.name for a in arms]

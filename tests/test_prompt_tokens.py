@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from click.testing import CliRunner
 from loadshapes.mixes import PrefixBlocks, ReplayedRequests, RequestMix
 from loadshapes.plan import open_loop_schedule
 from loadshapes.prompts import PROMPT_BUILDERS
-from loadshapes.tokens import PromptTokenizer, TokenizerUnavailable, prompt_tokenizer
+from loadshapes.tokens import PromptTokenizer, TokenizerUnavailable, local_prompt_tokenizer
 from orchestrator.campaign import Campaign
 from orchestrator.cli import cli
 from orchestrator.rundir import Unit, plans_for
@@ -35,22 +36,30 @@ def _fixed(category: str, length: int) -> RequestMix:
     return RequestMix.model_validate({"entries": [{"workload": workload, "weight": 1}]})
 
 
+def _served(path: str) -> Any:
+    """The tokenizer as vLLM loads it (transformers), counting a completion's prompt as vLLM does."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
 def test_every_category_and_length_is_exact_in_tokens(tokenizer_dir: str) -> None:
-    tok = prompt_tokenizer(tokenizer_dir, add_special_tokens=True)
+    tok = local_prompt_tokenizer(tokenizer_dir, add_special_tokens=True)
+    served = _served(tokenizer_dir)
     for category in PROMPT_BUILDERS:
         for length in (1, 2, 3, 7, 128, 1000):
             specs = _fixed(category, length).sample(5, seed=11, tokenizer=tok)
-            assert [tok.count(s.prompt) for s in specs] == [length] * 5, (category, length)
+            assert [len(served.encode(s.prompt)) for s in specs] == [length] * 5, (category, length)
     mixed = RequestMix.model_validate(ALL).sample(200, seed=3, tokenizer=tok)
-    assert [tok.count(s.prompt) for s in mixed] == [s.prompt_tokens for s in mixed]
+    assert [len(served.encode(s.prompt)) for s in mixed] == [s.prompt_tokens for s in mixed]
     assert len({s.prompt_tokens for s in mixed}) > 50  # the lognormal lengths, not one size
 
 
 def test_token_sized_prompts_are_seeded_and_keep_the_categorys_text(tokenizer_dir: str) -> None:
-    tok = prompt_tokenizer(tokenizer_dir, add_special_tokens=True)
-    from transformers import AutoTokenizer
+    tok = local_prompt_tokenizer(tokenizer_dir, add_special_tokens=True)
+    from tokenizers import Tokenizer
 
-    fresh = PromptTokenizer("again", AutoTokenizer.from_pretrained(tokenizer_dir), add_special_tokens=True)
+    fresh = PromptTokenizer("again", Tokenizer.from_file(f"{tokenizer_dir}/tokenizer.json"), add_special_tokens=True)
     mix = RequestMix.model_validate(ALL)
     first = mix.at([5, 17, 40], seed=9, tokenizer=tok)
     assert first == mix.at([5, 17, 40], seed=9, tokenizer=fresh)
@@ -62,23 +71,24 @@ def test_token_sized_prompts_are_seeded_and_keep_the_categorys_text(tokenizer_di
 
 
 def test_prompt_tokens_include_the_bos_the_server_counts(tmp_path: Path) -> None:
-    tok = prompt_tokenizer(
+    tok = local_prompt_tokenizer(
         str(build_tiny_tokenizer(tmp_path / "llama2ish", style="metaspace")), add_special_tokens=True
     )
     assert tok.special == 1
     spec = _fixed("chat", 128).sample(1, seed=2, tokenizer=tok)[0]
-    ids = tok._tokenizer.encode(spec.prompt, add_special_tokens=True)
-    assert len(ids) == 128 and ids[0] == tok._tokenizer.bos_token_id
-    assert len(tok._tokenizer.encode(spec.prompt, add_special_tokens=False)) == 127
+    served = _served(tok.name)
+    ids = served.encode(spec.prompt, add_special_tokens=True)
+    assert len(ids) == 128 and ids[0] == served.bos_token_id
+    assert len(served.encode(spec.prompt, add_special_tokens=False)) == 127
     # A chat prompt's special tokens come from the server's chat template: the count is the content's.
-    chat = prompt_tokenizer(tok.name, add_special_tokens=False)
+    chat = local_prompt_tokenizer(tok.name, add_special_tokens=False)
     assert chat.special == 0
-    assert len(chat._tokenizer.encode(_fixed("chat", 128).sample(1, seed=2, tokenizer=chat)[0].prompt,
+    assert len(served.encode(_fixed("chat", 128).sample(1, seed=2, tokenizer=chat)[0].prompt,
                                       add_special_tokens=False)) == 128  # fmt: skip
 
 
 def test_replayed_prefixes_are_exact_and_shared(tokenizer_dir: str) -> None:
-    tok = prompt_tokenizer(tokenizer_dir, add_special_tokens=True)
+    tok = local_prompt_tokenizer(tokenizer_dir, add_special_tokens=True)
     recorded = ReplayedRequests(
         prompt_tokens=np.array([900, 1000, 200]), output_tokens=np.array([8, 8, 8]), categories=["chat"] * 3,
         prefixes=[PrefixBlocks((1, 2, 3), 16), PrefixBlocks((1, 2, 4, 5), 16), PrefixBlocks((7,), 16)],
@@ -93,7 +103,7 @@ def test_replayed_prefixes_are_exact_and_shared(tokenizer_dir: str) -> None:
 
 
 def test_a_datasets_prompts_are_counted_in_tokens(tmp_path: Path, tokenizer_dir: str) -> None:
-    tok = prompt_tokenizer(tokenizer_dir, add_special_tokens=True)
+    tok = local_prompt_tokenizer(tokenizer_dir, add_special_tokens=True)
     path = tmp_path / "data.jsonl"
     prompt = "Summarise these notes on draft verification, please"
     path.write_text(json.dumps({"category": "chat", "prompt": prompt, "max_tokens": 4}) + "\n")
@@ -106,7 +116,7 @@ def test_a_datasets_prompts_are_counted_in_tokens(tmp_path: Path, tokenizer_dir:
 def test_a_tokenizer_not_on_this_machine_is_one_line_and_never_downloaded(tmp_path: Path) -> None:
     for name in (str(tmp_path / "nowhere"), "specdrill-no-such-org/no-such-model"):
         with pytest.raises(TokenizerUnavailable) as caught:
-            prompt_tokenizer(name, add_special_tokens=True)
+            local_prompt_tokenizer(name, add_special_tokens=True)
         message = str(caught.value)
         assert "\n" not in message and message.startswith(f"tokenizer {name}: not loadable from local files")
 
@@ -137,15 +147,15 @@ def test_each_engine_kinds_plans_name_the_tokenizer_that_counts(tmp_path: Path, 
     assert plan_of({"kind": "endpoint", **urls}).tokenizer is None
     named = plan_of({"kind": "endpoint", **urls, "tokenizer": tokenizer_dir})
     assert named.tokenizer == tokenizer_dir
-    tok = prompt_tokenizer(tokenizer_dir, add_special_tokens=True)
+    tok = local_prompt_tokenizer(tokenizer_dir, add_special_tokens=True)
     schedule = open_loop_schedule(named)
     assert schedule and all(tok.count(p.spec.prompt) == p.spec.prompt_tokens for p in schedule)
     chat = plan_of({"kind": "endpoint", **urls, "tokenizer": tokenizer_dir}, endpoint="chat")
-    content = prompt_tokenizer(tokenizer_dir, add_special_tokens=False)
+    content = local_prompt_tokenizer(tokenizer_dir, add_special_tokens=False)
     assert all(content.count(p.spec.prompt) == p.spec.prompt_tokens for p in open_loop_schedule(chat))
 
 
-def test_an_endpoint_without_a_tokenizer_is_said_in_one_line_at_run_start(tmp_path: Path) -> None:
+def test_an_endpoint_without_a_tokenizer_is_said_in_one_line_at_run_start(tmp_path: Path, tokenizer_dir: str) -> None:
     import yaml
 
     path = tmp_path / "c.yaml"
@@ -158,6 +168,27 @@ def test_an_endpoint_without_a_tokenizer_is_said_in_one_line_at_run_start(tmp_pa
     )
     assert result.output.splitlines()[0] == notice
     assert "engine.urls.off-single: http://127.0.0.1:9 is unreachable" in result.output  # the run stops there
-    named = {**engine, "tokenizer": str(tmp_path)}
-    path.write_text(yaml.safe_dump(_campaign_data(tmp_path, named)))
-    assert "prompt lengths are words" not in CliRunner().invoke(cli, ["run", str(path)]).output
+    path.write_text(yaml.safe_dump(_campaign_data(tmp_path, {**engine, "tokenizer": tokenizer_dir})))
+    named = CliRunner().invoke(cli, ["run", str(path)])
+    assert "prompt lengths are words" not in named.output and "is unreachable" in named.output
+
+
+def test_a_tokenizer_that_is_not_here_stops_the_run_before_anything_starts(tmp_path: Path) -> None:
+    import yaml
+
+    path = tmp_path / "c.yaml"
+    missing = tmp_path / "no-tokenizer"
+    for engine, field in (
+        ({"kind": "endpoint", "model": "m", "urls": {"off-single": "http://127.0.0.1:9"}, "tokenizer": str(missing)},
+         "engine.tokenizer"),
+        ({"kind": "vllm", "model": str(missing)}, "engine.model"),
+        ({"kind": "vllm", "model": "/models/m", "engine_kwargs": {"tokenizer": str(missing)}},
+         "engine.engine_kwargs.tokenizer"),
+    ):  # fmt: skip
+        path.write_text(yaml.safe_dump(_campaign_data(tmp_path, engine)))
+        result = CliRunner().invoke(cli, ["run", str(path)])
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert result.exit_code == 1 and len(lines) == 1, result.output
+        assert lines[0].startswith(f"Error: {field}: tokenizer {missing}: not loadable from local files")
+        assert lines[0].endswith("`specdrill models pull CAMPAIGN --here` caches a Hugging Face model here)")
+    assert not (tmp_path / "run").exists()
