@@ -6,6 +6,7 @@ and the line a run starts with when an endpoint names none. The server-side chec
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from loadshapes.mixes import PrefixBlocks, ReplayedRequests, RequestMix
-from loadshapes.plan import open_loop_schedule
+from loadshapes.plan import WorkerPlan, open_loop_schedule
 from loadshapes.prompts import PROMPT_BUILDERS
 from loadshapes.tokens import PromptTokenizer, TokenizerUnavailable, local_prompt_tokenizer
 from orchestrator.campaign import Campaign
@@ -150,6 +151,13 @@ def test_each_engine_kinds_plans_name_the_tokenizer_that_counts(tmp_path: Path, 
     tok = local_prompt_tokenizer(tokenizer_dir, add_special_tokens=True)
     schedule = open_loop_schedule(named)
     assert schedule and all(tok.count(p.spec.prompt) == p.spec.prompt_tokens for p in schedule)
+    # The worker reads its plan from a file, the tokenizer inside it: the same bodies where the files are not.
+    copy = tmp_path / "tokenizer-copy"
+    shutil.copytree(tokenizer_dir, copy)
+    shipped = plan_of({"kind": "endpoint", **urls, "tokenizer": str(copy)}).model_dump_json()
+    shutil.rmtree(copy)
+    again = WorkerPlan.model_validate_json(shipped)
+    assert again.tokenizer == str(copy) and [p.body for p in open_loop_schedule(again)] == [p.body for p in schedule]
     chat = plan_of({"kind": "endpoint", **urls, "tokenizer": tokenizer_dir}, endpoint="chat")
     content = local_prompt_tokenizer(tokenizer_dir, add_special_tokens=False)
     assert all(content.count(p.spec.prompt) == p.spec.prompt_tokens for p in open_loop_schedule(chat))
