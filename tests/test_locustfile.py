@@ -77,3 +77,30 @@ def test_importing_the_locustfile_creates_nothing_until_init(tmp_path: Path) -> 
     assert report["initialised"] == {"WorkerState": 1, "Sender": 1, "RowKeeper": 1, "Progress": 1}
     ready = (tmp_path / "ready").read_text(encoding="utf-8")
     assert ready == str(len(open_loop_schedule(plan)))  # the schedule is built at init
+
+
+def test_a_plan_with_a_tokenizer_builds_its_schedule_in_the_worker_without_transformers(tmp_path: Path) -> None:
+    from loadshapes.tokens import tokenizer_json
+    from tests.tiny_model import build_tiny_tokenizer
+
+    tokenizer = str(build_tiny_tokenizer(tmp_path / "tokenizer", style="metaspace"))
+    plan = WorkerPlan.model_validate(
+        {"campaign": "t", "run": "r1", "arm": "a", "shape_name": "s", "shape": Quiet(rate=5, duration_s=1),
+         "mix": CHAT, "target": Target(base_url="http://127.0.0.1:9", model="null"),
+         "trace_root": str(tmp_path / "traces"), "ready_file": str(tmp_path / "ready"),
+         "tokenizer": tokenizer, "tokenizer_json": tokenizer_json(tokenizer)}
+    )  # fmt: skip
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(plan.model_dump_json(), encoding="utf-8")
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECDRILL_", "LOCUST_"))}
+    probe = PROBE + "\nprint(json.dumps({'transformers': 'transformers' in sys.modules}))"
+    result = subprocess.run(
+        [sys.executable, "-c", probe, str(LOCUSTFILE), str(plan_path)],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    # The worker counts with the tokenizer its plan carries: the tokenizers library, not transformers.
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"transformers": False}
+    assert (tmp_path / "ready").read_text(encoding="utf-8") == str(len(open_loop_schedule(plan)))
