@@ -50,6 +50,9 @@ from tests.netbed import RAY, NetBed
 VENV_BIN = str(Path(sys.executable).parent)
 # An image's PATH: Ray and Python from the venv in place of the image's.
 IMAGE_PATH = f"{VENV_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_RUNS_FROM = (str(Path(__file__).resolve().parent.parent), sys.prefix)  # the checkout and its venv
+_UNDER_TMP = [p for p in sorted({p for p in _RUNS_FROM if p.startswith("/tmp/")})
+              if not any(p.startswith(f"{q}/") for q in _RUNS_FROM)]  # fmt: skip
 CONTAINER_HOME = "/tmp/home"  # the image's /home/ray: inside the container's own /tmp
 
 # The container's PID 1: reaps whatever `ray start` leaves behind when it daemonizes; SIGTERM ends it, and with it
@@ -127,10 +130,17 @@ def containers(bed: NetBed) -> Iterator[dict[str, Container]]:
                            capture_output=True)  # fmt: skip
             root = Path(tempfile.mkdtemp(prefix=f"{bed.prefix}{name}", dir="/tmp"))
             (root / "home").mkdir()
-            script = 'mount --bind "$0" /tmp && exec "$1" -c "$2"'
+            # What the container runs from (this checkout, its venv) stays visible where it lies under /tmp (a
+            # clone in a temporary directory): bound into the container's /tmp before it covers the real one.
+            script = (
+                'r="$0"; exe="$1"; init="$2"; shift 2; for p in "$@"; do mkdir -p "$r${p#/tmp}" && '
+                'mount --bind "$p" "$r${p#/tmp}" || exit 1; done; '
+                'mount --rbind "$r" /tmp && exec "$exe" -c "$init"'
+            )
             init = subprocess.Popen(
                 bed.command(name, ["unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation",
-                                   "private", "--mount-proc", "sh", "-c", script, str(root), sys.executable, _INIT]),
+                                   "private", "--mount-proc", "sh", "-c", script, str(root), sys.executable, _INIT,
+                                   *_UNDER_TMP]),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             made[name] = Container(bed, name, root, init, _child(init.pid))
@@ -145,7 +155,11 @@ def containers(bed: NetBed) -> Iterator[dict[str, Container]]:
             except subprocess.TimeoutExpired:
                 container.init.kill()
                 container.init.wait(timeout=30)
-            shutil.rmtree(container.root, ignore_errors=True)
+            # A bind into the root still mounted (its namespace outlived its processes) would make rmtree delete
+            # the checkout itself: leave such a root in place.
+            if not any((container.root / p.removeprefix("/tmp/")).is_dir() and any((container.root / p.removeprefix(
+                    "/tmp/")).iterdir()) for p in _UNDER_TMP):  # fmt: skip
+                shutil.rmtree(container.root, ignore_errors=True)
 
 
 def container_env(**extra: str) -> dict[str, str]:
