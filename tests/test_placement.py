@@ -226,17 +226,17 @@ def test_layouts_these_nodes_cannot_hold_are_refused_before_anything_deploys(gpu
 
     port = gpu_cluster["port"]
     refusals = {
-        # DP across nodes: vLLM refuses it for dense models; the node size comes from the cluster.
-        "dp2tp4": (
+        # A DP rank larger than a node (vLLM's span packing): refused; the node size comes from the cluster.
+        "dp2tp8": (
             _campaign(
                 "dpx",
-                {"d": {"kind": "data_parallel", "size": 2, "tensor_parallel_size": 4}},
+                {"d": {"kind": "data_parallel", "size": 2, "tensor_parallel_size": 8}},
                 port,
                 engine="vllm",
                 gpus_per_engine=1,
             ),
             "on this cluster (4 GPUs per node at most): policies.off on topologies.d: arm off-d: data_parallel 2 x "
-            "tensor_parallel_size 4 needs 8 GPUs on one node",
+            "tensor_parallel_size 8: one DP rank needs 8 GPUs, the nodes have 4",
         ),
         # The file says 8 GPUs per node, the nodes have 4: the replica could never be placed.
         "too-big": (
