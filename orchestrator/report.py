@@ -78,6 +78,7 @@ class Summary(BaseModel):
     verification: VerificationReport
     gates: list[GateResult]
     headline: list[str]
+    partial_run: str | None = None  # the run is not finished: which units are missing, how to resume
     saturated_units: list[str]
     # The simulated engine fell behind its own step schedule (load.engine_lag_bound): one line per unit
     engine_lagged_units: list[str] = Field(default_factory=list)
@@ -102,6 +103,19 @@ class RunInputs:
     campaign: Campaign
     units: list[UnitResult]
     arms: list[ArmInfo]
+    not_run: list[str]  # units the campaign plans that are not complete (an interrupted or unfinished run)
+
+
+def partial_run_line(inputs: RunInputs) -> str | None:
+    if not inputs.not_run:
+        return None
+    planned = len(inputs.units) + len(inputs.not_run)
+    command = "simulate" if inputs.manifest.get("mode") == "virtual" else "run"
+    listed = ", ".join(inputs.not_run[:3]) + (f" and {len(inputs.not_run) - 3} more" if len(inputs.not_run) > 3 else "")
+    return (
+        f"partial run: {len(inputs.units)} of {planned} units complete (not run: {listed}); the figures cover only "
+        f"the complete units: resume with specdrill {command} CAMPAIGN --output {inputs.store.root}"
+    )
 
 
 def load_run(run_dir: str) -> RunInputs:
@@ -117,7 +131,9 @@ def load_run(run_dir: str) -> RunInputs:
         raise BadFileError(store.path(MANIFEST), f"campaign: {first_error(exc)}") from None
     except ValueError as exc:
         raise BadFileError(store.path(MANIFEST), f"campaign: {exc}") from None
-    units = [store.read_marker(u) for arm in specs for u in units_of(campaign, arm) if store.is_complete(u)]
+    planned = [u for arm in specs for u in units_of(campaign, arm)]
+    units = [store.read_marker(u) for u in planned if store.is_complete(u)]
+    not_run = [u.key for u in planned if not store.is_complete(u)]
     for unit in units:
         store.check_unit_files(unit)
     max_num_seqs = campaign.max_num_seqs()
@@ -135,7 +151,7 @@ def load_run(run_dir: str) -> RunInputs:
         for arm in campaign.arms()
         if arm.name in {u.unit.arm for u in units}
     ]
-    return RunInputs(store, manifest, campaign, units, arms)
+    return RunInputs(store, manifest, campaign, units, arms, not_run)
 
 
 def schedule_bands(campaign: Campaign) -> BandSet:
@@ -225,7 +241,9 @@ def build_summary(
         maps=maps,
         verification=verification,
         gates=gates,
+        partial_run=partial_run_line(inputs),
         headline=[
+            *([partial] if (partial := partial_run_line(inputs)) else []),
             *([ABSOLUTE_ONLY] if campaign.analysis.absolute_only else []),
             *headline(maps, verification, inputs.arms, exempt=campaign.gates.exempt_arms),
             *engine_confounds(manifest),
@@ -540,6 +558,8 @@ def print_answer(summary: Summary, console: Console) -> None:
 
 
 def print_report(summary: Summary, console: Console) -> None:
+    if summary.partial_run is not None:
+        console.print(summary.partial_run, markup=False, soft_wrap=True)
     if ABSOLUTE_ONLY in summary.headline:
         console.print(ABSOLUTE_ONLY, markup=False)
     print_answer(summary, console)

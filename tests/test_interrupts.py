@@ -86,6 +86,16 @@ def test_a_signal_stops_the_campaign_cleanly_and_the_rerun_resumes(
     manifest = json.loads((run / "manifest.json").read_text())
     assert list(manifest["units"]) == ["off-single/steady/r0"] and "finished_ns" not in manifest
 
+    # The report of the stopped run says it is partial, which units are missing and how to resume.
+    report = subprocess.run([*SPECDRILL, "report", str(run)], capture_output=True, text=True, timeout=WAIT_S,
+                            check=False)  # fmt: skip
+    assert report.returncode in (0, 3), report.stderr
+    assert report.stdout.splitlines()[0] == (
+        "partial run: 1 of 3 units complete (not run: dyn-single/steady/r0, k3-single/steady/r0); the figures cover "
+        f"only the complete units: resume with specdrill simulate CAMPAIGN --output {run}"
+    )
+    assert json.loads((run / "summary.json").read_text())["partial_run"] == report.stdout.splitlines()[0]
+
     resumed = subprocess.run([*SPECDRILL, *shlex.split(resume)[1:]], capture_output=True, text=True,
                              timeout=WAIT_S, check=False)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
