@@ -615,6 +615,18 @@ def gates_line(summary: Summary) -> str:
     return "[green]all gates pass[/green]"
 
 
+def search_of(store: RunStore) -> Any:
+    """The search path of a run `specdrill search` made (its search.json), None for any other run."""
+    from orchestrator.decide.search_record import SEARCH_FILE, SearchRecord
+
+    if not store.exists(SEARCH_FILE):
+        return None
+    try:
+        return SearchRecord.model_validate(store.read_json(SEARCH_FILE, "the search path"))
+    except ValidationError as exc:
+        raise BadFileError(store.path(SEARCH_FILE), f"not a search record: {first_error(exc)}") from None
+
+
 def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
     """report.html, then summary.json, each written atomically. The previous summary.json is removed before
     anything is read: a report that fails (a corrupt file, an unwritable output) leaves none that looks like the
@@ -641,6 +653,7 @@ def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
             gate_failures=[g.message for g in summary.gates if not g.passed],
             fault_windows=summary.fault_windows,
             serve_paths=summary.serve_paths,
+            search=search_of(store),
             answer=summary.answer.lines if summary.answer is not None else [],
             exempt_arms=summary.exempt_arms,
             exempt_failures=[f"{g.gate}: {g.message}" for g in summary.gates if g.exempt],

@@ -19,9 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict
+from typing import Any
 
 from orchestrator.analysis import EngineSettings, MapSettings, operating_map, rate_bands, run_requests
 from orchestrator.analysis.results import Speedup
@@ -35,6 +33,7 @@ from orchestrator.decide.search import (
     path_line,
     spent,
 )
+from orchestrator.decide.search_record import SEARCH_FILE, Mode, SearchRecord, StepRecord
 from orchestrator.logs import get_logger
 from orchestrator.report import load_run
 from orchestrator.rundir import (
@@ -52,31 +51,6 @@ from orchestrator.rundir import (
 from serve_apps.arms import ArmSpec, SimulatedEngineConfig
 
 log = get_logger(__name__)
-
-SEARCH_FILE = "search.json"
-Mode = Literal["virtual", "real"]
-
-
-class StepRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    step: Step
-    shape: str  # the unit's shape in the run's campaign
-    point: SearchPoint  # the rate's point after this unit (pooled with the rate's earlier units)
-
-
-class SearchRecord(BaseModel):
-    """search.json: what the search did, step by step, and what it found."""
-
-    model_config = ConfigDict(extra="forbid")
-    arm: str
-    against: str
-    mode: Mode
-    config: SearchConfig
-    steps: list[StepRecord]
-    points: list[SearchPoint]
-    outcome: Outcome | None
-    requests: int
-    lines: list[str]
 
 
 def arm_names(campaign: Campaign) -> dict[str, tuple[str, str]]:

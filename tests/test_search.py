@@ -3,6 +3,7 @@ simulated costly-verify arms in virtual time, and the search against a 10-point 
 
 from __future__ import annotations
 
+import html
 import json
 import math
 from collections.abc import Callable
@@ -135,6 +136,11 @@ def test_search_finds_the_crossover_and_leaves_a_run_the_report_reads(
     summary = write_report(str(out))
     assert len(summary.units) == 2 * len(record["steps"])  # every unit of both arms, read as a normal run
     assert summary.mode == "virtual"
+    # report.html shows the search path: one row per unit, and the outcome.
+    page = (out / "report.html").read_text()
+    assert "<h2>Search path: fixed3-single against off-single</h2>" in page
+    assert html.escape(record["outcome"]["message"]) in page
+    assert page.count("new rate</td>") + page.count("another unit</td>") == len(record["steps"])
 
 
 @pytest.mark.slow  # ~10-60 s of virtual-time units on this 2-core machine

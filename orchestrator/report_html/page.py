@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -19,6 +19,10 @@ from orchestrator.report_html.charts import timeline_chart
 from orchestrator.report_html.maps import map_section
 from orchestrator.report_html.text import EXEMPT, NO_DATA, badge, bullets, esc, figure, json_code, table
 from orchestrator.report_html.verification import verification_section
+
+if TYPE_CHECKING:  # only a run `specdrill search` made has one: no scipy import for every other report
+    from orchestrator.decide.search import SearchPoint
+    from orchestrator.decide.search_record import SearchRecord
 
 TIMELINE_COLUMNS = ("arm", "shape", "repeat", "engine_id", "start_ns", "end_ns", "batch_size", "k")
 
@@ -43,6 +47,7 @@ class ReportData:
     gate_failures: list[str] = field(default_factory=list)
     fault_windows: list[FaultWindow] = field(default_factory=list)
     serve_paths: list[ServePath] = field(default_factory=list)
+    search: SearchRecord | None = None  # the run `specdrill search` made: its path
     answer: list[str] = field(default_factory=list)  # the answer block's lines, as the console prints them
     exempt_arms: list[str] = field(default_factory=list)  # gates.exempt_arms: their failures fail no gate
     exempt_failures: list[str] = field(default_factory=list)  # gates that failed on an exempt arm
@@ -60,6 +65,7 @@ def render_report_html(data: ReportData) -> str:
             verification_section(data.verification, data.exempt_arms),
             _faults_section(data.fault_windows),
             _serve_paths_section(data.serve_paths),
+            _search_section(data.search),
             _timelines_section(data),
         ]
     )
@@ -231,6 +237,31 @@ def _faults_section(windows: Sequence[FaultWindow]) -> str:
         "<section><h2>Fault windows</h2><p>Stretches where requests failed, by when each outcome was known "
         "(shaded red in the engine timelines).</p>"
         f"{faults}</section>"
+    )
+
+
+def _search_section(search: SearchRecord | None) -> str:
+    if search is None:
+        return ""
+
+    def ratio(p: SearchPoint) -> str:
+        if p.ratio is None:
+            return NO_DATA
+        interval = f" [{p.low:.3f}, {p.high:.3f}]" if p.low is not None and p.high is not None else ""
+        return f"{p.ratio:.3f}{interval}"
+
+    rows = [
+        (str(i + 1), f"{r.step.rate:.2f}", "another unit" if r.step.extend else "new rate", esc(r.step.why),
+         ratio(r.point), esc(f"{r.point.verdict} ({r.point.measure})"), str(r.point.units), str(r.point.requests))
+        for i, r in enumerate(search.steps)
+    ]  # fmt: skip
+    steps = table(("step", "rate req/s", "unit", "why", "ratio (> 1: the arm helps)", "verdict", "units", "requests"),
+                  rows)  # fmt: skip
+    outcome = f"<p><b>{esc(search.outcome.message)}</b></p>" if search.outcome is not None else ""
+    return (
+        f"<section><h2>Search path: {esc(search.arm)} against {esc(search.against)}</h2>"
+        "<p>Each step is one short unit at a constant offered rate, the same requests to both arms; the ratio and "
+        f"its interval pool every unit at that rate. {search.requests} requests in all.</p>{outcome}{steps}</section>"
     )
 
 
