@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from loadshapes.plan import Target, WorkerPlan, open_loop_schedule
 from loadshapes.shapes import Quiet
@@ -50,23 +51,33 @@ print(json.dumps({"imported": imported, "initialised": counts()}))
 """
 
 
-def test_importing_the_locustfile_creates_nothing_until_init(tmp_path: Path) -> None:
-    plan = WorkerPlan.model_validate(
+def _plan(tmp_path: Path, **extra: str) -> WorkerPlan:
+    return WorkerPlan.model_validate(
         {"campaign": "t", "run": "r1", "arm": "a", "shape_name": "s", "shape": Quiet(rate=5, duration_s=1),
          "mix": CHAT, "target": Target(base_url="http://127.0.0.1:9", model="null"),
-         "trace_root": str(tmp_path / "traces"), "ready_file": str(tmp_path / "ready")}
+         "trace_root": str(tmp_path / "traces"), "ready_file": str(tmp_path / "ready"), **extra}
     )  # fmt: skip
+
+
+def _probe(tmp_path: Path, plan: WorkerPlan, script: str = PROBE) -> Any:
+    """Run `script` on the locustfile and the plan in a fresh interpreter (no SPECDRILL_ / LOCUST_ variables, an
+    empty working directory); its last stdout line, as JSON."""
     plan_path = tmp_path / "plan.json"
     plan_path.write_text(plan.model_dump_json(), encoding="utf-8")
     workdir = tmp_path / "cwd"
     workdir.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECDRILL_", "LOCUST_"))}
     result = subprocess.run(
-        [sys.executable, "-c", PROBE, str(LOCUSTFILE), str(plan_path)],
+        [sys.executable, "-c", script, str(LOCUSTFILE), str(plan_path)],
         cwd=workdir, env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_importing_the_locustfile_creates_nothing_until_init(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    report = _probe(tmp_path, plan)
     imported = report["imported"]
     assert imported["objects"] == {"WorkerState": 0, "Sender": 0, "RowKeeper": 0, "Progress": 0}
     assert imported["threads"] == 0
@@ -84,23 +95,8 @@ def test_a_plan_with_a_tokenizer_builds_its_schedule_in_the_worker_without_trans
     from tests.tiny_model import build_tiny_tokenizer
 
     tokenizer = str(build_tiny_tokenizer(tmp_path / "tokenizer", style="metaspace"))
-    plan = WorkerPlan.model_validate(
-        {"campaign": "t", "run": "r1", "arm": "a", "shape_name": "s", "shape": Quiet(rate=5, duration_s=1),
-         "mix": CHAT, "target": Target(base_url="http://127.0.0.1:9", model="null"),
-         "trace_root": str(tmp_path / "traces"), "ready_file": str(tmp_path / "ready"),
-         "tokenizer": tokenizer, "tokenizer_json": tokenizer_json(tokenizer)}
-    )  # fmt: skip
-    plan_path = tmp_path / "plan.json"
-    plan_path.write_text(plan.model_dump_json(), encoding="utf-8")
-    workdir = tmp_path / "cwd"
-    workdir.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECDRILL_", "LOCUST_"))}
+    plan = _plan(tmp_path, tokenizer=tokenizer, tokenizer_json=tokenizer_json(tokenizer))
     probe = PROBE + "\nprint(json.dumps({'transformers': 'transformers' in sys.modules}))"
-    result = subprocess.run(
-        [sys.executable, "-c", probe, str(LOCUSTFILE), str(plan_path)],
-        cwd=workdir, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
     # The worker counts with the tokenizer its plan carries: the tokenizers library, not transformers.
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"transformers": False}
+    assert _probe(tmp_path, plan, probe) == {"transformers": False}
     assert (tmp_path / "ready").read_text(encoding="utf-8") == str(len(open_loop_schedule(plan)))
