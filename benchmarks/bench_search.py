@@ -20,20 +20,12 @@ import yaml
 
 from orchestrator.campaign import Campaign
 from orchestrator.decide.ground_truth import costly_verify_profile, crossover_campaign
-from orchestrator.decide.search import SearchConfig, SearchPoint, grid_crossover
+from orchestrator.decide.search import SearchConfig, grid_crossover
 from orchestrator.logs import configure_logging
 from orchestrator.search_run import grid_points, run_search
 
 LOW, HIGH = 8.0, 40.0
 GRID = 10
-
-
-def _point(p: SearchPoint) -> str:
-    if p.ratio is None:
-        return "n/a"
-    if p.low is None or p.high is None:
-        return f"{p.ratio:.3f}"
-    return f"{p.ratio:.3f} [{p.low:.3f}, {p.high:.3f}]"
 
 
 def one_seed(root: Path, profile: Path, seed: int, unit_requests: int) -> tuple[bool, bool]:
@@ -54,7 +46,7 @@ def one_seed(root: Path, profile: Path, seed: int, unit_requests: int) -> tuple[
     grid_s = time.perf_counter() - began
     print(f"  grid ({GRID} rates x {config.max_units_per_rate} units):")
     for p in grid:
-        print(f"    {p.rate:6.2f} req/s  {_point(p)} on {p.measure}; {p.verdict.replace('_', ' ')}")
+        print(f"    {p.rate:6.2f} req/s  {p.ratio_text} on {p.measure}; {p.verdict.replace('_', ' ')}")
     reference = grid_crossover(grid)
     grid_requests = sum(p.requests for p in grid)
     outcome = record.outcome

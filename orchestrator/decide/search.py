@@ -70,6 +70,15 @@ class SearchPoint(_Model):
     requests: int  # sent to both arms together
 
     @property
+    def ratio_text(self) -> str:
+        """The ratio with its interval, as the console, the report and the benchmark print it."""
+        if self.ratio is None:
+            return "n/a"
+        if self.low is None or self.high is None:
+            return f"{self.ratio:.3f} (no interval)"
+        return f"{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}]"
+
+    @property
     def side(self) -> Side:
         """Of 1, by the interval: above or below it, or unsure (it includes 1, or there is no interval)."""
         if self.low is not None and self.low > 1:
@@ -273,12 +282,7 @@ def budget_outcome(points: Sequence[SearchPoint], config: SearchConfig, arm: str
 
 def path_line(n: int, point: SearchPoint, step: Step) -> str:
     """One step of the search path as the console prints it."""
-    if point.ratio is None:
-        ratio = "ratio n/a"
-    elif point.low is None or point.high is None:
-        ratio = f"ratio {point.ratio:.3f} (no interval)"
-    else:
-        ratio = f"ratio {point.ratio:.3f} [{point.low:.3f}, {point.high:.3f}]"
+    ratio = f"ratio {point.ratio_text}"
     decision = {"above": "helps (interval above 1)", "below": "stops helping (interval below 1)"}.get(point.side)
     if decision is None:
         lean = point.helps

@@ -21,7 +21,6 @@ from orchestrator.report_html.text import EXEMPT, NO_DATA, badge, bullets, esc, 
 from orchestrator.report_html.verification import verification_section
 
 if TYPE_CHECKING:  # only a run `specdrill search` made has one: no scipy import for every other report
-    from orchestrator.decide.search import SearchPoint
     from orchestrator.decide.search_record import SearchRecord
 
 TIMELINE_COLUMNS = ("arm", "shape", "repeat", "engine_id", "start_ns", "end_ns", "batch_size", "k")
@@ -244,15 +243,10 @@ def _search_section(search: SearchRecord | None) -> str:
     if search is None:
         return ""
 
-    def ratio(p: SearchPoint) -> str:
-        if p.ratio is None:
-            return NO_DATA
-        interval = f" [{p.low:.3f}, {p.high:.3f}]" if p.low is not None and p.high is not None else ""
-        return f"{p.ratio:.3f}{interval}"
-
     rows = [
         (str(i + 1), f"{r.step.rate:.2f}", "another unit" if r.step.extend else "new rate", esc(r.step.why),
-         ratio(r.point), esc(f"{r.point.verdict} ({r.point.measure})"), str(r.point.units), str(r.point.requests))
+         esc(r.point.ratio_text), esc(f"{r.point.verdict} ({r.point.measure})"), str(r.point.units),
+         str(r.point.requests))
         for i, r in enumerate(search.steps)
     ]  # fmt: skip
     steps = table(("step", "rate req/s", "unit", "why", "ratio (> 1: the arm helps)", "verdict", "units", "requests"),
