@@ -106,7 +106,9 @@ def check_bands(inputs: RunInputs, repeats: Collection[int]) -> BandSet:
     return auto_rate_bands(np.asarray(rates, dtype=float), count=BAND_COUNT)
 
 
-def arm_quantiles(inputs: RunInputs, bands: BandSet, repeats: Collection[int]) -> tuple[Quantiles, dict]:
+def arm_quantiles(
+    inputs: RunInputs, bands: BandSet, repeats: Collection[int]
+) -> tuple[Quantiles, dict[tuple[str, str], int]]:
     """Per (arm, band) and (arm, ALL) the measures, and the ok requests counted in each."""
     band = bands.sql("offered_rate")
     sql = f"""

@@ -45,7 +45,7 @@ def _ray_dp_probe(arm: ArmSpec, plan: ArmPlacement) -> dict[str, Any]:
     wrong_env = {k: os.environ.get(k) for k, v in RAY_DP_ENV.items() if os.environ.get(k) != v}
     if wrong_env:
         raise PlacementProbeError(f"the replica's environment has {wrong_env}, the layout needs {RAY_DP_ENV}")
-    master = ray.util.get_node_ip_address()
+    master = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
     # The fields of VllmConfig that create_dp_placement_groups reads, as the engine's config would hold them.
     local = ray_dp_local_ranks(dp, tp)
     parallel = SimpleNamespace(data_parallel_master_ip=master, data_parallel_size=dp, world_size=tp,

@@ -19,7 +19,7 @@ def ray_dp_local_ranks(dp: int, tp: int) -> int:
     import ray
     from ray._private.state import available_resources_per_node
 
-    free = available_resources_per_node().get(ray.get_runtime_context().get_node_id(), {}).get("GPU", 0.0)
+    free = available_resources_per_node().get(ray.get_runtime_context().get_node_id(), {}).get("GPU", 0.0)  # type: ignore[no-untyped-call]
     return min(dp, int(free + 1e-9) // tp)
 
 
