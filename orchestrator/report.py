@@ -232,6 +232,7 @@ def build_summary(
         requests.close()
     gates = evaluate_gates(campaign, inputs.arms, verification, inputs.units)
     saturated = [u.unit.key for u in inputs.units if u.saturated]
+    partial = partial_run_line(inputs)
     summary = Summary(
         campaign=campaign.name,
         run=manifest["run"],
@@ -241,9 +242,9 @@ def build_summary(
         maps=maps,
         verification=verification,
         gates=gates,
-        partial_run=partial_run_line(inputs),
+        partial_run=partial,
         headline=[
-            *([partial] if (partial := partial_run_line(inputs)) else []),
+            *([partial] if partial else []),
             *([ABSOLUTE_ONLY] if campaign.analysis.absolute_only else []),
             *headline(maps, verification, inputs.arms, exempt=campaign.gates.exempt_arms),
             *engine_confounds(manifest),

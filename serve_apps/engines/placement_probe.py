@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
@@ -51,18 +52,13 @@ def _ray_dp_probe(arm: ArmSpec, plan: ArmPlacement) -> dict[str, Any]:
     parallel = SimpleNamespace(data_parallel_master_ip=master, data_parallel_size=dp, world_size=tp,
                                data_parallel_size_local=local,
                                all2all_backend="allgather_reducescatter")  # fmt: skip
-    engine_utils: Any = utils
-    saved = engine_utils.current_platform
-    if not saved.is_cuda_alike():  # GPUs declared to Ray, not present: CUDA's resource name is all it reads
-        engine_utils.current_platform = _cuda_platform()
     try:
-        groups, local_ranks = engine_utils.CoreEngineActorManager.create_dp_placement_groups(
-            SimpleNamespace(parallel_config=parallel)
-        )
+        with cuda_platform_in(utils):  # where GPUs are only declared to Ray: CUDA's resource name is all it reads
+            groups, local_ranks = utils.CoreEngineActorManager.create_dp_placement_groups(
+                SimpleNamespace(parallel_config=parallel)  # type: ignore[arg-type]
+            )
     except (ValueError, AssertionError) as exc:
         raise PlacementProbeError(f"vLLM could not place {dp} DP ranks of {tp} GPUs: {exc}") from None
-    finally:
-        engine_utils.current_platform = saved
     try:
         ranks = []
         for rank, (group, local_index) in enumerate(zip(groups, local_ranks, strict=True)):
@@ -136,19 +132,28 @@ def _cuda_platform() -> Any:
     return CudaDeviceIds
 
 
+@contextmanager
+def cuda_platform_in(module: Any) -> Iterator[Any]:
+    """vLLM's helpers read `current_platform` from their own module's globals: give them _cuda_platform() there
+    while the block runs."""
+    platform = _cuda_platform()
+    saved = module.current_platform
+    module.current_platform = platform
+    try:
+        yield platform
+    finally:
+        module.current_platform = saved
+
+
 def vllm_device_map(dp: int, tp: int) -> list[dict[str, Any]]:
     """Physical device of every (DP rank, TP rank) worker, from vLLM's own helpers and visible-device variable."""
     from vllm.v1.engine import utils
 
-    engine_utils: Any = utils
-    platform = _cuda_platform()
-    saved = engine_utils.current_platform
-    engine_utils.current_platform = platform  # get_physical_gpu_ids_for_local_dp_rank reads the module's global
-    try:
+    with cuda_platform_in(utils) as platform:  # get_physical_gpu_ids_for_local_dp_rank reads the module's global
         workers = []
         for rank in range(dp):
             try:
-                rank_devices = engine_utils.get_physical_gpu_ids_for_local_dp_rank(CUDA_DEVICES, rank, tp)
+                rank_devices = utils.get_physical_gpu_ids_for_local_dp_rank(CUDA_DEVICES, rank, tp)
             except Exception as exc:  # vLLM raises a bare Exception ("Error computing device indices ...")
                 raise PlacementProbeError(f"DP rank {rank}: {exc}") from None
             for tp_rank in range(tp):
@@ -158,8 +163,6 @@ def vllm_device_map(dp: int, tp: int) -> list[dict[str, Any]]:
                     {"dp_rank": rank, "tp_rank": tp_rank, "device": int(device), "rank_devices": rank_devices}
                 )
         return workers
-    finally:
-        engine_utils.current_platform = saved
 
 
 def _probe_replica(arm: ArmSpec, plan: ArmPlacement) -> dict[str, Any]:
@@ -211,14 +214,8 @@ def _probe_bundles(plan: ArmPlacement) -> dict[str, Any]:
 def _v2_rank_order(group: Any) -> list[int]:
     from vllm.v1.executor import ray_utils
 
-    executor_utils: Any = ray_utils
-    saved = executor_utils.current_platform
-    if not saved.is_cuda_alike():  # GPUs declared to Ray, not present: CUDA's resource name is all it reads
-        executor_utils.current_platform = _cuda_platform()
-    try:
-        return [index for index, _, _ in executor_utils.get_bundles_sorted_by_node(group)]
-    finally:
-        executor_utils.current_platform = saved
+    with cuda_platform_in(ray_utils):  # where GPUs are only declared to Ray: CUDA's resource name is all it reads
+        return [index for index, _, _ in ray_utils.get_bundles_sorted_by_node(group)]
 
 
 def v2_devices(placed: list[dict[str, Any]]) -> list[dict[str, Any]]:
