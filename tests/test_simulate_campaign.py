@@ -382,3 +382,25 @@ def test_unfinished_requests_are_cancelled_and_late_ones_time_out(tmp_path: Path
             assert row["output_tokens"] == (len(row["token_times_ns"]) if row["token_times_ns"] else None)
         else:
             assert row["e2e_s"] <= 0.8 and row["done_ns"] <= marker.end_ns
+
+
+@pytest.mark.parametrize("repeat_traffic", ["fresh", "same"])
+def test_repeat_traffic_replays_repeat_zero_or_draws_anew(tmp_path: Path, repeat_traffic: str) -> None:
+    data = campaign_data(tmp_path / "run", repeats=2, load={"workers": 2, "drain_s": 20,
+                                                            "repeat_traffic": repeat_traffic})  # fmt: skip
+    data["arms"] = [{"policy": "off", "topology": "single"}, {"policy": "fixed3", "topology": "single"}]
+    store, _ = simulate_campaign(Campaign.model_validate(data))
+    table = read_traces(store.traces)
+    for arm, shape in itertools.product(["off-single", "fixed3-single"], ["quiet", "ramp"]):
+        sent = []
+        for repeat in (0, 1):
+            rows = table.filter(pc.and_(pc.and_(pc.equal(table["arm"], arm), pc.equal(table["shape"], shape)),
+                                        pc.equal(table["repeat"], repeat)))  # fmt: skip
+            rows = rows.take(pc.sort_indices(rows, [("request_index", "ascending")]))
+            assert rows.num_rows > 0
+            sent.append([rows[c].to_pylist() for c in ("offset_s", "prompt_sha256", "prompt_tokens", "category")])
+        # The two repeats are two units either way (their own rows and ids); only what they send differs.
+        if repeat_traffic == "same":
+            assert sent[0] == sent[1]
+        else:
+            assert sent[0][0] != sent[1][0] and sent[0][1] != sent[1][1]

@@ -57,7 +57,9 @@ class CampaignTraffic:
         require_simulated(campaign)
         campaign.require_traffic()
         if seeds is not None:
-            campaign = campaign.model_copy(update={"repeats": seeds})
+            # Seeds are draws of the traffic: each its own, whatever the campaign's repeats replay.
+            load = campaign.load.model_copy(update={"repeat_traffic": "fresh"})
+            campaign = campaign.model_copy(update={"repeats": seeds, "load": load})
         off = [a for a in campaign.arms() if a.policy.kind == "off" and a.topology.kind == "single"]
         if not off:
             raise CampaignError("arms: no `off` arm on one engine (topology single) to play the traffic against")
