@@ -423,6 +423,8 @@ def test_a_serve_replica_killed_mid_run_becomes_error_rows_and_a_marked_window(
     campaign = Campaign.model_validate(data)
     parts = output / "traces/arm=off-single/shape=steady"
     killed: list[str] = []
+    killed_at: list[int] = []
+    replaced_at: list[int] = []
 
     def kill_the_replica_mid_unit() -> None:
         deadline = time.monotonic() + 240
@@ -432,6 +434,12 @@ def test_a_serve_replica_killed_mid_run_becomes_error_rows_and_a_marked_window(
             if actor["name"].startswith("SERVE_REPLICA::faulttest.off-single#"):
                 ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
                 killed.append(actor["name"])
+                killed_at.append(time.time_ns())
+        while not replaced_at and time.monotonic() < deadline:  # Serve starts a new replica (seconds on a busy host)
+            names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+            if any(n.startswith("SERVE_REPLICA::faulttest.off-single#") and n not in killed for n in names):
+                replaced_at.append(time.time_ns())
+            time.sleep(0.2)
 
     killer = threading.Thread(target=kill_the_replica_mid_unit, daemon=True)
     killer.start()
@@ -454,6 +462,10 @@ def test_a_serve_replica_killed_mid_run_becomes_error_rows_and_a_marked_window(
     first_failure = min(r["done_ns"] for r in failed)
     last_failure = max(r["done_ns"] for r in failed)
     ok_done = [r["done_ns"] for r in table.to_pylist() if r["status"] == "ok"]
+    t0 = min(r["scheduled_ns"] for r in table.to_pylist())
+    rel = lambda ns: round((ns - t0) / 1e9, 2)  # noqa: E731
+    print("DIAG killed", [rel(x) for x in killed_at], "replaced", [rel(x) for x in replaced_at])
+    print("DIAG", sorted((rel(r["scheduled_ns"]), r["status"], rel(r["done_ns"]) if r["done_ns"] else None) for r in table.to_pylist()))
     assert min(ok_done) < first_failure < last_failure < max(ok_done)
     assert status.count("ok") > 10
 
