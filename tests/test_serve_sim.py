@@ -416,9 +416,11 @@ def test_a_serve_replica_killed_mid_run_becomes_error_rows_and_a_marked_window(
     data = _campaign(cluster["port"], name="faulttest")
     data.update(
         policies={"off": "off"}, topologies={"single": "single"}, arms=[{"policy": "off", "topology": "single"}],
-        shapes={"steady": {"kind": "quiet", "rate": 6, "duration_s": 16}}, output=str(output),
+        shapes={"steady": {"kind": "quiet", "rate": 6, "duration_s": 20}}, output=str(output),
         load={"workers": 1, "drain_s": 30, "flush_rows": 5, "flush_s": 0.5},
-        mix={"entries": [{"workload": "reasoning", "weight": 1}]},
+        # Short chat turns finish within a second or two, so the kill comes early in the unit even on a slow
+        # host; long reasoning turns are in flight when it comes.
+        mix={"entries": [{"workload": "chat", "weight": 1}, {"workload": "reasoning", "weight": 1}]},
     )  # fmt: skip
     campaign = Campaign.model_validate(data)
     parts = output / "traces/arm=off-single/shape=steady"
@@ -428,7 +430,7 @@ def test_a_serve_replica_killed_mid_run_becomes_error_rows_and_a_marked_window(
 
     def kill_the_replica_mid_unit() -> None:
         deadline = time.monotonic() + 240
-        while len(list(parts.glob("*.parquet"))) < 4 and time.monotonic() < deadline:  # ~20 rows measured
+        while len(list(parts.glob("*.parquet"))) < 3 and time.monotonic() < deadline:  # a few rows measured
             time.sleep(0.2)
         for actor in ray.util.list_named_actors(all_namespaces=True):
             if actor["name"].startswith("SERVE_REPLICA::faulttest.off-single#"):
@@ -463,10 +465,11 @@ def test_a_serve_replica_killed_mid_run_becomes_error_rows_and_a_marked_window(
     last_failure = max(r["done_ns"] for r in failed)
     ok_done = [r["done_ns"] for r in table.to_pylist() if r["status"] == "ok"]
     t0 = min(r["scheduled_ns"] for r in table.to_pylist())
-    rel = lambda ns: round((ns - t0) / 1e9, 2)  # noqa: E731
-    print("DIAG killed", [rel(x) for x in killed_at], "replaced", [rel(x) for x in replaced_at])
-    print("DIAG", sorted((rel(r["scheduled_ns"]), r["status"], rel(r["done_ns"]) if r["done_ns"] else None) for r in table.to_pylist()))
-    assert min(ok_done) < first_failure < last_failure < max(ok_done)
+    timeline = (f"killed at {[(t - t0) / 1e9 for t in killed_at]} s, replaced at "
+                f"{[(t - t0) / 1e9 for t in replaced_at]} s, last request scheduled at "
+                f"{(max(r['scheduled_ns'] for r in table.to_pylist()) - t0) / 1e9:.1f} s")  # fmt: skip
+    assert replaced_at and replaced_at[0] < max(r["scheduled_ns"] for r in table.to_pylist()), timeline
+    assert min(ok_done) < first_failure < last_failure < max(ok_done), timeline
     assert status.count("ok") > 10
 
     summary = write_report(str(output))
