@@ -62,7 +62,9 @@ def one_seed(
     grid_s = time.perf_counter() - began
     print(f"  grid ({GRID} rates x {config.max_units_per_rate} units):")
     for p in grid:
-        print(f"    {p.rate:6.2f} req/s  {p.ratio_text} on {p.measure}; {p.verdict.replace('_', ' ')}")
+        dropped = config.max_units_per_rate - p.units  # units where an engine lagged (real time): not counted
+        print(f"    {p.rate:6.2f} req/s  {p.ratio_text} on {p.measure}; {p.verdict.replace('_', ' ')}"
+              + (f" ({dropped} unit(s) not counted: engine lagged)" if dropped else ""))  # fmt: skip
     reference = grid_crossover(grid)
     grid_requests = sum(p.requests for p in grid)
     outcome = record.outcome

@@ -31,11 +31,12 @@ from orchestrator.decide.search import (
     Step,
     next_step,
     path_line,
+    rate_text,
     spent,
 )
 from orchestrator.decide.search_record import SEARCH_FILE, Mode, SearchRecord, StepRecord
 from orchestrator.logs import get_logger
-from orchestrator.report import load_run
+from orchestrator.report import engine_lagged, load_run
 from orchestrator.rundir import (
     MANIFEST,
     RunStore,
@@ -141,6 +142,28 @@ def point_of(rate: float, speedup: Speedup | None, units: int, requests: int) ->
     return SearchPoint(
         rate=rate, ratio=ratio.point, low=ratio.low, high=ratio.high, measure=measure_name,
         verdict=speedup.verdict.value, units=units, requests=requests,
+    )  # fmt: skip
+
+
+def left_after(config: SearchConfig, discarded: int) -> SearchConfig:
+    """The configuration the pure search sees: its budget less the requests of units that were not counted."""
+    if config.budget_requests is None or not discarded:
+        return config
+    return config.model_copy(update={"budget_requests": config.budget_requests - discarded})
+
+
+def discarded_line(n: int, alone: SearchPoint, step: Step, why: str) -> str:
+    return (f"{n:>2}. {rate_text(alone.rate):>6} req/s  not counted: {why} (this unit alone: ratio "
+            f"{alone.ratio_text} on {alone.measure}; requests {alone.requests}) <- {step.why}")  # fmt: skip
+
+
+def lagged_outcome(rates: list[float], bound: float) -> Outcome:
+    at = ", ".join(rate_text(r) for r in sorted(set(rates)))
+    return Outcome(
+        kind="host_lagged", lo=None, hi=None, estimate=None,
+        message=f"no answer: the host could not keep pace with the simulated engine in {len(rates)} units (at "
+        f"{at} req/s; engine lag beyond load.engine_lag_bound {bound:.0%} of the model's step time), so their "
+        "latencies are the host's; slow the engine (engine.time_scale), lower the rates, or run on a quieter host",
     )  # fmt: skip
 
 
@@ -253,10 +276,15 @@ def run_search(
     else:
         runner = real_units(grown, arms, store, manifest, address=address)
     began = time.perf_counter()
+    discarded = 0  # requests of units not counted (their engine lagged)
+    lagged_rates: list[float] = []
     with runner as run_units:
         store.write_json(MANIFEST, manifest)
         while True:
-            decided = next_step(points, config, arm=chosen.name, against=base.name)
+            if len(lagged_rates) > config.max_lagged_units:
+                record.outcome = lagged_outcome(lagged_rates, grown.load.engine_lag_bound)
+                break
+            decided = next_step(points, left_after(config, discarded), arm=chosen.name, against=base.name)
             if isinstance(decided, Outcome):
                 record.outcome = decided
                 break
@@ -270,8 +298,21 @@ def run_search(
             results = run_units(grown, name)
             for result in results:
                 record_unit(store, manifest, result)
-            by_rate.setdefault(rate, []).append(name)
             sent = sum(r.scheduled for r in results)
+            lagged = engine_lagged(results)
+            if lagged:  # the host's latencies, not the arms': kept in the run directory, not counted
+                discarded += sent
+                lagged_rates.append(rate)
+                alone = point_of(rate, measure(output, chosen.name, [name], campaign.seed), units=1, requests=sent)
+                why = f"engine lagged in {'; '.join(lagged)}"
+                line = discarded_line(len(record.steps) + 1, alone, step, why)
+                record.steps.append(StepRecord(step=step, shape=name, point=alone, discarded=why))
+                record.requests = spent(points) + discarded
+                record.lines.append(line)
+                echo(line)
+                store.write_json(SEARCH_FILE, record.model_dump(mode="json"))
+                continue
+            by_rate.setdefault(rate, []).append(name)
             previous = next((p for p in points if p.rate == rate), None)
             point = point_of(
                 rate,
@@ -282,7 +323,7 @@ def run_search(
             points = [point if p.rate == rate else p for p in points] if previous else [*points, point]
             line = path_line(len(record.steps) + 1, point, step)
             record.steps.append(StepRecord(step=step, shape=name, point=point))
-            record.points, record.requests = points, spent(points)
+            record.points, record.requests = points, spent(points) + discarded
             record.lines.append(line)
             echo(line)
             store.write_json(SEARCH_FILE, record.model_dump(mode="json"))
@@ -325,10 +366,14 @@ def grid_points(
 
         run_campaign(grid, address=address)
     inputs = load_run(output)
+    # The search's rule for real time: a unit whose engine lagged measured the host; its rate is measured on
+    # the units where neither arm lagged (none left: no ratio at that rate).
+    lagged = {u.unit.shape for u in inputs.units if u.engine_lagged}
     points = []
     for i, rate in enumerate(rates):
         names = list(shapes)[i * units_per_rate : (i + 1) * units_per_rate]
         sent = sum(u.scheduled for u in inputs.units if u.unit.shape in names)
-        points.append(point_of(rate, measure(output, chosen.name, names, campaign.seed), units=len(names),
-                               requests=sent))  # fmt: skip
+        kept = [n for n in names if n not in lagged]
+        speedup = measure(output, chosen.name, kept, campaign.seed) if kept else None
+        points.append(point_of(rate, speedup, units=len(kept), requests=sent))
     return points

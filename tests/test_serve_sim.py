@@ -416,7 +416,7 @@ def test_a_serve_replica_killed_mid_run_becomes_error_rows_and_a_marked_window(
     data = _campaign(cluster["port"], name="faulttest")
     data.update(
         policies={"off": "off"}, topologies={"single": "single"}, arms=[{"policy": "off", "topology": "single"}],
-        shapes={"steady": {"kind": "quiet", "rate": 6, "duration_s": 20}}, output=str(output),
+        shapes={"steady": {"kind": "quiet", "rate": 5, "duration_s": 24}}, output=str(output),
         load={"workers": 1, "drain_s": 30, "flush_rows": 5, "flush_s": 0.5},
         # Short chat turns finish within a second or two, so the kill comes early in the unit even on a slow
         # host; long reasoning turns are in flight when it comes.
@@ -430,7 +430,7 @@ def test_a_serve_replica_killed_mid_run_becomes_error_rows_and_a_marked_window(
 
     def kill_the_replica_mid_unit() -> None:
         deadline = time.monotonic() + 240
-        while len(list(parts.glob("*.parquet"))) < 3 and time.monotonic() < deadline:  # a few rows measured
+        while not list(parts.glob("*.parquet")) and time.monotonic() < deadline:  # the first rows measured
             time.sleep(0.2)
         for actor in ray.util.list_named_actors(all_namespaces=True):
             if actor["name"].startswith("SERVE_REPLICA::faulttest.off-single#"):

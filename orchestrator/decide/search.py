@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from scipy.interpolate import PchipInterpolator
 
 Side = Literal["above", "below", "unsure"]
-OutcomeKind = Literal["crossover", "budget", "helps_everywhere", "never_helps", "no_data"]
+OutcomeKind = Literal["crossover", "budget", "helps_everywhere", "never_helps", "no_data", "host_lagged"]
 
 
 class _Model(BaseModel):
@@ -41,6 +41,9 @@ class SearchConfig(_Model):
     unit_requests: int = Field(default=150, ge=20)  # expected requests per arm in one unit
     max_units_per_rate: int = Field(default=2, ge=1)
     budget_requests: int | None = Field(default=None, ge=1)  # requests to both arms together, all units
+    # Real time: a unit whose simulated engine lagged behind its model (load.engine_lag_bound) measured the
+    # host, not the arms; it is not counted and the step runs again, at most this many times in a search.
+    max_lagged_units: int = Field(default=2, ge=0)
 
     @model_validator(mode="after")
     def _ordered(self) -> SearchConfig:

@@ -18,6 +18,9 @@ class StepRecord(BaseModel):
     step: Step
     shape: str  # the unit's shape in the run's campaign
     point: SearchPoint  # the rate's point after this unit (pooled with the rate's earlier units)
+    # Why this unit does not count (its engine lagged: the host's latencies); its point is then what the unit
+    # alone measured, and the rate's pooled point is unchanged.
+    discarded: str | None = None
 
 
 class SearchRecord(BaseModel):

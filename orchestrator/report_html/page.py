@@ -245,7 +245,9 @@ def _search_section(search: SearchRecord | None) -> str:
 
     rows = [
         (str(i + 1), f"{r.step.rate:.2f}", "another unit" if r.step.extend else "new rate", esc(r.step.why),
-         esc(r.point.ratio_text), esc(f"{r.point.verdict} ({r.point.measure})"), str(r.point.units),
+         esc(r.point.ratio_text),
+         esc(f"not counted: {r.discarded}" if r.discarded else f"{r.point.verdict} ({r.point.measure})"),
+         str(r.point.units),
          str(r.point.requests))
         for i, r in enumerate(search.steps)
     ]  # fmt: skip
