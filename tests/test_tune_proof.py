@@ -47,7 +47,7 @@ def proof(tmp_path_factory: pytest.TempPathFactory) -> Proof:
     root = tmp_path_factory.mktemp("tune-proof")
     path = root / "costly.yaml"
     path.write_text(yaml.safe_dump(costly_verify_profile()))
-    data = fixed_k_campaign(path, root / "run", rate_to=27, duration_s=30)
+    data = fixed_k_campaign(path, root / "run", rate_to=36, duration_s=30)
     data["policies"].pop("bands")
     campaign, profile, _ = with_profile(Campaign.model_validate(data), str(path))
     tuned = tune(campaign, profile, seeds=2)

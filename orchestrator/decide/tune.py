@@ -88,7 +88,8 @@ class Space:
         n = len(ks)
         for i in range(n):  # one edge's k set to any other: +/- 1 alone stopped where k +/- 1 was worse and
             for k in range(self.max_k + 1):  # k +/- 2 better (batch 3 of the test ramp: 4 -> 3 worse, 4 -> 2 best)
-                out.add((*ks[:i], k, *ks[i + 1 :]))
+                if k != ks[i]:
+                    out.add((*ks[:i], k, *ks[i + 1 :]))
         for lo, hi in _runs(ks):  # a whole segment's k
             for step in (-1, 1):
                 k = ks[lo] + step
