@@ -3,12 +3,11 @@ best, searched in virtual time, so the batch sizes a schedule is judged at are t
 
 The space: one k in 0..max_k per segment between candidate edges (oracle.DEFAULT_BATCH_SIZES and the batch sizes
 where the dense oracle's best k changes, up to the largest batch the traffic reaches); above that batch, nothing
-the traffic can show, the oracle's k is kept. The search
-starts from the fixed-batch oracle's schedule snapped to the edges, climbs to the neighbour with the smallest
-loss (one edge's k +/- 1, a whole segment's k +/- 1, a boundary moved to the next edge) while it improves,
-then walks to neighbours that tie and win the tie (scoring.winner: closer to the oracle, then smaller k). Every
-candidate is simulated on every unit of the traffic; on a space small enough `exhaustive` evaluates all of it for
-the same rule.
+the traffic can show, the oracle's k is kept. The search starts from the fixed-batch oracle's schedule snapped
+to the edges, climbs to the neighbour with the smallest loss (one edge's k set to any other in 0..max_k, a whole
+segment's k +/- 1, a boundary moved to the next edge) while it improves, then walks to neighbours that tie and
+win the tie (scoring.winner: closer to the oracle, then smaller k). Every candidate is simulated on every unit of
+the traffic; on a space small enough `exhaustive` evaluates all of it for the same rule.
 """
 
 from __future__ import annotations
@@ -87,10 +86,9 @@ class Space:
     def neighbours(self, ks: KTable) -> list[KTable]:
         out: set[KTable] = set()
         n = len(ks)
-        for i in range(n):
-            for step in (-1, 1):
-                k = ks[i] + step
-                if 0 <= k <= self.max_k:
+        for i in range(n):  # one edge's k set to any other: +/- 1 alone stopped where k +/- 1 was worse and
+            for k in range(self.max_k + 1):  # k +/- 2 better (batch 3 of the test ramp: 4 -> 3 worse, 4 -> 2 best)
+                if k != ks[i]:
                     out.add((*ks[:i], k, *ks[i + 1 :]))
         for lo, hi in _runs(ks):  # a whole segment's k
             for step in (-1, 1):
