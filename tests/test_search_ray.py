@@ -27,13 +27,20 @@ def ray_address() -> Iterator[str]:
         yield str(info["gcs_address"])
 
 
-def test_a_real_time_search_on_ray_brackets_the_crossover_in_a_run_directory(ray_address: str, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def serve_port() -> int:
+    return free_port()  # one for the module: Serve's proxy stays up between the searches on the same Ray
+
+
+def test_a_real_time_search_on_ray_brackets_the_crossover_in_a_run_directory(
+    ray_address: str, serve_port: int, tmp_path: Path
+) -> None:
     profile = tmp_path / "costly.yaml"
     profile.write_text(yaml.safe_dump(costly_verify_profile()))
     data = crossover_campaign(profile, tmp_path / "unused", rates=[4, 14], duration_s=10)
     data["name"] = "search-ray"
     data["engine"]["time_scale"] = 4.0
-    data["serve"] = {"host": "127.0.0.1", "port": free_port()}
+    data["serve"] = {"host": "127.0.0.1", "port": serve_port}
     data["load"] = {"workers": 1, "drain_s": 10}
     data["warmup"] = {"requests": 2}
     campaign = Campaign.model_validate(data)
@@ -62,7 +69,7 @@ def test_a_real_time_search_on_ray_brackets_the_crossover_in_a_run_directory(ray
 
 
 def test_a_unit_whose_engine_lagged_is_not_counted_and_the_search_says_the_host_could_not_keep_pace(
-    ray_address: str, tmp_path: Path
+    ray_address: str, serve_port: int, tmp_path: Path
 ) -> None:
     # Any lag at all exceeds this bound (a sleep always overshoots a little), so every unit counts as lagged: the
     # search must keep them in the run directory, take no verdict from them and stop saying why.
@@ -71,7 +78,7 @@ def test_a_unit_whose_engine_lagged_is_not_counted_and_the_search_says_the_host_
     data = crossover_campaign(profile, tmp_path / "unused", rates=[4, 14], duration_s=10)
     data["name"] = "search-lag"
     data["engine"]["time_scale"] = 4.0
-    data["serve"] = {"host": "127.0.0.1", "port": free_port()}
+    data["serve"] = {"host": "127.0.0.1", "port": serve_port}
     data["load"] = {"workers": 1, "drain_s": 10, "engine_lag_bound": 1e-9}
     data["warmup"] = {"requests": 2}
     campaign = Campaign.model_validate(data)
