@@ -8,7 +8,8 @@ two rates. Printed per seed: both crossovers, their difference against the grid'
 the claim is "within 10% of the grid's crossover with at most 40% of its requests". `make bench-search`.
 
 `--real-time`: the same comparison through `specdrill run`'s runner on a local Ray (Serve deployments, Locust
-workers, traces), the simulated engines slowed by `--time-scale` (default 2) so that the crossover, ~27 req/s of
+workers, traces), the simulated engines slowed by `--time-scale` (default 2; without --real-time it slows the
+virtual-time engines the same way, default 1) so that the crossover, ~27 req/s of
 engine time, lies at ~13 req/s of wall time, which this 2-core host can send; rates are divided by the scale.
 """
 
@@ -41,8 +42,8 @@ def one_seed(
     low, high = LOW / time_scale, HIGH / time_scale
     data = crossover_campaign(profile, root / "unused", rates=[low, high], duration_s=10)
     data["seed"] = seed
+    data["engine"]["time_scale"] = time_scale  # virtual time too: the slowed engine's own answer, for comparison
     if mode == "real":
-        data["engine"]["time_scale"] = time_scale
         data["serve"] = {"host": "127.0.0.1", "port": free_port()}
         data["load"] = {"workers": 1, "drain_s": 20}
         data["warmup"] = {"requests": 2}
@@ -91,7 +92,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="traffic seeds 0..N-1")
     parser.add_argument("--unit-requests", type=int, default=150, help="requests per arm in one unit")
     parser.add_argument("--real-time", action="store_true", help="on a local Ray in wall time (default: virtual)")
-    parser.add_argument("--time-scale", type=float, default=2.0, help="--real-time: the engines' slow-down")
+    parser.add_argument("--time-scale", type=float, default=None,
+                        help="the engines' slow-down; rates divided by it (default 2 with --real-time, else 1)")
     args = parser.parse_args()
     configure_logging("WARNING")  # the units' progress lines would bury the search path
     print(f"bench_search on {platform.node()} ({platform.processor() or platform.machine()}), "
@@ -105,10 +107,11 @@ def main() -> None:
             with local_ray(num_cpus=8) as info:
                 for seed in range(args.seeds):
                     results.append(one_seed(root, profile, seed, args.unit_requests, mode="real",
-                                            time_scale=args.time_scale, address=str(info["gcs_address"])))  # fmt: skip
+                                            time_scale=args.time_scale or 2.0,
+                                            address=str(info["gcs_address"])))  # fmt: skip
         else:
             for seed in range(args.seeds):
-                results.append(one_seed(root, profile, seed, args.unit_requests))
+                results.append(one_seed(root, profile, seed, args.unit_requests, time_scale=args.time_scale or 1.0))
     close = sum(c for c, _ in results)
     cheap = sum(c for _, c in results)
     print(
