@@ -276,13 +276,13 @@ def run_search(
     else:
         runner = real_units(grown, arms, store, manifest, address=address)
     began = time.perf_counter()
-    discarded = 0  # requests of units not counted (their engine lagged)
-    lagged_rates: list[float] = []
     with runner as run_units:
         store.write_json(MANIFEST, manifest)
         while True:
-            if len(lagged_rates) > config.max_lagged_units:
-                record.outcome = lagged_outcome(lagged_rates, grown.load.engine_lag_bound)
+            not_counted = [s for s in record.steps if s.discarded]  # their engine lagged
+            discarded = sum(s.point.requests for s in not_counted)
+            if len(not_counted) > config.max_lagged_units:
+                record.outcome = lagged_outcome([s.step.rate for s in not_counted], grown.load.engine_lag_bound)
                 break
             decided = next_step(points, left_after(config, discarded), arm=chosen.name, against=base.name)
             if isinstance(decided, Outcome):
@@ -300,29 +300,24 @@ def run_search(
                 record_unit(store, manifest, result)
             sent = sum(r.scheduled for r in results)
             lagged = engine_lagged(results)
+            why: str | None = None
             if lagged:  # the host's latencies, not the arms': kept in the run directory, not counted
-                discarded += sent
-                lagged_rates.append(rate)
-                alone = point_of(rate, measure(output, chosen.name, [name], campaign.seed), units=1, requests=sent)
                 why = f"engine lagged in {'; '.join(lagged)}"
-                line = discarded_line(len(record.steps) + 1, alone, step, why)
-                record.steps.append(StepRecord(step=step, shape=name, point=alone, discarded=why))
-                record.requests = spent(points) + discarded
-                record.lines.append(line)
-                echo(line)
-                store.write_json(SEARCH_FILE, record.model_dump(mode="json"))
-                continue
-            by_rate.setdefault(rate, []).append(name)
-            previous = next((p for p in points if p.rate == rate), None)
-            point = point_of(
-                rate,
-                measure(output, chosen.name, by_rate[rate], campaign.seed),
-                units=len(by_rate[rate]),
-                requests=sent + (previous.requests if previous else 0),
-            )
-            points = [point if p.rate == rate else p for p in points] if previous else [*points, point]
-            line = path_line(len(record.steps) + 1, point, step)
-            record.steps.append(StepRecord(step=step, shape=name, point=point))
+                shown = point_of(rate, measure(output, chosen.name, [name], campaign.seed), units=1, requests=sent)
+                discarded += sent
+                line = discarded_line(len(record.steps) + 1, shown, step, why)
+            else:
+                by_rate.setdefault(rate, []).append(name)
+                previous = next((p for p in points if p.rate == rate), None)
+                shown = point_of(
+                    rate,
+                    measure(output, chosen.name, by_rate[rate], campaign.seed),
+                    units=len(by_rate[rate]),
+                    requests=sent + (previous.requests if previous else 0),
+                )
+                points = [shown if p.rate == rate else p for p in points] if previous else [*points, shown]
+                line = path_line(len(record.steps) + 1, shown, step)
+            record.steps.append(StepRecord(step=step, shape=name, point=shown, discarded=why))
             record.points, record.requests = points, spent(points) + discarded
             record.lines.append(line)
             echo(line)

@@ -32,18 +32,23 @@ def serve_port() -> int:
     return free_port()  # one for the module: Serve's proxy stays up between the searches on the same Ray
 
 
-def test_a_real_time_search_on_ray_brackets_the_crossover_in_a_run_directory(
-    ray_address: str, serve_port: int, tmp_path: Path
-) -> None:
+def _campaign(tmp_path: Path, serve_port: int, name: str, **load: float) -> Campaign:
+    """The costly-verify crossover campaign slowed 4x, on the module's Serve port."""
     profile = tmp_path / "costly.yaml"
     profile.write_text(yaml.safe_dump(costly_verify_profile()))
     data = crossover_campaign(profile, tmp_path / "unused", rates=[4, 14], duration_s=10)
-    data["name"] = "search-ray"
+    data["name"] = name
     data["engine"]["time_scale"] = 4.0
     data["serve"] = {"host": "127.0.0.1", "port": serve_port}
-    data["load"] = {"workers": 1, "drain_s": 10}
+    data["load"] = {"workers": 1, "drain_s": 10, **load}
     data["warmup"] = {"requests": 2}
-    campaign = Campaign.model_validate(data)
+    return Campaign.model_validate(data)
+
+
+def test_a_real_time_search_on_ray_brackets_the_crossover_in_a_run_directory(
+    ray_address: str, serve_port: int, tmp_path: Path
+) -> None:
+    campaign = _campaign(tmp_path, serve_port, "search-ray")
     config = SearchConfig(low=4, high=14, min_rate=2, max_rate=28, unit_requests=40, tolerance=0.5,
                           max_units_per_rate=1, budget_requests=500)  # fmt: skip
     out = tmp_path / "run"
@@ -73,15 +78,7 @@ def test_a_unit_whose_engine_lagged_is_not_counted_and_the_search_says_the_host_
 ) -> None:
     # Any lag at all exceeds this bound (a sleep always overshoots a little), so every unit counts as lagged: the
     # search must keep them in the run directory, take no verdict from them and stop saying why.
-    profile = tmp_path / "costly.yaml"
-    profile.write_text(yaml.safe_dump(costly_verify_profile()))
-    data = crossover_campaign(profile, tmp_path / "unused", rates=[4, 14], duration_s=10)
-    data["name"] = "search-lag"
-    data["engine"]["time_scale"] = 4.0
-    data["serve"] = {"host": "127.0.0.1", "port": serve_port}
-    data["load"] = {"workers": 1, "drain_s": 10, "engine_lag_bound": 1e-9}
-    data["warmup"] = {"requests": 2}
-    campaign = Campaign.model_validate(data)
+    campaign = _campaign(tmp_path, serve_port, "search-lag", engine_lag_bound=1e-9)
     config = SearchConfig(low=4, high=14, min_rate=2, max_rate=28, unit_requests=20, tolerance=0.5,
                           max_units_per_rate=1, max_lagged_units=1)  # fmt: skip
     out = tmp_path / "run"
