@@ -123,6 +123,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter ramps, two seeds")
     parser.add_argument("--skip-eagle", action="store_true", help="only the costly-verify profile")
+    parser.add_argument("--costly-duration", type=float, default=None, help="the costly-verify ramp's length, s")
+    parser.add_argument("--costly-rate", type=float, default=36.0, help="the costly-verify ramp's top rate")
     args = parser.parse_args()
     print(f"bench_tune on {platform.node()} ({platform.processor() or platform.machine()}), "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")  # fmt: skip
@@ -135,7 +137,8 @@ def main() -> None:
         # The ramps run past where the best fixed k stops being best (costly-verify: k = 2 to batch ~20, then 1
         # and 0; EAGLE: k = 3 to batch ~44, then 2, and vLLM's example's k = 1 / 0 above batch 64 / 128 are
         # 5% / 21% slower than k = 2 there), so "better than each somewhere" has traffic to show it on.
-        prove("costly-verify", costly, root, rate_to=36, duration_s=30 if args.quick else 60, seeds=seeds,
+        costly_s = args.costly_duration or (30 if args.quick else 120)
+        prove("costly-verify", costly, root, rate_to=args.costly_rate, duration_s=costly_s, seeds=seeds,
               coarse=(1, 4, 16), max_k=3)  # fmt: skip
         if not args.skip_eagle:
             prove("eagle", SHIPPED_EAGLE, root, rate_to=250, duration_s=20 if args.quick else 30, seeds=seeds,

@@ -596,7 +596,7 @@ def recommend_cmd(run_dirs: tuple[str, ...]) -> None:
               help="after SLO goodput: tpot, ttft or e2e, with a percentile (ttft:p99; default p50)")  # fmt: skip
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(1, 50), help="repeats of the traffic")
 @click.option("--max-k", default=None, type=click.IntRange(1, 16), help="default: the campaign's largest k")
-@click.option("--budget", default=300, show_default=True, type=click.IntRange(2, 100_000),
+@click.option("--budget", default=600, show_default=True, type=click.IntRange(2, 100_000),
               help="candidate schedules to simulate at most")  # fmt: skip
 @click.option("-o", "--output", "out_dir", default=None, help="directory for the files (default runs/<name>-tune)")
 def tune_cmd(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,8 @@ import yaml
 from orchestrator.campaign import Campaign, load_campaign
 from orchestrator.decide.ground_truth import costly_verify_profile, fixed_k_campaign
 from orchestrator.decide.prediction import prediction_check
-from orchestrator.decide.scoring import Objective, robust
-from orchestrator.decide.tune import exhaustive, tune
+from orchestrator.decide.scoring import Cell, Objective, compare, robust
+from orchestrator.decide.tune import Space, coarse_edges, coarse_tables, exhaustive, tune
 from orchestrator.decide.tune_outputs import run_tune
 from orchestrator.report import write_report
 from orchestrator.simulate_campaign import simulate_campaign
@@ -34,6 +35,38 @@ def test_robust_score_is_median_minus_scaled_mad() -> None:
     assert r.score == pytest.approx(1.1 - 1.4826 * 0.1)
     assert r.noisy  # 1.4826 * 0.1 / 1.1 > 0.1
     assert not robust([1.0, 1.01, 1.02], higher_is_better=False).noisy
+
+
+def _cell(latencies: list[float], goodputs: list[float] | None = None) -> Cell:
+    return Cell(goodput=robust(goodputs or [1.0] * len(latencies), True), latency=robust(latencies, False))
+
+
+def test_candidates_are_compared_paired_per_seed() -> None:
+    # costly-verify's quietest band (120 s ramp): 1.3% apart at the median, every seed within 1.4%, but each
+    # candidate's own robust score (median + 1.4826 MAD) 2.2% apart: a tie, not "worse beyond the margin".
+    tuned, coarse = _cell([0.7049, 0.6996, 0.6888]), _cell([0.6969, 0.6908, 0.6898])
+    assert tuned.latency.score > coarse.latency.score * 1.02
+    assert compare(tuned, coarse, 0.02) == 0 and compare(coarse, tuned, 0.02) == 0
+    # Two seeds, each 9% and 2.3% slower: worse on every seed beyond the margin, though median -/+ 1.4826 MAD
+    # of the two ratios would reach past the margin.
+    slow, fast = _cell([1.0454, 0.9312]), _cell([0.9475, 0.9098])
+    assert compare(slow, fast, 0.02) == -1 and compare(fast, slow, 0.02) == 1
+    # Goodput first: more requests within the SLO on every seed wins whatever the latency.
+    assert compare(_cell([1.0, 1.0], [0.9, 0.8]), _cell([0.8, 0.8], [0.7, 0.6]), 0.02) == 1
+    # A seed that holds no request of the band is left out, not counted as a difference.
+    assert compare(_cell([0.7, math.nan, 0.7]), _cell([0.7, 0.5, 0.7]), 0.02) == 0
+
+
+def test_the_coarse_grid_is_every_k_on_a_few_log_spaced_segments() -> None:
+    edges = (1, 2, 3, 4, 5, 8, 12, 15, 16, 20, 24, 32, 40, 44, 48)
+    space = Space(edges=edges, reach=57, top=512, tail=(0,) * (512 - 57), max_k=4, regret=())
+    assert coarse_edges(space) == (1, 4, 15)  # 5 ** 3 = 125 candidates; 57 ** (1/3) = 3.8, 57 ** (2/3) = 14.8
+    tables = coarse_tables(space)
+    assert len(tables) == 125 == len(set(tables))
+    assert (3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1) in tables  # [[1,3,3],[4,14,2],[15,57,1]]
+    two = Space(edges=(1, 8), reach=30, top=512, tail=(0,) * (512 - 30), max_k=2, regret=())
+    assert coarse_edges(two) == (1,)  # fewer segments than the space has: uniform tables
+    assert coarse_tables(two) == [(0, 0), (1, 1), (2, 2)]
 
 
 def test_local_search_equals_exhaustive_on_a_small_grid(costly: tuple[Path, Campaign]) -> None:
