@@ -9,11 +9,11 @@ does not win; a cell whose relative MAD exceeds 0.1 is noisy and rejected.
 
 Comparing two candidates in a band: goodput first; only where it ties within the margin, the latency; paired per
 seed (the same requests), a difference counting only when the per-seed ratio's robust range lies beyond the
-analysis' margin. The winner of a set: the candidate with the
-smallest total loss, then, among every candidate not worse than it beyond the margin in any band, the one the
-fixed-batch oracle prefers (the least speedup given up against its best k at the batch sizes the traffic reached,
-k within the oracle's own tolerance of its best counting as none), then the one with the smallest k (ties go to
-the smaller k). The oracle first: a batch size the traffic runs rarely moves no band beyond the margin whatever
+analysis' margin. The winner of a set: the candidate with the smallest total loss, then, among every candidate
+not worse than it beyond the margin in any band nor slower in total (paired) by one band's margin (log 1.02),
+the one the fixed-batch oracle prefers (the least speedup given up against its best k at the batch sizes the
+traffic reached, k within the oracle's own tolerance of its best counting as none), then the one with the
+smallest k. The oracle first: a batch size the traffic runs rarely moves no band beyond the margin whatever
 its k, so the smaller-k rule alone set k = 0 at batch 24-26 (the top of a ramp) where the oracle's best is 1.
 """
 
@@ -201,12 +201,31 @@ def score(key: str, k_mass: int, prior: float, band_cells: list[Cell], scored: S
     return Scored(key=key, k_mass=k_mass, prior=prior, cells=band_cells, loss=value, rejected=rejected)
 
 
+def paired_excess(a: Scored, b: Scored, scored: Sequence[int]) -> float:
+    """How much slower a is than b over the scored bands: the sum of log(median over seeds of a's latency over
+    b's on the same requests); gains in one band offset losses in another."""
+    total = 0.0
+    for band in scored:
+        ratios = [x / y for x, y in zip(a.cells[band].latency.per_seed, b.cells[band].latency.per_seed, strict=True)
+                  if math.isfinite(x) and math.isfinite(y) and x > 0 and y > 0]  # fmt: skip
+        if ratios:
+            total += math.log(float(np.median(ratios)))
+    return total
+
+
 def winner(candidates: Sequence[Scored], scored: Sequence[int], margin: float) -> Scored:
-    """Among the candidates not worse than the best-loss one beyond the margin in any band: the one closest to
-    the oracle, then the one with the smallest k."""
+    """Among the candidates tied with the best-loss one (not worse beyond the margin in any band, and in total,
+    paired, slower by less than one band's margin): the one closest to the oracle, then the one with the smallest k.
+    The total: a seed where the best-loss candidate ran slow makes a per-band tie of a schedule 5-10% slower on
+    the other two (costly-verify's saturated top band, 42 req/s ramp), which the oracle's k then won."""
     usable = [c for c in candidates if not c.rejected]
     if not usable:
         raise ValueError("every candidate was rejected as noisy in some band: run more seeds or longer shapes")
     best = min(usable, key=lambda c: (c.loss, c.k_mass, c.key))
-    tied = [c for c in usable if all(compare(c.cells[b], best.cells[b], margin) >= 0 for b in scored)]
+    slack = math.log(1 + margin)
+    tied = [
+        c for c in usable
+        if all(compare(c.cells[b], best.cells[b], margin) >= 0 for b in scored)
+        and paired_excess(c, best, scored) <= slack
+    ]  # fmt: skip
     return min(tied, key=lambda c: (*c.tie, c.loss, c.key))
