@@ -99,6 +99,9 @@ def ray_head(
             code, out, err = started.returncode, started.stdout, started.stderr
         except subprocess.TimeoutExpired as exc:
             code, out, err = None, str(exc.stdout or ""), str(exc.stderr or "")
+        # stop() finds the Ray client server, which `ray start` leaves outside the GCS's and raylet's process trees,
+        # by the GCS port recorded here (as infra/ray-up.sh records it): without it a server outlived its test.
+        Path(temp_dir, "ports.env").write_text(f"RAY_PORT={ports.gcs}\n")
         if code == 0:
             break
         stop(temp_dir)  # whatever it had started
