@@ -144,13 +144,17 @@ def compare(a: Cell, b: Cell, margin: float) -> int:
     return 0
 
 
+def _seed_pairs(a: Sequence[float], b: Sequence[float]) -> list[tuple[float, float]]:
+    """The two candidates' values seed by seed, where both are finite (a seed without requests in the band has
+    none)."""
+    return [(x, y) for x, y in zip(a, b, strict=True) if math.isfinite(x) and math.isfinite(y)]
+
+
 def _paired(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool) -> tuple[float, float] | None:
     """a's advantage over b per seed (> 1: a better), as its robust range over seeds: median -/+ 1.4826 MAD,
     inside the lowest and highest seed; None without a seed where both are finite. Two zero shares are equal."""
     ratios = []
-    for x, y in zip(a, b, strict=True):
-        if not (math.isfinite(x) and math.isfinite(y)):
-            continue
+    for x, y in _seed_pairs(a, b):
         mine, theirs = (x, y) if higher_is_better else (y, x)
         if theirs == 0:
             ratios.append(1.0 if mine == 0 else math.inf)
@@ -194,6 +198,11 @@ class Scored(BaseModel):
     def tie(self) -> tuple[float, int]:
         return (self.prior, self.k_mass)
 
+    @property
+    def by_loss(self) -> tuple[float, int, str]:
+        """The order of the search's climbs and of the best-loss candidate: loss, then smaller k, then the key."""
+        return (self.loss, self.k_mass, self.key)
+
 
 def score(key: str, k_mass: int, prior: float, band_cells: list[Cell], scored: Sequence[int]) -> Scored:
     rejected = any(band_cells[b].noisy for b in scored) or not math.isfinite(loss(band_cells, scored))
@@ -206,8 +215,8 @@ def paired_excess(a: Scored, b: Scored, scored: Sequence[int]) -> float:
     b's on the same requests); gains in one band offset losses in another."""
     total = 0.0
     for band in scored:
-        ratios = [x / y for x, y in zip(a.cells[band].latency.per_seed, b.cells[band].latency.per_seed, strict=True)
-                  if math.isfinite(x) and math.isfinite(y) and x > 0 and y > 0]  # fmt: skip
+        pairs = _seed_pairs(a.cells[band].latency.per_seed, b.cells[band].latency.per_seed)
+        ratios = [x / y for x, y in pairs if x > 0 and y > 0]
         if ratios:
             total += math.log(float(np.median(ratios)))
     return total
@@ -221,7 +230,7 @@ def winner(candidates: Sequence[Scored], scored: Sequence[int], margin: float) -
     usable = [c for c in candidates if not c.rejected]
     if not usable:
         raise ValueError("every candidate was rejected as noisy in some band: run more seeds or longer shapes")
-    best = min(usable, key=lambda c: (c.loss, c.k_mass, c.key))
+    best = min(usable, key=lambda c: c.by_loss)
     slack = math.log(1 + margin)
     tied = [
         c for c in usable

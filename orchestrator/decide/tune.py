@@ -195,7 +195,7 @@ def climb(ev: Evaluator, start: KTable, budget: int) -> Scored:
         better = [c for c in found if not c.rejected and c.loss < current.loss]
         if not better:
             break
-        current = min(better, key=lambda c: (c.loss, c.k_mass, c.key))
+        current = min(better, key=lambda c: c.by_loss)
     return current
 
 
@@ -212,7 +212,7 @@ def local_search(ev: Evaluator, start: KTable, margin: float, budget: int) -> Sc
         ev.evaluate(key_of(table))
     usable = [c for c in ev.evaluated.values() if not c.rejected and c.key != OFF]
     if usable:
-        climb(ev, _table(min(usable, key=lambda c: (c.loss, c.k_mass, c.key)).key), budget)
+        climb(ev, _table(min(usable, key=lambda c: c.by_loss).key), budget)
     # The tie walk: from the winner so far, the neighbours that would win a tie (closer to the oracle, or as
     # close with smaller k), while one of them becomes the winner.
     pick = ev.pick(margin)
