@@ -16,26 +16,16 @@ from orchestrator.decide.search import SearchConfig
 from orchestrator.report import write_report
 from orchestrator.search_run import SEARCH_FILE, run_search
 from tests.ray_helpers import free_port, local_ray
+from tests.tiny_model import SHORT_FIXED_WORKLOAD, tiny_vllm_engine
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
 def _campaign(model: str, output: Path) -> Campaign:
-    short = {
-        "name": "short", "category": "chat", "prompt_tokens": {"kind": "fixed", "value": 12},
-        "output_tokens": {"kind": "fixed", "value": 16}, "max_tokens": 16, "ignore_eos": True,
-    }  # fmt: skip
     return Campaign.model_validate(
         {
             "name": "searchvllm",
-            "engine": {
-                "kind": "vllm", "model": model, "served_model_name": "tiny", "dtype": "float32",
-                "enforce_eager": True, "max_model_len": 256, "max_num_seqs": 8,
-                "env": {
-                    "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1",
-                    "HF_HUB_OFFLINE": "1",
-                },
-            },
+            "engine": tiny_vllm_engine(model),
             "policies": {
                 "off": "off",
                 "ngram3": {"kind": "fixed", "method": "ngram", "k": 3, "prompt_lookup_max": 3},
@@ -43,7 +33,7 @@ def _campaign(model: str, output: Path) -> Campaign:
             "topologies": {"single": "single"},
             "arms": [{"policy": "off", "topology": "single"}, {"policy": "ngram3", "topology": "single"}],
             "shapes": {"steady": {"kind": "quiet", "rate": 1, "duration_s": 10}},
-            "mix": {"entries": [{"workload": short, "weight": 1}]},
+            "mix": {"entries": [{"workload": SHORT_FIXED_WORKLOAD, "weight": 1}]},
             "load": {"workers": 1, "drain_s": 60},
             "warmup": {"requests": 1},
             "resources": {"gpus_per_engine": 0},

