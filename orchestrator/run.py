@@ -23,6 +23,7 @@ from loadshapes.tokens import TokenizerUnavailable, tokenizer_json
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.deploy import connect, deploy, preflight, proxy_routes, teardown_arms
 from orchestrator.endpoint_metrics import MetricsSampler, write_samples
+from orchestrator.interrupts import raise_pending
 from orchestrator.load_workers import LoadWorkers
 from orchestrator.logs import get_logger
 from orchestrator.rundir import (
@@ -258,6 +259,7 @@ def run_unit(
                     engine_lag_p99_s=result.engine_lag_p99_s, bound=result.engine_lag_bound)  # fmt: skip
     # Merged before the marker: until the marker exists a crash leaves a partial unit, redone whole.
     result = result.model_copy(update={"trace_file": merge_parts(store, unit)})
+    raise_pending()  # a signal that came during the unit leaves it incomplete, even one Python swallowed
     store.write_json(store.unit_marker(unit), result.model_dump(mode="json"))
     return result
 

@@ -32,6 +32,7 @@ from loadshapes.shapes import ShapeBase
 from loadshapes.sse import StreamResult, telemetry_columns
 from loadshapes.trace import FILE_SCHEMA, PartWriter, writer_id
 from orchestrator.campaign import Campaign, CampaignError
+from orchestrator.interrupts import raise_pending
 from orchestrator.load_workers import WorkerSummary
 from orchestrator.logs import get_logger
 from orchestrator.rundir import (
@@ -759,6 +760,7 @@ def simulate_unit(
         scheduled=len(outcome.sent), rows=writer.rows_written, saturated=False, lateness_p99_s=0.0,
         workers=summaries, timeline_steps=steps, tpot_p50_s=unit_tpot_p50(store, unit),
     )  # fmt: skip
+    raise_pending()  # a signal that came during the unit leaves it incomplete, even one Python swallowed
     store.write_json(store.unit_marker(unit), result.model_dump(mode="json"))
     log.info(
         "unit.simulated", unit=unit.key, rows=result.rows, steps=steps, simulate_s=round(simulated - began, 3),

@@ -174,3 +174,43 @@ def test_a_signal_in_the_block_is_announced_raised_and_the_old_handler_is_back()
         time.sleep(WAIT_S)  # the handler runs at the next bytecode: this sleep is cut short
     assert caught.value.exit_code == 143 and caught.value.name == "SIGTERM" and seen == [caught.value]
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+class _SignalsItsOwnFinalizer:
+    """The CI case: the signal's handler runs inside a finalizer, where Python swallows what it raises."""
+
+    def __del__(self) -> None:
+        import os
+
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # bytecodes after the kill, inside the finalizer: the handler runs among them
+            pass
+
+
+def test_a_signal_swallowed_in_a_finalizer_still_stops_the_block_before_the_unit_is_marked() -> None:
+    import gc
+
+    from orchestrator.interrupts import Stopped, raise_pending, stop_on_signals
+
+    unraisable_before = sys.unraisablehook
+    seen: list[Stopped] = []
+    marked = []
+    with pytest.raises(Stopped) as caught, stop_on_signals(seen.append):
+        doomed = _SignalsItsOwnFinalizer()
+        del doomed
+        gc.collect()
+        survived = True  # the finalizer's stop did not leave it: the block goes on to the unit's end
+        raise_pending()  # where a runner writes the unit's marker
+        marked.append("unit")
+    assert survived and not marked
+    assert caught.value.exit_code == 143 and seen == [caught.value]  # announced once
+    assert sys.unraisablehook is unraisable_before
+    raise_pending()  # the block is over: nothing pending outside it
+
+
+def test_a_stop_swallowed_after_the_last_check_is_raised_at_the_block_end() -> None:
+    from orchestrator.interrupts import Stopped, stop_on_signals
+
+    with pytest.raises(Stopped), stop_on_signals():
+        doomed = _SignalsItsOwnFinalizer()
+        del doomed
