@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from loadshapes.plan import WorkerPlan
+from orchestrator.interrupts import raise_pending
 from orchestrator.logs import get_logger
 from timebase.clock import now_ns
 
@@ -376,6 +377,8 @@ class LoadWorkers:
         summaries: list[WorkerSummary] = []
         for plan, count, ref in zip(plans, scheduled, pending, strict=True):
             try:
+                while not ray.wait([ref], timeout=1.0)[0]:
+                    raise_pending()  # a stop Python swallowed (orchestrator.interrupts) ends the wait within 1 s
                 summaries.append(WorkerSummary.model_validate(ray.get(ref)))
             except RayActorError as exc:
                 log.error("load worker lost", worker=plan.worker, arm=plan.arm, shape=plan.shape_name,
