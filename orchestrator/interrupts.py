@@ -7,8 +7,8 @@ rerun redoes it from scratch.
 Python runs a signal handler between two bytecodes of the main thread, wherever it is; when that is inside a
 finalizer (a `__del__`, a weakref callback, run by the garbage collector) the exception cannot leave it: Python
 prints "Exception ignored in ..." and goes on. So the handler also keeps the signal, and `raise_pending` raises it
-again at the points that must not pass a stop: before a unit's marker is written and at the end of the block (seen
-in CI: a SIGTERM landed in a finalizer and the run finished with exit 0).
+again at the points that must not pass a stop: before a unit's marker is written, every second of a real-time
+unit's load, and at the end of the block (seen in CI: a SIGTERM landed in a finalizer, the run finished, exit 0).
 """
 
 from __future__ import annotations
