@@ -1,12 +1,8 @@
-"""Nothing lost over long runs: 100k requests in virtual time, and ten minutes of real time on Ray load workers
-(with a fault burst in the middle). Every scheduled request is exactly one row."""
+"""Nothing lost over long runs: 100k requests in virtual time, and a minute of real time on Ray load workers
+(with a fault burst in the middle; ten minutes in `make bench-soak`). Every scheduled request is exactly one row."""
 
 from __future__ import annotations
 
-import json
-import threading
-import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,14 +11,11 @@ from typing import Any
 import pyarrow.compute as pc
 import pytest
 
-from loadshapes.mixes import MixEntry, RequestMix
 from loadshapes.null_server import NullConfig, NullServer, ServerThread
-from loadshapes.plan import Target, WorkerPlan
-from loadshapes.shapes import Day
 from loadshapes.trace import read_traces
 from orchestrator.campaign import Campaign
 from orchestrator.simulate_campaign import simulate_campaign
-from tests.ray_helpers import local_ray
+from tests.soak import soak
 
 
 def test_a_100k_request_virtual_run_has_one_row_per_request(tmp_path: Path) -> None:
@@ -55,51 +48,16 @@ def server() -> Iterator[ServerThread]:
     thread.stop()
 
 
-def _set_fault(server: ServerThread, fault: str) -> None:
-    request = urllib.request.Request(
-        server.url + "/null/config", data=json.dumps({"fault": fault}).encode(),
-        headers={"Content-Type": "application/json"},
-    )  # fmt: skip
-    urllib.request.urlopen(request, timeout=5).read()
-
-
-def test_ten_minutes_of_real_time_load_on_ray_lose_no_row(server: ServerThread, tmp_path: Path) -> None:
-    from orchestrator.load_workers import run_load
-
-    duration_s = 600.0
-    shape = Day(min_rate=5, max_rate=30, duration_s=duration_s)
-    plans = [
-        WorkerPlan(
-            campaign="long", run="r1", arm="null", shape_name="day", shape=shape, seed=11, worker=w, workers=2,
-            mix=RequestMix(entries=[MixEntry(workload="chat", weight=1)]),
-            target=Target(base_url=server.url, model="null-model"), trace_root=str(tmp_path / "traces"),
-            flush_rows=500, flush_s=5.0, drain_s=30, request_timeout_s=30, lateness_bound_s=0.05,
-        )
-        for w in range(2)
-    ]  # fmt: skip
+def test_a_minute_of_real_time_load_on_ray_loses_no_row(server: ServerThread, tmp_path: Path) -> None:
+    # The ten-minute version, with its memory and lateness drift, is `make bench-soak` (docs/performance.md).
+    shape, summaries, table = soak(server, tmp_path, duration_s=60.0, burst_s=5.0)
     expected = shape.expected_requests
-
-    def fault_burst() -> None:  # 10 s of HTTP 500s, then 10 s of broken streams, half-way through
-        time.sleep(duration_s / 2)
-        _set_fault(server, "http_500")
-        time.sleep(10)
-        _set_fault(server, "truncated")
-        time.sleep(10)
-        _set_fault(server, "none")
-
-    with local_ray(num_cpus=4):
-        burst = threading.Thread(target=fault_burst, daemon=True)
-        burst.start()
-        summaries = run_load(plans, cpus_per_worker=0.5, workdir=str(tmp_path / "w"))
-        burst.join(60)
-
     assert not any(s.lost for s in summaries)
     scheduled = sum(s.scheduled for s in summaries)
     assert abs(scheduled - expected) < 5 * expected**0.5  # a Poisson count around the shape's integral
     assert sum(s.rows_written for s in summaries) == scheduled
-    table = read_traces(str(tmp_path / "traces"), columns=["request_id", "status", "error_class", "worker"])
     assert table.num_rows == scheduled == len(server.server.received_ids)
     assert pc.count_distinct(table["request_id"]).as_py() == scheduled
     classes: Counter[Any] = Counter(table.column("error_class").to_pylist())
-    assert classes["http_500"] > 50 and classes["truncated_stream"] > 50  # the burst, as classified rows
-    assert classes[None] > 0.9 * scheduled  # and everything else answered
+    assert classes["http_500"] > 25 and classes["truncated_stream"] > 25  # the burst, as classified rows
+    assert classes[None] > 0.7 * scheduled  # and everything else answered
