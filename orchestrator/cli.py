@@ -15,12 +15,14 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from loadshapes import limits as run_limits
 from loadshapes.badfile import BadFileError, make_directory, write_failed
 from loadshapes.mixes import BUILTIN_WORKLOADS, builtin_workload
 from loadshapes.slo import SloConfig
 from orchestrator.campaign import Campaign, CampaignError, load_campaign
 from orchestrator.logs import configure_logging
 from orchestrator.progress import CampaignProgress, resume_command
+from orchestrator.run_lock import force_foreign_locks
 from orchestrator.rundir import RunStore, Unit, UnitResult
 from orchestrator.simulate import FixedBatchPoint, SweepPoint, fixed_batch, sweep
 from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topology, split_policy_list
@@ -31,6 +33,28 @@ EXIT_USAGE = 2
 
 def _fail(message: str) -> None:
     raise click.UsageError(message)
+
+
+def _set_limits(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
+    try:
+        run_limits.set_limits(run_limits.parse_limits(value))
+    except run_limits.LimitSyntaxError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+# The plan-size limits of the command (docs/campaign-reference.md, "Limits"): set before the campaign is read,
+# since reading a replay file already counts against two of them.
+_limit_option = click.option(
+    "--limit", "limits", multiple=True, metavar="NAME=VALUE", callback=_set_limits, expose_value=False,
+    is_eager=True, help="raise (or lower) a plan-size limit, e.g. --limit requests=2e7 --limit memory_gib=16",
+)  # fmt: skip
+
+
+# The run directory's writer lock (orchestrator/run_lock.py): one held on another host is refused unless forced.
+_force_lock_option = click.option(
+    "--force-lock", is_flag=True, expose_value=False, callback=lambda _c, _p, force: force_foreign_locks(force),
+    help="take over the run directory's writer lock when another host holds it (check that run is gone first)",
+)  # fmt: skip
 
 
 def _int_list(text: str, what: str) -> list[int]:
@@ -128,6 +152,8 @@ def simulate() -> None:
 @click.argument("campaign_file", type=click.Path(dir_okay=False))
 @click.option("--output", default=None, help="run directory or URI (overrides the campaign's output)")
 @click.option("--no-report", is_flag=True, help="traces only; `specdrill report RUN_DIR` later")
+@_limit_option
+@_force_lock_option
 def simulate_campaign_cmd(campaign_file: str, output: str | None, no_report: bool) -> None:
     """A campaign in virtual time on the simulated engine: no Ray, no HTTP, the same run directory. One line per
     unit started and finished; rerun it to resume (complete units are skipped)."""
@@ -420,6 +446,8 @@ def teardown_cmd(campaign_file: str | None, address: str | None) -> None:
 @click.option("--serve-port", type=click.IntRange(1, 65535), default=None,
               help="Ray Serve's HTTP port (overrides the campaign's serve.port)")  # fmt: skip
 @click.option("--no-report", is_flag=True, help="collect traces only; `specdrill report RUN_DIR` later")
+@_limit_option
+@_force_lock_option
 def run_cmd(
     campaign_file: str, address: str | None, output: str | None, serve_port: int | None, no_report: bool
 ) -> None:
@@ -435,7 +463,7 @@ def run_cmd(
     if serve_port is not None:
         campaign = campaign.model_copy(update={"serve": campaign.serve.model_copy(update={"port": serve_port})})
     try:
-        campaign.require_traffic()
+        campaign.require_traffic(real_time=True)
     except CampaignError as exc:
         _fail(str(exc))
     notice = prompt_length_notice(campaign.engine)
@@ -599,6 +627,7 @@ def recommend_cmd(run_dirs: tuple[str, ...]) -> None:
 @click.option("--budget", default=600, show_default=True, type=click.IntRange(2, 100_000),
               help="candidate schedules to simulate at most")  # fmt: skip
 @click.option("-o", "--output", "out_dir", default=None, help="directory for the files (default runs/<name>-tune)")
+@_limit_option
 def tune_cmd(
     campaign_file: str, profile_name: str | None, objective_text: str, seeds: int, max_k: int | None, budget: int,
     out_dir: str | None,
@@ -617,6 +646,8 @@ def tune_cmd(
         require_simulated(campaign)
         if profile_name is not None:
             _profile(profile_name)
+        # Tune holds every seed's traffic at once
+        campaign.model_copy(update={"repeats": seeds}).require_traffic(all_units_at_once=True)
         directory = Path(out_dir or f"runs/{campaign.name}-tune")
         _output_directory(str(directory), "tune output directory")  # before the search, not after it
         outputs = run_tune(
@@ -650,6 +681,8 @@ def tune_cmd(
               help="widening stops here (default: the high rate x 4)")  # fmt: skip
 @click.option("--real-time", is_flag=True, help="run the units on Ray (`specdrill run`'s runner), not in virtual time")
 @click.option("--address", default=None, help="--real-time: Ray cluster address (default: RAY_ADDRESS or local)")
+@_limit_option
+@_force_lock_option
 def search_cmd(
     campaign_file: str,
     arm: str,
@@ -688,6 +721,8 @@ def search_cmd(
             tolerance=tolerance,
             budget_requests=budget_requests,
         )
+        campaign.require_search_size(unit_requests=unit_requests, rate=config.max_rate,
+                                     budget_requests=budget_requests, real_time=real_time)  # fmt: skip
         slug = "".join(c if c.isalnum() or c == "-" else "-" for c in arm.lower())
         run_search(
             campaign, arm=arm, against=against, output=out_dir or f"runs/{campaign.name}-search-{slug}",
@@ -738,17 +773,28 @@ def models_pull_cmd(campaign_file: str, address: str | None, here: bool) -> None
 
 def _campaign(path: str) -> Campaign:
     try:
-        return load_campaign(path)
+        campaign = load_campaign(path)
     except CampaignError as exc:
         _fail(str(exc))
         raise
+    for line in campaign.warnings():
+        click.echo(f"specdrill: warning: {line}", err=True)
+    return campaign
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # a file or a pipe gets each line as it is printed
+    from orchestrator.interrupts import Stopped, stop_on_signals
+
     try:
-        cli.main(args=list(argv) if argv is not None else None, prog_name="specdrill", standalone_mode=False)
+        # Ctrl-C or SIGTERM anywhere (a report's DuckDB query included, which turns it into its own error): one
+        # line and 128 + the signal's number, as a campaign's units say it (they say more: how far they got).
+        with stop_on_signals():
+            cli.main(args=list(argv) if argv is not None else None, prog_name="specdrill", standalone_mode=False)
+    except Stopped as stopped:
+        click.echo(f"specdrill: interrupted ({stopped.name})", err=True)
+        sys.exit(stopped.exit_code)
     except click.UsageError as exc:
         click.echo(f"specdrill: error: {exc.format_message()}", err=True)
         sys.exit(EXIT_USAGE)

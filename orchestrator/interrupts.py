@@ -77,6 +77,12 @@ def stop_on_signals(announce: Callable[[Stopped], None] | None = None) -> Iterat
     try:
         yield
         raise_pending()
+    except Exception:
+        # A library that catches the signal's stop and raises its own error instead (DuckDB: "RuntimeError: Query
+        # interrupted", or a reader's error about the file it was scanning): the stop it was.
+        if _pending:
+            raise _pending[0] from None
+        raise
     finally:
         _pending.clear()
         sys.unraisablehook = previous_hook

@@ -6,6 +6,7 @@ orchestrator/analysis; prints the map, writes the files, and exits non-zero when
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 import time
@@ -46,6 +47,7 @@ from orchestrator.campaign import Campaign, GateConfig
 from orchestrator.decide.prediction import prediction_check
 from orchestrator.endpoint_metrics import read_samples
 from orchestrator.report_html import ReportData, render_report_html
+from orchestrator.run_evidence import check_unit_evidence, seal, seal_problem, traces_digest
 from orchestrator.rundir import MANIFEST, RunStore, UnitResult, read_manifest, units_of
 from serve_apps.arms import EndpointEngineConfig
 from serve_apps.config_io import first_error
@@ -104,18 +106,26 @@ class RunInputs:
     units: list[UnitResult]
     arms: list[ArmInfo]
     not_run: list[str]  # units the campaign plans that are not complete (an interrupted or unfinished run)
+    # Complete units left out of the analysis: their arm's baseline has no complete unit yet (nothing to pair with)
+    waiting: list[str] = dataclasses.field(default_factory=list)
 
 
 def partial_run_line(inputs: RunInputs) -> str | None:
     if not inputs.not_run:
         return None
-    planned = len(inputs.units) + len(inputs.not_run)
+    planned = len(inputs.units) + len(inputs.waiting) + len(inputs.not_run)
     command = "simulate" if inputs.manifest.get("mode") == "virtual" else "run"
     listed = ", ".join(inputs.not_run[:3]) + (f" and {len(inputs.not_run) - 3} more" if len(inputs.not_run) > 3 else "")
+    waiting = f"; {_listed(inputs.waiting)} not analysed yet (no unit of their baseline)" if inputs.waiting else ""
     return (
-        f"partial run: {len(inputs.units)} of {planned} units complete (not run: {listed}); the figures cover only "
-        f"the complete units: resume with specdrill {command} CAMPAIGN --output {inputs.store.root}"
+        f"partial run: {len(inputs.units) + len(inputs.waiting)} of {planned} units complete (not run: {listed})"
+        f"{waiting}; the figures cover only the complete units: resume with specdrill {command} CAMPAIGN --output "
+        f"{inputs.store.root}"
     )
+
+
+def _listed(keys: list[str]) -> str:
+    return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
 
 
 def load_run(run_dir: str) -> RunInputs:
@@ -136,9 +146,25 @@ def load_run(run_dir: str) -> RunInputs:
     not_run = [u.key for u in planned if not store.is_complete(u)]
     for unit in units:
         store.check_unit_files(unit)
+        check_unit_evidence(store, unit, manifest["units"].get(unit.unit.key))
     max_num_seqs = campaign.max_num_seqs()
     # off on the same hardware, else on one engine per engine; none where the campaign asks for absolute figures
     compared = {} if campaign.analysis.absolute_only else baselines(specs)
+    # A partial run: an arm whose baseline has no complete unit yet has nothing to be compared with; its units
+    # wait (the partial-run line names them) rather than be analysed against a baseline that is not there.
+    done = {u.unit.arm for u in units}
+    waiting = [u.unit.key for u in units if compared and compared[u.unit.arm].baseline not in done]
+    units = [u for u in units if u.unit.key not in waiting]
+    if not units:
+        command = "simulate" if manifest.get("mode") == "virtual" else "run"
+        what = (
+            f"{len(waiting)} complete ({_listed(waiting)}) but no unit of their baseline "
+            f"({', '.join(sorted({compared[k.split('/', 1)[0]].baseline for k in waiting}))})"
+            if waiting
+            else "none complete"
+        )
+        raise BadFileError(store.root, f"nothing to report yet: {len(planned)} units planned, {what}; resume with "
+                                       f"specdrill {command} CAMPAIGN --output {store.root}")  # fmt: skip
     arms = [
         ArmInfo.from_policy(
             arm.name,
@@ -151,7 +177,7 @@ def load_run(run_dir: str) -> RunInputs:
         for arm in campaign.arms()
         if arm.name in {u.unit.arm for u in units}
     ]
-    return RunInputs(store, manifest, campaign, units, arms, not_run)
+    return RunInputs(store, manifest, campaign, units, arms, not_run, waiting)
 
 
 def schedule_bands(campaign: Campaign) -> BandSet:
@@ -282,11 +308,13 @@ def pairwise(requests: Requests, maps: list[OperatingMap], arms: list[ArmInfo]) 
 
 
 def summary_for(inputs: RunInputs) -> Summary:
-    """The run's summary.json when `specdrill report` wrote it for the same complete units, else a new one: the
-    commands that only read the aggregates (recommend) do not analyse the trace a second time."""
+    """The run's summary.json when `specdrill report` wrote it for the same complete units and its seal holds
+    (orchestrator.run_evidence: not edited, the same trace files), else a new one from the traces, said in one line
+    on stderr: the commands that only read the aggregates (recommend) do not analyse the trace a second time."""
     if inputs.store.exists(SUMMARY):
         try:
-            written = Summary.model_validate(inputs.store.read_json(SUMMARY))
+            data = inputs.store.read_json(SUMMARY)
+            written: Summary | None = Summary.model_validate(data)
         except ValueError:
             written = None  # an older specdrill's summary, or a damaged one: build a new one
         if (
@@ -294,7 +322,11 @@ def summary_for(inputs: RunInputs) -> Summary:
             and written.run == inputs.manifest["run"]
             and _unit_keys(written.units) == _unit_keys(inputs.units)
         ):
-            return written
+            problem = seal_problem(data, traces_digest(inputs.store, inputs.units))
+            if problem is None:
+                return written
+            print(f"specdrill: {inputs.store.path(SUMMARY)}: not used, {problem}: rebuilt from the traces",
+                  file=sys.stderr, flush=True)  # fmt: skip
     summary, _ = build_summary(inputs)
     return summary
 
@@ -616,6 +648,19 @@ def gates_line(summary: Summary) -> str:
     return "[green]all gates pass[/green]"
 
 
+def html_notes(summary: Summary, inputs: RunInputs) -> list[str]:
+    """report.html's notes: what none of its sections says (the crossovers and findings of the console's headline
+    are in its answer and executed-policy sections, said once)."""
+    faults = len(summary.fault_windows)
+    return [
+        *([summary.partial_run] if summary.partial_run else []),
+        *([ABSOLUTE_ONLY] if inputs.campaign.analysis.absolute_only else []),
+        *engine_confounds(inputs.manifest),
+        *summary.incomplete_units,
+        *([f"requests failed in {faults} fault window(s): see Fault windows"] if faults else []),
+    ]
+
+
 def search_of(store: RunStore) -> Any:
     """The search path of a run `specdrill search` made (its search.json), None for any other run."""
     from orchestrator.decide.search_record import SEARCH_FILE, SearchRecord
@@ -648,7 +693,7 @@ def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
             timeline_series=series,
             unit_starts={u.unit.key: u.start_ns for u in inputs.units},
             shapes=dict(inputs.campaign.shapes),
-            headline=[*summary.incomplete_units, *(w.message for w in summary.fault_windows), *summary.headline],
+            headline=html_notes(summary, inputs),
             saturated_units=summary.saturated_units,
             engine_lagged_units=summary.engine_lagged_units,
             gate_failures=[g.message for g in summary.gates if not g.passed],
@@ -656,13 +701,14 @@ def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
             serve_paths=summary.serve_paths,
             search=search_of(store),
             answer=summary.answer.lines if summary.answer is not None else [],
+            answer_bands=summary.answer.bands if summary.answer is not None else [],
             exempt_arms=summary.exempt_arms,
             exempt_failures=[f"{g.gate}: {g.message}" for g in summary.gates if g.exempt],
             slo=inputs.campaign.slo,
         )
     )
     store.write_text("report.html", html)
-    store.write_json(SUMMARY, summary.model_dump(mode="json"))
+    store.write_json(SUMMARY, seal(summary.model_dump(mode="json"), traces_digest(store, inputs.units)))
     if console is not None:
         print_report(summary, console)
         console.print(f"report: {store.root}/report.html  summary: {store.root}/summary.json")

@@ -32,6 +32,7 @@ from loadshapes.badfile import (
 from loadshapes.plan import Target, WorkerPlan
 from loadshapes.tokens import tokenizer_json
 from loadshapes.trace import FILE_SCHEMA, PART_FILE, filesystem, writer_id
+from orchestrator import run_lock
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.endpoint_metrics import ROOT as ENDPOINT_METRICS
 from orchestrator.load_workers import WorkerSummary
@@ -57,6 +58,14 @@ class Unit(BaseModel):
     @property
     def part_prefix(self) -> str:
         return PART_FILE + writer_id(self.arm, self.shape, self.repeat)
+
+
+class TraceStamp(BaseModel):
+    """A trace file as its unit's marker saw it: what `report` checks the file against (orchestrator.run_evidence)."""
+
+    model_config = ConfigDict(frozen=True)
+    bytes: int
+    rows: int
 
 
 class UnitResult(BaseModel):
@@ -85,6 +94,9 @@ class UnitResult(BaseModel):
     # The unit's rows in one file: its workers' part files (their `files`) merged when the unit completed; None
     # where they stay as written (a single file already, as in virtual time).
     trace_file: str | None = None
+    # Every trace file of the unit (its writer prefix) by name when the unit was recorded: size and rows. None in
+    # markers written before specdrill recorded them (their rows are still checked against the files' footers).
+    trace_stamps: dict[str, TraceStamp] | None = None
 
     @property
     def statuses(self) -> dict[str, int]:
@@ -214,6 +226,17 @@ class RunStore:
         if unknown:
             raise BadFileError(path, f"not a readable Parquet file ({what}): unknown column {unknown[0]!r}")
 
+    def unit_trace_files(self, unit: Unit) -> dict[str, TraceStamp]:
+        """The unit's trace files now (its writer prefix in its partition), by name: size and rows (footer)."""
+        directory = self.trace_directory(unit)
+        return {
+            info.base_name: TraceStamp(
+                bytes=info.size or 0, rows=parquet_metadata(self.fs, info.path, "a trace part file").num_rows
+            )
+            for info in self.fs.get_file_info(FileSelector(directory, allow_not_found=True))
+            if info.base_name.startswith(unit.part_prefix) and info.base_name.endswith(".parquet")
+        }
+
     def unit_marker(self, unit: Unit) -> str:
         return f"units/{unit.arm}/{unit.shape}/r{unit.repeat}.json"
 
@@ -291,8 +314,34 @@ def _version(package: str) -> str | None:
 
 
 def open_run(campaign: Campaign, store: RunStore, *, mode: str = "real") -> dict[str, Any]:
-    """The manifest of the run in this directory, created on first use; a different campaign is refused."""
+    """The manifest of the run in this directory, created on first use; a different campaign is refused. The
+    writer lock is taken first (orchestrator.run_lock: one writer per run directory) and released by finish_run;
+    a directory that holds other files but no manifest is not a run: refused before anything is written."""
     print_ = campaign.model_dump(mode="json", by_alias=True)
+    run_lock.acquire(store.fs, store.base, store.root)
+    try:
+        if not store.exists(MANIFEST):
+            refuse_foreign_directory(store)
+        return _open_run(campaign, store, mode, print_)
+    except BaseException:
+        run_lock.release(store.root)
+        raise
+
+
+def refuse_foreign_directory(store: RunStore) -> None:
+    """A non-empty directory without a manifest is not a specdrill run: writing into it would mix a run's files
+    with someone else's (and `report` would read them). Only the writer lock may be there already."""
+    found = sorted(
+        i.base_name for i in store.fs.get_file_info(FileSelector(store.base)) if i.base_name != run_lock.LOCK
+    )
+    if found:
+        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        run_lock.release(store.root)
+        raise BadFileError(store.root, f"not empty and not a specdrill run directory (no {MANIFEST}; holds {shown}): "
+                                       "give --output a new or empty directory")  # fmt: skip
+
+
+def _open_run(campaign: Campaign, store: RunStore, mode: str, print_: dict[str, Any]) -> dict[str, Any]:
     if store.exists(MANIFEST):
         manifest = read_manifest(store, resuming=True)
         if manifest.get("fingerprint") != fingerprint(campaign):
@@ -355,7 +404,10 @@ def arm_entry(arm: ArmSpec, url: str, telemetry: dict[str, Any]) -> dict[str, An
 
 
 def record_unit(store: RunStore, manifest: dict[str, Any], result: UnitResult) -> None:
-    """The unit's manifest entry, written at once: the manifest says how far an interrupted run got."""
+    """The unit's manifest entry, written at once: the manifest says how far an interrupted run got. The marker is
+    written again first with its trace files' sizes and rows (TraceStamp), what the report checks it against."""
+    stamped = result.model_copy(update={"trace_stamps": store.unit_trace_files(result.unit)})
+    store.write_json(store.unit_marker(result.unit), stamped.model_dump(mode="json"))
     manifest["units"][result.unit.key] = {
         "rows": result.rows,
         "scheduled": result.scheduled,
@@ -368,6 +420,7 @@ def record_unit(store: RunStore, manifest: dict[str, Any], result: UnitResult) -
 def finish_run(store: RunStore, manifest: dict[str, Any]) -> None:
     manifest["finished_ns"] = now_ns()
     store.write_json(MANIFEST, manifest)
+    run_lock.release(store.root)
 
 
 def plans_for(campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: str, traces: str) -> list[WorkerPlan]:
