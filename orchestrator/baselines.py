@@ -9,6 +9,7 @@ says so. A campaign with an arm that has neither cannot be compared and is refus
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -60,9 +61,7 @@ def baselines(arms: Sequence[ArmSpec]) -> dict[str, Baseline]:
             if o.topology.kind == "single" and o.topology.tensor_parallel_size == arm.topology.tensor_parallel_size
         ]  # fmt: skip
         if one:
-            result[arm.name] = Baseline(
-                arm=arm.name, baseline=one[0].name, engines_ratio=float(engines(arm.topology))
-            )
+            result[arm.name] = Baseline(arm=arm.name, baseline=one[0].name, engines_ratio=float(engines(arm.topology)))
             continue
         tp = arm.topology.tensor_parallel_size
         single = "single" if tp == 1 else f"single with tensor_parallel_size {tp}"
@@ -71,3 +70,42 @@ def baselines(arms: Sequence[ArmSpec]) -> dict[str, Baseline]:
             f"same hardware) or on {single} (compared per engine)"
         )
     return result
+
+
+def one_engine(topology_label: str) -> bool:
+    """A topology label (Topology.label) of one engine: `single`, with or without tensor parallelism."""
+    return topology_label.split("-tp")[0] == "single"
+
+
+class ComparedArm(Protocol):
+    """What the rule reads of an arm (orchestrator.analysis.arms.ArmInfo has it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def baseline(self) -> bool: ...
+    @property
+    def compared_with(self) -> str | None: ...
+    @property
+    def engines_ratio(self) -> float: ...
+    @property
+    def topology(self) -> str: ...
+
+
+def primary_baseline(arms: Sequence[ComparedArm]) -> str | None:
+    """The `off` arm whose hardware a per-engine decision (a vLLM schedule, the batch map's k evidence) is made
+    on, chosen by hardware, never by name or order: one engine first (a schedule is per engine, and vLLM drops
+    schedules under data parallelism), then the one most speculative arms are compared with on equal hardware,
+    then the fewest tensor-parallel ranks. None without an `off` arm."""
+    off = [a for a in arms if a.baseline]
+    if not off:
+        return None
+
+    def peers(base: ComparedArm) -> int:
+        return sum(1 for a in arms if not a.baseline and a.compared_with == base.name and a.engines_ratio == 1)
+
+    def tensor_parallel(base: ComparedArm) -> int:
+        _, _, tp = base.topology.partition("-tp")
+        return int(tp) if tp.isdigit() else 1
+
+    return min(off, key=lambda a: (not one_engine(a.topology), -peers(a), tensor_parallel(a), a.name)).name

@@ -155,7 +155,14 @@ def test_goodput_ratio_and_lost_goodput_hurts() -> None:
 
 def test_crossover_skips_bands_without_data() -> None:
     verdicts = [("a", 0, Verdict.INSUFFICIENT_DATA), ("b", 1, Verdict.NO_DIFFERENCE)]
-    assert crossover("x", verdicts).message == "x: does not help even at the lowest load (b: no difference)"
+    # A thin band below is not the arm failing there, nor is the band above "even the lowest load" (issue 33)
+    assert crossover("x", verdicts).message == (
+        "x: does not help at b (no difference), the lowest load with a verdict; the 1 band below has too few "
+        "requests for one"
+    )
+    assert crossover("x", verdicts[1:]).message == "x: does not help even at the lowest load (b: no difference)"
+    per_engine = crossover("x", [("a", 0, Verdict.HELPS)], against="per engine against off, not on equal hardware")
+    assert per_engine.message == "x (per engine against off, not on equal hardware): helps in every band with data"
     assert crossover("x", [("a", 0, Verdict.HELPS)]).band is None
     assert crossover("x", []).message == "x: no band with enough data"
 

@@ -96,7 +96,7 @@ def test_nine_requests_are_insufficient_data_not_advice(nine: Path) -> None:
     n = low["requests"]
     assert 0 < n < 20 and low["status"] == "insufficient" and low["k"] is None
     assert lines[1].startswith(
-        f"1-8: insufficient data: n={n} of the 20 a verdict needs ({20 - n} more: repeats {math.ceil(20 / n)} "
+        f"1-8: insufficient data: n={n} of the 20 a verdict needs ({20 - n} more: repeats {math.ceil(1.25 * 20 / n)} "
         "instead of 1, or ~"
     ) and lines[1].endswith(" s more at this load)")
     assert (
@@ -109,7 +109,7 @@ def test_nine_requests_are_insufficient_data_not_advice(nine: Path) -> None:
     # The follow-up runs the repeats band 1-8 needs, and a fixed arm for every k some band never measured
     assert f"measure what is missing: specdrill simulate {nine}/followup-campaign.yaml" in lines
     followup = _valid(nine / "followup-campaign.yaml")
-    assert followup.repeats == math.ceil(20 / n)
+    assert followup.repeats == math.ceil(1.25 * 20 / n)
     assert {a.name for a in followup.arms()} == {"off-single", "dyn-single", "fixed1-single", "fixed2-single",
                                                   "fixed3-single"}  # fmt: skip
 
@@ -150,7 +150,7 @@ def test_a_ramp_names_each_arm_and_the_bands_without_evidence(ramp: Path) -> Non
     followup = _valid(ramp / "followup-campaign.yaml")
     assert {a.name for a in followup.arms()} == {"off-single", "fixed3-single", "dyn-single", "fixed1-single",
                                                   "fixed2-single"}  # fmt: skip
-    assert followup.repeats == math.ceil(20 / bands["1-4"]["requests"])
+    assert followup.repeats == math.ceil(1.25 * 20 / bands["1-4"]["requests"])
     assert f"then: specdrill recommend {ramp} {ramp}-followup" in result.stdout
 
 

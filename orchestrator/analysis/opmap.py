@@ -23,6 +23,7 @@ from orchestrator.analysis.results import Crossover, MapCell, MapSettings, Opera
 from orchestrator.analysis.slo import met_sql
 from orchestrator.analysis.source import CLOCK_SQL, Requests
 from orchestrator.analysis.speedup import CLOCK, PAIR_COLUMNS, CellBlocks, speedup
+from orchestrator.baselines import primary_baseline
 
 QUANTILES = (0.5, 0.9, 0.99)
 NO_CATEGORY = "(none)"
@@ -245,20 +246,36 @@ def _quantile_aggregates(requests: Requests, out: list[_CellAggregates], band_se
                 out[m].quantiles[(int(found), str(arm))] = list(values)
 
 
-def crossover(arm: str, verdicts: Sequence[tuple[str, int, Verdict]]) -> Crossover:
-    """The lowest band where the verdict stops being 'helps'; bands without enough data are skipped."""
+def crossover(arm: str, verdicts: Sequence[tuple[str, int, Verdict]], *, against: str = "") -> Crossover:
+    """The lowest band where the verdict stops being 'helps'. Only bands with a verdict count (a thin band, whose
+    verdict is insufficient data, is skipped, never read as the arm failing there). `against`: how the arm was
+    compared, said after the arm where it is not the plain same-hardware comparison (e.g. per engine)."""
+    who = f"{arm} ({against})" if against else arm
     judged = [(label, i, v) for label, i, v in verdicts if v is not Verdict.INSUFFICIENT_DATA]
     if not judged:
-        return Crossover(arm=arm, band=None, band_index=None, message=f"{arm}: no band with enough data")
+        return Crossover(arm=arm, band=None, band_index=None, message=f"{who}: no band with enough data")
+    below = sum(1 for _, i, _ in verdicts if i < judged[0][1])  # thin bands under the first with a verdict
     for position, (label, i, v) in enumerate(judged):
         if v is not Verdict.HELPS:
             said = v.value.replace("_", " ")
-            if position == 0:
-                message = f"{arm}: does not help even at the lowest load ({label}: {said})"
+            if position == 0 and below:
+                message = (
+                    f"{who}: does not help at {label} ({said}), the lowest load with a verdict; the {below} "
+                    f"band{'s' if below > 1 else ''} below {'have' if below > 1 else 'has'} too few requests for one"
+                )
+            elif position == 0:
+                message = f"{who}: does not help even at the lowest load ({label}: {said})"
             else:
-                message = f"{arm}: helps up to {judged[position - 1][0]}, stops at {label} ({said})"
+                message = f"{who}: helps up to {judged[position - 1][0]}, stops at {label} ({said})"
             return Crossover(arm=arm, band=label, band_index=i, message=message)
-    return Crossover(arm=arm, band=None, band_index=None, message=f"{arm}: helps in every band with data")
+    return Crossover(arm=arm, band=None, band_index=None, message=f"{who}: helps in every band with data")
+
+
+def _against(arm: ArmInfo, base: ArmInfo | None) -> str:
+    """How an arm's verdicts were reached where that is not on equal hardware: said with every crossover."""
+    if base is None or arm.engines_ratio == 1:
+        return ""
+    return f"per engine against {base.name}, not on equal hardware"
 
 
 def _blocks(found: tuple[np.ndarray, int] | None, columns: int) -> CellBlocks:
@@ -276,6 +293,7 @@ def _one_map(
     settings: MapSettings,
 ) -> OperatingMap:
     ok, met, clock, steps, k_sum, spec_steps, accepted, own_band = range(len(_CELL_SUMS))
+    info = {a.name: a for a in arms}
     cells: list[MapCell] = []
     verdicts: dict[str, list[tuple[str, int, Verdict]]] = {a.name: [] for a in arms if not a.baseline}
     for b, spec_band in enumerate(bands.bands):
@@ -295,7 +313,9 @@ def _one_map(
                     rng=np.random.default_rng([settings.seed, b, arm_position]),
                     engines_ratio=arm.engines_ratio,
                 )
-                verdicts[arm.name].append((spec_band.label, b, cell_speedup.verdict))
+                thin = min(agg.requests.get(key, 0), agg.requests.get((b, base.name), 0) if base else 0)
+                verdict = Verdict.INSUFFICIENT_DATA if thin < settings.min_requests else cell_speedup.verdict
+                verdicts[arm.name].append((spec_band.label, b, verdict))
             t = agg.sums.get(key, np.zeros(len(_CELL_SUMS)))
             n = agg.requests.get(key, 0)
             quantiles = agg.quantiles.get(key) or [None] * 4
@@ -333,11 +353,11 @@ def _one_map(
         measure=bands.measure,
         unit=bands.unit,
         bands=list(bands.bands),
-        baseline=next((a.name for a in arms if a.baseline and a.name in present), ""),
+        baseline=primary_baseline([a for a in arms if a.name in present]) or "",
         baselines={name: base.name for name, base in bases.items() if base is not None and name in present},
         arms=[a.name for a in arms if a.name in present],
         cells=cells,
-        crossovers=[crossover(name, v) for name, v in verdicts.items()],
+        crossovers=[crossover(name, v, against=_against(info[name], bases.get(name))) for name, v in verdicts.items()],
         unbanded={name: agg.unbanded.get(name, 0) for name in sorted(present)},
         settings=settings,
     )

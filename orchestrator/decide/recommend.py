@@ -130,7 +130,7 @@ def _through_off(best: KCandidate, other: KCandidate, margin: float) -> RatioCI:
 
 def decide_band(runs: Sequence[RunEvidence], index: int, max_k: int) -> BandDecision:
     first = runs[0].choices[index]
-    evidence = [r.choices[index] for r in runs]
+    evidence = [r.choices[index] for r in _counted(runs)]
     n = max(e.requests for e in evidence)
     margin, needed = first.margin, first.min_requests
     speculative, off = _pooled(runs, index)
@@ -198,20 +198,28 @@ def _insufficient(
     unmeasured: list[int],
 ) -> BandDecision:  # fmt: skip
     """Too few data here: n, and what would give the band its needed requests by the map's own rule."""
-    choice = max((r.choices[index] for r in runs), key=lambda c: c.requests)
-    run = next(r for r in runs if r.choices[index] is choice)
+    counted = _counted(runs)
+    choice = max((r.choices[index] for r in counted), key=lambda c: c.requests)
+    run = next(r for r in counted if r.choices[index] is choice)
     repeats: int | None = None
     baseline = off[1].arm if off else run.baseline or "off"
     if n == 0:
         why = f"no request ran at this batch size on {baseline}: no shape's load reaches it"
     elif n < needed:
-        repeats = math.ceil(needed * run.repeats / n)
+        # A quarter more than the count scales to: a band's requests per repeat vary, and a follow-up that
+        # falls one short asks again.
+        repeats = math.ceil(1.25 * needed * run.repeats / n)
         more = (needed - n) * choice.clock_s / n
         why = (
             f"n={n} of the {needed} a verdict needs ({needed - n} more: repeats {repeats} instead of "
             f"{run.repeats}, or ~{more:.0f} s more at this load)"
         )  # fmt: skip
         repeats = repeats if repeats <= MAX_REPEATS else None
+    elif not _on_one_engine(run, baseline):
+        why = (
+            f"n={n} on {baseline}, which runs more than one engine: a vLLM schedule is per engine (and vLLM drops "
+            "schedules under data parallelism), so only arms on one engine with an `off` arm there are candidates"
+        )
     else:
         why = f"n={n} on {baseline}, but no speculative arm ran one k throughout here with {needed}+ requests"
     return BandDecision(
@@ -219,6 +227,17 @@ def _insufficient(
         arm=None, candidates=[], unmeasured_k=unmeasured, more_repeats=repeats, confidence="none",
         message=f"{choice.band}: insufficient data: {why}",
     )  # fmt: skip
+
+
+def _counted(runs: Sequence[RunEvidence]) -> list[RunEvidence]:
+    """The runs whose band counts are evidence: those whose baseline runs one engine (only their arms are
+    candidates), else all (to say what they lack)."""
+    return [r for r in runs if r.baseline and _on_one_engine(r, r.baseline)] or list(runs)
+
+
+def _on_one_engine(run: RunEvidence, arm: str) -> bool:
+    topology = next((a.topology for a in run.campaign.arms() if a.name == arm), None)
+    return topology is None or topology.kind == "single"
 
 
 def _drafter(runs: Sequence[RunEvidence]) -> tuple[str, str | None]:

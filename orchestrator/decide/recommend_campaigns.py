@@ -41,21 +41,22 @@ def followup_campaign(runs: Sequence[RunEvidence], recommendation: Recommendatio
     kept = {p.k for key in chosen if isinstance(p := specs[key], FixedPolicy)}
     unmeasured = {k for b in recommendation.bands if b.requests for k in b.unmeasured_k if k > 0}
     missing = sorted(unmeasured - kept)
-    repeats = max([first.repeats, *(b.more_repeats or 0 for b in recommendation.bands)])
-    if not missing and repeats <= first.repeats:
+    # more_repeats is counted from the run that gave the band its requests: any is beyond what that run had.
+    more = max((b.more_repeats or 0 for b in recommendation.bands), default=0)
+    if not missing and not more:
         return None
+    repeats = max(first.repeats, more)
     data = first.campaign.model_dump(mode="json", by_alias=True, exclude_none=True)
     names = {r.run_dir: _arm_names(r.campaign) for r in runs}
     raw = {r.run_dir: r.campaign.model_dump(mode="json", by_alias=True, exclude_none=True) for r in runs}
-    off_policy, topology = names[first.run_dir].get(recommendation.off_arm or "", ("off", "single"))
+    off_policy, topology, topology_data = _one_engine_baseline(first, recommendation.off_arm)
     policies: dict[str, Any] = {off_policy: data["policies"][off_policy]}
-    topologies: dict[str, Any] = {topology: data["topologies"][topology]}
+    topologies: dict[str, Any] = {topology: topology_data}
     arms = [(off_policy, topology)]
-    for run_dir, arm in sorted(chosen):
-        policy_name, topology_name = names[run_dir][arm]
+    for run_dir, arm in sorted(chosen):  # candidates run on the baseline's engine: its topology
+        policy_name, _ = names[run_dir][arm]
         policies.setdefault(policy_name, raw[run_dir]["policies"][policy_name])
-        topologies.setdefault(topology_name, raw[run_dir]["topologies"][topology_name])
-        arms.append((policy_name, topology_name))
+        arms.append((policy_name, topology))
     dynamic = [names[first.run_dir][a.name][0] for a in first.campaign.arms() if isinstance(a.policy, DynamicPolicy)]
     for name in dict.fromkeys(dynamic):
         policies.setdefault(name, data["policies"][name])
@@ -76,8 +77,30 @@ def followup_campaign(runs: Sequence[RunEvidence], recommendation: Recommendatio
     return _validated(_exempt_only_its_arms(data), "the follow-up campaign")
 
 
+def _one_engine_baseline(run: RunEvidence, off_arm: str | None) -> tuple[str, str, Any]:
+    """(off policy, topology name, topology) the follow-up measures on: the run's `off` arm where it runs one
+    engine, else one engine of its tensor parallelism (a schedule is per engine, and recommend counts only arms
+    on one engine: a follow-up on data parallelism would never be counted, and the loop would not end)."""
+    campaign = run.campaign
+    names = _arm_names(campaign)
+    off = [a for a in campaign.arms() if a.policy.kind == "off"]
+    chosen = next((a for a in off if a.name == off_arm), None) or min(
+        off, key=lambda a: (a.topology.kind != "single", a.topology.tensor_parallel_size, a.name)
+    )
+    off_policy, topology = names[chosen.name]
+    if chosen.topology.kind == "single":
+        return off_policy, topology, campaign.topologies[topology].model_dump(mode="json")
+    tp = chosen.topology.tensor_parallel_size
+    same = [n for n, t in campaign.topologies.items() if t.kind == "single" and t.tensor_parallel_size == tp]
+    if same:
+        return off_policy, same[0], campaign.topologies[same[0]].model_dump(mode="json")
+    name = "single" if "single" not in campaign.topologies else "one-engine"
+    return off_policy, name, {"kind": "single", "size": 1, "tensor_parallel_size": tp}
+
+
 def rehearsal_campaign(runs: Sequence[RunEvidence], recommendation: Recommendation) -> dict[str, Any] | None:
-    """The first run's single-engine arms plus the recommended schedule, on the same traffic, into a new run dir;
+    """The first run's one-engine arms (and its `off` on one engine) plus the recommended schedule, on the same
+    traffic, into a new run dir;
     None where no schedule is recommended (there is nothing to rehearse)."""
     if recommendation.speculative_config is None:
         return None
@@ -92,14 +115,13 @@ def rehearsal_campaign(runs: Sequence[RunEvidence], recommendation: Recommendati
         "schedule": recommendation.schedule,
         **({"model": recommendation.model} if recommendation.model else {}),
     }
-    singles = [name for name, t in campaign.topologies.items() if t.data_parallel_size == 1]
-    topology = singles[0] if singles else "single"
-    if not singles:
-        data.setdefault("topologies", {})["single"] = "single"
-    arms = [
+    # On the one engine the schedule is for: the `off` arm there and the run's other arms on one engine.
+    off_policy, topology, topology_data = _one_engine_baseline(first, recommendation.off_arm)
+    data["topologies"] = {**data.get("topologies", {}), topology: topology_data}
+    arms = [{"policy": off_policy, "topology": topology}] + [
         {"policy": p, "topology": t}
         for name, (p, t) in _arm_names(campaign).items()
-        if campaign.topologies[t].data_parallel_size == 1
+        if campaign.topologies[t].kind == "single" and (p, t) != (off_policy, topology)
     ]
     arms.append({"policy": "recommended", "topology": topology})
     data.update(policies=policies, arms=arms, name=f"{campaign.name}-rec"[:41], output=f"{first.run_dir}-recommended")
