@@ -19,6 +19,7 @@ line with the csv / json modules, only to name the line and field of the first b
 
 from __future__ import annotations
 
+import array
 import csv
 import io
 import itertools
@@ -36,6 +37,7 @@ import pyarrow.csv as pacsv
 import pyarrow.fs as pafs
 import pyarrow.json as pajson
 
+from loadshapes import limits
 from loadshapes.trace import PARTITION_COLUMNS, filesystem, read_traces
 
 Format = Literal["azure", "burstgpt", "mooncake", "specdrill", "csv"]
@@ -71,6 +73,11 @@ class Arrivals:
     failed: np.ndarray  # bool: recorded as failed (BurstGPT's 0 response tokens); all False elsewhere
     files: np.ndarray  # int64: which of the paths each arrival is from
     has_lengths: bool
+    # The window's recorded lengths (traces with lengths), for sizing the plan before it is built.
+    max_prompt_tokens: int = 0
+    max_output_tokens: int = 0
+    mean_prompt_tokens: float = 0.0
+    mean_output_tokens: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -214,12 +221,30 @@ def _in_window(ns: np.ndarray, start_s: float, duration_s: float | None) -> np.n
     return inside
 
 
+@dataclass
+class _Lengths:
+    """Running figures of the kept rows' recorded lengths."""
+
+    max_prompt: int = 0
+    max_output: int = 0
+    sum_prompt: float = 0.0
+    sum_output: float = 0.0
+
+    def add(self, prompts: np.ndarray, outputs: np.ndarray) -> None:
+        if len(prompts):
+            self.max_prompt = max(self.max_prompt, int(prompts.max()))
+            self.max_output = max(self.max_output, int(outputs.max()))
+            self.sum_prompt += float(prompts.sum(dtype=np.float64))
+            self.sum_output += float(outputs.sum(dtype=np.float64))
+
+
 @dataclass(frozen=True)
 class _Pass:
     ns: np.ndarray  # absolute
     rows: np.ndarray
     failed: np.ndarray
     earliest: int  # the file's first arrival, failed requests included
+    lengths: _Lengths
 
 
 def _stream_arrivals(
@@ -244,7 +269,15 @@ def _stream_arrivals(
         order = order[_in_window(ns[order], start_s, duration_s)]
     if not len(order):
         raise TraceError(f"{', '.join(paths)}: no arrivals in the window {_window(start_s, duration_s)}")
-    return Arrivals(ns[order], rows[order], failed[order], files[order], True)
+    # A trace read whole (out of order) counts rows outside the window too: an upper bound, as sizing needs.
+    n = sum(len(p.ns) for p in parts)
+    return Arrivals(
+        ns[order], rows[order], failed[order], files[order], True,
+        max_prompt_tokens=max(p.lengths.max_prompt for p in parts),
+        max_output_tokens=max(p.lengths.max_output for p in parts),
+        mean_prompt_tokens=sum(p.lengths.sum_prompt for p in parts) / max(n, 1),
+        mean_output_tokens=sum(p.lengths.sum_output for p in parts) / max(n, 1),
+    )  # fmt: skip
 
 
 def _first_arrival(path: str, fmt: Format) -> int:
@@ -277,6 +310,9 @@ def _window_pass(
     failed: list[np.ndarray] = []
     earliest = 2**63 - 1
     previous = -(2**63)
+    lengths = _Lengths()
+    kept = 0
+    most = limits.current().replay_rows
     for first, batch in _batches(path, fmt):
         ns, fail = _arrival_columns(path, fmt, batch)
         if not len(ns):
@@ -292,7 +328,14 @@ def _window_pass(
                 keep &= ns - origin < end_ns
         if keep.any():
             # The replayed rows' lengths are checked now, when the campaign is validated, not in a worker.
-            contents_columns(path, fmt, batch.filter(pa.array(keep)))
+            checked = contents_columns(path, fmt, batch.filter(pa.array(keep)))
+            lengths.add(checked["prompt_tokens"], checked["output_tokens"])
+            kept += int(keep.sum())
+            if kept > most:  # before the kept arrays outgrow memory, not after
+                raise TraceError(
+                    f"{path}: more than {limits.figure(most)} rows in the replay window (limit replay_rows): cut "
+                    f"it with start_s / duration_s, or raise it with {limits.raise_hint('replay_rows', most * 10)}"
+                )
         times.append(ns[keep])
         rows.append(np.flatnonzero(keep) + first)
         failed.append(fail[keep])
@@ -300,7 +343,7 @@ def _window_pass(
             break  # a file in time order has nothing more for the window
     if not times:
         raise TraceError(f"{path}: no arrivals")
-    return _Pass(np.concatenate(times), np.concatenate(rows), np.concatenate(failed), earliest)
+    return _Pass(np.concatenate(times), np.concatenate(rows), np.concatenate(failed), earliest, lengths)
 
 
 def _batches(path: str, fmt: Format) -> Generator[tuple[int, pa.RecordBatch], None, None]:
@@ -315,7 +358,8 @@ def _batches(path: str, fmt: Format) -> Generator[tuple[int, pa.RecordBatch], No
         options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
         with fs.open_input_stream(base) as stream:
             try:
-                reader = pajson.open_json(stream, read_options=pajson.ReadOptions(block_size=_JSON_BLOCK_BYTES),
+                block = max(_JSON_BLOCK_BYTES, limits.current().line_bytes + 1)  # a line fits in one block
+                reader = pajson.open_json(stream, read_options=pajson.ReadOptions(block_size=block),
                                           parse_options=options)  # fmt: skip
                 yield from _numbered(reader)
             except pa.ArrowInvalid as exc:
@@ -326,7 +370,7 @@ def _batches(path: str, fmt: Format) -> Generator[tuple[int, pa.RecordBatch], No
         try:
             reader = pacsv.open_csv(
                 stream,
-                read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+                read_options=pacsv.ReadOptions(block_size=max(CSV_BLOCK_BYTES, limits.current().line_bytes + 1)),
                 convert_options=pacsv.ConvertOptions(
                     include_columns=list(need), column_types=dict.fromkeys(need, pa.string())
                 ),
@@ -461,22 +505,53 @@ def _cell_checks(fmt: Format) -> dict[str, Callable[[str], str | None]]:
     return {"Timestamp": seconds, "Model": text, "Request tokens": count, "Response tokens": count, "Log Type": text}
 
 
-def _locate(path: str, fmt: Format, arrow_message: str) -> TraceError:
-    """The first bad row as `file:line: field: what is wrong` (the Arrow message when the rescan finds none)."""
+def bounded_lines(path: str) -> Generator[str, None, None]:
+    """The file's lines as text, each read with a bound (limits.line_kib): a line over it, or bytes that are not
+    UTF-8, end the read in one line naming the file and line, before a longer line is ever held."""
+    most = limits.current().line_bytes
     fs, base = filesystem(path)
     with fs.open_input_stream(base) as raw:
         lines = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-        found = _locate_jsonl(lines) if fmt == "mooncake" else _locate_csv(lines, fmt)
+        number = 0
+        while True:
+            number += 1
+            try:
+                line = lines.readline(most + 1)
+            except UnicodeDecodeError as exc:
+                raise TraceError(f"{path}:{number}: not UTF-8 text ({exc.reason})") from None
+            if not line:
+                return
+            if len(line) > most and not line.endswith(("\n", "\r")):
+                raise TraceError(
+                    f"{path}:{number}: a line longer than {limits.figure(most)} characters (limit line_kib = "
+                    f"{limits.current().line_kib:g}; raise it with {limits.raise_hint('line_kib', 10 * most / 1024)})"
+                )
+            yield line
+
+
+def _locate(path: str, fmt: Format, arrow_message: str) -> TraceError:
+    """The first bad row as `file:line: field: what is wrong` (the Arrow message when the rescan finds none)."""
+    lines = bounded_lines(path)
+    try:
+        found = _locate_jsonl(lines) if fmt == "mooncake" else _locate_csv(lines, fmt, path)
+    finally:
+        lines.close()
     if found is not None:
         return TraceError(f"{path}:{found}")
     return TraceError(f"{path}: not a readable {fmt} trace: {arrow_message.splitlines()[0]}")
 
 
-def _locate_csv(lines: io.TextIOWrapper, fmt: Format) -> str | None:
-    reader = csv.reader(lines)
+def _csv_reader(lines: Iterator[str]) -> Any:
+    # A field may be as long as a line may be (csv's own bound is 128 KiB, process-wide)
+    csv.field_size_limit(max(csv.field_size_limit(), limits.current().line_bytes))
+    return csv.reader(lines)
+
+
+def _locate_csv(lines: Iterator[str], fmt: Format, path: str) -> str | None:
+    reader = _csv_reader(lines)
     checks = _cell_checks(fmt)
     header: list[str] | None = None
-    for row in reader:
+    for row in _csv_rows(reader, path):
         if not any(c.strip() for c in row):
             continue
         if header is None:
@@ -494,7 +569,7 @@ def _locate_csv(lines: io.TextIOWrapper, fmt: Format) -> str | None:
     return None if header is not None else "1: empty, expected a header"
 
 
-def _locate_jsonl(lines: io.TextIOWrapper) -> str | None:
+def _locate_jsonl(lines: Iterator[str]) -> str | None:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -533,18 +608,14 @@ def _csv_rows(reader: Any, path: str) -> Iterator[list[str]]:
 
 
 def csv_ns(path: str, column: str | None) -> np.ndarray:
-    """Timestamps in seconds (absolute epoch or relative), one per line or in the named column of a header."""
-    fs, base = filesystem(path)
-    with fs.open_input_stream(base) as stream:
-        raw = stream.read()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"{path}: not UTF-8 text, expected a CSV of arrival times ({exc.reason} at byte "
-                         f"{exc.start})") from None  # fmt: skip
-    reader = csv.reader(io.StringIO(text))
+    """Timestamps in seconds (absolute epoch or relative), one per line or in the named column of a header.
+
+    Streamed a bounded line at a time into an array of doubles (8 bytes a row, up to limits.replay_rows)."""
+    most = limits.current().replay_rows
+    lines = bounded_lines(path)
+    reader = _csv_reader(lines)
     need_header, index, width = column is not None, 0, 1
-    values: list[float] = []
+    values = array.array("d")
     for row in _csv_rows(reader, path):
         cells = [c.strip() for c in row]
         if not any(cells):
@@ -567,12 +638,15 @@ def csv_ns(path: str, column: str | None) -> np.ndarray:
             raise TraceError(f"{where}: {cells[index]!r} is not a finite number")
         if value < 0:
             raise TraceError(f"{where}: {cells[index]!r} is negative")
+        if len(values) >= most:
+            raise TraceError(f"{where}: more than {limits.figure(most)} arrivals (limit replay_rows; raise it with "
+                             f"{limits.raise_hint('replay_rows', most * 10)})")  # fmt: skip
         values.append(value)
     if need_header:
         raise TraceError(f"{path}: empty, expected a header naming {column!r}")
     if not values:
         raise TraceError(f"{path}: no arrivals")
-    return _seconds_ns(np.array(values, dtype=np.float64))
+    return _seconds_ns(np.frombuffer(values, dtype=np.float64))
 
 
 def _trace_ns(path: str, arm: str | None, shape: str | None) -> np.ndarray:

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow.fs as pafs
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from loadshapes import replay_formats
+from loadshapes import limits, replay_formats
 from loadshapes.mixes import PrefixBlocks, ReplayedRequests
 from loadshapes.trace import filesystem
 
@@ -328,6 +328,19 @@ class Replay(ShapeBase):
     def expected_requests(self) -> float:
         return float(len(self.offsets()))
 
+    def recorded_lengths(self) -> tuple[int, int, float, float] | None:
+        """(largest prompt, largest output, mean prompt, mean output) tokens the window replays, clipped as the
+        requests are; None for a trace without lengths (the mix draws them)."""
+        if not self.has_lengths:
+            return None
+        a = self._replayed().arrivals
+        prompt_clip = self.max_prompt_tokens or a.max_prompt_tokens
+        output_clip = self.max_output_tokens or a.max_output_tokens
+        return (
+            max(1, min(a.max_prompt_tokens, prompt_clip)), max(1, min(a.max_output_tokens, output_clip)),
+            max(1.0, min(a.mean_prompt_tokens, prompt_clip)), max(1.0, min(a.mean_output_tokens, output_clip)),
+        )  # fmt: skip
+
     def requests(self, indices: np.ndarray) -> ReplayedRequests:
         """What the trace records about requests `indices` of the replay: only those rows are read (a worker reads
         its share). Request i is the same whoever asks: it depends on the file, the window and the scaling."""
@@ -424,6 +437,11 @@ def _replayed(
     if end / bin_s > _REPLAY_MAX_BINS:
         raise ValueError(f"{name}: {end:g} s in bins of {bin_s:g} s is over {_REPLAY_MAX_BINS} phases: raise bin_s")
     factor = rate_scale if target_rate is None else target_rate * end / len(recorded)
+    planned, most = len(recorded) * (factor or 1.0), limits.current().requests
+    if planned > most:  # before the copies are drawn
+        raise ValueError(f"{name}: {limits.figure(planned)} requests after scaling by {factor:g}, over the limit of "
+                         f"{limits.figure(most)} (limit requests; raise it with "
+                         f"{limits.raise_hint('requests', planned)})")  # fmt: skip
     offsets, source, copy = scaled(recorded, end, factor or 1.0, seed)
     if not len(offsets):
         raise ValueError(f"{name}: rate scaling by {factor:g} leaves no request of the {len(recorded)} in the window")

@@ -14,9 +14,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from loadshapes.mixes import MixEntry, RequestMix
-from loadshapes.shapes import Shape
+from loadshapes.shapes import Shape, Sustained
 from loadshapes.slo import SloConfig
 from orchestrator.baselines import BaselineError, baselines
+from orchestrator.plan_size import PlanSize, planned_size, refusal
+from orchestrator.plausible import slo_warnings
 from serve_apps.arms import ArmSpec, EndpointEngineConfig, EngineConfig, Resources, SimulatedEngineConfig
 from serve_apps.config_io import first_error, load_yaml_model, read_text
 from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topology, runnable_as_written
@@ -164,8 +166,47 @@ class Campaign(_Strict):
     def output_dir(self) -> str:
         return self.output or f"runs/{self.name}"
 
-    def require_traffic(self) -> None:
-        """What `run` and `simulate` need beyond what `deploy` does."""
+    def require_traffic(self, *, real_time: bool = False, all_units_at_once: bool = False) -> None:
+        """What `run` and `simulate` need beyond what `deploy` does, the plan's size within the limits included
+        (checked before anything is written: orchestrator/plan_size.py)."""
+        self._require_arms()
+        problem = refusal(self.planned_size(real_time=real_time, all_units_at_once=all_units_at_once))
+        if problem is not None:
+            raise CampaignError(problem)
+
+    def planned_size(self, *, real_time: bool = False, all_units_at_once: bool = False) -> PlanSize:
+        arms = self.arms()
+        return planned_size(
+            shapes=self.shapes, mix=self.mix, arms=len(arms), repeats=self.repeats, profile=self._profile(),
+            max_k=self._max_k(arms), real_time=real_time, all_units_at_once=all_units_at_once,
+        )  # fmt: skip
+
+    def require_search_size(
+        self, *, unit_requests: int, rate: float, budget_requests: int | None, real_time: bool
+    ) -> None:
+        """A search's plan: two arms, units of `unit_requests` each at its highest rate, as many units as its budget
+        pays for (one without a budget: the search's length is not known before it narrows)."""
+        units = max(1, -(-budget_requests // (2 * unit_requests))) if budget_requests else 1
+        size = planned_size(
+            shapes={"unit": Sustained(rate=rate, duration_s=unit_requests / rate)}, mix=self.mix, arms=2,
+            repeats=units, profile=self._profile(), max_k=self._max_k(self.arms()), real_time=real_time,
+        )  # fmt: skip
+        problem = refusal(size)
+        if problem is not None:
+            raise CampaignError(problem)
+
+    @staticmethod
+    def _max_k(arms: list[ArmSpec]) -> int:
+        return max((a.policy.resolve(a.topology).num_speculative_tokens for a in arms), default=0)
+
+    def warnings(self) -> list[str]:
+        """Valid settings that cannot mean what they say (orchestrator/plausible.py): one line each."""
+        profile = self._profile()
+        if profile is None:
+            return []
+        return slo_warnings(self.slo, profile, self._max_k(self.arms()))
+
+    def _require_arms(self) -> None:
         if not self.shapes:
             raise CampaignError("shapes: a campaign needs at least one shape to run")
         arms = self.arms()

@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from serve_apps.config_io import load_yaml_model, read_text
 
@@ -108,6 +108,18 @@ class Profile(_Strict):
     acceptance: dict[str, CategoryAcceptance] = Field(min_length=1)
     calibration_notes: str = ""
     provenance: Provenance | None = None
+
+    @model_validator(mode="after")
+    def _steps_take_time(self) -> Profile:
+        # Every step verifies at least one token over at least one KV token: with all of these 0 a step takes no
+        # time, virtual time never advances, and every latency and speedup divides by zero.
+        v = self.verify
+        if not v.per_kv_token + v.per_batched_token + v.fixed + self.step_overhead > 0:
+            raise ValueError(
+                "verify (per_kv_token, per_batched_token, fixed) and step_overhead are all 0: a step would take no "
+                "time; give at least one a positive cost"
+            )
+        return self
 
     def acceptance_for(self, category: str) -> CategoryAcceptance:
         try:
