@@ -101,6 +101,8 @@ def oracle(
             tpot[k], rate[k], held[k] = result.tpot_p50_s, result.tokens_per_s, result.mean_batch
         ranked = sorted(tpot, key=lambda k: (tpot[k], k))  # ties go to the smaller k
         best = ranked[0]
+        if not tpot[best] > 0:  # a profile whose steps take no time (refused when a profile is loaded)
+            raise ValueError(f"profile {profile.name!r}: per-token latency 0 s at batch {batch}: no step costs time")
         margin = tpot[ranked[1]] / tpot[best] - 1.0 if len(ranked) > 1 else 0.0
         near = tuple(k for k in sorted(tpot) if tpot[k] <= tpot[best] * (1.0 + tolerance))
         points.append(
