@@ -23,11 +23,14 @@ from typing import Any
 
 from orchestrator.analysis import EngineSettings, MapSettings, operating_map, rate_bands, run_requests
 from orchestrator.analysis.results import Speedup
+from orchestrator.baselines import BaselineError, baselines
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.decide.search import (
+    VERDICTS,
     Outcome,
     SearchConfig,
     SearchPoint,
+    Side,
     Step,
     next_step,
     path_line,
@@ -49,7 +52,7 @@ from orchestrator.rundir import (
     plans_for,
     record_unit,
 )
-from serve_apps.arms import ArmSpec, SimulatedEngineConfig
+from serve_apps.arms import ArmSpec, EndpointEngineConfig, SimulatedEngineConfig
 
 log = get_logger(__name__)
 
@@ -59,32 +62,110 @@ def arm_names(campaign: Campaign) -> dict[str, tuple[str, str]]:
     return {f"{p}-{t}": (p, t) for p in campaign.policies for t in campaign.topologies}
 
 
-def pick_arms(campaign: Campaign, arm: str, against: str) -> tuple[ArmSpec, ArmSpec]:
-    """The searched arm and its `off` by arm name, or by policy name where it runs on one topology only."""
+@dataclass(frozen=True)
+class Pair:
+    """The searched arm and the `off` arm on its hardware, as (policy, topology) names of the search's campaign.
+    `added`: the campaign has no `off` arm on that topology, so the search runs one (equal hardware)."""
+
+    arm: tuple[str, str]
+    base: tuple[str, str]
+    added: bool = False
+    off_policy_added: bool = False  # the campaign has no `off` policy at all: the search adds one named OFF_NAME
+
+    @property
+    def arm_name(self) -> str:
+        return f"{self.arm[0]}-{self.arm[1]}"
+
+    @property
+    def base_name(self) -> str:
+        return f"{self.base[0]}-{self.base[1]}"
+
+
+def _find_arm(campaign: Campaign, arms: list[ArmSpec], name: str) -> ArmSpec:
+    """--arm: an arm by name, or by its policy where that runs on one topology; else one line naming the choices."""
+    names_of = arm_names(campaign)
+    exact = [a for a in arms if a.name == name]
+    if exact:
+        return exact[0]
+    by_policy = [a for a in arms if names_of[a.name][0] == name]
+    if len(by_policy) == 1:
+        return by_policy[0]
+    if by_policy:
+        raise CampaignError(f"--arm: policy {name!r} runs on several topologies; name one of its arms: "
+                            f"{', '.join(a.name for a in by_policy)}")  # fmt: skip
+    raise CampaignError(f"--arm: no arm or policy named {name!r} (arms: {', '.join(a.name for a in arms)})")
+
+
+def _off_policies(campaign: Campaign, arms: list[ArmSpec], against: str) -> list[str]:
+    """The `off` policies --against allows: the one it names, or (the default "off" naming no policy) every one."""
+    kinds = {name: policy_kind(raw) for name, raw in campaign.policies.items()}
+    if against in campaign.policies:
+        if kinds[against] != "off":
+            raise CampaignError(f"--against: policy {against!r} speculates; it must be `off`")
+        return [against]
+    if against != "off":
+        raise CampaignError(f"--against: no arm or policy named {against!r} (arms: {', '.join(a.name for a in arms)})")
+    return [p for p in campaign.policies if kinds.get(p) == "off"]
+
+
+OFF_NAME = "off"
+
+
+def policy_kind(raw: Any) -> str:
+    """A policy's kind as the campaign writes it: the short form's first word, or a mapping's `kind`."""
+    if isinstance(raw, str):
+        return raw.strip().split(":")[0]
+    return str(raw.get("kind", "")) if isinstance(raw, dict) else ""
+
+
+def pick_pair(campaign: Campaign, arm: str, against: str = "off") -> Pair:
+    """The searched arm and its `off` on equal hardware (orchestrator/baselines.py chooses among the campaign's
+    `off` arms). Where the campaign has no `off` arm on the arm's topology, the search adds one: a campaign
+    that compares that arm per engine with a single-engine `off` is still searched on equal hardware."""
     arms = campaign.arms()
     names_of = arm_names(campaign)
-
-    def find(name: str, what: str) -> ArmSpec:
-        exact = [a for a in arms if a.name == name]
-        by_policy = exact or [a for a in arms if names_of[a.name][0] == name]
-        if len(by_policy) == 1:
-            return by_policy[0]
-        names = ", ".join(a.name for a in arms)
-        if not by_policy:
-            raise CampaignError(f"{what}: no arm or policy named {name!r} (arms: {names})")
-        raise CampaignError(f"{what}: policy {name!r} runs on several topologies; name the arm (arms: {names})")
-
-    chosen, base = find(arm, "--arm"), find(against, "--against")
-    if base.policy.kind != "off":
-        raise CampaignError(f"--against: arm {base.name} speculates (policy {base.policy.label}); it must be `off`")
+    chosen = _find_arm(campaign, arms, arm)
     if chosen.policy.kind == "off":
         raise CampaignError(f"--arm: arm {chosen.name} does not speculate: there is nothing to search")
-    if chosen.topology != base.topology:
+    topology = names_of[chosen.name][1]
+    exact = [a for a in arms if a.name == against]
+    if exact:
+        base = exact[0]
+        if base.policy.kind != "off":
+            raise CampaignError(
+                f"--against: arm {base.name} speculates (policy {base.policy.label}); it must be `off`"
+            )
+        if base.topology != chosen.topology:
+            raise CampaignError(
+                f"--against: {base.name} runs on {base.topology.label}, {chosen.name} on {chosen.topology.label}: "
+                "the search compares arms on the same hardware"
+            )
+        return Pair(arm=names_of[chosen.name], base=names_of[base.name])
+    policies = _off_policies(campaign, arms, against)
+    offs = [a for a in arms if a.policy.kind == "off" and names_of[a.name][0] in policies]
+    try:
+        found = baselines([chosen, *offs])[chosen.name]
+        if not found.normalised:
+            return Pair(arm=names_of[chosen.name], base=names_of[found.baseline])
+    except BaselineError:
+        pass
+    if isinstance(campaign.engine, EndpointEngineConfig):
         raise CampaignError(
-            f"--against: {base.name} runs on {base.topology.label}, {chosen.name} on {chosen.topology.label}: the "
-            "search compares arms on the same hardware"
+            f"--arm: {chosen.name} has no `off` arm on its hardware ({chosen.topology.label}) and an endpoint "
+            "campaign cannot add one; add an `off` server on the same hardware to engine.urls and arms"
         )
-    return chosen, base
+    if policies:
+        return Pair(arm=names_of[chosen.name], base=(policies[0], topology), added=True)
+    if OFF_NAME in campaign.policies:
+        raise CampaignError(f"--against: policy {OFF_NAME!r} speculates; name the campaign's `off` policy")
+    return Pair(arm=names_of[chosen.name], base=(OFF_NAME, topology), added=True, off_policy_added=True)
+
+
+def pick_arms(campaign: Campaign, arm: str, against: str = "off") -> tuple[ArmSpec, ArmSpec]:
+    """The searched arm and its `off`, as the search's campaign runs them."""
+    pair = pick_pair(campaign, arm, against)
+    derived = {a.name: a for a in search_campaign(campaign, pair, "unused", {}).arms()}
+    return derived[pair.arm_name], derived[pair.base_name]
 
 
 def default_rates(campaign: Campaign) -> tuple[float, float]:
@@ -98,14 +179,23 @@ def default_rates(campaign: Campaign) -> tuple[float, float]:
     return min(rates), max(rates)
 
 
-def search_campaign(campaign: Campaign, arm: ArmSpec, base: ArmSpec, output: str,
-                    shapes: dict[str, dict[str, Any]]) -> Campaign:  # fmt: skip
-    """The run's campaign: the original with only the two arms, the search's shapes so far, one repeat."""
+def search_campaign(campaign: Campaign, pair: Pair, output: str, shapes: dict[str, dict[str, Any]]) -> Campaign:
+    """The run's campaign: the original with only the two arms, the search's shapes so far, one repeat. What named
+    the arms it does not run goes (gate exemptions, endpoint URLs), and so does a tune prediction (its map is
+    of the original's arms and shapes)."""
     data = campaign.model_dump(mode="json", by_alias=True)
-    names_of = arm_names(campaign)
+    names = {pair.arm_name, pair.base_name}
+    gates = data.get("gates") or {}
+    gates["exempt_arms"] = [a for a in gates.get("exempt_arms", []) if a in names]
+    engine = data["engine"]
+    if engine.get("kind") == "endpoint":
+        engine["urls"] = {arm: url for arm, url in engine["urls"].items() if arm in names}
+    if pair.off_policy_added:
+        data["policies"] = {**data["policies"], OFF_NAME: "off"}
+        data["analysis"] = {**(data.get("analysis") or {}), "absolute_only": False}
     data.update(
-        arms=[{"policy": names_of[a.name][0], "topology": names_of[a.name][1]} for a in (base, arm)],
-        shapes=shapes, repeats=1, output=output,
+        arms=[{"policy": p, "topology": t} for p, t in (pair.base, pair.arm)],
+        shapes=shapes, repeats=1, output=output, gates=gates, prediction=None,
     )  # fmt: skip
     return Campaign.model_validate(data)
 
@@ -133,16 +223,29 @@ def measure(run_dir: str, arm: str, shapes: list[str], seed: int) -> Speedup | N
     return cells[0].speedup if cells else None
 
 
-def point_of(rate: float, speedup: Speedup | None, units: int, requests: int) -> SearchPoint:
+def side_of(speedup: Speedup | None) -> Side:
+    ratio = None if speedup is None else speedup.deciding
+    if ratio is not None and ratio.low is not None and ratio.low > 1:
+        return "above"
+    if ratio is not None and ratio.high is not None and ratio.high < 1:
+        return "below"
+    return "unsure"
+
+
+def point_of(rate: float, speedup: Speedup | None, units: int, requests: int,
+             unit_sides: tuple[Side, ...] = ()) -> SearchPoint:  # fmt: skip
+    """A rate's point, its verdict the search's own (VERDICTS: by the interval against 1, no margin)."""
     if speedup is None:
-        return SearchPoint(rate=rate, ratio=None, low=None, high=None, measure="per-token latency",
-                           verdict="insufficient_data", units=units, requests=requests)  # fmt: skip
-    ratio = speedup.deciding
-    measure_name = "goodput" if speedup.decided_by == "goodput" else "per-token latency"
-    return SearchPoint(
-        rate=rate, ratio=ratio.point, low=ratio.low, high=ratio.high, measure=measure_name,
-        verdict=speedup.verdict.value, units=units, requests=requests,
-    )  # fmt: skip
+        point = SearchPoint(rate=rate, ratio=None, low=None, high=None, measure="per-token latency", verdict="",
+                            units=units, requests=requests, unit_sides=unit_sides)  # fmt: skip
+    else:
+        ratio = speedup.deciding
+        measure_name = "goodput" if speedup.decided_by == "goodput" else "per-token latency"
+        point = SearchPoint(
+            rate=rate, ratio=ratio.point, low=ratio.low, high=ratio.high, measure=measure_name, verdict="",
+            units=units, requests=requests, unit_sides=unit_sides,
+        )  # fmt: skip
+    return point.model_copy(update={"verdict": VERDICTS[point.standing]})
 
 
 def left_after(config: SearchConfig, discarded: int) -> SearchConfig:
@@ -249,13 +352,15 @@ def run_search(
     echo: Callable[[str], None] = lambda _line: None,
 ) -> SearchRun:
     """The search to its outcome; every unit kept in `output`, a fresh run directory."""
-    chosen, base = pick_arms(campaign, arm, against)
+    pair = pick_pair(campaign, arm, against)
     if mode == "virtual" and not isinstance(campaign.engine, SimulatedEngineConfig):
         raise CampaignError(f"engine: kind {campaign.engine.kind!r} cannot run in virtual time; use --real-time")
     existing = RunStore.existing(output)
     if existing is not None and existing.exists(MANIFEST):
         raise CampaignError(f"output: {output} already holds a run; the search writes a fresh run directory")
-    grown = search_campaign(campaign, chosen, base, output, {})
+    grown = search_campaign(campaign, pair, output, {})
+    by_name = {a.name: a for a in grown.arms()}
+    chosen, base = by_name[pair.arm_name], by_name[pair.base_name]
     store = RunStore(output)
     manifest = open_run(grown, store, mode=mode)
     shapes: dict[str, dict[str, Any]] = {}
@@ -263,9 +368,11 @@ def run_search(
     points: list[SearchPoint] = []
     record = SearchRecord(arm=chosen.name, against=base.name, mode=mode, config=config, steps=[], points=[],
                           outcome=None, requests=0, lines=[])  # fmt: skip
-    head = (f"search: {chosen.name} against {base.name} ({mode} time), rates {config.low:g}-{config.high:g} req/s "
-            f"(limits {config.min_rate:g}-{config.max_rate:g}), {config.unit_requests} requests per arm per unit, "
-            f"bracket to {config.tolerance:.0%}"
+    added = (f" ({base.name} added: the campaign has no `off` arm on {chosen.topology.label}, the search compares "
+             "on equal hardware)" if pair.added else "")  # fmt: skip
+    head = (f"search: {chosen.name} against {base.name}{added} ({mode} time), rates {config.low:g}-{config.high:g} "
+            f"req/s (limits {config.min_rate:g}-{config.max_rate:g}), {config.unit_requests} requests per arm per "
+            f"unit, bracket to {config.tolerance:.0%}"
             + (f", budget {config.budget_requests} requests" if config.budget_requests else ""))  # fmt: skip
     record.lines.append(head)
     echo(head)
@@ -292,7 +399,7 @@ def run_search(
             rate = round(step.rate, 6)
             name = shape_name(len(shapes) + 1, rate)
             shapes[name] = shape_of(rate, config.unit_requests)
-            grown = search_campaign(campaign, chosen, base, output, shapes)
+            grown = search_campaign(campaign, pair, output, shapes)
             manifest["campaign"] = grown.model_dump(mode="json", by_alias=True)
             manifest["fingerprint"] = fingerprint(grown)
             results = run_units(grown, name)
@@ -309,12 +416,13 @@ def run_search(
             else:
                 by_rate.setdefault(rate, []).append(name)
                 previous = next((p for p in points if p.rate == rate), None)
+                pooled = measure(output, chosen.name, by_rate[rate], campaign.seed)
+                # Each unit's own side too: two units that disagree decide nothing, whatever their pool says.
+                alone = pooled if previous is None else measure(output, chosen.name, [name], campaign.seed)
                 shown = point_of(
-                    rate,
-                    measure(output, chosen.name, by_rate[rate], campaign.seed),
-                    units=len(by_rate[rate]),
-                    requests=sent + (previous.requests if previous else 0),
-                )
+                    rate, pooled, units=len(by_rate[rate]), requests=sent + (previous.requests if previous else 0),
+                    unit_sides=(*(previous.unit_sides if previous else ()), side_of(alone)),
+                )  # fmt: skip
                 points = [shown if p.rate == rate else p for p in points] if previous else [*points, shown]
                 line = path_line(len(record.steps) + 1, shown, step)
             record.steps.append(StepRecord(step=step, shape=name, point=shown, discarded=why))
@@ -348,10 +456,10 @@ def grid_points(
     """The fixed grid the search is held to: every rate measured with `units_per_rate` units of the search's
     length, as one ordinary campaign run (`specdrill simulate` or `specdrill run`), each rate measured as the
     search measures its steps."""
-    chosen, base = pick_arms(campaign, arm, against)
+    pair = pick_pair(campaign, arm, against)
     shapes = {shape_name(i * units_per_rate + u + 1, rate): shape_of(rate, unit_requests)
               for i, rate in enumerate(rates) for u in range(units_per_rate)}  # fmt: skip
-    grid = search_campaign(campaign, chosen, base, output, shapes)
+    grid = search_campaign(campaign, pair, output, shapes)
     if mode == "virtual":
         from orchestrator.simulate_campaign import simulate_campaign
 
@@ -369,6 +477,8 @@ def grid_points(
         names = list(shapes)[i * units_per_rate : (i + 1) * units_per_rate]
         sent = sum(u.scheduled for u in inputs.units if u.unit.shape in names)
         kept = [n for n in names if n not in lagged]
-        speedup = measure(output, chosen.name, kept, campaign.seed) if kept else None
-        points.append(point_of(rate, speedup, units=len(kept), requests=sent))
+        speedup = measure(output, pair.arm_name, kept, campaign.seed) if kept else None
+        sides = tuple(side_of(measure(output, pair.arm_name, [n], campaign.seed)) for n in kept) if len(kept) > 1 \
+            else tuple(side_of(speedup) for _ in kept)  # fmt: skip
+        points.append(point_of(rate, speedup, units=len(kept), requests=sent, unit_sides=sides))
     return points

@@ -16,22 +16,29 @@ from orchestrator.campaign import Campaign
 from orchestrator.cli import main
 from orchestrator.decide.ground_truth import costly_verify_profile, crossover_campaign
 from orchestrator.decide.search import (
+    VERDICTS,
     Outcome,
     SearchConfig,
     SearchPoint,
+    Side,
     Step,
     bracket,
+    conclude,
     grid_crossover,
     next_step,
+    path_line,
 )
 from orchestrator.report import write_report
 from orchestrator.search_run import SEARCH_FILE, grid_points, run_search
 
 
-def _point(rate: float, ratio: float, half: float, units: int = 1, requests: int = 300) -> SearchPoint:
-    verdict = "helps" if ratio - half > 1.02 else "no_difference"
-    return SearchPoint(rate=rate, ratio=ratio, low=ratio - half, high=ratio + half, measure="per-token latency",
-                       verdict=verdict, units=units, requests=requests)  # fmt: skip
+def _point(rate: float, ratio: float | None, half: float | None, units: int = 1, requests: int = 300,
+           unit_sides: tuple[Side, ...] = ()) -> SearchPoint:  # fmt: skip
+    low = None if ratio is None or half is None else ratio - half
+    high = None if ratio is None or half is None else ratio + half
+    point = SearchPoint(rate=rate, ratio=ratio, low=low, high=high, measure="per-token latency", verdict="",
+                        units=units, requests=requests, unit_sides=unit_sides)  # fmt: skip
+    return point.model_copy(update={"verdict": VERDICTS[point.standing]})
 
 
 def _drive(curve: Callable[[float, int], tuple[float, float]], config: SearchConfig) -> tuple[Outcome, list[Step]]:
@@ -69,7 +76,10 @@ def test_an_unsure_rate_gets_another_unit_before_its_side_is_taken() -> None:
     outcome, steps = _drive(lambda r, n: (1.5 - r / 40, 0.3 if n == 1 and 15 < r < 30 else 0.02), CONFIG)
     extended = [s for s in steps if s.extend]
     assert extended and all("another unit at the same rate" in s.why for s in extended)
-    assert outcome.kind == "crossover"
+    # The ratio is exactly 1 at 20 req/s: that rate stays undecided, so the bracket's decided ends lie around it.
+    assert outcome.kind in ("crossover", "crossover_wide")
+    assert outcome.lo is not None and outcome.hi is not None and outcome.lo < 20 < outcome.hi
+    assert 1.5 - outcome.lo / 40 - 0.02 > 1 > 1.5 - outcome.hi / 40 + 0.02  # both ends decide by their interval
 
 
 def test_the_budget_ends_the_search_with_the_bracket_it_has() -> None:
@@ -78,8 +88,8 @@ def test_the_budget_ends_the_search_with_the_bracket_it_has() -> None:
     assert len(steps) == 3
     assert outcome.kind == "budget" and outcome.lo is not None and outcome.hi is not None
     width = outcome.hi / outcome.lo - 1
-    assert outcome.message == (f"budget spent: bracket {outcome.lo:.3g}-{outcome.hi:.3g} req/s ({width:.0%}; "
-                               f"900 of 900 requests)")  # fmt: skip
+    assert outcome.message.startswith(f"budget spent (900 of 900 requests): crossover between {outcome.lo:.3g} and "
+                                      f"{outcome.hi:.3g} req/s, a bracket of {width:.0%}, not the 10% asked")
 
 
 def test_an_arm_that_helps_everywhere_or_nowhere_says_so_at_the_limits() -> None:
@@ -99,6 +109,84 @@ def test_the_grid_crossover_is_the_first_crossing_of_its_pchip() -> None:
     assert found is not None and (found[0].rate, found[1].rate) == (15, 25)
     assert grid_crossover(points) == pytest.approx(20, rel=0.01)
     assert grid_crossover([_point(r, 1.2, 0.02) for r in (5, 10)]) is None
+
+
+# --- one verdict per line; conclusions from intervals only ---------------------------------------------------
+
+VERDICT_WORDS = ("helps (interval above 1)", "does not help (interval below 1)", "undecided (", "insufficient (")
+
+
+def _verdicts(line: str) -> list[str]:
+    return [w for w in VERDICT_WORDS if w in line]
+
+
+@pytest.mark.parametrize(
+    ("point", "expected"),
+    [
+        (_point(20, 1.01, 0.005), "helps (interval above 1)"),  # above 1 though within the analysis' 2% margin
+        (_point(20, 0.97, 0.01), "does not help (interval below 1)"),
+        (_point(20, 1.02, 0.05), "undecided (interval includes 1)"),  # straddles 1
+        (_point(20, 1.30, None), "insufficient (no interval: too few requests)"),  # a 20-request unit
+        (_point(20, None, None), "insufficient (no interval: too few requests)"),
+        (_point(20, 1.05, 0.02, units=2, unit_sides=("above", "below")),
+         "undecided (its units disagree: one above 1, one below)"),  # the pool is above 1, its units are not
+    ],
+)  # fmt: skip
+def test_each_path_line_says_one_verdict(point: SearchPoint, expected: str) -> None:
+    line = path_line(3, point, Step(rate=20, extend=False, why="x"))
+    assert _verdicts(line) == [expected.split("(")[0] + "(" if expected.startswith(("undecided", "insufficient"))
+                               else expected]  # fmt: skip
+    assert expected in line
+    verdicts = {"h": "helps", "d": "does_not_help", "u": "undecided", "i": "insufficient_data"}
+    assert point.verdict == verdicts[expected[0]]
+
+
+def test_units_at_one_rate_that_disagree_are_not_a_crossover() -> None:
+    # The issue's case: 25 req/s above 1, 27 req/s pooled below 1 (a 10% bracket) though one of its two units was
+    # above 1 and the other below. Not a crossover within 10%: the bracket's high end must decide.
+    points = [_point(25, 1.08, 0.02, units=2, unit_sides=("above", "above")),
+              _point(27, 0.96, 0.02, units=2, unit_sides=("above", "below")), _point(40, 0.8, 0.02)]  # fmt: skip
+    decided = next_step(points, CONFIG, arm="fixed3", against="off")
+    assert isinstance(decided, Step) and 25 < decided.rate < 40 and decided.rate != 27  # outside the disagreement
+    outcome = conclude(points, CONFIG, arm="fixed3", against="off")
+    assert outcome.kind == "crossover_wide" and (outcome.lo, outcome.hi) == (25, 40)
+    assert "between them undecided at 27 req/s (its units disagree" in outcome.message
+    assert "within 10%" not in outcome.message
+
+
+def test_a_bracket_end_whose_interval_includes_1_is_no_crossover_end() -> None:
+    # Old words: "crossover between 25 and 27 req/s (bracket within 10%)" from point estimates alone.
+    points = [_point(10, 1.3, 0.02), _point(25, 1.02, 0.05, units=2), _point(27, 0.98, 0.05, units=2),
+              _point(40, 0.8, 0.02)]  # fmt: skip
+    outcome = conclude(points, CONFIG, arm="fixed3", against="off")
+    assert outcome.kind == "crossover_wide" and (outcome.lo, outcome.hi) == (10, 40)
+    assert "undecided at 25, 27 req/s (interval includes 1)" in outcome.message
+
+
+def test_rates_without_an_interval_are_never_evidence() -> None:
+    # The issue's case: "helps at every rate up to 56 req/s" from 20-request units that had no interval.
+    config = SearchConfig(low=7, high=14, min_rate=3.5, max_rate=56, unit_requests=20)
+    points = [_point(7, 1.3, 0.05), _point(14, 1.2, 0.05), _point(28, 1.25, None, units=2),
+              _point(56, 1.1, None, units=2)]  # fmt: skip
+    outcome = next_step(points, config, arm="fixed3", against="off")
+    assert isinstance(outcome, Outcome) and outcome.kind == "undecided"
+    assert "every rate" not in outcome.message
+    assert outcome.message == ("no crossover established for fixed3 against off: helps at 7, 14 req/s (interval "
+                               "above 1); insufficient at 28, 56 req/s (no interval: too few requests)")  # fmt: skip
+    none = [_point(7, 1.3, None, units=2), _point(14, 0.9, None, units=2)]
+    outcome = conclude(none, config, arm="fixed3", against="off")
+    assert outcome.kind == "no_data" and "helps" not in outcome.message and "does not help" not in outcome.message
+    # With the budget spent, it says so first, and still claims only what the intervals show.
+    outcome = conclude(points, config, arm="fixed3", against="off", stopped="budget spent (160 of 200 requests)")
+    assert outcome.kind == "budget" and outcome.message.startswith("budget spent (160 of 200 requests): no crossover")
+
+
+def test_helps_everywhere_needs_every_rate_above_1() -> None:
+    points = [_point(r, 1.3, 0.02) for r in (5, 40, 80, 160)]
+    assert conclude(points, CONFIG, arm="fixed3", against="off").kind == "helps_everywhere"
+    points[1] = _point(40, 1.01, 0.02, units=2)
+    outcome = conclude(points, CONFIG, arm="fixed3", against="off")
+    assert outcome.kind == "undecided" and "undecided at 40 req/s" in outcome.message
 
 
 # --- the simulated costly-verify arms in virtual time ----------------------------------------------------------

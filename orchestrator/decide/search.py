@@ -3,14 +3,19 @@ paired units at constant offered rates instead of a fixed grid. Pure: the points
 step (or the outcome) comes out; orchestrator/search_run.py runs the units and measures each rate.
 
 The crossover is where the deciding ratio (the analysis' own: per-token speedup, or goodput where that decided
-the verdict; > 1 favours the arm) crosses 1. The search measures a low and a high rate, widens (x `widen`) until
-the ratio falls below 1 somewhere above a rate where it is above 1, then narrows that bracket: the next rate is
-placed on the measured ratios' PCHIP interpolant (monotone between points, so its root stays inside the
-bracket; vLLM's `bench sweep serve_sla` interpolates its SLA margin the same way): at the estimated root while
-the bracket is wide, then just beside it so that one or two more units close the bracket to `tolerance`. A
-rate the answer rests on (a final bracket end, the last rate of "helps everywhere" or "never helps") whose
-interval still includes 1 gets another unit of fresh requests (sequential intervals) up to
-`max_units_per_rate`; elsewhere, and after that, the point estimate takes the side.
+the verdict; > 1 favours the arm) crosses 1. Two kinds of evidence, kept apart:
+
+- *Steering* may follow a point estimate. The search measures a low and a high rate, widens (x `widen`) until
+  the ratio leans below 1 somewhere above a rate where it leans above, then narrows that bracket on the
+  measured ratios' PCHIP interpolant (monotone between points, so its root stays inside the bracket; vLLM's
+  `bench sweep serve_sla` interpolates its SLA margin the same way).
+- *Conclusions* rest only on intervals. A rate decides only where its interval excludes 1 and its units do not
+  disagree (one unit's interval above 1, another's below). A crossover is a bracket whose two ends decide
+  (above 1 at the low end, below at the high end); rates in between are undecided. The settling phase gives the
+  undecided rates at the bracket's edges more units (up to `max_units_per_rate`) and measures new rates just
+  outside them until the bracket's ends decide, so the final bracket is the zone where the ratio is
+  indistinguishable from 1, widened by the tolerance. A rate without an interval is insufficient, never
+  evidence: "helps at every rate up to X" needs every rate measured up to X above 1.
 """
 
 from __future__ import annotations
@@ -24,7 +29,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from scipy.interpolate import PchipInterpolator
 
 Side = Literal["above", "below", "unsure"]
-OutcomeKind = Literal["crossover", "budget", "helps_everywhere", "never_helps", "no_data", "host_lagged"]
+# What a rate's evidence says, one word each: the interval above 1, below 1, including 1, missing, or units that
+# disagree with each other.
+Standing = Literal["above", "below", "includes_1", "no_interval", "units_disagree"]
+OutcomeKind = Literal[
+    "crossover", "crossover_wide", "budget", "helps_everywhere", "never_helps", "undecided", "no_data", "host_lagged"
+]
+EPS = 1e-9
 
 
 class _Model(BaseModel):
@@ -44,6 +55,7 @@ class SearchConfig(_Model):
     # Real time: a unit whose simulated engine lagged behind its model (load.engine_lag_bound) measured the
     # host, not the arms; it is not counted and the step runs again, at most this many times in a search.
     max_lagged_units: int = Field(default=2, ge=0)
+    max_rates: int = Field(default=40, ge=2)  # distinct rates at most: a bound on a search that cannot settle
 
     @model_validator(mode="after")
     def _ordered(self) -> SearchConfig:
@@ -67,10 +79,13 @@ class SearchPoint(_Model):
     ratio: float | None  # the deciding ratio, > 1 favours the arm
     low: float | None
     high: float | None
-    measure: str  # "per-token latency" or "goodput": which ratio decided the verdict
-    verdict: str  # the analysis' verdict (helps / no_difference / hurts / insufficient_data), margin included
+    measure: str  # "per-token latency" or "goodput": which ratio decided the analysis' verdict
+    # The search's verdict of this rate (one of VERDICTS), from `standing`; the analysis' own verdict adds a
+    # margin the search does not use, so it is not repeated here.
+    verdict: str
     units: int
     requests: int  # sent to both arms together
+    unit_sides: tuple[Side, ...] = ()  # each unit's own side of 1, alone: two that disagree decide nothing
 
     @property
     def ratio_text(self) -> str:
@@ -82,20 +97,46 @@ class SearchPoint(_Model):
         return f"{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}]"
 
     @property
-    def side(self) -> Side:
-        """Of 1, by the interval: above or below it, or unsure (it includes 1, or there is no interval)."""
-        if self.low is not None and self.low > 1:
+    def standing(self) -> Standing:
+        if self.ratio is None or self.low is None or self.high is None:
+            return "no_interval"
+        if "above" in self.unit_sides and "below" in self.unit_sides:
+            return "units_disagree"
+        if self.low > 1:
             return "above"
-        if self.high is not None and self.high < 1:
+        if self.high < 1:
             return "below"
-        return "unsure"
+        return "includes_1"
+
+    @property
+    def side(self) -> Side:
+        """Of 1, as evidence: above or below it by the interval (units agreeing), else unsure."""
+        standing = self.standing
+        return standing if standing in ("above", "below") else "unsure"
 
     @property
     def helps(self) -> bool | None:
-        """The side the search takes: the interval's, else the point estimate's; None without a ratio."""
+        """The side the search steers by: the interval's, else the point estimate's; None without a ratio."""
         if self.side != "unsure":
             return self.side == "above"
         return None if self.ratio is None else self.ratio > 1
+
+
+# The search's verdict per standing, and the words the console prints for it: one verdict per rate.
+VERDICTS: dict[Standing, str] = {
+    "above": "helps",
+    "below": "does_not_help",
+    "includes_1": "undecided",
+    "no_interval": "insufficient_data",
+    "units_disagree": "undecided",
+}
+WORDS: dict[Standing, str] = {
+    "above": "helps (interval above 1)",
+    "below": "does not help (interval below 1)",
+    "includes_1": "undecided (interval includes 1)",
+    "no_interval": "insufficient (no interval: too few requests)",
+    "units_disagree": "undecided (its units disagree: one above 1, one below)",
+}
 
 
 class Step(_Model):
@@ -108,7 +149,7 @@ class Step(_Model):
 
 class Outcome(_Model):
     kind: OutcomeKind
-    lo: float | None  # the bracket: the arm helps at lo, not at hi
+    lo: float | None  # the bracket: the arm helps at lo, not at hi (each by its interval)
     hi: float | None
     estimate: float | None  # the PCHIP root inside the bracket
     message: str
@@ -122,19 +163,33 @@ def rate_text(rate: float) -> str:
     return f"{rate:.3g}"
 
 
+def rates_text(points: Sequence[SearchPoint]) -> str:
+    return ", ".join(rate_text(p.rate) for p in points)
+
+
 def judged(points: Sequence[SearchPoint]) -> list[SearchPoint]:
-    """The points with a side, by rate."""
+    """The points with a side to steer by, by rate."""
     return sorted((p for p in points if p.helps is not None), key=lambda p: p.rate)
 
 
 def bracket(points: Sequence[SearchPoint]) -> tuple[SearchPoint, SearchPoint] | None:
-    """The first crossing going up: the lowest rate where the arm does not help, and the rate below it (where it
-    does); None when it helps everywhere measured or already at the lowest rate."""
+    """The steering bracket, the first crossing going up by `helps`: the lowest rate where the arm leans below 1,
+    and the rate below it (leaning above); None when it leans above everywhere measured or below at the lowest."""
     ordered = judged(points)
     for i, point in enumerate(ordered):
         if not point.helps:
             return (ordered[i - 1], point) if i > 0 else None
     return None
+
+
+def decided_bracket(points: Sequence[SearchPoint]) -> tuple[SearchPoint | None, SearchPoint | None]:
+    """The evidence's bracket: the lowest rate whose interval is below 1 (H), and the highest below it whose
+    interval is above 1 (L); either None where no rate decides so."""
+    ordered = sorted(points, key=lambda p: p.rate)
+    high = next((p for p in ordered if p.side == "below"), None)
+    below_high = [p for p in ordered if high is None or p.rate < high.rate]
+    low = next((p for p in reversed(below_high) if p.side == "above"), None)
+    return low, high
 
 
 def crossing(points: Sequence[SearchPoint], lo: float, hi: float) -> float:
@@ -152,7 +207,8 @@ def crossing(points: Sequence[SearchPoint], lo: float, hi: float) -> float:
 
 
 def grid_crossover(points: Sequence[SearchPoint]) -> float | None:
-    """A fixed grid's crossover by the same rule: the first crossing of 1 on the PCHIP of its ratios."""
+    """A fixed grid's crossover by the search's steering rule (the benchmark's comparison of like with like):
+    the first crossing of 1 on the PCHIP of its ratios. Not a reference for tests of the search."""
     found = bracket(points)
     return None if found is None else crossing(points, found[0].rate, found[1].rate)
 
@@ -184,113 +240,149 @@ def _narrow(points: Sequence[SearchPoint], lo: float, hi: float, tolerance: floa
     return Step(rate=rate, extend=False, why=f"PCHIP crossing at {rate_text(estimate)} req/s: measure just {side} it")
 
 
-def _confirm(points: Sequence[SearchPoint], config: SearchConfig, decisive: Sequence[SearchPoint]) -> Step | None:
-    """Sequential intervals where they decide the answer: another unit at a rate the outcome rests on while its
-    interval still includes 1 (up to max_units_per_rate); elsewhere the point estimate steers the search."""
-    for point in decisive:
-        if point.side == "unsure" and point.units < config.max_units_per_rate:
-            what = "no interval" if point.low is None else "its interval includes 1"
-            return Step(rate=point.rate, extend=True, why=f"{what}: another unit at the same rate")
+def _extend(point: SearchPoint, config: SearchConfig) -> Step | None:
+    if point.side != "unsure" or point.units >= config.max_units_per_rate:
+        return None
+    what = {"no_interval": "no interval", "units_disagree": "its units disagree"}.get(point.standing,
+                                                                                     "its interval includes 1")
+    return Step(rate=point.rate, extend=True, why=f"{what}: another unit at the same rate")
+
+
+def _settle(points: Sequence[SearchPoint], config: SearchConfig) -> Step | None:
+    """Once steering is done: the evidence's bracket made to decide. The undecided rates at its edges get more
+    units; then a new rate just outside them (within the decided ends), or beyond them (x `widen`, within the
+    limits) where no rate decides on that side. None: nothing left to measure."""
+    low, high = decided_bracket(points)
+    unsure = sorted((p for p in points if p.side == "unsure"), key=lambda p: p.rate)
+    if low is not None and high is not None:
+        zone = [p for p in unsure if low.rate < p.rate < high.rate]
+        edges = [zone[0], zone[-1]] if zone else []
+    else:
+        zone, edges = unsure, unsure  # every undecided rate stands in the way of "everywhere" or "never"
+    for point in edges:
+        extended = _extend(point, config)
+        if extended is not None:
+            return extended
+    gap = math.sqrt(1 + config.tolerance)
+    if low is not None and high is not None:
+        if zone and zone[0].rate / low.rate > 1 + config.tolerance + EPS:
+            return Step(rate=zone[0].rate / gap, extend=False, why="undecided above it: measure just below")
+        if zone and high.rate / zone[-1].rate > 1 + config.tolerance + EPS:
+            return Step(rate=zone[-1].rate * gap, extend=False, why="undecided below it: measure just above")
+        return None
+    if low is None and zone:  # no rate decides above 1: widen down from the lowest rate measured
+        bottom = min([*(p.rate for p in zone), *([high.rate] if high else [])])
+        if bottom > config.min_rate * (1 + EPS):
+            return Step(rate=max(bottom / config.widen, config.min_rate), extend=False,
+                        why="no rate helps by its interval: widen down")  # fmt: skip
+    if high is None and zone:
+        top = max([*(p.rate for p in zone), *([low.rate] if low else [])])
+        if top < config.max_rate * (1 - EPS):
+            return Step(rate=min(top * config.widen, config.max_rate), extend=False,
+                        why="no rate stops helping by its interval: widen up")  # fmt: skip
     return None
 
 
 def next_step(points: Sequence[SearchPoint], config: SearchConfig, *, arm: str, against: str) -> Step | Outcome:
     """The next unit to run, or the outcome. `points` in the order they were first measured."""
     if not points:
-        return _affordable(points, config, Step(rate=config.low, extend=False, why="the low end"), arm)
+        return _affordable(points, config, Step(rate=config.low, extend=False, why="the low end"), arm, against)
     if len(points) == 1:
-        return _affordable(points, config, Step(rate=config.high, extend=False, why="the high end"), arm)
+        return _affordable(points, config, Step(rate=config.high, extend=False, why="the high end"), arm, against)
+    if len(points) >= config.max_rates:
+        return conclude(points, config, arm=arm, against=against, stopped=f"stopped after {len(points)} rates")
+    step: Step | None = None
     found = bracket(points)
     if found is not None:
         lo, hi = found[0].rate, found[1].rate
-        if hi / lo - 1 <= config.tolerance + 1e-9:
-            confirm = _confirm(points, config, found)
-            if confirm is not None:
-                return _affordable(points, config, confirm, arm)
-            estimate = crossing(points, lo, hi)
+        if hi / lo - 1 > config.tolerance + EPS:
+            step = _narrow(points, lo, hi, config.tolerance)
+    else:
+        ordered = judged(points)
+        if ordered and ordered[0].helps and ordered[-1].rate < config.max_rate * (1 - EPS):
+            step = Step(rate=min(ordered[-1].rate * config.widen, config.max_rate), extend=False,
+                        why="helps at every rate so far: widen up")  # fmt: skip
+        elif ordered and not ordered[0].helps and ordered[0].rate > config.min_rate * (1 + EPS):
+            step = Step(rate=max(ordered[0].rate / config.widen, config.min_rate), extend=False,
+                        why="no help at the lowest rate: widen down")  # fmt: skip
+    step = step or _settle(points, config)
+    if step is not None:
+        return _affordable(points, config, step, arm, against)
+    return conclude(points, config, arm=arm, against=against)
+
+
+def _affordable(points: Sequence[SearchPoint], config: SearchConfig, step: Step, arm: str,
+                against: str) -> Step | Outcome:  # fmt: skip
+    """The step, or the budget's outcome when its unit would not fit in what is left."""
+    if config.budget_requests is None or spent(points) + config.unit_cost <= config.budget_requests:
+        return step
+    used = f"{spent(points)} of {config.budget_requests} requests"
+    return conclude(points, config, arm=arm, against=against, stopped=f"budget spent ({used})")
+
+
+def evidence(points: Sequence[SearchPoint]) -> str:
+    """Every rate measured, grouped by what its evidence says: each clause true on its own."""
+    ordered = sorted(points, key=lambda p: p.rate)
+    clauses = []
+    for standing in ("above", "below", "includes_1", "units_disagree", "no_interval"):
+        group = [p for p in ordered if p.standing == standing]
+        if group:
+            verdict, _, why = WORDS[standing].partition(" (")
+            clauses.append(f"{verdict} at {rates_text(group)} req/s ({why}")
+    return "; ".join(clauses) if clauses else "no rate measured"
+
+
+def conclude(points: Sequence[SearchPoint], config: SearchConfig, *, arm: str, against: str,
+             stopped: str | None = None) -> Outcome:  # fmt: skip
+    """The outcome from the intervals alone. `stopped`: why the search ended early (the budget, the rate
+    limit), said first; None: it ended because nothing was left to measure."""
+    low, high = decided_bracket(points)
+    ordered = sorted(points, key=lambda p: p.rate)
+    prefix = f"{stopped}: " if stopped else ""
+    if low is not None and high is not None:
+        lo, hi = low.rate, high.rate
+        estimate = crossing(points, lo, hi)
+        width = hi / lo - 1
+        between = [p for p in ordered if lo < p.rate < hi]
+        if stopped is None and width <= config.tolerance + EPS:
             return Outcome(
                 kind="crossover", lo=lo, hi=hi, estimate=estimate,
                 message=f"crossover between {rate_text(lo)} and {rate_text(hi)} req/s (bracket within "
                 f"{config.tolerance:.0%}): {arm} stops helping against {against} near {rate_text(estimate)} req/s",
             )  # fmt: skip
-        return _affordable(points, config, _narrow(points, lo, hi, config.tolerance), arm)
-    ordered = judged(points)
-    if not ordered:
+        why = f": between them {evidence(between)}" if between else ""
         return Outcome(
-            kind="no_data",
-            lo=None,
-            hi=None,
-            estimate=None,
-            message=f"no verdict at any rate measured: too few requests for a ratio ({arm} vs {against})",
-        )
-    if ordered[0].helps:  # helps at every rate measured: widen up
+            kind="budget" if stopped else "crossover_wide", lo=lo, hi=hi, estimate=estimate,
+            message=f"{prefix}crossover between {rate_text(lo)} and {rate_text(hi)} req/s, a bracket of {width:.0%}, "
+            f"not the {config.tolerance:.0%} asked{why}; {arm} stops helping against {against} in it (PCHIP "
+            f"estimate {rate_text(estimate)} req/s)",
+        )  # fmt: skip
+    kind: OutcomeKind = "budget" if stopped else "undecided"
+    if ordered and all(p.side == "above" for p in ordered):
         top = ordered[-1].rate
-        if top >= config.max_rate * (1 - 1e-9):
-            confirm = _confirm(points, config, ordered[-1:])
-            if confirm is not None:
-                return _affordable(points, config, confirm, arm)
-            return Outcome(
-                kind="helps_everywhere",
-                lo=top,
-                hi=None,
-                estimate=None,
-                message=f"{arm} helps at every rate up to {rate_text(top)} req/s (against {against})",
-            )
-        rate = min(top * config.widen, config.max_rate)
-        return _affordable(points, config, Step(rate=rate, extend=False, why="helps at every rate so far: widen up"),
-                           arm)  # fmt: skip
-    bottom = ordered[0].rate
-    if bottom <= config.min_rate * (1 + 1e-9):
-        confirm = _confirm(points, config, ordered[:1])
-        if confirm is not None:
-            return _affordable(points, config, confirm, arm)
-        return Outcome(kind="never_helps", lo=None, hi=bottom, estimate=None,
-                       message=f"{arm} never helps down to {rate_text(bottom)} req/s (against {against})")  # fmt: skip
-    rate = max(bottom / config.widen, config.min_rate)
-    return _affordable(points, config, Step(rate=rate, extend=False, why="no help at the lowest rate: widen down"), arm)
-
-
-def _affordable(points: Sequence[SearchPoint], config: SearchConfig, step: Step, arm: str) -> Step | Outcome:
-    """The step, or the budget's outcome when its unit would not fit in what is left."""
-    if config.budget_requests is None or spent(points) + config.unit_cost <= config.budget_requests:
-        return step
-    return budget_outcome(points, config, arm)
-
-
-def budget_outcome(points: Sequence[SearchPoint], config: SearchConfig, arm: str) -> Outcome:
-    used = f"{spent(points)} of {config.budget_requests} requests"
-    found = bracket(points)
-    if found is not None:
-        lo, hi = found[0].rate, found[1].rate
-        return Outcome(
-            kind="budget", lo=lo, hi=hi, estimate=crossing(points, lo, hi),
-            message=f"budget spent: bracket {rate_text(lo)}-{rate_text(hi)} req/s ({hi / lo - 1:.0%}; {used})",
-        )  # fmt: skip
-    ordered = judged(points)
-    if not ordered:
-        said = "no rate measured" if not points else "no verdict at any rate measured"
-        return Outcome(kind="budget", lo=None, hi=None, estimate=None, message=f"budget spent: {said} ({used})")
-    if ordered[0].helps:
-        return Outcome(
-            kind="budget", lo=ordered[-1].rate, hi=None, estimate=None,
-            message=f"budget spent before a bracket: {arm} helps at every rate measured, up to "
-            f"{rate_text(ordered[-1].rate)} req/s ({used})",
-        )  # fmt: skip
-    return Outcome(
-        kind="budget", lo=None, hi=ordered[0].rate, estimate=None,
-        message=f"budget spent before a bracket: {arm} helps at no rate measured, down to "
-        f"{rate_text(ordered[0].rate)} req/s ({used})",
-    )  # fmt: skip
+        if stopped is None:
+            return Outcome(kind="helps_everywhere", lo=top, hi=None, estimate=None,
+                           message=f"{arm} helps at every rate up to {rate_text(top)} req/s (against {against})")
+        return Outcome(kind=kind, lo=top, hi=None, estimate=None,
+                       message=f"{prefix}{arm} helps at every rate measured, up to {rate_text(top)} req/s, no "
+                       f"crossover found (against {against})")  # fmt: skip
+    if ordered and all(p.side == "below" for p in ordered):
+        bottom = ordered[0].rate
+        if stopped is None:
+            return Outcome(kind="never_helps", lo=None, hi=bottom, estimate=None,
+                           message=f"{arm} never helps down to {rate_text(bottom)} req/s (against {against})")
+        return Outcome(kind=kind, lo=None, hi=bottom, estimate=None,
+                       message=f"{prefix}{arm} helps at no rate measured, down to {rate_text(bottom)} req/s "
+                       f"(against {against})")  # fmt: skip
+    if not any(p.side != "unsure" for p in ordered) and stopped is None:
+        kind = "no_data"
+    return Outcome(kind=kind, lo=None, hi=None, estimate=None,
+                   message=f"{prefix}no crossover established for {arm} against {against}: {evidence(ordered)}")
 
 
 def path_line(n: int, point: SearchPoint, step: Step) -> str:
-    """One step of the search path as the console prints it."""
-    ratio = f"ratio {point.ratio_text}"
-    decision = {"above": "helps (interval above 1)", "below": "stops helping (interval below 1)"}.get(point.side)
-    if decision is None:
-        lean = point.helps
-        decision = "undecided" if lean is None else f"interval includes 1, point {'above' if lean else 'below'} 1"
+    """One step of the search path as the console prints it: one verdict, the search's."""
     return (
-        f"{n:>2}. {rate_text(point.rate):>6} req/s  {ratio} on {point.measure}; {point.verdict.replace('_', ' ')}; "
-        f"{decision} (units {point.units}, requests {point.requests}) <- {step.why}"
+        f"{n:>2}. {rate_text(point.rate):>6} req/s  ratio {point.ratio_text} on {point.measure}: "
+        f"{WORDS[point.standing]} (units {point.units}, requests {point.requests}) <- {step.why}"
     )
