@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import itertools
+import html
+import json
 import re
 import shutil
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
@@ -32,6 +34,7 @@ from orchestrator.analysis import (
     batch_bands,
     rate_bands,
 )
+from orchestrator.analysis.answer import BandAnswer
 from orchestrator.analysis.timelines import MAX_POINTS, series_of_table
 from orchestrator.report_html import ReportData, render_report_html
 
@@ -224,7 +227,7 @@ def test_contains_sections_arms_and_verdicts(page: str) -> None:
         assert arm in page
     for text in ("helps", "hurts", "no difference", "insufficient data", "baseline", "no data"):
         assert text in page
-    for text in ("gates FAIL", "executed policy mismatch", "Load generator saturated", "Gate failures",
+    for text in ("gates FAIL", "did not run as configured", "Load generator saturated", "Gate failures",
                  "fixed-k3 stops helping", "Switch timings", "switched within 0.8 s", "fixed:ngram:k3",
                  "data_parallel2", "k=3 99.9%", "1.62x", "0.81x", "seconds since unit start", "batch64"):  # fmt: skip
         assert text in page, text
@@ -234,7 +237,9 @@ def test_contains_sections_arms_and_verdicts(page: str) -> None:
 
 def test_one_svg_per_chart(page: str) -> None:
     maps, units = 2, 2
-    assert page.count("<svg") == maps * 3 + units  # heatmap and two band charts per map; one per timeline
+    # the picture at the top; a heatmap and two band charts per map; one per timeline (the legend's swatches
+    # are decoration, aria-hidden)
+    assert page.count('role="img"') == 1 + maps * 3 + units
     assert page.count("crossing batch64") == units  # the CrossAndRecover shape's dashed lines are named
 
 
@@ -243,7 +248,8 @@ def test_no_script_and_nothing_external(page: str) -> None:
     assert "<script" not in lowered
     assert "javascript:" not in lowered
     assert not re.search(r"<[^>]+\son\w+=", page)  # no event handlers
-    assert "https://" not in lowered and "url(" not in lowered and "<img" not in lowered and "<link" not in lowered
+    assert "https://" not in lowered and "<img" not in lowered and "<link" not in lowered
+    assert set(re.findall(r"url\(([^)]*)\)", lowered)) <= {"#hatch-batch_size", "#hatch-offered_rate"}  # in-page
     assert set(re.findall(r"http://[^\"' ]+", page)) == {"http://www.w3.org/2000/svg"}
 
 
@@ -270,8 +276,12 @@ def test_svg_blocks_are_well_formed_xml(page: str) -> None:
         assert root.get("viewBox")
 
 
+def _heatmaps(page: str) -> list[str]:
+    return [b for b in SVG_BLOCK.findall(page) if 'aria-label="speedup heatmap' in b]
+
+
 def test_heatmap_colours_follow_the_speedup(page: str) -> None:
-    heatmap = SVG_BLOCK.findall(page)[0]
+    heatmap = _heatmaps(page)[0]
     fills = {
         title.split(":")[0]: rect.get("fill")
         for rect in ET.fromstring(heatmap).iter("{http://www.w3.org/2000/svg}rect")
@@ -329,7 +339,7 @@ def test_empty_run_renders() -> None:
         _data(maps=[], verification=empty, timelines=None, manifest={}, headline=[], saturated_units=[],
               gate_failures=[])
     )  # fmt: skip
-    assert "gates pass" in text and "executed policy verified" in text
+    assert '<span class="badge pass">gates pass</span>' in text and text.count('class="badge') == 1
     assert "No engine timelines in this run." in text and "No arms in the manifest." in text
     assert "<svg" not in text
 
@@ -389,26 +399,28 @@ ANSWER = [
 ]
 
 
-def test_the_answer_comes_first_above_every_chart() -> None:
+def test_the_picture_then_the_answer_come_first() -> None:
+    """At a glance (the picture and its sentences), then the answer, above every other section and chart."""
     page = render_report_html(_data(answer=ANSWER))
-    answer = page.index('<section class="answer"><h2>Answer</h2>')
-    assert answer < page.index("<svg") and answer < page.index("<h2>Findings</h2>")
-    assert page.index("<h2>Answer</h2>") == page.index("<h2>")  # the first section
+    assert page.index("<h2>At a glance</h2>") == page.index("<h2>")  # the first section
+    glance, answer = page.index("<h2>At a glance</h2>"), page.index('<section class="answer"><h2>Answer</h2>')
+    assert glance < page.index("<svg") < answer < page.index("<h2>Operating map 1")
     section = page[answer : page.index("</section>", answer)]
-    assert "<h3>by batch size (requests per engine step)</h3>" in section and "<h3>what ran</h3>" in section
+    # without per-band verdicts to tabulate, the answer's sentences are shown as they are
     assert "<li>batch 1-8 (single): fixed-k3 is best: vs off per-token 1.62x [1.51, 1.73] (n=180)</li>" in section
     assert "<li>dyn-dp2: ran the static max k = 3: its cells measure what ran, not its policy</li>" in section
 
 
 def _heat_titles(page: str) -> dict[str, tuple[str, str]]:
     """Heatmap cell -> (its tooltip, its label), from the first heatmap."""
-    elements = list(ET.fromstring(SVG_BLOCK.findall(page)[0]))
+    elements = list(ET.fromstring(_heatmaps(page)[0]))
     ns = "{http://www.w3.org/2000/svg}"
     found = {}
-    for element, after in itertools.pairwise(elements):
+    for i, element in enumerate(elements):
         title = element.findtext(f"{ns}title") if element.tag == f"{ns}rect" else None
-        if title:  # each cell's rect, then its label
-            found[title.split(":")[0]] = (title, after.text or "")
+        if title:  # each cell's rect, then (after a hatch, where it did not run as configured) its label
+            label = next(e for e in elements[i + 1 :] if e.tag == f"{ns}text")
+            found[title.split(":")[0]] = (title, label.text or "")
     return found
 
 
@@ -446,8 +458,8 @@ def test_decided_by_is_said_once_per_cell() -> None:
 
 def test_captions_sit_above_their_charts() -> None:
     page = render_report_html(_data())
-    figures = re.findall(r"<figure>(.*?)</figure>", page, re.S)
-    assert len(figures) == page.count("<svg")
+    figures = re.findall(r"<figure[^>]*>(.*?)</figure>", page, re.S)
+    assert len(figures) == page.count('role="img"')
     assert all(f.startswith("<figcaption>") and f.index("</figcaption>") < f.index("<svg") for f in figures)
 
 
@@ -510,7 +522,10 @@ def test_not_exercised_reads_as_its_own_status_never_pass() -> None:
     assert html.count('<span class="unverified">not exercised</span>') == 5
     assert "FAIL" not in html and '<span class="ok">pass</span> <b>schedule_switched' not in html
     page = render_report_html(_data(verification=report, gate_failures=[]))
-    assert '<span class="badge partial">executed policy not exercised</span>' in page
+    # The arm ran its k as configured: the words say so, and name what the load did not exercise
+    assert "executed k = configured k on 100.0% of steps; schedule_switched not exercised" in page
+    assert "<li>dyn: schedule_switched not exercised (no evidence either way)</li>" in page  # at a glance
+    assert '<span class="badge pass">gates pass</span>' in page
 
 
 def test_an_exempt_arms_failure_is_marked_exempt_wherever_it_is_shown() -> None:
@@ -521,10 +536,206 @@ def test_an_exempt_arms_failure_is_marked_exempt_wherever_it_is_shown() -> None:
         )
     )  # fmt: skip
     exempt = ' <span class="exempt">(exempt)</span>'
-    assert '<span class="badge pass">gates pass (dyn-dp2 failed, exempt)</span>' in page
-    assert '<span class="badge fail">executed policy mismatch (only on exempt dyn-dp2)</span>' in page
+    # One badge: the gates' result with the exempt arm whose failure it does not count
+    assert page.count('class="badge') == 1
+    assert '<span class="badge partial">gates pass; exempt, not counted: dyn-dp2 failed</span>' in page
     assert f'<h3>dyn-dp2 <span class="bad">FAIL</span>{exempt}</h3>' in page
     assert f'<td><span class="bad">FAIL</span>{exempt}</td>' in page  # the summary table's row
-    assert f"<b>Gate failures on exempt arms</b>{exempt}: reported, they fail no gate." in page
+    assert "failures on exempt arms (1): reported, they fail no gate" in page
     assert f'<h2>Executed policy <span class="bad">FAIL</span>{exempt}</h2>' in page  # its only failure
-    assert page.count(exempt) == 4  # fixed-k3 passed: nothing marked there
+    assert page.count(exempt) == 3  # fixed-k3 passed: nothing marked there
+    assert "<li>dyn-dp2 (exempt) did not run as configured (schedule_dropped failed)" in page
+
+
+# -- at a glance: the picture, its shading and marks ---------------------------------------------------------------
+
+
+def _band_answer(band: int, status: str, best: list[str], requests: int = 200) -> BandAnswer:
+    label = _map("batch_size").bands[band].label
+    return BandAnswer(
+        measure="batch_size", band=label, band_index=band, hardware="single", status=status, best=best,  # type: ignore[arg-type]
+        requests=requests, message=f"batch {label} (single): {status}",
+    )  # fmt: skip
+
+
+# By hand from SPEEDUPS (fixed-k3 helps, no difference, hurts over the three bands): what the answer says there.
+ANSWER_BANDS = [
+    _band_answer(0, "best", ["fixed-k3"]),
+    _band_answer(1, "no_difference", ["off", "fixed-k3"]),
+    _band_answer(2, "plain_decoding", ["off"]),
+]
+
+
+def _overview(page: str) -> ET.Element:
+    (block,) = (b for b in SVG_BLOCK.findall(page) if 'aria-label="speedup against load' in b)
+    return ET.fromstring(block)
+
+
+def test_the_picture_shades_where_speculation_should_be_off_and_says_so() -> None:
+    page = render_report_html(_data(maps=[_map("batch_size")], answer_bands=ANSWER_BANDS, answer=ANSWER))
+    ns = "{http://www.w3.org/2000/svg}"
+    svg = _overview(page)
+    shaded = [r for r in svg.iter(f"{ns}rect") if r.get("class") == "off-band"]
+    labels = {t.text: float(t.get("x") or 0) for t in svg.iter(f"{ns}text")}
+    spans = [(float(r.get("x") or 0), float(r.get("x") or 0) + float(r.get("width") or 0)) for r in shaded]
+    # the two bands where no arm beats plain decoding, and only those, lie under the shading
+    assert sorted(b for b in ("1-8", "9-64", "65-256") if any(lo < labels[b] < hi for lo, hi in spans)) == [
+        "65-256", "9-64"
+    ]
+    assert (
+        "<li>by batch size: speculation should be off here: 9-64 (no arm beats plain decoding); 65-256 (plain "
+        "decoding is best)</li>"
+    ) in page
+    table = page[page.index('<table class="answer">') :]
+    assert '<span class="v v-hurts">plain decoding</span>: speculation off' in table[: table.index("</table>")]
+
+
+def test_no_shading_and_no_advice_from_too_few_data() -> None:
+    thin = [_band_answer(i, "insufficient_data", [], requests=5) for i in range(3)]
+    page = render_report_html(_data(maps=[_map("batch_size")], answer_bands=thin))
+    assert not [r for r in _overview(page).iter("{http://www.w3.org/2000/svg}rect") if r.get("class") == "off-band"]
+    assert "by batch size: no band has a verdict against plain decoding" in page
+    assert "speculation should be off here" not in page and "should be off nowhere" not in page
+    helped = [ANSWER_BANDS[0], *thin[1:]]
+    page = render_report_html(_data(maps=[_map("batch_size")], answer_bands=helped))
+    assert "speculation should be off nowhere measured: an arm beats plain decoding in 1 of 3 bands; 2 without" in page
+
+
+def test_an_arm_that_did_not_run_as_configured_is_hollow_and_hatched() -> None:
+    """dyn-dp2 failed schedule_dropped (the fixture's verification): hollow in the picture, hatched with a mark in
+    every heatmap; fixed-k3 ran as configured: filled, no hatch."""
+    page = render_report_html(_data())
+    ns = "{http://www.w3.org/2000/svg}"
+    circles = [(c.findtext(f"{ns}title") or "", c.get("fill")) for c in _overview(page).iter(f"{ns}circle")]
+    assert {fill for tip, fill in circles if tip.startswith("dyn-dp2")} == {"#fff"}
+    assert all(tip.endswith("(did not run as configured)") for tip, _ in circles if tip.startswith("dyn-dp2"))
+    assert "#fff" not in {fill for tip, fill in circles if tip.startswith("fixed-k3")}
+    for heatmap in _heatmaps(page):
+        root = ET.fromstring(heatmap)
+        hatched = [r for r in root.iter(f"{ns}rect") if r.get("class") == "not-as-configured"]
+        assert len(hatched) == 3  # one per band of dyn-dp2's column
+        heads = {t.text for t in root.iter(f"{ns}text")}
+        assert "dyn-dp2 \u26a0" in heads and "fixed-k3" in heads
+    assert "hollow: did not run as configured (schedule_dropped)" in page
+
+
+def test_a_comparison_on_other_hardware_is_marked_everywhere() -> None:
+    maps = [
+        m.model_copy(update={"cells": [
+            c.model_copy(update={"speedup": c.speedup.model_copy(update={"engines_ratio": 2.0})})
+            if c.arm == "dyn-dp2" and c.speedup is not None else c for c in m.cells]})
+        for m in (_map("batch_size"), _map("offered_rate"))
+    ]  # fmt: skip
+    page = render_report_html(_data(maps=maps))
+    assert "dyn-dp2 is compared per engine with off: not on equal hardware" in page
+    assert "per engine: not on equal hardware" in page  # the picture's legend
+    for heatmap in _heatmaps(page):
+        assert "dyn-dp2 \u26a0 \u2260</text>" in heatmap and "fixed-k3</text>" in heatmap
+
+
+def test_timelines_are_charted_only_where_k_varies() -> None:
+    steps = _timelines()
+    flat = pa.table({
+        "arm": ["off"] * 50, "shape": ["cross"] * 50, "repeat": [0] * 50, "engine_id": ["off-e0"] * 50,
+        "start_ns": [START_NS + i * 10**9 for i in range(50)],
+        "end_ns": [START_NS + i * 10**9 + 10**7 for i in range(50)],
+        **{c: pa.array([0 if c == "k" else 4] * 50, pa.int32())
+           for c in ("batch_size", "k", "drafted", "accepted", "waiting", "num_prefill")},
+    }).cast(steps.schema)  # fmt: skip
+    page = render_report_html(_data(timelines=pa.concat_tables([steps, flat])))
+    section = page[page.index("<h2>Engine timelines") :]
+    assert "<li>off: executed k = 0 throughout cross/r0 (50 steps)</li>" in section
+    assert "time: off/cross/r0" not in section  # no chart of a flat line
+    assert "time: fixed-k3/cross/r0" in section and "time: dyn-dp2/cross/r0" in section  # their k varies
+
+
+def test_no_negative_zero_is_printed() -> None:
+    from orchestrator.calibrate.kswitch import KSwitch, describe
+    from orchestrator.numfmt import fixed, signed
+
+    assert (fixed(-0.0004, 3), signed(-0.0004, 3), signed(0.0004, 3)) == ("0.000", "0.000", "0.000")
+    assert (fixed(-0.0006, 3), signed(-0.0006, 3), signed(0.0006, 3)) == ("-0.001", "-0.001", "+0.001")
+    # the simulated engine's k-switch cost: tens of nanoseconds either side of zero
+    line = describe(KSwitch(switches=90, excess_s=-1.8e-8, low_s=-4.0e-8, high_s=3.0e-9))
+    assert line == "k-switch cost 0.000 ms per switch [0.000, 0.000] over 90 switches"
+    timing = _verification().switch_timings[0].model_copy(update={"switch_lag_s": -1e-9, "recovery_s": -0.004})
+    page = render_report_html(_data(verification=_verification().model_copy(update={"switch_timings": [timing]})))
+    assert not re.search(r"-0(\.0+)?(?![.\d])", re.sub(r"<[^>]+>", " ", page)), "a negative zero is printed"
+
+
+# -- in a browser: the page's height and width at a 1280 px window -------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+MEASURE = """<script>
+addEventListener("load", () => {
+  const page = document.documentElement;
+  const tables = [...document.querySelectorAll("table")].map(t => [t.scrollWidth, t.parentElement.clientWidth]);
+  const out = document.createElement("pre");
+  out.id = "measured";
+  out.textContent = JSON.stringify({height: page.scrollHeight, width: page.scrollWidth, tables});
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def _measured(page: str, tmp_path: Path) -> dict[str, object]:
+    """The page laid out by headless Chromium in a 1280 x 900 window: its height, its width, and each table's
+    width beside its container's (a script is added to this copy only: report.html itself has none)."""
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("chromium is not on PATH")
+    path = tmp_path / "measured.html"
+    path.write_text(page.replace("</body>", MEASURE + "</body>"), encoding="utf-8")
+    result = subprocess.run(
+        [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
+         "--window-size=1280,900", "--dump-dom", path.as_uri()],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = re.search(r'<pre id="measured">(.*?)</pre>', result.stdout)
+    assert found, result.stdout[-2000:]
+    return dict(json.loads(html.unescape(found.group(1))))
+
+
+@pytest.fixture(scope="module")
+def quickstart_page(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """report.html of campaigns/quickstart.yaml run in virtual time (seconds): five arms, three shapes."""
+    run = tmp_path_factory.mktemp("quickstart") / "run"
+    result = subprocess.run(
+        [sys.executable, "-c", "from orchestrator.cli import main; main()", "simulate", "campaigns/quickstart.yaml",
+         "--output", str(run)],
+        capture_output=True, text=True, timeout=600, check=False, cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return (run / "report.html").read_text(encoding="utf-8")
+
+
+def _fits(measured: dict[str, object]) -> None:
+    assert isinstance(measured["width"], int) and measured["width"] <= 1280, measured
+    tables = measured["tables"]
+    assert isinstance(tables, list) and tables
+    assert [t for t in tables if t[0] > t[1]] == [], "a table is wider than its container"
+
+
+def test_the_quickstart_report_answers_in_one_screenful_and_nothing_overflows(
+    quickstart_page: str, tmp_path: Path
+) -> None:
+    """The quickstart's page at 1280 px: under 5000 px tall (it was 13,348 px with a chart per unit and every
+    table open), no horizontal scroll, every table within its container."""
+    measured = _measured(quickstart_page, tmp_path)
+    _fits(measured)
+    assert isinstance(measured["height"], int) and measured["height"] < 5000, measured
+    page = quickstart_page
+    assert page.count('class="badge') == 1
+    assert '<span class="badge partial">gates pass; exempt, not counted: dyn-dp2 failed</span>' in page
+    top = page[: page.index("<h2>Answer</h2>")]  # the picture and its sentences, before anything else
+    assert "by offered rate: speculation should be off" in top and "by batch size: speculation should be off" in top
+    assert "dyn-dp2 (exempt) did not run as configured" in top
+    # the units whose k never changes are a line each, not a flat chart: dyn-single's ramp and cross switch k
+    section = page[page.index("<h2>Engine timelines") :]
+    assert "<li>off-single: executed k = 0 throughout" in section and "time: off-single/" not in section
+    assert "time: dyn-single/cross/r0" in section
+
+
+def test_the_hand_built_page_fits_a_1280_px_window(page: str, tmp_path: Path) -> None:
+    _fits(_measured(page, tmp_path))

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from orchestrator.numfmt import signed
+
 Z95 = 1.959964
 
 
@@ -46,6 +48,8 @@ def k_switch_cost(residual: np.ndarray, k: np.ndarray, previous_k: np.ndarray) -
 
 def describe(s: KSwitch) -> str:
     return (
-        f"k-switch cost {s.excess_s * 1e3:+.3f} ms per switch [{s.low_s * 1e3:+.3f}, {s.high_s * 1e3:+.3f}] "
+        # signed(): a cost that rounds to zero prints "0.000", never "-0.000"
+        f"k-switch cost {signed(s.excess_s * 1e3, 3)} ms per switch [{signed(s.low_s * 1e3, 3)}, "
+        f"{signed(s.high_s * 1e3, 3)}] "
         f"over {s.switches} switches"
     )

@@ -4,7 +4,7 @@ and a unit's engine timeline (executed k and batch size over time, on the shape'
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
@@ -76,22 +76,36 @@ def _heat_value(cell: MapCell | None, baseline: bool) -> tuple[float | None, str
     return point, f"{deciding_label(s)} {NO_DATA if point is None else ratio(point)}", tip
 
 
-def heatmap(opmap: OperatingMap) -> str:
+def heatmap(opmap: OperatingMap, marked: Collection[str] = (), unequal: Collection[str] = ()) -> str:
+    """`marked`: arms that did not run as configured (their cells hatched, "\u26a0" on the column); `unequal`:
+    arms compared per engine with a baseline on other hardware ("\u2260" on the column)."""
     values = {(band.label, arm): _heat_value(cell_or_none(opmap, band.label, arm), opmap.is_baseline(arm))
               for band in opmap.bands for arm in opmap.arms}  # fmt: skip
-    col = max([90.0, *(7.0 * len(a) + 16 for a in opmap.arms), *(6.5 * len(t) + 12 for _, t, _ in values.values())])
+    heads = {a: a + (" \u26a0" if a in marked else "") + (" \u2260" if a in unequal else "") for a in opmap.arms}
+    col = max([90.0, *(7.0 * len(h) + 16 for h in heads.values()), *(6.5 * len(t) + 12 for _, t, _ in values.values())])
     row, left, top = 28.0, max([70.0, *(7.0 * len(b.label) + 16 for b in opmap.bands)]), 30.0
     label = "speedup heatmap: the ratio that decided each verdict"
     svg = Svg(left + col * len(opmap.arms) + 10, top + row * len(opmap.bands) + 10, label)
+    hatch = f"hatch-{opmap.measure}"
+    if marked:
+        svg.add(
+            "defs",
+            f'<pattern id="{hatch}" width="7" height="7" patternUnits="userSpaceOnUse" '
+            'patternTransform="rotate(45)"><rect width="3" height="7" fill="#000" fill-opacity="0.28"/></pattern>',
+        )
     for j, arm in enumerate(opmap.arms):
-        svg.text(left + col * (j + 0.5), top - 10, arm, font_size=11, text_anchor="middle", fill="#333")
+        svg.text(left + col * (j + 0.5), top - 10, heads[arm], font_size=11, text_anchor="middle", fill="#333")
     for i, band in enumerate(opmap.bands):
         y = top + row * i
         svg.text(left - 8, y + row / 2 + 4, band.label, font_size=11, text_anchor="end", fill="#333")
         for j, arm in enumerate(opmap.arms):
             point, text, tip = values[(band.label, arm)]
             x = left + col * j
+            if arm in marked:
+                tip += " (did not run as configured: this measures what ran, not its policy)"
             svg.rect(x, y, col, row, f"{arm} @ {band.label}: {tip}", fill=_speedup_colour(point), stroke="#fff")
+            if arm in marked:
+                svg.rect(x, y, col, row, fill=f"url(#{hatch})", class_="not-as-configured")
             svg.text(x + col / 2, y + row / 2 + 4, text, font_size=11, text_anchor="middle", fill="#111")
     return svg.render()
 
@@ -158,8 +172,8 @@ def band_chart(
     top = max([*values, threshold[0] if threshold else 0.0], default=0.0)
     y_ticks = ticks(top * 1.05)
     width = max(520.0, 90.0 * len(opmap.bands) + 120)
-    frame = Frame(70, 34, width - 100, 200, -0.5, len(opmap.bands) - 0.5, 0, y_ticks[-1])
-    svg = Svg(width, 290, f"{label} by band")
+    frame = Frame(70, 34, width - 100, 160, -0.5, len(opmap.bands) - 0.5, 0, y_ticks[-1])
+    svg = Svg(width, 250, f"{label} by band")
     y_axis(svg, frame, y_ticks, label)
     x_axis(svg, frame, [(float(i), b.label) for i, b in enumerate(opmap.bands)], f"band ({opmap.unit})")
     if not values:
@@ -236,9 +250,10 @@ def timeline_chart(unit: str, series: TimelineSeries, shape: Shape | None, fault
     x_ticks = ticks(span, 8)
     k_ticks = ticks(max(float(series.k.max(initial=0.0)), 1.0))
     b_ticks = ticks(max(float(series.batch.max(initial=0.0)), 1.0))
-    frame = Frame(60, 34, 800, 200, 0.0, x_ticks[-1], 0.0, k_ticks[-1])
-    batch_frame = Frame(60, 34, 800, 200, 0.0, x_ticks[-1], 0.0, b_ticks[-1])
-    svg = Svg(920, 290, f"executed k and batch size over time: {unit}")
+    # 600 px wide: two charts side by side on a 1280 px window
+    frame = Frame(60, 46, 480, 160, 0.0, x_ticks[-1], 0.0, k_ticks[-1])
+    batch_frame = Frame(60, 46, 480, 160, 0.0, x_ticks[-1], 0.0, b_ticks[-1])
+    svg = Svg(600, 250, f"executed k and batch size over time: {unit}")
     items: list[tuple[str, str, str]] = []
     if shape is not None:
         top = _draw_rate(svg, frame, shape)
@@ -264,5 +279,6 @@ def timeline_chart(unit: str, series: TimelineSeries, shape: Shape | None, fault
         "path", d=step_path(frame, series.t, series.k, series.end), fill="none", stroke="#1f77b4", stroke_width="1.5"
     )
     k_name, b_name = ("executed k (mean)", "batch size (max)") if series.bucketed else ("executed k", "batch size")
-    legend(svg, frame.left, 16, [(k_name, "#1f77b4", "line"), (b_name, "#ff7f0e", "line"), *items])
+    legend(svg, frame.left, 14, [(k_name, "#1f77b4", "line"), (b_name, "#ff7f0e", "line")])
+    legend(svg, frame.left, 32, items)  # a second row: one row of five items is wider than the chart
     return svg.render()

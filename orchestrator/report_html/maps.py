@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from loadshapes.slo import SloConfig
-from orchestrator.analysis.results import Crossover, MapCell, OperatingMap, Quantiles
+from orchestrator.analysis.results import MapCell, OperatingMap, Quantiles
 from orchestrator.report_html.charts import band_chart, band_series, cell_or_none, coinciding, heatmap
+from orchestrator.report_html.overview import ArmMarks, per_engine
 from orchestrator.report_html.text import ci, dur, esc, figure, num, pct, verdict
 
 
@@ -67,11 +68,11 @@ def _map_table(opmap: OperatingMap) -> str:
     )
 
 
-def _crossovers(crossovers: Sequence[Crossover]) -> str:
-    if not crossovers:
-        return '<p class="muted">No crossovers.</p>'
-    items = "".join(f"<li><b>{esc(c.arm)}</b>: {esc(c.message)}</li>" for c in crossovers)
-    return f"<ul>{items}</ul>"
+def _crossovers(opmap: OperatingMap) -> str:
+    if not opmap.crossovers:
+        return ""
+    said = " \u00b7 ".join(c.message for c in opmap.crossovers)
+    return f'<p class="meta"><b>crossovers</b>: {esc(said)}</p>'
 
 
 def _tpot_ms(cell: MapCell) -> float | None:
@@ -116,23 +117,31 @@ def _band_figures(opmap: OperatingMap, slo: SloConfig | None) -> str:
     )  # fmt: skip
 
 
-def map_section(opmap: OperatingMap, index: int, slo: SloConfig | None = None) -> str:
+def map_section(opmap: OperatingMap, index: int, slo: SloConfig | None = None, marks: ArmMarks | None = None) -> str:
+    """The heatmap and the band charts first; the per-cell table (every figure) folded below them."""
     s = opmap.settings
     unbanded = ", ".join(f"{esc(a)} {n}" for a, n in opmap.unbanded.items() if n) or "none"
+    marked = marks.not_as_configured if marks is not None else {}
+    unequal = [a for a in opmap.arms if per_engine(opmap, a)]
+    notes = []
+    if marked:
+        notes.append("hatched (\u26a0): did not run as configured, the cells measure what ran, not its policy")
+    if unequal:
+        notes.append("\u2260: compared per engine with a baseline on other hardware, not on equal hardware")
     return (
         f"<section><h2>Operating map {index + 1}: by {esc(opmap.measure.replace('_', ' '))} ({esc(opmap.unit)})</h2>"
         f'<p class="meta">baselines <b>{esc(_baselines(opmap))}</b> &middot; confidence {s.confidence:g}, '
         f"margin {s.margin:g}, {s.bootstrap_samples} bootstrap samples, at least {s.min_requests} requests per "
         f"cell &middot; requests outside every band: {unbanded}</p>"
-        f"{_map_table(opmap)}"
-        f"<h3>Speedup over each arm's baseline</h3>"
         + figure(
-            heatmap(opmap),
-            "point estimate per cell of the ratio that decided its verdict: tpot (baseline's per-token latency / "
-            "the arm's), goodput (the arm's / the baseline's; per engine where the hardware differs), or both; "
-            f"goodput counts requests within the SLO ({slo_text(slo)})",
+            heatmap(opmap, marked, unequal),
+            "speedup over each arm's baseline: per cell the point estimate of the ratio that decided its verdict: "
+            "tpot (baseline's per-token latency / the arm's), goodput (the arm's / the baseline's; per engine where "
+            f"the hardware differs), or both; goodput counts requests within the SLO ({slo_text(slo)})"
+            + "".join(f"; {n}" for n in notes),
         )
-        + "<h3>Goodput and TPOT by band</h3>"
-        + _band_figures(opmap, slo)
-        + f"<h3>Crossovers</h3>{_crossovers(opmap.crossovers)}</section>"
+        + f'<div class="row">{_band_figures(opmap, slo)}</div>'
+        + _crossovers(opmap)
+        + "<details><summary>every figure per band and arm (n, throughput, goodput, TTFT, TPOT, queue wait, k, "
+        f"ratios)</summary>{_map_table(opmap)}</details></section>"
     )

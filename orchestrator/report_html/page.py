@@ -7,17 +7,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from loadshapes.shapes import Shape
 from loadshapes.slo import SloConfig
+from orchestrator.analysis.answer import BandAnswer
 from orchestrator.analysis.faults import FaultWindow
 from orchestrator.analysis.results import OperatingMap, VerificationReport
 from orchestrator.analysis.serve_path import ServePath
 from orchestrator.analysis.timelines import TimelineSeries, series_of_table
+from orchestrator.report_html.answer_table import answer_section
 from orchestrator.report_html.charts import timeline_chart
 from orchestrator.report_html.maps import map_section
-from orchestrator.report_html.text import EXEMPT, NO_DATA, badge, bullets, esc, figure, json_code, table
+from orchestrator.report_html.overview import ArmMarks, legend_html, off_sentence, overview_chart, per_engine
+from orchestrator.report_html.text import NO_DATA, badge, bullets, esc, figure, json_code, num, table
 from orchestrator.report_html.verification import verification_section
 
 if TYPE_CHECKING:  # only a run `specdrill search` made has one: no scipy import for every other report
@@ -40,7 +44,7 @@ class ReportData:
     timeline_series: dict[str, TimelineSeries] | None = None
     unit_starts: dict[str, int] = field(default_factory=dict)  # "arm/shape/r<repeat>" -> unit start, epoch ns
     shapes: dict[str, Shape] = field(default_factory=dict)
-    headline: list[str] = field(default_factory=list)
+    headline: list[str] = field(default_factory=list)  # notes no other section says (partial run, confounds)
     saturated_units: list[str] = field(default_factory=list)
     engine_lagged_units: list[str] = field(default_factory=list)
     gate_failures: list[str] = field(default_factory=list)
@@ -48,20 +52,23 @@ class ReportData:
     serve_paths: list[ServePath] = field(default_factory=list)
     search: SearchRecord | None = None  # the run `specdrill search` made: its path
     answer: list[str] = field(default_factory=list)  # the answer block's lines, as the console prints them
+    answer_bands: list[BandAnswer] = field(default_factory=list)  # its per-band verdicts: the tables, the shading
     exempt_arms: list[str] = field(default_factory=list)  # gates.exempt_arms: their failures fail no gate
     exempt_failures: list[str] = field(default_factory=list)  # gates that failed on an exempt arm
     slo: SloConfig | None = None  # the deadlines goodput counts against, shown beside the charts that use them
 
 
 def render_report_html(data: ReportData) -> str:
+    """The answer first: the gate badge, the picture and its sentences, the per-band answer; then the evidence."""
     body = "\n".join(
         [
             _header(data),
-            _answer_section(data.answer),
-            _headline(data),
-            _manifest_section(data.manifest),
-            *(map_section(m, i, data.slo) for i, m in enumerate(data.maps)),
+            _glance_section(data),
+            answer_section(data.maps, data.answer_bands, data.answer),
+            _notes(data),
+            *(map_section(m, i, data.slo, _marks(data)) for i, m in enumerate(data.maps)),
             verification_section(data.verification, data.exempt_arms),
+            _manifest_section(data.manifest),
             _faults_section(data.fault_windows),
             _serve_paths_section(data.serve_paths),
             _search_section(data.search),
@@ -78,61 +85,115 @@ def render_report_html(data: ReportData) -> str:
 
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#222;max-width:1400px}
-h1{margin:0 0 4px}h2{margin-top:32px;border-bottom:1px solid #ddd;padding-bottom:4px}h3{margin-bottom:6px}
-.meta{color:#555}.badge{display:inline-block;padding:2px 10px;border-radius:10px;color:#fff;font-weight:600;
-margin-right:6px}.pass{background:#1a7f37}.fail{background:#cf222e}.ok{color:#1a7f37;font-weight:600}
+h1{margin:0 0 4px}h2{margin-top:28px;border-bottom:1px solid #ddd;padding-bottom:4px}h3{margin:10px 0 6px}
+.meta{color:#555}.badge{display:inline-block;padding:3px 12px;border-radius:10px;color:#fff;font-weight:600;
+margin-right:6px;font-size:15px}.pass{background:#1a7f37}.fail{background:#cf222e}.ok{color:#1a7f37;font-weight:600}
 .bad{color:#cf222e;font-weight:600}.warn{background:#fff8c5;border:1px solid #d4a72c;padding:8px 12px;
 border-radius:6px;margin:12px 0}.failures{background:#ffebe9;border:1px solid #cf222e;padding:8px 12px;
-border-radius:6px;margin:12px 0}table{border-collapse:collapse;margin:8px 0}th,td{border:1px solid #ddd;
-padding:4px 8px;text-align:left;vertical-align:top}th{background:#f6f8fa}code{font-size:12px;word-break:break-all}
-td.cell{font-size:12px;min-width:170px}.v{font-weight:600}.v-helps{color:#1a7f37}.v-hurts{color:#cf222e}
-.v-no_difference{color:#555}.v-insufficient_data{color:#888}.muted{color:#888}figure{margin:12px 0}
-.unverified{color:#9a6700;font-weight:600}figcaption{color:#555;font-size:12px}svg{max-width:100%;height:auto;background:#fff}
-.partial{background:#9a6700}.exempt{color:#9a6700;font-weight:600}.answer li{margin:2px 0}
+border-radius:6px;margin:12px 0}table{border-collapse:collapse;margin:8px 0;max-width:100%}th,td{border:1px solid #ddd;
+padding:4px 8px;text-align:left;vertical-align:top;overflow-wrap:break-word}th{background:#f6f8fa}
+code{font-size:12px;word-break:break-all}td.cell{font-size:12px;min-width:110px}.v{font-weight:600}
+.v-helps{color:#1a7f37}.v-hurts{color:#cf222e}.v-no_difference{color:#555}.v-insufficient_data{color:#888}
+.muted{color:#888}figure{margin:8px 0}.unverified{color:#9a6700;font-weight:600}figcaption{color:#555;font-size:12px}
+svg{max-width:100%;height:auto;background:#fff}.partial{background:#9a6700}.exempt{color:#9a6700;font-weight:600}
+.row{display:flex;flex-wrap:wrap;gap:8px 24px;align-items:flex-start}.row>figure,.row>div{margin:0}
+.legend{display:flex;flex-wrap:wrap;gap:4px 18px;font-size:12px;margin:4px 0}.legend svg{vertical-align:middle}
+.glance li{margin:3px 0}details{margin:6px 0}summary{cursor:pointer;color:#0969da}table.answer td{font-size:13px}
 """
 
 
-# -- header, headline, manifest ----------------------------------------------------------------------------------
+# -- header, the picture, notes ----------------------------------------------------------------------------------
 
 
-_POLICY_BADGE = {
-    "pass": ("pass", "executed policy verified"),
-    "fail": ("fail", "executed policy mismatch"),
-    "not_verifiable": ("partial", "executed policy not verifiable"),
-    "not_exercised": ("partial", "executed policy not exercised"),
-}
+def _exempted(data: ReportData) -> list[str]:
+    return sorted({a for a in data.exempt_arms if any(a in line for line in data.exempt_failures)})
 
 
 def _header(data: ReportData) -> str:
-    exempted = sorted({a for a in data.exempt_arms if any(a in line for line in data.exempt_failures)})
-    gates_text = "gates FAIL" if data.gate_failures else "gates pass"
-    if exempted:
-        gates_text += f" ({', '.join(exempted)} failed, exempt)"
-    gates = badge(not data.gate_failures, gates_text)
-    kind, text = _POLICY_BADGE[data.verification.status]
-    failed = {a.arm for a in data.verification.arms if a.status == "fail"}
-    failed |= {t.arm for t in data.verification.switch_timings if t.status == "fail"}
-    if failed and failed <= set(data.exempt_arms):
-        text += f" (only on exempt {', '.join(sorted(failed))})"
-    policy = f'<span class="badge {kind}">{esc(text)}</span>'
+    """One badge: the gates' result, with the exempt arms whose failures it does not count."""
+    exempted = _exempted(data)
+    exempt_text = f"; exempt, not counted: {', '.join(exempted)} failed" if exempted else ""
+    if data.gate_failures:
+        n = len(data.gate_failures)
+        gates = badge(False, f"gates FAIL: {n} gate{'s' if n != 1 else ''} failed{exempt_text}")
+    elif exempted:
+        gates = badge(True, f"gates pass{exempt_text}", kind="partial")
+    else:
+        gates = badge(True, "gates pass")
+    failures = (
+        f'<div class="failures"><b>Gate failures</b>{bullets(data.gate_failures)}</div>' if data.gate_failures else ""
+    )
+    exempt = (
+        f"<details><summary>failures on exempt arms ({len(data.exempt_failures)}): reported, they fail no gate"
+        f"</summary>{bullets(data.exempt_failures)}</details>"
+        if data.exempt_failures
+        else ""
+    )
     return (
         f"<header><h1>{esc(data.title)}</h1>"
         f'<p class="meta">campaign <b>{esc(data.campaign)}</b> &middot; run <b>{esc(data.run)}</b> &middot; '
-        f"generated {esc(data.generated)}</p><p>{gates}{policy}</p></header>"
+        f"generated {esc(data.generated)}</p><p>{gates}</p>{failures}{exempt}</header>"
     )
 
 
-def _headline(data: ReportData) -> str:
+def _not_as_configured(data: ReportData) -> dict[str, str]:
+    """Arms whose executed policy check failed, with the checks that failed: their figures measure what ran."""
+    return {
+        a.arm: ", ".join(dict.fromkeys(f.check for f in a.findings if f.failed)) or "executed policy"
+        for a in data.verification.arms
+        if a.status == "fail"
+    }
+
+
+def _marks(data: ReportData) -> ArmMarks:
+    return ArmMarks(_not_as_configured(data), exempt=data.exempt_arms)
+
+
+def _glance_lines(data: ReportData) -> list[str]:
+    ordered = sorted(data.maps, key=lambda m: m.measure != "offered_rate")  # as in the picture
+    lines = [off_sentence(m, data.answer_bands) for m in ordered] if data.answer_bands else []
+    marks = _marks(data)
+    for arm, checks in marks.not_as_configured.items():
+        exempt = " (exempt)" if arm in data.exempt_arms else ""
+        lines.append(
+            f"{arm}{exempt} did not run as configured ({checks} failed): its figures measure what ran, not its "
+            "policy; hollow in the picture, hatched in the heatmaps"
+        )
+    for arm in dict.fromkeys(a for m in data.maps for a in m.arms if per_engine(m, a)):
+        bases = sorted({m.baselines.get(arm, m.baseline) for m in data.maps if arm in m.arms})
+        lines.append(
+            f"{arm} is compared per engine with {', '.join(bases)}: not on equal hardware (no `off` arm on its "
+            "topology), marked \u2260 in the heatmaps"
+        )
+    for checked in data.verification.arms:
+        if checked.status in ("not_verifiable", "not_exercised"):
+            unproven = [f.check for f in checked.findings if f.status == checked.status]
+            said = checked.status.replace("_", " ")
+            lines.append(f"{checked.arm}: {', '.join(unproven)} {said} (no evidence either way)")
+    return lines
+
+
+def _glance_section(data: ReportData) -> str:
+    if not data.maps or not any(not m.is_baseline(a) for m in data.maps for a in m.arms):
+        return ""
+    marks = _marks(data)
+    lines = _glance_lines(data)
+    return (
+        '<section class="glance"><h2>At a glance</h2>'
+        + figure(overview_chart(data.maps, data.answer_bands, marks),
+                 "each arm's speedup over plain decoding on its hardware, per load band, with its interval")
+        + legend_html(data.maps, marks)
+        + (bullets(lines) if lines else "")
+        + "</section>"
+    )  # fmt: skip
+
+
+def _notes(data: ReportData) -> str:
+    """What no other section says: a partial run, confounds between engines, incomplete units, a saturated load
+    generator or a lagging engine."""
     parts = []
     if data.headline:
-        parts.append(f"<section><h2>Findings</h2>{bullets(data.headline)}</section>")
-    if data.gate_failures:
-        parts.append(f'<div class="failures"><b>Gate failures</b>{bullets(data.gate_failures)}</div>')
-    if data.exempt_failures:
-        parts.append(
-            f'<div class="warn"><b>Gate failures on exempt arms</b>{EXEMPT}: reported, they fail no gate.'
-            f"{bullets(data.exempt_failures)}</div>"
-        )
+        parts.append(f'<div class="warn"><b>Notes</b>{bullets(data.headline)}</div>')
     if data.saturated_units:
         parts.append(
             '<div class="warn"><b>Load generator saturated</b> on '
@@ -147,26 +208,6 @@ def _headline(data: ReportData) -> str:
             f"a larger engine.time_scale helps.{bullets(data.engine_lagged_units)}</div>"
         )
     return "\n".join(parts)
-
-
-def _answer_section(lines: Sequence[str]) -> str:
-    """The answer block first, structured as the console prints it: its title, a heading per map ("by batch
-    size (...):", "what ran:"), one item per indented line."""
-    if not lines:
-        return ""
-    parts = [f'<section class="answer"><h2>Answer</h2><p>{esc(lines[0])}</p>']
-    items: list[str] = []
-    for line in lines[1:]:
-        if line.startswith("  "):
-            items.append(line.strip())
-            continue
-        if items:
-            parts.append(bullets(items))
-            items = []
-        parts.append(f"<h3>{esc(line.rstrip(':'))}</h3>")
-    if items:
-        parts.append(bullets(items))
-    return "".join(parts) + "</section>"
 
 
 def _manifest_arms(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -298,8 +339,21 @@ def _timelines_section(data: ReportData) -> str:
     return _series_section(data, series_of_table(steps, data.unit_starts))
 
 
+def _flat_k(series: TimelineSeries) -> float | None:
+    """The one k a unit ran at every drawn step; None where k varies (or nothing was drawn)."""
+    if not len(series.k):
+        return None
+    low, high = float(np.min(series.k)), float(np.max(series.k))
+    return low if high - low < 1e-9 else None
+
+
+def _k_text(k: float) -> str:
+    return str(int(k)) if float(k).is_integer() else num(k)
+
+
 def _series_section(data: ReportData, series: dict[str, TimelineSeries]) -> str:
-    """One chart per unit: arms in the manifest's order (then by name), then by shape and repeat."""
+    """A chart per unit whose executed k varies (arms in the manifest's order, then by shape and repeat); a unit
+    that ran one k throughout is one line of text per arm and k, as its chart would be a flat line."""
     if not series:
         return '<section><h2>Engine timelines</h2><p class="muted">No engine timelines in this run.</p></section>'
     rank = {arm: i for i, (arm, _) in enumerate(_manifest_arms(data.manifest))}
@@ -309,9 +363,21 @@ def _series_section(data: ReportData, series: dict[str, TimelineSeries]) -> str:
         return (rank.get(arm, len(rank)), arm, shape_name, int(repeat.removeprefix("r")))
 
     figures = []
+    flat: dict[tuple[str, str], list[str]] = {}
     for unit in sorted(series, key=order):
-        shape_name = unit.rsplit("/", 2)[1]
+        arm, shape_name, repeat = unit.rsplit("/", 2)
         faults = [w for w in data.fault_windows if w.unit == unit]
+        k = _flat_k(series[unit])
+        if k is not None and not faults:
+            means = ", mean per time bucket" if series[unit].bucketed else ""
+            flat.setdefault((arm, _k_text(k)), []).append(f"{shape_name}/{repeat} ({series[unit].steps} steps{means})")
+            continue
         chart = timeline_chart(unit, series[unit], data.shapes.get(shape_name), faults)
         figures.append(figure(chart, _timeline_caption(unit, series[unit])))
-    return f"<section><h2>Engine timelines</h2>{''.join(figures)}</section>"
+    lines = [f"{arm}: executed k = {k} throughout {', '.join(units)}" for (arm, k), units in flat.items()]
+    said = (
+        f'<p class="meta">Charted only where the executed k varies; one k throughout (no chart):</p>{bullets(lines)}'
+        if lines
+        else ""
+    )
+    return f'<section><h2>Engine timelines</h2>{said}<div class="row">{"".join(figures)}</div></section>'

@@ -5,10 +5,12 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from orchestrator.analysis.results import RatioCI, Verdict
+from orchestrator.numfmt import fixed
 
 NO_DATA = "\u2013"  # en dash
 
@@ -20,21 +22,21 @@ def esc(value: object) -> str:
 def num(value: float | None, digits: int = 2) -> str:
     if value is None or not math.isfinite(value):
         return NO_DATA
-    return f"{value:.{digits}f}"
+    return fixed(value, digits)
 
 
 def dur(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds):
         return NO_DATA
-    return f"{seconds * 1000:.1f} ms" if abs(seconds) < 1 else f"{seconds:.2f} s"
+    return f"{fixed(seconds * 1000, 1)} ms" if abs(seconds) < 1 else f"{fixed(seconds, 2)} s"
 
 
 def pct(value: float | None) -> str:
-    return NO_DATA if value is None or not math.isfinite(value) else f"{100 * value:.1f}%"
+    return NO_DATA if value is None or not math.isfinite(value) else f"{fixed(100 * value, 1)}%"
 
 
 def ratio(value: float | None) -> str:
-    return NO_DATA if value is None or not math.isfinite(value) else f"{value:.2f}x"
+    return NO_DATA if value is None or not math.isfinite(value) else f"{fixed(value, 2)}x"
 
 
 def ci(interval: RatioCI) -> str:
@@ -59,8 +61,9 @@ def status_mark(status: str | None) -> str:
 EXEMPT = ' <span class="exempt">(exempt)</span>'  # after an exempt arm's failure: reported, not failed
 
 
-def badge(passed: bool, text: str) -> str:
-    return f'<span class="badge {"pass" if passed else "fail"}">{esc(text)}</span>'
+def badge(passed: bool, text: str, *, kind: str | None = None) -> str:
+    """`kind`: the CSS class (pass, fail, partial); from `passed` when not given."""
+    return f'<span class="badge {kind or ("pass" if passed else "fail")}">{esc(text)}</span>'
 
 
 def bullets(items: Iterable[str]) -> str:
@@ -78,6 +81,12 @@ def json_code(value: Any) -> str:
     return NO_DATA if value is None else f"<code>{esc(json.dumps(value, sort_keys=True, default=str))}</code>"
 
 
+_SVG_WIDTH = re.compile(r'^<svg\b[^>]*?\swidth="([0-9.]+)"')
+
+
 def figure(svg: str, caption: str) -> str:
-    """The caption above its chart: below, it read as the next chart's title."""
-    return f"<figure><figcaption>{esc(caption)}</figcaption>{svg}</figure>"
+    """The caption above its chart: below, it read as the next chart's title. As wide as the chart (at most the
+    page), so a long caption wraps above it and two charts can stand side by side."""
+    found = _SVG_WIDTH.match(svg)
+    style = f' style="width:{found.group(1)}px;max-width:100%"' if found else ""
+    return f"<figure{style}><figcaption>{esc(caption)}</figcaption>{svg}</figure>"

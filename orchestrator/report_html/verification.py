@@ -50,53 +50,49 @@ def _arm_verification(arm: ArmVerification, exempt: Collection[str]) -> str:
     return (
         f"<h3>{esc(arm.arm)} {status_mark(arm.status)}{_exempt(arm.arm, arm.status, exempt)}</h3>"
         f'<p class="meta">kind {esc(arm.kind)} &middot; topology {esc(arm.topology)} &middot; {arm.steps} steps '
-        f"&middot; executed k matches the configured k on {pct(arm.match_fraction)} of steps</p>"
-        f"{_band_checks(arm.bands)}{_findings(arm)}"
+        f"&middot; {esc(as_configured(arm))}</p>"
+        f"{_findings(arm)}<details><summary>per band: configured and executed k</summary>{_band_checks(arm.bands)}"
+        "</details>"
     )
 
 
+def as_configured(arm: ArmVerification) -> str:
+    """The share of steps that ran the configured k, and what that share does not prove: the words of the arm's
+    status (a "not exercised" arm also says which check the load never exercised)."""
+    share = f"executed k = configured k on {pct(arm.match_fraction)} of steps"
+    unproven = [f.check for f in arm.findings if f.status in ("not_verifiable", "not_exercised")]
+    if arm.status in ("not_verifiable", "not_exercised") and unproven:
+        return f"{share}; {', '.join(unproven)} {arm.status.replace('_', ' ')}"
+    return share
+
+
+def _k(value: int | None) -> str:
+    return NO_DATA if value is None else str(value)
+
+
 def _switch_timings(timings: Sequence[SwitchTiming], exempt: Collection[str]) -> str:
+    """Few columns, each short, so the table fits a 1280 px window; the message says the rest."""
     if not timings:
         return ""
+
+    def pair(first: float | None, second: float | None, gap: float | None) -> str:
+        return f"{num(first, 1)} \u2192 {num(second, 1)} ({num(gap, 1)})"
+
     rows = [
         [
             esc(t.arm),
-            esc(t.shape),
-            esc(t.run),
-            str(t.repeat),
-            esc(t.reference),
-            num(t.crossed_up_s),
-            num(t.switched_s),
-            num(t.switch_lag_s),
-            num(t.crossed_down_s),
-            num(t.recovered_s),
-            num(t.recovery_s),
-            esc(t.quiet_k if t.quiet_k is not None else NO_DATA),
-            esc(t.loaded_k if t.loaded_k is not None else NO_DATA),
-            num(t.bound_s),
+            esc(f"{t.shape} r{t.repeat}"),
+            pair(t.crossed_up_s, t.switched_s, t.switch_lag_s),
+            pair(t.crossed_down_s, t.recovered_s, t.recovery_s),
+            esc(f"{_k(t.quiet_k)} / {_k(t.loaded_k)}"),
+            num(t.bound_s, 1),
             status_mark(t.status) + _exempt(t.arm, t.status, exempt),
             esc(t.message),
         ]
         for t in timings
     ]
-    header = [
-        "arm",
-        "shape",
-        "run",
-        "repeat",
-        "reference",
-        "crossed up (s)",
-        "switched (s)",
-        "lag (s)",
-        "crossed down (s)",
-        "recovered (s)",
-        "recovery (s)",
-        "quiet k",
-        "loaded k",
-        "bound (s)",
-        "check",
-        "message",
-    ]
+    header = ["arm", "unit", "up: crossed \u2192 switched (lag) s", "down: crossed \u2192 recovered (lag) s",
+              "k quiet / loaded", "bound s", "check", "message"]  # fmt: skip
     return f"<h3>Switch timings (cross and recover)</h3>{table(header, rows)}"
 
 
@@ -108,13 +104,18 @@ def _k_switch_costs(lines: Sequence[str]) -> str:
 
 
 def verification_section(report: VerificationReport, exempt: Collection[str] = ()) -> str:
-    """`exempt`: the campaign's gates.exempt_arms, marked "(exempt)" where they failed."""
+    """`exempt`: the campaign's gates.exempt_arms, marked "(exempt)" where they failed. Arms that pass are one row
+    each; an arm that did not pass has its findings shown, every arm's per-band table is folded."""
     summary = (
         table(
-            ["arm", "kind", "topology", "steps", "match", "check"],
+            ["arm", "kind", "topology", "steps", "as configured", "check"],
             [
                 [
-                    esc(a.arm), esc(a.kind), esc(a.topology), str(a.steps), pct(a.match_fraction),
+                    esc(a.arm),
+                    esc(a.kind),
+                    esc(a.topology),
+                    str(a.steps),
+                    esc(as_configured(a)),
                     status_mark(a.status) + _exempt(a.arm, a.status, exempt),
                 ]
                 for a in report.arms
@@ -123,12 +124,20 @@ def verification_section(report: VerificationReport, exempt: Collection[str] = (
         if report.arms
         else '<p class="muted">No arms verified.</p>'
     )
-    arms = "".join(_arm_verification(a, exempt) for a in report.arms)
+    shown = "".join(_arm_verification(a, exempt) for a in report.arms if a.status != "pass")
+    passing = [a for a in report.arms if a.status == "pass"]
+    folded = (
+        f"<details><summary>arms that pass: their findings and per-band k ({len(passing)})</summary>"
+        + "".join(_arm_verification(a, exempt) for a in passing)
+        + "</details>"
+        if passing
+        else ""
+    )
     failed = {a.arm for a in report.arms if a.status == "fail"} | {
         t.arm for t in report.switch_timings if t.status == "fail"
     }
     marked = EXEMPT if failed and failed <= set(exempt) else ""  # every failure is an exempt arm's
     return (
-        f"<section><h2>Executed policy {status_mark(report.status)}{marked}</h2>{summary}{arms}"
+        f"<section><h2>Executed policy {status_mark(report.status)}{marked}</h2>{summary}{shown}{folded}"
         f"{_switch_timings(report.switch_timings, exempt)}{_k_switch_costs(report.k_switch_costs)}</section>"
     )

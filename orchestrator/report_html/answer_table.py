@@ -1,0 +1,81 @@
+"""The answer section of report.html: per map, one row per load band and one column per hardware, each cell the
+band's verdict in a few words (the best arm and its ratio over plain decoding, plain decoding, a tie, too few
+data); the console's full sentences stay one click away, folded."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from orchestrator.analysis.answer import BandAnswer
+from orchestrator.analysis.results import OperatingMap
+from orchestrator.report_html.charts import cell_or_none, deciding_label
+from orchestrator.report_html.overview import per_engine
+from orchestrator.report_html.text import bullets, ci, esc
+
+
+def _ratio(opmap: OperatingMap, band: str, arm: str) -> str:
+    cell = cell_or_none(opmap, band, arm)
+    if cell is None or cell.speedup is None or cell.speedup.deciding.point is None:
+        return ""
+    s = cell.speedup
+    # The column says the ratio is over the hardware's `off` arm; a per-engine comparison names its baseline
+    unequal = f" vs {s.baseline} per engine: not equal hardware" if per_engine(opmap, arm) else ""
+    return f' <span class="muted">{esc(deciding_label(s))} {esc(ci(s.deciding))}{esc(unequal)}</span>'
+
+
+def _cell(opmap: OperatingMap, found: BandAnswer) -> str:
+    off = any(opmap.is_baseline(a) for a in found.best)
+    if found.status == "best":
+        (arm,) = found.best
+        text = f'<span class="v v-helps">{esc(arm)}</span>{_ratio(opmap, found.band, arm)}'
+    elif found.status == "plain_decoding":
+        text = '<span class="v v-hurts">plain decoding</span>: speculation off'
+    elif found.status == "tie":
+        text = f"tie: {esc(', '.join(found.best))}" + (" (with plain decoding: speculation off)" if off else "")
+    elif found.status == "no_difference":
+        text = '<span class="v v-no_difference">no difference</span>' + (": speculation off" if off else "")
+    elif found.requests == 0:
+        text = '<span class="muted">no requests here</span>'
+    else:
+        text = f'<span class="muted">too few data (n = {found.requests})</span>'
+    return f'<td title="{esc(found.message)}">{text}</td>'
+
+
+def _over(bases: list[str]) -> str:
+    return f' <span class="muted">(ratio over {esc(", ".join(bases))})</span>' if bases else ""
+
+
+def _map_table(opmap: OperatingMap, answers: Sequence[BandAnswer]) -> str:
+    mine = [a for a in answers if a.measure == opmap.measure]
+    hardware = list(dict.fromkeys(a.hardware for a in mine))
+    if not hardware:
+        return ""
+    by = {(a.band_index, a.hardware): a for a in mine}
+    bases = {h: sorted({opmap.baselines.get(a, opmap.baseline) for x in mine if x.hardware == h for a in x.best})
+             for h in hardware}  # fmt: skip
+    head = "".join(f"<th>{esc(h)}{_over(bases[h])}</th>" for h in hardware)
+    rows = []
+    for i, band in enumerate(opmap.bands):
+        cells = "".join(_cell(opmap, by[(i, h)]) if (i, h) in by else "<td></td>" for h in hardware)
+        rows.append(f"<tr><th>{esc(band.label)}</th>{cells}</tr>")
+    title = f"by {opmap.measure.replace('_', ' ')} ({opmap.unit})"
+    return (
+        f'<div><h3>{esc(title)}</h3><table class="answer"><thead><tr><th>band</th>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def answer_section(maps: Sequence[OperatingMap], answers: Sequence[BandAnswer], lines: Sequence[str]) -> str:
+    """`lines`: the answer block as the console prints it, folded below the tables."""
+    if not lines:
+        return ""
+    ordered = sorted(maps, key=lambda m: m.measure != "offered_rate")  # load as the operator sets it first
+    tables = "".join(_map_table(m, answers) for m in ordered)
+    full = bullets(line.strip() for line in lines[1:] if line.startswith("  "))
+    if not tables:  # no per-band verdicts to tabulate: the sentences are the answer
+        return f'<section class="answer"><h2>Answer</h2><p class="meta">{esc(lines[0])}</p>{full}</section>'
+    return (
+        f'<section class="answer"><h2>Answer</h2><p class="meta">{esc(lines[0])}; hover a cell for its sentence</p>'
+        f'<div class="row">{tables}</div>'
+        f"<details><summary>the answer in full, as the console prints it</summary>{full}</details></section>"
+    )
