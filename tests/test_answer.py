@@ -72,7 +72,10 @@ def test_a_short_campaign_is_insufficient_data_with_n_and_what_is_needed(nine: t
         )
         assert band.message in printed
     unreached = [b for b in summary.answer.bands if b.measure == "batch_size" and b.requests == 0]
-    assert unreached and all("no request reached this load" in b.message for b in unreached)
+    assert unreached and all(b.message not in printed for b in unreached)  # one line for them all instead
+    assert "batch 5-12, batch 13-512 (single): the campaign's shapes never ran this hardware at these batch sizes" in (
+        printed
+    )
     assert "is best" not in printed and "tie for best" not in printed
     assert "crossover by batch size: fixed2-single: no band with enough data" in printed
     # The answer comes before the maps.
@@ -97,7 +100,8 @@ def test_arms_are_compared_pairwise_and_the_best_beats_every_other(busy: tuple[S
         for other in {"off-single", "fixed3-single", "dyn-single"} - {best}:
             found = by_band[(band.measure, band.band, frozenset((best, other)))].seen_from(best)
             assert found.verdict is Verdict.HELPS
-            assert found.deciding().low is not None and found.deciding().low > 1
+            low = found.deciding().low
+            assert low is not None and low > 1
             assert f"vs {other} " in band.message and f"(n={found.pairs})" in band.message
         assert band.message in printed
     # Where the schedule runs k = 1 or 0 (batch 5+), fixed k = 3 is faster on the same requests, and it says so.
@@ -124,6 +128,9 @@ def test_a_dp_arm_without_off_on_its_topology_is_said_to_be_compared_per_engine(
         for c in carried if c.speedup is not None
     )  # fmt: skip
     assert "what ran:" in printed and "vLLM's data-parallel fallback" in printed
+    # Its crossover is not a verdict on equal hardware, and says so (issue 33: "dyn-dp2: helps in every band")
+    dp_crossovers = [line for line in summary.answer.crossovers if "dyn-dp2" in line] if summary.answer else []
+    assert dp_crossovers and all("per engine against off-single, not on equal hardware" in x for x in dp_crossovers)
 
 
 def test_a_dp_arm_with_off_dp2_is_compared_on_its_own_hardware(tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -135,3 +142,37 @@ def test_a_dp_arm_with_off_dp2_is_compared_on_its_own_hardware(tmp_path_factory:
     assert dp and all(b.best == ["dyn-dp2"] and "vs off-dp2 per-token" in b.message for b in dp)
     assert not any("off-single" in b.message for b in summary.answer.bands if b.hardware == "data_parallel2")
     assert "dyn-dp2: ran the static max k = 3" in printed and "its cells measure what ran, not its policy" in printed
+
+
+def test_an_off_arm_alone_has_nothing_to_compare_with(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """One `off` arm: not "insufficient data: n = 101 per arm, 20 needed" per band, but one line saying why."""
+    arms = [{"policy": "off", "topology": "single"}]
+    summary, printed = run_and_report(short_campaign(tmp_path_factory.mktemp("one") / "one", arms=arms, shapes=BUSY))
+    assert summary.answer is not None
+    assert "single: nothing to compare with: off-single is the only arm on this hardware" in printed
+    assert "insufficient data" not in "\n".join(summary.answer.lines)
+
+
+def test_bands_the_traffic_never_filled_are_not_unreached_load(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A constant rate of 2 req/s never runs batch 13+: said once as not measured, never as load that was tried
+    and not reached, and never as a band needing repeats."""
+    shapes = {"flat": {"kind": "quiet", "rate": 2, "duration_s": 20}}
+    summary, printed = run_and_report(short_campaign(tmp_path_factory.mktemp("flat") / "flat", arms=SINGLE,
+                                                     shapes=shapes, load={"process": "constant"}))  # fmt: skip
+    assert summary.answer is not None
+    lines = summary.answer.lines
+    assert "reached this load" not in printed
+    empty = [line for line in lines if "never ran this hardware at these batch sizes" in line]
+    assert len(empty) == 1 and "batch 13-512" in empty[0]
+    assert not any("batch 13-512" in line and "repeats" in line for line in lines)
+
+
+def test_an_slo_no_request_meets_is_said_beside_the_verdicts(tmp_path_factory: pytest.TempPathFactory) -> None:
+    summary, _ = run_and_report(
+        short_campaign(tmp_path_factory.mktemp("slo") / "slo", arms=SINGLE, shapes=BUSY,
+                       slo={"ttft_s": 0.001, "tpot_s": 0.001})
+    )  # fmt: skip
+    assert summary.answer is not None
+    assert any(b.status == "best" for b in summary.answer.bands)  # verdicts on per-token latency still stand
+    warning = [line for line in summary.answer.lines if "no completed request met the SLOs" in line]
+    assert len(warning) == 1 and "per-token latency alone" in warning[0]

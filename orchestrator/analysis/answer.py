@@ -158,7 +158,7 @@ def _band_label(operating_map: OperatingMap, band: str) -> str:
 
 def _more_data(n: int, needed: int, repeats: int) -> str:
     if n == 0:
-        return f"no request reached this load ({needed} per arm needed for a verdict: a shape that reaches it)"
+        return "no requests here: the campaign's shapes never ran this hardware in this band"
     factor = math.ceil(needed / n)
     more = f"about {factor}x as many requests (repeats: {repeats * factor})"
     return f"n = {n} per arm, {needed} needed for a verdict: {more}"
@@ -220,6 +220,47 @@ def _band_answer(
     return answer("tie", undefeated, message + tail)
 
 
+def _empty_bands(operating_map: OperatingMap, members: Sequence[str]) -> list[int]:
+    """The bands where no arm of this hardware has a request: the traffic never put it there."""
+    cells = _cells(operating_map)
+    return [
+        b for b in range(len(operating_map.bands))
+        if all(cells.get((b, m)) is None or cells[(b, m)].requests == 0 for m in members)
+    ]  # fmt: skip
+
+
+def _unfilled(operating_map: OperatingMap) -> str:
+    """Why a band has no request: the campaign's shapes never ran there (what they offered is what was measured;
+    the band is not a load that was tried and missed)."""
+    if operating_map.measure == "offered_rate":
+        return "no shape offers these rates: nothing measured there"
+    return "the campaign's shapes never ran this hardware at these batch sizes: nothing measured there"
+
+
+def _nothing_banded(operating_map: OperatingMap, members: Sequence[str]) -> str:
+    unbanded = sum(operating_map.unbanded.get(m, 0) for m in members)
+    if operating_map.measure == "batch_size" and unbanded:
+        return (
+            f"no request has a batch size ({unbanded} requests, no engine steps: the server reports none), so "
+            "nothing is decided by batch size"
+        )
+    if unbanded:
+        return f"no request has an offered rate ({unbanded} requests: closed-loop or replayed traffic)"
+    return "no requests"
+
+
+def _slo_warning(maps: Sequence[OperatingMap]) -> list[str]:
+    """An SLO no request met: goodput is 0 everywhere, so no goodput ratio exists and every verdict is per-token
+    latency's alone. Said once, beside the verdicts it qualifies."""
+    cells = [c for m in maps for c in m.cells if c.completed > 0]
+    if not cells or any((c.goodput_fraction or 0) > 0 for c in cells):
+        return []
+    return [
+        "warning: no completed request met the SLOs: goodput is 0 in every band, so every verdict above rests on "
+        "per-token latency alone (check the campaign's slo)"
+    ]
+
+
 def _crossover_lines(operating_map: OperatingMap) -> list[str]:
     cells = _cells(operating_map)
     lines = []
@@ -250,11 +291,23 @@ def answer_of(
         mine = [c for c in comparisons if c.measure == operating_map.measure]
         groups = sorted(hardware_groups(operating_map, arms).items(), key=lambda g: info[g[0]].data_parallel_size)
         for baseline, members in groups:
+            hardware = info[baseline].topology
+            if len(members) == 1:  # an `off` arm alone on its hardware: no band has anything to decide
+                lines.append(f"  {hardware}: nothing to compare with: {baseline} is the only arm on this hardware")
+                continue
+            empty = _empty_bands(operating_map, members)
+            if len(empty) == len(operating_map.bands):
+                lines.append(f"  {hardware}: {_nothing_banded(operating_map, members)}")
+                continue
             for b in range(len(operating_map.bands)):
                 by_pair = {frozenset((c.arm, c.other)): c for c in mine if c.band_index == b}
-                found = _band_answer(operating_map, b, baseline, members, by_pair, info[baseline].topology, repeats)
+                found = _band_answer(operating_map, b, baseline, members, by_pair, hardware, repeats)
                 bands.append(found)
-                lines.append(f"  {found.message}")
+                if b not in empty:
+                    lines.append(f"  {found.message}")
+            if empty:
+                labels = ", ".join(_band_label(operating_map, operating_map.bands[b].label) for b in empty)
+                lines.append(f"  {labels} ({hardware}): {_unfilled(operating_map)}")
         for name in operating_map.arms:
             if info[name].engines_ratio != 1:
                 base = operating_map.baselines.get(name, operating_map.baseline)
@@ -263,6 +316,7 @@ def answer_of(
                     f"{base} (add `off` on {info[name].topology} to compare it on the same hardware)"
                 )
         lines.extend(f"  {line}" for line in _crossover_lines(operating_map))
+    lines.extend(f"  {line}" for line in _slo_warning(maps))
     executed = [
         f"{f.message}: its cells measure what ran, not its policy"
         for checked in verification.arms
