@@ -62,11 +62,17 @@ def test_a_real_time_search_on_ray_brackets_the_crossover_in_a_run_directory(
     counted = [s for s in record.steps if s.discarded is None]
     first = counted[0].point
     assert first.rate == 4 and first.ratio is not None and first.ratio > 1  # k = 3 helps at a quarter of the crossover
-    assert record.outcome.kind in ("crossover", "budget")
+    # 40-request units: a rate near the crossing may stay undecided, and the words must say which it was.
+    assert record.outcome.kind in ("crossover", "crossover_wide", "budget", "undecided")
+    message = record.outcome.message
     if record.outcome.kind == "crossover":
-        assert record.outcome.message.startswith("crossover between ") and "(bracket within 50%)" in lines[-1]
+        assert message.startswith("crossover between ") and "(bracket within 50%)" in lines[-1]
+    elif record.outcome.kind == "crossover_wide":
+        assert message.startswith("crossover between ") and "not the 50% asked" in message
+    elif record.outcome.kind == "budget":
+        assert message.startswith("budget spent (") and "of 500 requests): " in message
     else:
-        assert record.outcome.message.startswith("budget spent: bracket ")
+        assert message.startswith("no crossover established for fixed3-single against off-single: ")
     assert json.loads((out / SEARCH_FILE).read_text())["lines"] == lines
     summary = write_report(str(out))
     assert summary.mode == "real" and len(summary.units) == 2 * len(record.steps)
