@@ -46,7 +46,10 @@ from orchestrator.calibrate.kswitch_report import k_switch_lines
 from orchestrator.campaign import Campaign, GateConfig
 from orchestrator.decide.prediction import prediction_check
 from orchestrator.endpoint_metrics import read_samples
+from orchestrator.numfmt import fixed
 from orchestrator.report_html import ReportData, render_report_html
+from orchestrator.report_html.overview import per_engine
+from orchestrator.report_html.verification import as_configured
 from orchestrator.run_evidence import check_unit_evidence, seal, seal_problem, traces_digest
 from orchestrator.rundir import MANIFEST, RunStore, UnitResult, read_manifest, units_of
 from serve_apps.arms import EndpointEngineConfig
@@ -532,7 +535,7 @@ def _differs(arms: dict[str, dict[str, Any]], key: str, what: str, show: Callabl
 
 
 def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1e3:.0f}"
+    return "-" if value is None else fixed(value * 1e3, 0)
 
 
 def _speedup(cell: Any) -> str:
@@ -545,13 +548,13 @@ def _speedup(cell: Any) -> str:
     if ratio.point is None:
         return "n/a"
     colour = {Verdict.HELPS: "green", Verdict.HURTS: "red"}.get(cell.speedup.verdict, "yellow")
-    low = f"{ratio.low:.2f}" if ratio.low is not None else "?"
-    high = f"{ratio.high:.2f}" if ratio.high is not None else "?"
+    low = fixed(ratio.low) if ratio.low is not None else "?"
+    high = fixed(ratio.high) if ratio.high is not None else "?"
     what = "goodput" if cell.speedup.decided_by == "goodput" else "tpot"
     if cell.speedup.engines_ratio != 1 and what == "goodput":
         what = "goodput/engine"
     said = cell.speedup.verdict.value.replace("_", " ")
-    return f"[{colour}]{what} {ratio.point:.2f}x [{low},{high}] {said}[/{colour}]"
+    return f"[{colour}]{what} {fixed(ratio.point)}x [{low},{high}] {said}[/{colour}]"
 
 
 def map_table(operating_map: OperatingMap) -> Table:
@@ -559,7 +562,10 @@ def map_table(operating_map: OperatingMap) -> Table:
     table = Table(title=title, show_lines=True)
     table.add_column("band")
     for arm in operating_map.arms:
-        table.add_column(arm)
+        # A ratio over a baseline on other hardware is per engine: said where the arm's column starts
+        base = operating_map.baselines.get(arm, operating_map.baseline)
+        unequal = f"\n(per engine vs {base}: not equal hardware)" if per_engine(operating_map, arm) else ""
+        table.add_column(arm + unequal)
     cells = {(c.band_index, c.arm): c for c in operating_map.cells}
     for i, band in enumerate(operating_map.bands):
         row = [band.label]
@@ -602,11 +608,8 @@ def print_report(summary: Summary, console: Console) -> None:
     exempt = set(summary.exempt_arms)
     for checked in summary.verification.arms:
         mark = _STATUS_MARKS[checked.status]
-        share = "-" if checked.match_fraction is None else f"{checked.match_fraction:.0%}"
         marked = EXEMPT_MARK if checked.arm in exempt and checked.status == "fail" else ""
-        console.print(
-            f"  {mark} {checked.arm}{marked} ({checked.kind}, {checked.topology}): k as configured in {share} of steps"
-        )
+        console.print(f"  {mark} {checked.arm}{marked} ({checked.kind}, {checked.topology}): {as_configured(checked)}")
         for finding in checked.findings:
             if not finding.passed:
                 status = (finding.status or "fail").replace("_", " ")

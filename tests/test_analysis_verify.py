@@ -135,11 +135,18 @@ def test_off_and_dynamic_with_k0_are_told_apart() -> None:
     assert off.passed
     assert _finding(off, "identity")[1] == "off: really off: no speculative config, k = 0 in all 60 steps, no drafts"
     k0 = _verify(ALL_ZERO, executed=lambda b: 0)
-    assert not k0.failed and k0.status == "not_exercised"  # its schedule has one k: no switch to see
+    # its schedule has one k at every batch size: no load could make it switch, so nothing is "not exercised";
+    # it ran k as configured and passes
+    assert k0.passed and k0.status == "pass"
     message = _finding(k0, "identity")[1]
     assert message == "dyn-k0: dynamic, not off: the engine reports its speculative config; k = 0 in 100.0% of steps"
-    switched = "dyn-k0: not exercised: batch sizes 4-300 all configure k = {0}"
-    assert _finding(k0, "schedule_switched") == (False, switched)
+    switched = "dyn-k0: nothing to switch: the schedule configures k = 0 at every batch size"
+    assert _finding(k0, "schedule_switched") == (True, switched)
+    ran_k3 = _verify(ALL_ZERO, executed=lambda b: 3)  # the same schedule, not followed: executed_k fails it
+    assert ran_k3.failed and not _finding(ran_k3, "executed_k")[0]
+    timed = verify_executed_policy(trace_table(**_cross_rows(ALL_ZERO, up_at=28.0, down_at=59.0)), [ALL_ZERO],
+                                   shapes={"cross": CROSS})  # fmt: skip
+    assert timed.switch_timings == [] and timed.passed  # no switch to time, not a switch "not exercised"
     posing_as_off = _verify(OFF, executed=lambda b: 0, config=CONFIG)
     assert not posing_as_off.passed
     assert (
@@ -378,6 +385,21 @@ def test_the_console_report_tells_not_verifiable_from_failed() -> None:
     text = out.getvalue()
     assert "NOT VERIFIABLE off-single" in text and "[not verifiable] off-single: not verifiable" in text
     assert "FAIL dyn-dp2" in text and "[fail] dyn-dp2: ran k=[4]" in text  # brackets in a message survive
+    # The arm's line says what its status rests on: the share of steps at the configured k, and, where that is
+    # all there is, which check had no evidence (never "k as configured in 100%" beside NOT EXERCISED unexplained)
+    exercised = ArmVerification(
+        arm="dyn", kind="dynamic", topology="single", steps=60, match_fraction=1.0, bands=[], passed=False,
+        findings=[Finding(check="executed_k", arm="dyn", passed=True, message="dyn: executed k = configured k"),
+                  Finding.not_exercised("schedule_switched", "dyn", "dyn: not exercised: 1-4 all configure k = 3")],
+    )  # fmt: skip
+    out = io.StringIO()
+    only = summary.model_copy(update={"verification": VerificationReport(arms=[exercised], switch_timings=[],
+                                                                         passed=False)})  # fmt: skip
+    print_report(only, Console(file=out, width=200, color_system=None))
+    assert (
+        "NOT EXERCISED dyn (dynamic, single): executed k = configured k on 100.0% of steps; schedule_switched not "
+        "exercised"
+    ) in out.getvalue()
 
 
 # --- the fast paths: telemetry from the Parquet footers, switch timing from binned counts --------------------

@@ -459,8 +459,11 @@ def _verify_arm(
         findings += [
             _dropped_finding(arm, telemetry, endpoint=endpoint),
             _fallback_finding(arm, int(by_batch[below_max].sum()), ran_max, settings),
-            _switched_finding(arm, np.flatnonzero(by_k), configured_values, steps, low, high, settings),
-        ]
+            _switched_finding(
+                arm, np.flatnonzero(by_k), configured_values, steps, low, high, settings,
+                one_k=_one_k(arm),
+            ),
+        ]  # fmt: skip
     if mismatched_requests:
         findings.append(
             Finding(
@@ -554,9 +557,13 @@ def _verify(
                 counts.steps_without_k.get(arm.name, 0), endpoint=endpoint, extra=extra,
             )
         )  # fmt: skip
+    # A schedule of one k at every batch size has no switch to time (whether that k ran is executed_k's check)
+    switching = [a for a in arms if a.kind != "dynamic" or _one_k(a) is None]
     timings = (
-        switch_timings(_binned_runs(requests, arms, shapes, settings), arms, shapes, bound_s=settings.switch_bound_s)
-        if shapes
+        switch_timings(
+            _binned_runs(requests, switching, shapes, settings), switching, shapes, bound_s=settings.switch_bound_s
+        )
+        if shapes and switching
         else []
     )
     return VerificationReport(
@@ -690,6 +697,13 @@ def _fallback_finding(arm: ArmInfo, below: int, ran_max: int, settings: VerifySe
     )
 
 
+def _one_k(arm: ArmInfo) -> int | None:
+    """The k of a schedule that configures one k at every batch size (vLLM's tail included), else None: such a
+    schedule has no switch for any load to exercise."""
+    ks = {int(k) for k in arm.k_table()[1:]}
+    return ks.pop() if len(ks) == 1 else None
+
+
 def _switched_finding(
     arm: ArmInfo,
     executed: np.ndarray,
@@ -698,7 +712,15 @@ def _switched_finding(
     low: int,
     high: int,
     settings: VerifySettings,
+    *,
+    one_k: int | None = None,
 ) -> Finding:
+    if one_k is not None:
+        # Not "not exercised": no load could exercise it. Whether k = one_k ran is executed_k's check.
+        return Finding(
+            check="schedule_switched", arm=arm.name, passed=True,
+            message=f"{arm.name}: nothing to switch: the schedule configures k = {one_k} at every batch size",
+        )  # fmt: skip
     if len(configured) < 2:
         return Finding.not_exercised(
             "schedule_switched", arm.name,

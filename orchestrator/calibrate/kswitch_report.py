@@ -31,7 +31,8 @@ def k_switch_lines(inputs: RunInputs) -> list[str]:
     try:
         fitted = fit_steps(usable)
     except CalibrationError as exc:
-        return [*lines, *(f"arm {arm}: k-switch cost not identifiable: {exc}" for arm in wanted)]
+        said = f"no step-time fit of this run's steps ({exc})"
+        return [*lines, *(f"arm {arm}: k-switch cost not identifiable: {said}" for arm in wanted)]
     for report in fitted.arms:
         if report.arm not in wanted:
             continue
