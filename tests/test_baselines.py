@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
 
-from orchestrator.baselines import baselines
+from orchestrator.analysis.arms import ArmInfo
+from orchestrator.baselines import baselines, primary_baseline
 from orchestrator.campaign import Campaign, CampaignError
 
 
@@ -49,3 +51,39 @@ def test_a_campaign_whose_arms_cannot_all_be_compared_is_refused_in_one_line() -
         "arms: arm fixed3-tp2 has no `off` arm to be compared with: add `off` on its topology (single-tp2, same "
         "hardware) or on single with tensor_parallel_size 2 (compared per engine)"
     )
+
+
+def _infos(campaign: Campaign) -> list[ArmInfo]:
+    """The arms as the report builds them (orchestrator/report.py load_run), in the campaign's order."""
+    found = baselines(campaign.arms())
+    return [
+        ArmInfo.from_policy(a.name, a.policy, topology=a.topology, compared_with=found[a.name].baseline,
+                            engines_ratio=found[a.name].engines_ratio)
+        for a in campaign.arms()
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("single", ["single", "zz", "a"])
+def test_the_primary_baseline_is_chosen_by_hardware_not_by_name_or_order(single: str) -> None:
+    """The per-engine decisions' `off` arm (recommend's evidence) is the one on one engine, whatever the
+    topologies are called and in whatever order the arms come (the manifest sorts them by name)."""
+    campaign = _campaign(
+        {single: "single", "dp2": "data_parallel:2"},
+        [("off", "dp2"), ("dyn", "dp2"), ("off", single), ("fixed3", single), ("dyn", single)],
+    )
+    infos = _infos(campaign)
+    for order in itertools.permutations(infos):
+        assert primary_baseline(list(order)) == f"off-{single}"
+    # Without `off` on one engine the data-parallel one is the only baseline there is
+    assert primary_baseline([a for a in infos if a.name != f"off-{single}"]) == "off-dp2"
+    assert primary_baseline([a for a in infos if not a.baseline]) is None
+
+
+def test_between_two_engines_of_one_kind_the_one_most_arms_are_compared_with_is_primary() -> None:
+    campaign = _campaign(
+        {"a": "single", "b": {"kind": "single", "tensor_parallel_size": 2}},
+        [("off", "a"), ("off", "b"), ("fixed3", "b"), ("dyn", "b")],
+    )
+    infos = _infos(campaign)
+    for order in itertools.permutations(infos):
+        assert primary_baseline(list(order)) == "off-b"

@@ -105,7 +105,9 @@ class OperatingMap(_Result):
     measure: Literal["batch_size", "offered_rate"]
     unit: str
     bands: list[Band]
-    baseline: str  # the first baseline arm; every arm's own is in `baselines`
+    # The primary baseline, chosen by hardware (orchestrator/baselines.py primary_baseline): the batch frame of
+    # the per-engine evidence (k_choices); every arm's own is in `baselines`
+    baseline: str
     arms: list[str]
     baselines: dict[str, str] = Field(default_factory=dict)  # arm -> the baseline it is compared with
     cells: list[MapCell]

@@ -203,7 +203,12 @@ def _insufficient(
     run = next(r for r in counted if r.choices[index] is choice)
     repeats: int | None = None
     baseline = off[1].arm if off else run.baseline or "off"
-    if n == 0:
+    if n == 0 and not any(c.requests for c in run.choices):
+        why = (
+            f"no request of {baseline} has a batch size in any band: no engine-step telemetry (a server that "
+            "reports no steps), so nothing is decided by batch size"
+        )
+    elif n == 0:
         why = f"no request ran at this batch size on {baseline}: no shape's load reaches it"
     elif n < needed:
         # A quarter more than the count scales to: a band's requests per repeat vary, and a follow-up that
