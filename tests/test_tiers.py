@@ -8,6 +8,7 @@ test-fast` and `make test` do; deselected tests count). Run on its own, this mod
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,21 @@ def test_every_slow_entry_names_collected_tests(request: pytest.FixtureRequest) 
         matched = [item for item in items if item.nodeid.startswith(prefix)]
         assert matched, f"SLOW entry {prefix!r} matches no test"
         assert all(item.get_closest_marker("slow") for item in matched)
+
+
+def test_not_vllm_collects_on_a_machine_without_vllm() -> None:
+    """docs/testing.md: `-m "not vllm"` on a machine without the vLLM CPU build. The suite is collected with
+    `import vllm` failing (tests/no_vllm.py): no module may need vLLM to be imported, and every test left after
+    `-m "not vllm"` is one that does not reach it (~9 s: the collection imports every test module)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "tests.no_vllm",
+         "-m", "not vllm", str(TESTS)],
+        capture_output=True, text=True, timeout=300, check=False, cwd=TESTS.parent,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    collected = [line for line in done.stdout.splitlines() if "::" in line]
+    assert len(collected) > 300 and not any("test_vllm_policies.py" in line for line in collected)
+    assert "deselected" in done.stdout.splitlines()[-1]
 
 
 # --- the detector, on functions of its own ---------------------------------------------------------------------
