@@ -58,13 +58,16 @@ log = get_logger(__name__)
 
 
 def default_rates(campaign: Campaign) -> tuple[float, float]:
-    """The lowest and highest positive rate the campaign's open-loop shapes offer: where its own traffic goes."""
+    """The lowest and highest positive rate the campaign's open-loop shapes offer: where its own traffic goes (one
+    rate only: half and twice it)."""
     rates = [r for shape in campaign.shapes.values() if shape.open_loop for p in shape.phases()
              for r in (p.rate_start, p.rate_end) if r > 0]  # fmt: skip
-    if len(set(rates)) < 2:
+    if not rates:
         raise CampaignError(
-            "shapes: no open-loop shape spans two rates to start the search from; give --low and --high"
+            "shapes: no open-loop shape offers a request rate to start the search from; give --low and --high"
         )
+    if len(set(rates)) == 1:
+        return rates[0] / 2, rates[0] * 2
     return min(rates), max(rates)
 
 

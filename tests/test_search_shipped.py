@@ -21,6 +21,7 @@ from loadshapes.mixes import Workload
 from orchestrator.cli import main
 from orchestrator.decide.oracle import oracle
 from orchestrator.decide.search_record import SEARCH_FILE
+from orchestrator.report import write_report
 from serve_apps.sim.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -179,3 +180,25 @@ def test_first_yaml_searches_its_dp_arm_against_off_on_two_engines(
     assert lines[-1].startswith("budget spent (")
     manifest = json.loads((tmp_path / "dp" / "manifest.json").read_text())
     assert sorted(manifest["arms"]) == ["dyn-dp2", "off-dp2"]
+
+
+def test_a_campaign_without_off_is_searched_against_off_added_on_its_hardware(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `run` accepts a campaign without `off` (absolute figures only) and with one constant rate: the search adds
+    # `off` on the arm's topology and starts at half and twice that rate.
+    path = tmp_path / "abs.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "absolute", "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
+        "policies": {"fixed3": "fixed:3"}, "shapes": {"quiet": {"kind": "quiet", "rate": 2, "duration_s": 12}},
+        "analysis": {"absolute_only": True},
+    }))  # fmt: skip
+    lines, record = _search(capsys, path, tmp_path / "s", "--arm", "fixed3", "--budget-requests", "700")
+    assert lines[0].startswith("search: fixed3-single against off-single (off-single added: the campaign has no "
+                               "`off` arm on single, the search compares on equal hardware) (virtual time), rates "
+                               "1-4 req/s")  # fmt: skip
+    assert record["outcome"]["kind"] == "budget"
+    assert lines[-1].startswith("budget spent (") and "fixed3-single helps at every rate measured, up to 4 req/s" \
+        in lines[-1]  # fmt: skip
+    summary = write_report(str(tmp_path / "s"))
+    assert len(summary.units) == 4
