@@ -785,7 +785,9 @@ def _campaign(path: str) -> Campaign:
 def main(argv: Sequence[str] | None = None) -> None:
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # a file or a pipe gets each line as it is printed
-    from orchestrator.interrupts import Stopped, stop_on_signals
+    import signal
+
+    from orchestrator.interrupts import SIGNALS, Stopped, stop_on_signals
 
     try:
         # Ctrl-C or SIGTERM anywhere (a report's DuckDB query included, which turns it into its own error): one
@@ -807,6 +809,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     except click.exceptions.Abort:  # Ctrl-C outside a campaign's units (those say how far they got)
         click.echo("specdrill: interrupted", err=True)
         sys.exit(130)
+    finally:
+        if argv is None:  # the process's own command, done: a signal now would only print a traceback on exit
+            for signum in SIGNALS:
+                signal.signal(signum, signal.SIG_IGN)
 
 
 @cli.command("calibrate")

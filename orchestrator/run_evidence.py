@@ -29,10 +29,6 @@ def check_unit_evidence(store: RunStore, result: UnitResult, recorded: dict[str,
     unit, marker = result.unit, store.path(store.unit_marker(result.unit))
     redo = "the marker or the traces changed after the unit ran; delete the marker and resume the run to redo it"
     files = store.unit_trace_files(unit)
-    held = sum(f.rows for f in files.values())
-    if held != result.rows:
-        raise BadFileError(marker, f"counts {result.rows} rows, unit {unit.key}'s {len(files)} trace files hold "
-                                   f"{held}: {redo}")  # fmt: skip
     if result.trace_stamps is not None:
         for name in sorted(files.keys() - result.trace_stamps.keys()):
             raise BadFileError(f"{store.trace_directory(unit)}/{name}", f"a trace file of unit {unit.key} that its "
@@ -46,6 +42,10 @@ def check_unit_evidence(store: RunStore, result: UnitResult, recorded: dict[str,
             if now != stamp:
                 raise BadFileError(f"{store.trace_directory(unit)}/{name}", f"{now.bytes} bytes, {now.rows} rows; "
                                    f"{marker} recorded {stamp.bytes} bytes, {stamp.rows} rows: {redo}")  # fmt: skip
+    held = sum(f.rows for f in files.values())
+    if held != result.rows:
+        raise BadFileError(marker, f"counts {result.rows} rows, unit {unit.key}'s {len(files)} trace files hold "
+                                   f"{held}: {redo}")  # fmt: skip
     if result.timeline_steps:
         steps = parquet_metadata(store.fs, store.timeline_file(unit), "a step timeline").num_rows
         if steps != result.timeline_steps:

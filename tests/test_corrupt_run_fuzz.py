@@ -13,8 +13,13 @@ import math
 import os
 import random
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -233,3 +238,238 @@ def test_a_column_renamed_in_a_footer_is_named(
             f"specdrill: error: {target}: not a readable Parquet file "
             f"({'a trace part file' if kind == 'trace' else 'a step timeline'}): unknown column {renamed!r}"
         ), err
+
+
+# --- issue 33: one writer per run directory, caches checked against the traces, partial runs, interrupts ---
+
+SPECDRILL = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+WAIT_S = 120  # bound on every wait: a run that hangs fails the test instead of the suite
+
+
+def _requests_in_traces(run: Path) -> tuple[int, int]:
+    """(rows, distinct request ids) over every trace file of the run: a request counted twice shows as more rows."""
+    table = pq.ParquetDataset(run / "traces").read(columns=["request_id"])
+    ids = table.column("request_id").to_pylist()
+    return len(ids), len(set(ids))
+
+
+def _counted(run: Path) -> dict[str, int]:
+    """Requests per arm the report counted, from its summary.json's first map (every band summed)."""
+    summary = json.loads((run / "summary.json").read_text())
+    counted: dict[str, int] = {}
+    for cell in summary["maps"][0]["cells"]:
+        counted[cell["arm"]] = counted.get(cell["arm"], 0) + cell["requests"]
+    return counted
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not path.exists():
+        assert proc.poll() is None, f"the writer ended before its lock was seen: {proc.communicate()}"
+        assert time.monotonic() < deadline, f"no {path} within {WAIT_S} s"
+        time.sleep(0.005)
+
+
+@pytest.mark.slow  # three `specdrill simulate` processes and a report, ~10 s
+def test_two_concurrent_writers_one_wins_and_the_report_counts_each_request_once(
+    finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two `specdrill simulate` processes into one directory. Held mid-run (SIGSTOP once its lock is there), the
+    first makes the second exit 2 in one line naming it; then both started at once, with no hold: one runs, the
+    other is refused or (started after the first finished) resumes a complete run. The report counts every
+    request once: the rows and per-arm counts of the same campaign run alone (the `finished` run)."""
+    (tmp_path / "fuzzed.yaml").write_text(CAMPAIGN)
+    args = ["simulate", str(tmp_path / "fuzzed.yaml"), "--no-report", "--output"]
+    held = tmp_path / "held"
+    first = subprocess.Popen([*SPECDRILL, *args, str(held)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)  # fmt: skip
+    try:
+        _wait_for(held / "writer.lock", first)
+        first.send_signal(signal.SIGSTOP)
+        second = subprocess.run([*SPECDRILL, *args, str(held)], capture_output=True, text=True, timeout=WAIT_S,
+                                check=False)  # fmt: skip
+        first.send_signal(signal.SIGCONT)
+        _, first_err = first.communicate(timeout=WAIT_S)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, first_err
+    assert second.returncode == EXIT_BAD_FILE and len(second.stderr.strip().splitlines()) == 1, second.stderr
+    assert second.stderr.startswith(f"specdrill: error: {held / 'writer.lock'}: another specdrill is writing this "
+                                    f"run directory: pid {first.pid} on host "), second.stderr  # fmt: skip
+
+    raced = tmp_path / "raced"
+    both = [subprocess.Popen([*SPECDRILL, *args, str(raced)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for _ in range(2)]  # fmt: skip
+    outcomes = [(p.wait(timeout=WAIT_S), p.communicate()[1]) for p in both]
+    codes = sorted(code for code, _ in outcomes)
+    assert codes in ([0, 0], [0, EXIT_BAD_FILE]), outcomes
+    assert all("Traceback" not in err for _, err in outcomes), outcomes
+
+    expected = _requests_in_traces(finished)
+    for run in (held, raced):
+        assert not (run / "writer.lock").exists()
+        assert _requests_in_traces(run) == expected and expected[0] == expected[1]
+        code, _, err = _cli_output(capsys, "report", str(run))
+        assert code in ORDINARY and err == "", err
+        assert _counted(run) == _counted(finished)
+
+
+def _inflate_marker_rows(run: Path) -> Path:
+    """A unit's marker and its manifest entry both claim twice the rows (consistent with each other)."""
+    marker = sorted((run / "units").rglob("*.json"))[0]
+    data = json.loads(marker.read_text())
+    data["rows"] *= 2
+    marker.write_text(json.dumps(data))
+    manifest = json.loads((run / "manifest.json").read_text())
+    key = f"{data['unit']['arm']}/{data['unit']['shape']}/r{data['unit']['repeat']}"
+    manifest["units"][key]["rows"] = data["rows"]
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    return marker
+
+
+def _inflate_marker_steps(run: Path) -> Path:
+    marker = sorted((run / "units").rglob("*.json"))[-1]
+    data = json.loads(marker.read_text())
+    data["timeline_steps"] += 100
+    marker.write_text(json.dumps(data))
+    return marker
+
+
+def _resize_stamp(run: Path) -> Path:
+    """The marker's record of a trace file says another size: the file changed after the unit was recorded."""
+    marker = sorted((run / "units").rglob("*.json"))[1]
+    data = json.loads(marker.read_text())
+    name = sorted(data["trace_stamps"])[0]
+    data["trace_stamps"][name]["bytes"] += 1
+    marker.write_text(json.dumps(data))
+    return next(run.glob(f"traces/*/*/{name}"))
+
+
+def _second_writers_copy(run: Path) -> Path:
+    """A copy of a unit's trace file under another part name: what a second writer of the unit leaves."""
+    original = sorted((run / "traces").rglob("*.parquet"))[0]
+    copy = original.with_name(original.name.replace("-000001-", "-000002-"))
+    shutil.copy(original, copy)
+    return copy
+
+
+EDITS: dict[str, Callable[[Path], Path]] = {
+    "marker rows inflated": _inflate_marker_rows,
+    "marker steps inflated": _inflate_marker_steps,
+    "trace file resized": _resize_stamp,
+    "second writer's trace file": _second_writers_copy,
+}
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_a_marker_that_disagrees_with_the_traces_is_refused(
+    edit: str, finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    named = EDITS[edit](run)
+    for command in ("report", "recommend"):
+        code, err = cli(capsys, command, str(run))
+        assert code == EXIT_BAD_FILE and len(err.strip().splitlines()) == 1, (command, err)
+        assert err.startswith(f"specdrill: error: {named}: "), err
+
+
+def test_a_hand_edited_summary_is_rebuilt_from_the_traces(
+    finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """summary.json's counts changed by hand (a band's n set to 1004): recommend says it does not use it and
+    decides from the traces, exactly as on the unedited run."""
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    summary = json.loads((run / "summary.json").read_text())
+    for cell in summary["maps"][0]["cells"]:
+        cell["requests"] = 1004
+    (run / "summary.json").write_text(json.dumps(summary))
+    reference = tmp_path / "reference"
+    shutil.copytree(finished, reference)
+    code_ref, out_ref, err_ref = _cli_output(capsys, "recommend", str(reference))
+    code, out, err = _cli_output(capsys, "recommend", str(run))
+    assert code == code_ref and err_ref == "", err_ref
+    assert err == (f"specdrill: {run / 'summary.json'}: not used, its content was changed after the report "
+                       "wrote it: rebuilt from the traces\n")  # fmt: skip
+    assert out.replace(str(run), "RUN") == out_ref.replace(str(reference), "RUN")
+    assert "n=1004" not in out
+
+
+def _cli_output(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Exit code, stdout and stderr of a command through the CLI's main."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as caught:
+        main(list(args))
+        raise SystemExit(0)
+    out, err = capsys.readouterr()
+    return (caught.value.code if isinstance(caught.value.code, int) else 1), out, err
+
+
+def _simulate_order(campaign: dict[str, Any], arms: list[str]) -> list[str]:
+    """The order `simulate` completes units in: shape by shape, repeat by repeat, every arm in turn."""
+    return [f"{a}/{s}/r0" for s in campaign["shapes"] for a in arms]
+
+
+def _run_order(campaign: dict[str, Any], arms: list[str]) -> list[str]:
+    """The order `run` completes units in: arm by arm, each arm's shapes and repeats."""
+    return [f"{a}/{s}/r0" for a in arms for s in campaign["shapes"]]
+
+
+def _keep_units(run: Path, keep: list[str]) -> None:
+    """The run as it was when only `keep` had completed: the other units' markers, traces and timelines gone,
+    the manifest without them and unfinished, no report."""
+    from urllib.parse import quote
+
+    manifest = json.loads((run / "manifest.json").read_text())
+    for key in list(manifest["units"]):
+        if key in keep:
+            continue
+        arm, shape, repeat = key.split("/")
+        (run / "units" / arm / shape / f"{repeat}.json").unlink()
+        partition = f"arm={quote(arm, safe='')}/shape={quote(shape, safe='')}"
+        for part in (run / "traces" / partition).glob(f"part-{arm}-{shape}-{repeat}-w*"):
+            part.unlink()
+        (run / "timelines" / partition / f"{repeat}.parquet").unlink()
+        del manifest["units"][key]
+    manifest.pop("finished_ns", None)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    for name in ("summary.json", "report.html"):
+        (run / name).unlink()
+
+
+# (the runner's order of units, arms in the campaign's order or reversed: `off` last), units kept
+PREFIX_CASES = [
+    *[("simulate", k) for k in range(4)], *[("run", k) for k in range(1, 4)], *[("run-off-last", k) for k in (1, 2, 3)]
+]
+
+
+@pytest.mark.slow  # three commands per prefix, ~3 s a case
+@pytest.mark.parametrize(("order", "kept"), PREFIX_CASES, ids=[f"{o}-{k}" for o, k in PREFIX_CASES])
+def test_every_reading_command_on_a_run_stopped_at_a_unit_boundary(
+    order: str, kept: int, finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A finished run cut back to each prefix of its units, in the order `simulate` and `run` complete them:
+    report, recommend and calibrate each work (saying the run is partial) or say what is missing in one line."""
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    arms = ["off-single", "dyn-single"] if order != "run-off-last" else ["dyn-single", "off-single"]
+    units = (_simulate_order if order == "simulate" else _run_order)(manifest["campaign"], arms)
+    _keep_units(run, units[:kept])
+    baseline_done = any(u.startswith("off-single/") for u in units[:kept])
+    for command in ("report", "recommend", "calibrate"):
+        extra = ["-o", str(tmp_path / "fitted.yaml")] if command == "calibrate" else []
+        code, out, err = _cli_output(capsys, command, str(run), *extra)
+        assert "Traceback" not in err and code != 1, (command, err)
+        lines = err.strip().splitlines()
+        if code == EXIT_BAD_FILE:
+            assert len(lines) == 1 and lines[0].startswith("specdrill: error: "), (command, err)
+            if command != "calibrate":  # calibrate's one line says what its fit lacks
+                assert baseline_done is False and "nothing to report yet" in lines[0], lines[0]
+                assert f"resume with specdrill simulate CAMPAIGN --output {run}" in lines[0], lines[0]
+            continue
+        assert code in (0, 3, 4), (command, code, err)  # 4: recommend's insufficient data
+        if command == "report":
+            assert out.startswith(f"partial run: {kept} of 4 units complete (not run: "), out

@@ -6,6 +6,7 @@ Progress reaches a pipe line by line: the test reads each unit's line while the 
 from __future__ import annotations
 
 import json
+import random
 import shlex
 import signal
 import subprocess
@@ -214,3 +215,69 @@ def test_a_stop_swallowed_after_the_last_check_is_raised_at_the_block_end() -> N
     with pytest.raises(Stopped), stop_on_signals():
         doomed = _SignalsItsOwnFinalizer()
         del doomed
+
+
+# Issue 33: SIGINT at seeded random moments of a small `simulate` and its closing report (the report's DuckDB
+# queries turned a Ctrl-C into "RuntimeError: Query interrupted", a traceback and exit 1, once in ~9 tries).
+TINY = """
+name: tiny
+engine: {kind: simulated, profile: llama3.1-8b-h100-eagle}
+policies: {"off": "off", dyn: "dynamic:3:1-4=3,5-12=1,13-512=0"}
+topologies: {single: single}
+shapes:
+  ramp: {kind: ramp, rate_from: 1, rate_to: 8, duration_s: 6}
+  calm: {kind: quiet, rate: 2, duration_s: 4}
+load: {drain_s: 5}
+"""
+DELAYS_S = [round(random.Random(f"33:{i}").uniform(0.0, 2.5), 3) for i in range(4)]
+
+
+def test_the_duckdb_query_interrupted_error_is_the_stop_it_was() -> None:
+    """DuckDB turns the signal's stop into its own RuntimeError ("Query interrupted"): the block raises the stop."""
+    import os
+    import threading
+
+    import duckdb
+
+    from orchestrator.interrupts import Stopped, stop_on_signals
+
+    con = duckdb.connect()
+    started = threading.Event()
+
+    def interrupt() -> None:
+        started.wait()
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    killer = threading.Thread(target=interrupt)
+    killer.start()
+    with pytest.raises(Stopped) as caught, stop_on_signals():
+        started.set()
+        con.execute("SELECT sum(hash(range * 7)) FROM range(100000000000)").fetchall()  # minutes unless stopped
+    killer.join()
+    assert caught.value.exit_code == 130
+
+
+@pytest.mark.slow  # four small simulate + report processes, ~4 s each here
+@pytest.mark.parametrize("delay_s", DELAYS_S)
+def test_sigint_at_a_random_moment_of_simulate_and_its_report_is_never_a_traceback(
+    delay_s: float, tmp_path: Path
+) -> None:
+    campaign = tmp_path / "tiny.yaml"
+    campaign.write_text(TINY)
+    run = tmp_path / "run"
+    proc = subprocess.Popen([*SPECDRILL, "simulate", str(campaign), "--output", str(run)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        _read_until(proc, "started")  # past Python's own start-up: from here on the command handles the signal
+        time.sleep(delay_s)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in err and "Error" not in err, err
+    assert proc.returncode in (0, 130), (proc.returncode, err)  # 0: the signal came after the report finished
+    if proc.returncode == 130:
+        assert err.startswith(("specdrill: stopped by SIGINT: ", "specdrill: interrupted (SIGINT)")), err
+    assert not list(run.rglob(".tmp-*")) and not (run / "writer.lock").exists()  # nothing half-written, no lock
