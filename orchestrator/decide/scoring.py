@@ -9,12 +9,20 @@ does not win; a cell whose relative MAD exceeds 0.1 is noisy and rejected.
 
 Comparing two candidates in a band: goodput first; only where it ties within the margin, the latency; paired per
 seed (the same requests), a difference counting only when the per-seed ratio's robust range lies beyond the
-analysis' margin. The winner of a set: the candidate with the smallest total loss, then, among every candidate
-not worse than it beyond the margin in any band nor slower in total (paired) by one band's margin (log 1.02),
-the one the fixed-batch oracle prefers (the least speedup given up against its best k at the batch sizes the
-traffic reached, k within the oracle's own tolerance of its best counting as none), then the one with the
-smallest k. The oracle first: a batch size the traffic runs rarely moves no band beyond the margin whatever
-its k, so the smaller-k rule alone set k = 0 at batch 24-26 (the top of a ramp) where the oracle's best is 1.
+analysis' margin.
+
+The tie rule (the one rule of `tune`, printed by it and stated in docs/ground-truth.md): the candidates tied with
+the best-loss one are those not worse than it beyond the margin in any band nor slower in total (paired) by one
+band's margin (log 1.02). Among them, in this order:
+1. the simpler schedule: fewer k changes (segments of vLLM's num_speculative_tokens_per_batch_size; speculation
+   off, no schedule at all, is the simplest). A k change the traffic cannot tell from its absence is complexity
+   without a predicted effect, and each boundary the engine crosses costs a switch, which the report measures
+   (a schedule changed k at batch 16-22 of the quickstart with predictions equal to fixed k = 3 in every band);
+2. the fixed-batch oracle's k: the least speedup given up against its best k at the batch sizes the traffic
+   reached, k within the oracle's own tolerance of its best counting as none. Among equally simple candidates a
+   batch size the traffic runs rarely moves no band beyond the margin whatever its k, so the smaller-k rule
+   alone set k = 0 at batch 24-26 (the top of a ramp) where the oracle's best is 1;
+3. the smaller k (the sum of k over those batch sizes): less drafting for the same predicted result.
 """
 
 from __future__ import annotations
@@ -181,13 +189,14 @@ def loss(band_cells: Sequence[Cell], scored: Sequence[int]) -> float:
 
 
 class Scored(BaseModel):
-    """A candidate with its cells, what ties are broken by (its prior: the fixed-batch oracle's speedup it
-    gives up over the batch sizes the traffic reached, 0 where its k is within the oracle's tolerance of the
-    best; then its k mass, the sum of its k over those batch sizes) and whether a scored band rejected it as
-    noisy."""
+    """A candidate with its cells, what ties are broken by (its segments: the entries of its schedule, 0 for
+    speculation off; its prior: the fixed-batch oracle's speedup it gives up over the batch sizes the traffic
+    reached, 0 where its k is within the oracle's tolerance of the best; then its k mass, the sum of its k over
+    those batch sizes) and whether a scored band rejected it as noisy."""
 
     model_config = ConfigDict(frozen=True)
     key: str
+    segments: int
     k_mass: int
     prior: float
     cells: list[Cell]
@@ -195,8 +204,9 @@ class Scored(BaseModel):
     rejected: bool
 
     @property
-    def tie(self) -> tuple[float, int]:
-        return (self.prior, self.k_mass)
+    def tie(self) -> tuple[int, float, int]:
+        """The tie rule's order (module docstring): fewer segments, then the oracle's k, then the smaller k."""
+        return (self.segments, self.prior, self.k_mass)
 
     @property
     def by_loss(self) -> tuple[float, int, str]:
@@ -204,10 +214,15 @@ class Scored(BaseModel):
         return (self.loss, self.k_mass, self.key)
 
 
-def score(key: str, k_mass: int, prior: float, band_cells: list[Cell], scored: Sequence[int]) -> Scored:
+def score(
+    key: str, tie: tuple[int, float, int], band_cells: list[Cell], scored: Sequence[int]
+) -> Scored:  # fmt: skip
+    """`tie`: (segments, prior, k mass), Scored.tie's order."""
     rejected = any(band_cells[b].noisy for b in scored) or not math.isfinite(loss(band_cells, scored))
     value = loss(band_cells, scored) if not rejected else math.inf
-    return Scored(key=key, k_mass=k_mass, prior=prior, cells=band_cells, loss=value, rejected=rejected)
+    segments, prior, k_mass = tie
+    return Scored(key=key, segments=segments, k_mass=k_mass, prior=prior, cells=band_cells, loss=value,
+                  rejected=rejected)  # fmt: skip
 
 
 def paired_excess(a: Scored, b: Scored, scored: Sequence[int]) -> float:
@@ -222,19 +237,26 @@ def paired_excess(a: Scored, b: Scored, scored: Sequence[int]) -> float:
     return total
 
 
-def winner(candidates: Sequence[Scored], scored: Sequence[int], margin: float) -> Scored:
-    """Among the candidates tied with the best-loss one (not worse beyond the margin in any band, and in total,
-    paired, slower by less than one band's margin): the one closest to the oracle, then the one with the smallest k.
-    The total: a seed where the best-loss candidate ran slow makes a per-band tie of a schedule 5-10% slower on
-    the other two (costly-verify's saturated top band, 42 req/s ramp), which the oracle's k then won."""
+def best_by_loss(candidates: Sequence[Scored]) -> Scored:
     usable = [c for c in candidates if not c.rejected]
     if not usable:
         raise ValueError("every candidate was rejected as noisy in some band: run more seeds or longer shapes")
-    best = min(usable, key=lambda c: c.by_loss)
-    slack = math.log(1 + margin)
-    tied = [
-        c for c in usable
-        if all(compare(c.cells[b], best.cells[b], margin) >= 0 for b in scored)
-        and paired_excess(c, best, scored) <= slack
-    ]  # fmt: skip
+    return min(usable, key=lambda c: c.by_loss)
+
+
+def ties(candidate: Scored, best: Scored, scored: Sequence[int], margin: float) -> bool:
+    """Whether `candidate` is tied with `best`: not worse beyond the margin in any scored band, and in total,
+    paired, slower by less than one band's margin. The total: a seed where the best-loss candidate ran slow made
+    a per-band tie of a schedule 5-10% slower on the other two (costly-verify's saturated top band, 42 req/s
+    ramp), which the oracle's k then won."""
+    if candidate.rejected:
+        return False
+    per_band = all(compare(candidate.cells[b], best.cells[b], margin) >= 0 for b in scored)
+    return per_band and paired_excess(candidate, best, scored) <= math.log(1 + margin)
+
+
+def winner(candidates: Sequence[Scored], scored: Sequence[int], margin: float) -> Scored:
+    """The tie rule (module docstring) over the candidates tied with the best-loss one."""
+    best = best_by_loss(candidates)
+    tied = [c for c in candidates if ties(c, best, scored, margin)]
     return min(tied, key=lambda c: (*c.tie, c.loss, c.key))

@@ -21,8 +21,7 @@ from orchestrator.decide.oracle import Oracle
 from orchestrator.decide.played import CampaignTraffic, Played
 from orchestrator.decide.prediction import SeedRange, seed_ratios
 from orchestrator.decide.scoring import Scored, compare
-from orchestrator.decide.tune import k_at
-from serve_apps.policies import DynamicPolicy, FixedPolicy
+from serve_apps.policies import DynamicPolicy, FixedPolicy, ResolvedSpeculation
 
 # vLLM's documentation example of num_speculative_tokens_per_batch_size: k = 3 to batch 64, 1 to 128, then off.
 VLLM_EXAMPLE = [[1, 64, 3], [65, 128, 1], [129, 512, 0]]
@@ -137,3 +136,25 @@ def oracle_gaps(truth: Oracle, schedule: list[list[int]] | None, top: int, up_to
 
 def worst_gap(gaps: Sequence[Gap]) -> Gap:
     return max(gaps, key=lambda g: (g.gap, -g.batch))
+
+
+def k_at(schedule: Sequence[Sequence[int]] | None, batch: int, top: int) -> int:
+    if schedule is None:
+        return 0
+    max_k = max(e[2] for e in schedule)
+    resolved = ResolvedSpeculation(method="x", num_speculative_tokens=max(1, max_k),
+                                   schedule=tuple((e[0], e[1], e[2]) for e in schedule))  # fmt: skip
+    return resolved.k_for_batch(min(batch, top), top)
+
+
+def oracle_gap(truth: Oracle, schedule: Sequence[Sequence[int]] | None, top: int) -> list[tuple[int, int, int, float]]:
+    """Per oracle batch size: (batch, schedule's k, oracle's best k, the best k's speedup over off minus the
+    schedule's k's), speedups from the oracle's fixed-batch per-token latency."""
+    rows = []
+    for point in truth.points:
+        k = k_at(schedule, point.batch_size, top)
+        off = point.tpot_p50_s[0]
+        best = off / point.tpot_p50_s[point.best_k]
+        mine = off / point.tpot_p50_s[min(k, truth.max_k)]
+        rows.append((point.batch_size, k, point.best_k, float(best - mine)))
+    return rows
