@@ -99,8 +99,8 @@ FORMS: dict[str, str] = {
 }  # fmt: skip
 # Forms no test runs, and why; each reason names what is checked instead.
 NOT_RUN: dict[str, str] = {
-    "specdrill run campaigns/quickstart.yaml": "ten minutes of real-time load on Ray; the same campaign in virtual "
-    "time is test_the_first_run and `run` on Ray is test_job_submit",
+    "specdrill run campaigns/quickstart.yaml": "make demo runs it (infra/demo.sh): ten minutes of real-time load on "
+    "Ray; the same campaign in virtual time is test_the_first_run, `run` on Ray is test_job_submit",
     "specdrill run campaigns/gpu-llama3.1-8b-eagle.yaml": "needs GPUs and the model; checked by test_infra and "
     "test_placement",
     "specdrill models pull CAMPAIGN.yaml": "pulls on a cluster's GPU nodes: the function is test_infra's "
