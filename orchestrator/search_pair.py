@@ -115,3 +115,24 @@ def pick_pair(campaign: Campaign, arm: str, against: str = "off") -> Pair:
     if OFF_NAME in campaign.policies:
         raise CampaignError(f"--against: policy {OFF_NAME!r} speculates; name the campaign's `off` policy")
     return Pair(arm=names_of[chosen.name], base=(OFF_NAME, topology), added=True, off_policy_added=True)
+
+
+def search_campaign(campaign: Campaign, pair: Pair, output: str, shapes: dict[str, dict[str, Any]]) -> Campaign:
+    """The run's campaign: the original with only the two arms, the search's shapes so far, one repeat. What named
+    the arms it does not run goes (gate exemptions, endpoint URLs), and so does a tune prediction (its map is
+    of the original's arms and shapes)."""
+    data = campaign.model_dump(mode="json", by_alias=True)
+    names = {pair.arm_name, pair.base_name}
+    gates = data.get("gates") or {}
+    gates["exempt_arms"] = [a for a in gates.get("exempt_arms", []) if a in names]
+    engine = data["engine"]
+    if engine.get("kind") == "endpoint":
+        engine["urls"] = {arm: url for arm, url in engine["urls"].items() if arm in names}
+    if pair.off_policy_added:
+        data["policies"] = {**data["policies"], OFF_NAME: "off"}
+        data["analysis"] = {**(data.get("analysis") or {}), "absolute_only": False}
+    data.update(
+        arms=[{"policy": p, "topology": t} for p, t in (pair.base, pair.arm)],
+        shapes=shapes, repeats=1, output=output, gates=gates, prediction=None,
+    )  # fmt: skip
+    return Campaign.model_validate(data)
