@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from rich.console import Console
 
-from orchestrator.analysis.results import Verdict
+from loadshapes.slo import SloConfig
+from orchestrator.analysis import ArmInfo, operating_map, rate_bands, request_frame
+from orchestrator.analysis.answer import answer_of
+from orchestrator.analysis.results import Verdict, VerificationReport
 from orchestrator.campaign import Campaign
 from orchestrator.report import Summary, print_report, write_report
 from orchestrator.simulate_campaign import simulate_campaign
+from serve_apps.policies import FixedPolicy, OffPolicy
+from tests.test_analysis_inputs import START_NS, trace_table
 
 CHAT = {"entries": [{"workload": "chat", "weight": 1}]}
 
@@ -176,3 +183,24 @@ def test_an_slo_no_request_meets_is_said_beside_the_verdicts(tmp_path_factory: p
     assert any(b.status == "best" for b in summary.answer.bands)  # verdicts on per-token latency still stand
     warning = [line for line in summary.answer.lines if "no completed request met the SLOs" in line]
     assert len(warning) == 1 and "per-token latency alone" in warning[0]
+
+
+def test_an_arm_whose_off_arm_has_no_data_is_said_once_never_a_keyerror() -> None:
+    """A run stopped before any `off` unit completed: the map has no baseline (""), and the answer says which
+    arm has nothing to compare with instead of failing on it (issue 33: `KeyError: ''`)."""
+    off = ArmInfo.from_policy("off-single", OffPolicy(), compared_with=None)
+    fixed = ArmInfo.from_policy("fixed3-single", FixedPolicy(method="ngram", k=3), compared_with="off-single")
+    n = 40
+    frame = request_frame(
+        trace_table(arm=["fixed3-single"] * n, scheduled_ns=[START_NS + i * 10**8 for i in range(n)],
+                    ttft_s=[0.1] * n, tpot_s=[0.01] * n, e2e_s=[1.0] * n),
+        offered_rate=np.full(n, 5.0),
+    )  # fmt: skip
+    maps = [operating_map(frame, [off, fixed], SloConfig(), rate_bands([0, math.inf]))]
+    assert maps[0].baseline == "" and "fixed3-single" not in maps[0].baselines
+    verification = VerificationReport(arms=[], switch_timings=[], passed=True)
+    found = answer_of(maps, [], verification, [off, fixed])
+    assert "  fixed3-single: its `off` arm (off-single) has no data in this run: nothing to compare it with" in (
+        found.lines
+    )
+    assert not found.bands

@@ -109,7 +109,9 @@ def hardware_groups(operating_map: OperatingMap, arms: Sequence[ArmInfo]) -> dic
     info = {a.name: a for a in arms}
     groups: dict[str, list[str]] = {}
     for name in operating_map.arms:
-        base = operating_map.baselines.get(name, operating_map.baseline)
+        base = name if info[name].baseline else operating_map.baselines.get(name)
+        if base is None:  # its `off` arm has no data here (a run stopped before its units): see _unpaired_lines
+            continue
         if name == base or info[name].engines_ratio == 1:
             groups.setdefault(base, [])
             if name == base:
@@ -220,6 +222,16 @@ def _band_answer(
     return answer("tie", undefeated, message + tail)
 
 
+def _without_baseline(operating_map: OperatingMap, info: Mapping[str, ArmInfo]) -> list[str]:
+    """Arms whose `off` arm has no data in this run (its units did not complete): nothing to compare them with."""
+    return [
+        f"{name}: its `off` arm ({info[name].compared_with or 'none'}) has no data in this run: nothing to compare "
+        "it with"
+        for name in operating_map.arms
+        if not info[name].baseline and name not in operating_map.baselines
+    ]
+
+
 def _empty_bands(operating_map: OperatingMap, members: Sequence[str]) -> list[int]:
     """The bands where no arm of this hardware has a request: the traffic never put it there."""
     cells = _cells(operating_map)
@@ -308,9 +320,10 @@ def answer_of(
             if empty:
                 labels = ", ".join(_band_label(operating_map, operating_map.bands[b].label) for b in empty)
                 lines.append(f"  {labels} ({hardware}): {_unfilled(operating_map)}")
+        lines.extend(f"  {line}" for line in _without_baseline(operating_map, info))
         for name in operating_map.arms:
-            if info[name].engines_ratio != 1:
-                base = operating_map.baselines.get(name, operating_map.baseline)
+            base = operating_map.baselines.get(name)
+            if info[name].engines_ratio != 1 and base is not None:
                 lines.append(
                     f"  {name} ({info[name].topology}) has no `off` on its topology: compared only per engine with "
                     f"{base} (add `off` on {info[name].topology} to compare it on the same hardware)"
