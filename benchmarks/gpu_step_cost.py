@@ -10,7 +10,7 @@ ones); the step ends with the lm_head over every verified position and a greedy 
     python benchmarks/gpu_step_cost.py --tiny --out tiny.json          # 2 small layers, on a CPU in seconds
 
 The measuring side imports torch and the standard library only: the GPU machine has no specdrill install. The
-compare side (benchmarks/gpu_step_cost_compare.py) loads the profile with specdrill's own loader.
+compare side (orchestrator/calibrate/stepshape.py) loads the profile with specdrill's own loader.
 """
 
 from __future__ import annotations
@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         root = str(Path(__file__).resolve().parent.parent)
         if root not in sys.path:
             sys.path.insert(0, root)
-        from benchmarks.gpu_step_cost_compare import compare_main
+        from orchestrator.calibrate.stepshape import compare_main
 
         return compare_main(args.compare, args.profile)
     if args.out is None:

@@ -1,4 +1,4 @@
-"""gpu_step_cost.py's measured verify steps against a profile's verify cost model (docs/simulator.md).
+"""Measured verify steps (benchmarks/gpu_step_cost.py's JSON) against a profile's verify cost model.
 
 Two comparisons: the shape, verify(k = 3) / verify(k = 0) by batch and context, measured against the profile's
 (a N_kv + b N_batched + c with N_kv = B (C + k + 1) and N_batched = B (k + 1), as the simulator counts a decode
