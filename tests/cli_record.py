@@ -32,8 +32,10 @@ class Form:
             return False
         if self.arguments is None:
             return True
-        return ran.arguments is not None and len(ran.arguments) == len(self.arguments) and all(
-            _same_argument(doc, got) for doc, got in zip(self.arguments, ran.arguments, strict=True)
+        return (
+            ran.arguments is not None
+            and len(ran.arguments) == len(self.arguments)
+            and all(_same_argument(doc, got) for doc, got in zip(self.arguments, ran.arguments, strict=True))
         )
 
 
@@ -107,7 +109,7 @@ def record(args: list[str]) -> None:
 
 
 def invocations(log: Path) -> list[Invocation]:
-    found = []
+    found: list[Invocation] = []
     if not log.exists():
         return found
     for line in log.read_text(encoding="utf-8").splitlines():

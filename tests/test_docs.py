@@ -253,28 +253,30 @@ def test_every_documented_form_has_a_test_that_runs_it() -> None:
         assert (REPO / module).is_file() and name in _test_functions(module), f"{line!r}: no test {node}"
 
 
+def _form(*words: str) -> cli_record.Form:
+    form = cli_record.form_of(list(words))
+    assert form is not None, words
+    return form
+
+
 def test_the_recorded_forms_match_what_the_docs_mean() -> None:
     """The comparison itself (tests/cli_record.py), on lines whose answer is known."""
-    form = cli_record.form_of
-    readme = form(["simulate", "campaigns/quickstart.yaml"])
-    assert readme is not None and readme.covered_by(form(["simulate", "/x/campaigns/quickstart.yaml", "--output", "r"]))
-    assert not readme.covered_by(form(["simulate", "campaigns/replay-burstgpt-example.yaml"]))
-    assert not readme.covered_by(form(["simulate", "fixed-batch"]))
-    gate = form(["report", "--no-gate-exit"])
-    assert gate is not None and not gate.covered_by(form(["report", "r"]))
-    assert gate.covered_by(form(["report", "r", "--no-gate-exit"]))
-    calibrate = form(["calibrate", "RUN_DIR", "-o", "fitted.yaml"])
-    assert calibrate is not None and calibrate.covered_by(form(["calibrate", "run", "--output", "elsewhere.yaml"]))
-    assert not calibrate.covered_by(form(["calibrate", "run"]))
-    combined = form(["recommend", "RUN_DIR", "RUN_DIR-followup"])
-    assert combined is not None and not combined.covered_by(form(["recommend", "run"]))
-    tune = form(["tune", "RUN_DIR/recommended-campaign.yaml"])
-    assert tune is not None and not tune.covered_by(form(["tune", "c.yaml"]))
-    assert tune.covered_by(form(["tune", "/tmp/run/recommended-campaign.yaml", "--budget", "2"]))
-    assert form(["report"]) is not None and form(["report"]).is_mention  # type: ignore[union-attr]
-    oracle = form(["simulate", "oracle"])
-    assert oracle is not None and not oracle.is_mention and oracle.covered_by(form(["simulate", "oracle", "--json"]))
-    assert form(["no-such-command"]) is None
+    readme = _form("simulate", "campaigns/quickstart.yaml")
+    assert readme.covered_by(_form("simulate", "/x/campaigns/quickstart.yaml", "--output", "r"))
+    assert not readme.covered_by(_form("simulate", "campaigns/replay-burstgpt-example.yaml"))
+    assert not readme.covered_by(_form("simulate", "fixed-batch"))
+    gate = _form("report", "--no-gate-exit")
+    assert not gate.covered_by(_form("report", "r")) and gate.covered_by(_form("report", "r", "--no-gate-exit"))
+    calibrate = _form("calibrate", "RUN_DIR", "-o", "fitted.yaml")
+    assert calibrate.covered_by(_form("calibrate", "run", "--output", "elsewhere.yaml"))
+    assert not calibrate.covered_by(_form("calibrate", "run"))
+    assert not _form("recommend", "RUN_DIR", "RUN_DIR-followup").covered_by(_form("recommend", "run"))
+    tune = _form("tune", "RUN_DIR/recommended-campaign.yaml")
+    assert not tune.covered_by(_form("tune", "c.yaml"))
+    assert tune.covered_by(_form("tune", "/tmp/run/recommended-campaign.yaml", "--budget", "2"))
+    assert _form("report").is_mention and not _form("simulate", "oracle").is_mention
+    assert _form("simulate", "oracle").covered_by(_form("simulate", "oracle", "--json"))
+    assert cli_record.form_of(["no-such-command"]) is None
 
 
 def test_every_documented_form_ran_in_this_session(request: pytest.FixtureRequest) -> None:
