@@ -41,8 +41,9 @@ def _cell(opmap: OperatingMap, found: BandAnswer) -> str:
     return f'<td title="{esc(found.message)}">{text}</td>'
 
 
-def _over(bases: list[str]) -> str:
-    return f' <span class="muted">(ratio over {esc(", ".join(bases))})</span>' if bases else ""
+def _head(hardware: str, bases: list[str]) -> str:
+    over = f' title="ratios over {esc(", ".join(bases))}"' if bases else ""
+    return f"<th{over}>{esc(hardware)}</th>"
 
 
 def _map_table(opmap: OperatingMap, answers: Sequence[BandAnswer]) -> str:
@@ -53,7 +54,7 @@ def _map_table(opmap: OperatingMap, answers: Sequence[BandAnswer]) -> str:
     by = {(a.band_index, a.hardware): a for a in mine}
     bases = {h: sorted({opmap.baselines.get(a, opmap.baseline) for x in mine if x.hardware == h for a in x.best})
              for h in hardware}  # fmt: skip
-    head = "".join(f"<th>{esc(h)}{_over(bases[h])}</th>" for h in hardware)
+    head = "".join(_head(h, bases[h]) for h in hardware)
     rows = []
     for i, band in enumerate(opmap.bands):
         cells = "".join(_cell(opmap, by[(i, h)]) if (i, h) in by else "<td></td>" for h in hardware)
@@ -75,7 +76,8 @@ def answer_section(maps: Sequence[OperatingMap], answers: Sequence[BandAnswer], 
     if not tables:  # no per-band verdicts to tabulate: the sentences are the answer
         return f'<section class="answer"><h2>Answer</h2><p class="meta">{esc(lines[0])}</p>{full}</section>'
     return (
-        f'<section class="answer"><h2>Answer</h2><p class="meta">{esc(lines[0])}; hover a cell for its sentence</p>'
+        f'<section class="answer"><h2>Answer</h2><p class="meta">{esc(lines[0])}; per band and hardware the best arm '
+        "and its ratio over that hardware's off arm; hover a cell for its sentence</p>"
         f'<div class="row">{tables}</div>'
         f"<details><summary>the answer in full, as the console prints it</summary>{full}</details></section>"
     )

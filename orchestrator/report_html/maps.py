@@ -125,9 +125,9 @@ def map_section(opmap: OperatingMap, index: int, slo: SloConfig | None = None, m
     unequal = [a for a in opmap.arms if per_engine(opmap, a)]
     notes = []
     if marked:
-        notes.append("hatched (\u26a0): did not run as configured, the cells measure what ran, not its policy")
+        notes.append("hatched (\u26a0): did not run as configured")
     if unequal:
-        notes.append("\u2260: compared per engine with a baseline on other hardware, not on equal hardware")
+        notes.append("\u2260: per engine, not on equal hardware")
     return (
         f"<section><h2>Operating map {index + 1}: by {esc(opmap.measure.replace('_', ' '))} ({esc(opmap.unit)})</h2>"
         f'<p class="meta">baselines <b>{esc(_baselines(opmap))}</b> &middot; confidence {s.confidence:g}, '
@@ -135,10 +135,9 @@ def map_section(opmap: OperatingMap, index: int, slo: SloConfig | None = None, m
         f"cell &middot; requests outside every band: {unbanded}</p>"
         + figure(
             heatmap(opmap, marked, unequal),
-            "speedup over each arm's baseline: per cell the point estimate of the ratio that decided its verdict: "
-            "tpot (baseline's per-token latency / the arm's), goodput (the arm's / the baseline's; per engine where "
-            f"the hardware differs), or both; goodput counts requests within the SLO ({slo_text(slo)})"
-            + "".join(f"; {n}" for n in notes),
+            "per cell, the ratio over the arm's baseline that decided its verdict: tpot (the baseline's per-token "
+            "latency / the arm's) or goodput (the arm's / the baseline's, per engine where the hardware differs; "
+            f"within the SLO: {slo_text(slo)})" + "".join(f"; {n}" for n in notes),
         )
         + f'<div class="row">{_band_figures(opmap, slo)}</div>'
         + _crossovers(opmap)

@@ -78,15 +78,24 @@ def off_sentence(opmap: OperatingMap, answers: Sequence[BandAnswer]) -> str:
             for o in found
         ]
         return f"{_where(opmap)}: speculation should be off here: {'; '.join(parts)}"
-    helped = sum(_beats_plain(a, opmap) for a in mine)
-    unknown = len(mine) - helped
-    if helped == 0:
+    helped = [a for a in mine if _beats_plain(a, opmap)]
+    if not helped:
         return f"{_where(opmap)}: no band has a verdict against plain decoding: whether to turn speculation off is open"
-    cells = f"band{'s' if len(mine) != 1 else ''}" + (f" (per hardware: {len(hardware)})" if len(hardware) > 1 else "")
-    line = f"{_where(opmap)}: speculation should be off nowhere measured: an arm beats plain decoding in "
-    if unknown == 0:
-        return line + f"all {len(mine)} {cells}"
-    return line + f"{helped} of {len(mine)} {cells}; {unknown} without a verdict against plain decoding"
+    on = f" on {', '.join(sorted(hardware))}" if len(hardware) > 1 else ""
+    bands = {a.band for a in mine}
+    if len(helped) == len(mine):
+        return (
+            f"{_where(opmap)}: speculation should be off nowhere measured: an arm beats plain decoding in all "
+            f"{len(bands)} band{'s' if len(bands) != 1 else ''}{on}"
+        )
+    unknown = [a for a in mine if a not in helped]
+    named = "; ".join(f"{a.band}{_unit(opmap)}" + (f" on {a.hardware}" if on else "") for a in unknown[:3])
+    more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+    have = "has" if len(unknown) == 1 else "have"
+    return (
+        f"{_where(opmap)}: no band calls for speculation off: an arm beats plain decoding in every band{on} except "
+        f"{named}{more}, which {have} no verdict against plain decoding"
+    )
 
 
 @dataclass(frozen=True)
