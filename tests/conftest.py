@@ -207,9 +207,9 @@ def _skip_reason(report: pytest.TestReport) -> str:
 
 def skip_as_failure(reason: str) -> str:
     """The failure a skip becomes under SPECDRILL_REQUIRE_ALL: the reason, and what provides the prerequisite."""
-    fix = next((how for word, how in PREREQUISITES if word in reason.lower()), "the prerequisite the reason names")
+    fix = next((f"install it: {how}" for word, how in PREREQUISITES if word in reason.lower()), "provide it")
     return (f"{REQUIRE_ALL}=1: this test skipped, and CI counts it as coverage: {reason}. "
-            f"Install the prerequisite ({fix}) or unset {REQUIRE_ALL} to allow the skip.")  # fmt: skip
+            f"Its prerequisite is missing: {fix}, or unset {REQUIRE_ALL} to allow the skip.")  # fmt: skip
 
 
 @pytest.hookimpl(hookwrapper=True)
