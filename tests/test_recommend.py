@@ -280,3 +280,15 @@ def test_runs_whose_bands_or_traffic_differ_do_not_combine() -> None:
         check_same_traffic([_run("a", band), _run("b", band, seed=1)])
     with pytest.raises(RecommendError, match=r"^a and b have different batch bands \(1-512 vs 1-8, 9-512\)"):
         check_same_traffic([_run("a", band), _run("b", _band(1, 8, [], None), _band(9, 512, [], None))])
+
+
+def test_off_alone_is_nothing_to_compare_with_and_no_followup(root: Path) -> None:
+    """More `off` requests decide nothing: no "n of the 20" advice, no follow-up (the loop would never end)."""
+    alone = {**NINE, "name": "alone", "policies": {"off": "off"}}
+    run = _simulate(root, alone)
+    result = _cli("recommend", str(run))
+    assert result.returncode == EXIT_INSUFFICIENT, result.stderr
+    assert result.stdout.startswith(
+        f"no recommendation: {run} ran no arm with speculation, only off-single: nothing to compare it with"
+    )
+    assert "repeats" not in result.stdout and not (run / "followup-campaign.yaml").exists()

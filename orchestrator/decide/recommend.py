@@ -265,6 +265,13 @@ def build(runs: Sequence[RunEvidence]) -> Recommendation:
     not_measured = [b.band for b in bands if b.status == "insufficient" or b.unmeasured_k]
     decided = [b for b in bands if b.status != "insufficient"]
     thin = [b.message for b in bands if b.status == "insufficient"]
+    if max_k == 0:  # `off` alone: more of its requests decide nothing, so no follow-up either
+        return Recommendation(
+            **common, status="insufficient", num_speculative_tokens=0, schedule=[], bands=bands,
+            not_measured=not_measured, speculative_config=None,
+            message=f"no recommendation: {' and '.join(r.run_dir for r in runs)} ran no arm with speculation, "
+            f"only {off_arm}: nothing to compare it with (add fixed-k or dynamic arms beside it)",
+        )  # fmt: skip
     if not decided:
         needed = bands[0].needed if bands else 0
         return Recommendation(

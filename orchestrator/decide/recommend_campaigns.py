@@ -35,6 +35,8 @@ def followup_campaign(runs: Sequence[RunEvidence], recommendation: Recommendatio
     evidence combines), a fixed-k arm for every k some band never measured, and the repeats a band short of
     requests needs. None when nothing is missing."""
     first = runs[0]
+    if max(r.max_k for r in runs) == 0:  # no speculative arm: what is missing is not more of the same
+        return None
     chosen = {(c.run, c.arm) for b in recommendation.bands if b.status != "insufficient" for c in b.candidates
               if c.speculative and (c.vs_best is None or c.k == b.k)}  # fmt: skip
     specs = {(r.run_dir, a.name): a.policy for r in runs for a in r.campaign.arms()}
