@@ -70,6 +70,7 @@ SLOW = (
     "tests/test_campaign_fuzz.py::test_fuzzed_campaigns_are_accepted_or_refused_in_one_line",  # ~12 s
     "tests/test_ground_truth.py::test_the_reports_crossover_for_k3_is_the_dense_sweeps",  # ~10 s
     "tests/test_tune.py::test_local_search_equals_exhaustive_on_a_small_grid",  # ~11 s
+    "tests/test_docs.py::test_the_recommended_campaign_tunes",  # ~12 s: tune's oracle, even for one candidate
     # the module's tune and comparison arms (~15 s, in its first test), exhaustive search of 65 candidates (~10 s)
     "tests/test_tune_proof.py::test_the_tuned_schedule_is_no_worse_than_the_best_fixed_k_or_vllms_example_in_any_band",
     "tests/test_tune_proof.py::test_the_tuned_schedule_is_within_the_margin_of_exhaustive_search_on_a_coarser_space",
