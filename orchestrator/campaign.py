@@ -178,7 +178,8 @@ class Campaign(_Strict):
         arms = self.arms()
         return planned_size(
             shapes=self.shapes, mix=self.mix, arms=len(arms), repeats=self.repeats, profile=self._profile(),
-            max_k=self._max_k(arms), real_time=real_time, all_units_at_once=all_units_at_once,
+            max_k=self._max_k(arms), real_time=real_time, max_model_len=self._max_model_len(),
+            all_units_at_once=all_units_at_once,
         )  # fmt: skip
 
     def require_search_size(
@@ -190,10 +191,15 @@ class Campaign(_Strict):
         size = planned_size(
             shapes={"unit": Sustained(rate=rate, duration_s=unit_requests / rate)}, mix=self.mix, arms=2,
             repeats=units, profile=self._profile(), max_k=self._max_k(self.arms()), real_time=real_time,
+            max_model_len=self._max_model_len(),
         )  # fmt: skip
         problem = refusal(size)
         if problem is not None:
             raise CampaignError(problem)
+
+    def _max_model_len(self) -> int | None:
+        """Where known: a longer request is refused at once (a closed loop then sends as fast as it is refused)."""
+        return getattr(self.engine, "max_model_len", None)
 
     @staticmethod
     def _max_k(arms: list[ArmSpec]) -> int:

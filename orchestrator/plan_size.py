@@ -36,6 +36,9 @@ SIM_REQUEST_S = 6e-4
 SIM_UNIT_S = 0.2
 DEPLOY_S = 60.0  # a real run's deploy and warm-up per arm
 STEP_FLOOR_S = 0.005  # the fastest step assumed of an engine without a profile (vLLM, an endpoint)
+# A request the engine refuses comes back this fast (simulate_campaign.ERROR_RESPONSE_S) and its closed-loop user
+# sends the next at once: where the mix can draw such a request, that is the pace of a closed loop.
+ERROR_RESPONSE_S = 0.001
 DATASET_TOKENS = 1024.0  # a dataset's lengths are its rows': assumed, not read, for the estimate
 
 
@@ -44,6 +47,7 @@ class Tokens:
     largest: float  # prompt + output tokens of the longest request
     mean_prompt: float
     mean_output: float
+    largest_asked: float  # prompt + max_tokens of the longest request: above max_model_len it is refused
 
 
 @dataclass(frozen=True)
@@ -116,17 +120,19 @@ def _mean(lengths: Lengths) -> float:
 def mix_tokens(mix: RequestMix) -> Tokens:
     """The mix's longest request (its `high` bounds) and mean lengths (weighted by the entries' weights)."""
     if mix.dataset is not None:
-        return Tokens(largest=2 * DATASET_TOKENS, mean_prompt=DATASET_TOKENS, mean_output=DATASET_TOKENS)
-    largest, prompt, output, total = 0.0, 0.0, 0.0, 0.0
+        return Tokens(largest=2 * DATASET_TOKENS, mean_prompt=DATASET_TOKENS, mean_output=DATASET_TOKENS,
+                      largest_asked=math.inf)  # fmt: skip
+    largest, prompt, output, total, asked = 0.0, 0.0, 0.0, 0.0, 0.0
     for entry in mix.entries:
         w = entry.resolved()
         out_high = float(w.max_tokens) if w.ignore_eos else min(_high(w.output_tokens), float(w.max_tokens))
         out_mean = float(w.max_tokens) if w.ignore_eos else min(_mean(w.output_tokens), float(w.max_tokens))
         largest = max(largest, _high(w.prompt_tokens) + out_high)
+        asked = max(asked, _high(w.prompt_tokens) + w.max_tokens)
         prompt += entry.weight * _mean(w.prompt_tokens)
         output += entry.weight * out_mean
         total += entry.weight
-    return Tokens(largest=largest, mean_prompt=prompt / total, mean_output=output / total)
+    return Tokens(largest=largest, mean_prompt=prompt / total, mean_output=output / total, largest_asked=asked)
 
 
 def fastest_step_s(profile: Profile | None) -> float:
@@ -137,10 +143,15 @@ def fastest_step_s(profile: Profile | None) -> float:
     return v.per_kv_token + v.per_batched_token + v.fixed + profile.step_overhead
 
 
-def shape_requests(shape: ShapeBase, tokens: Tokens, profile: Profile | None, max_k: int) -> float:
+def shape_requests(
+    shape: ShapeBase, tokens: Tokens, profile: Profile | None, max_k: int, max_model_len: int | None
+) -> float:
     """Requests one arm gets in one unit of the shape: the rate's integral, a replay window's count, or for closed
-    loop an upper bound (every user served back to back at the fastest step, k + 1 tokens a step)."""
+    loop an upper bound (every user served back to back at the fastest step, k + 1 tokens a step, or refused at
+    once where the mix can ask for more than max_model_len)."""
     if isinstance(shape, Concurrency):
+        if max_model_len is not None and tokens.largest_asked > max_model_len:
+            return shape.users * shape.duration_s / ERROR_RESPONSE_S
         steps = max(1.0, tokens.mean_output / (max_k + 1))
         return shape.users * shape.duration_s / (fastest_step_s(profile) * steps)
     return float(shape.expected_requests)
@@ -155,6 +166,7 @@ def planned_size(
     profile: Profile | None,
     max_k: int,
     real_time: bool,
+    max_model_len: int | None = None,
     all_units_at_once: bool = False,
 ) -> PlanSize:
     """The plan's figures from the campaign's pieces (nothing built). `all_units_at_once`: the command holds every
@@ -169,7 +181,7 @@ def planned_size(
     requests = 0.0
     seconds = 0.0
     for shape in shapes.values():
-        n = shape_requests(shape, tokens, profile, max_k)
+        n = shape_requests(shape, tokens, profile, max_k, max_model_len)
         own = per_request
         if isinstance(shape, Replay):
             recorded = shape.recorded_lengths()
