@@ -731,6 +731,9 @@ def test_the_quickstart_report_answers_in_one_screenful_and_nothing_overflows(
     page = quickstart_page
     assert page.count('class="badge') == 1
     assert '<span class="badge partial">gates pass; exempt, not counted: dyn-dp2 failed</span>' in page
+    # the exempt gate is named once and points at its evidence; its findings are said in that section only
+    assert "<li>dynamic_follows_schedule on dyn-dp2 (exempt): see Executed policy</li>" in page
+    assert page.count("the schedule never switched: executed k = 3 in all") == 1
     top = page[: page.index("<h2>Answer</h2>")]  # the picture and its sentences, before anything else
     # where speculation should be off, said per map (the quickstart's arms beat plain decoding wherever judged)
     assert re.search(r"<li>by offered rate: [^<]*speculation[^<]* off", top)
@@ -744,3 +747,15 @@ def test_the_quickstart_report_answers_in_one_screenful_and_nothing_overflows(
 
 def test_the_hand_built_page_fits_a_1280_px_window(page: str, tmp_path: Path) -> None:
     _fits(_measured(page, tmp_path))
+
+
+def test_without_a_speedup_there_is_no_picture_and_no_advice() -> None:
+    """Absolute figures only (no `off` arm): no cell has a speedup, so no picture and no sentence on speculation."""
+    maps = [
+        m.model_copy(update={"cells": [c.model_copy(update={"speedup": None}) for c in m.cells]})
+        for m in (_map("batch_size"), _map("offered_rate"))
+    ]
+    page = render_report_html(_data(maps=maps, headline=["no off arm: absolute figures only"]))
+    assert "<h2>At a glance</h2>" not in page and "speedup against load" not in page
+    assert "speculation should" not in page and "calls for speculation" not in page
+    assert "<li>no off arm: absolute figures only</li>" in page

@@ -174,7 +174,8 @@ def _glance_lines(data: ReportData) -> list[str]:
 
 
 def _glance_section(data: ReportData) -> str:
-    if not data.maps or not any(not m.is_baseline(a) for m in data.maps for a in m.arms):
+    measured = any(c.speedup is not None and c.speedup.deciding.point is not None for m in data.maps for c in m.cells)
+    if not measured:  # no speedup anywhere (no `off` arm, absolute figures only): nothing to picture
         return ""
     marks = _marks(data)
     lines = _glance_lines(data)
