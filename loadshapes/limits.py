@@ -18,20 +18,34 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
 class Limits(BaseModel):
+    """Before anything is written, `run`, `simulate`, `search` and `tune` size the plan without building it:
+    requests from the shapes' integrals (rate x duration; a replay window's count; a closed loop's users served
+    back to back at the engine's fastest step, or at 1 ms a request where the mix can ask for more than
+    max_model_len), tokens from the mix's `high` bounds (or the replay window's recorded lengths), memory and time
+    from costs measured on the simulator (orchestrator/plan_size.py). A figure over its limit refuses the run in
+    one line with every figure and the flag that raises it (`planned run too large: 5,184,000 requests, over the
+    limit of 5,000,000 (limit requests; raise it with --limit requests=5200000): ...`), exit 2, nothing written.
+    Replay files are read a bounded line at a time and a window's rows counted as they stream: a longer line or
+    more rows is one line naming the file (and line). Raise a limit per command: `specdrill simulate c.yaml
+    --limit requests=2e7 --limit memory_gib=16`. The defaults keep any campaign within a few GiB on a 24 GiB
+    machine; the memory estimate is an upper bound of the measured peak RSS (tests/test_bounded_inputs.py).
+    Valid settings that cannot mean what they say are run with a one-line warning: an SLO deadline below the
+    simulated engine's fastest step (TTFT, end-to-end) or its fastest token (TPOT, every draft accepted)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     # Requests the whole run sends, every arm and unit counted.
-    requests: float = Field(default=5e6, gt=0)
+    requests: float = Field(default=5_000_000, gt=0)
     # Prompt plus output tokens of one request (a replayed row, a mix's `high`): the prompt text is built.
     request_tokens: float = Field(default=1_048_576, gt=0)
     # Arms x shapes x repeats.
     units: float = Field(default=2000, gt=0)
     # The planned run's estimated peak memory (one unit's traffic held at once; tune holds all of them).
-    memory_gib: float = Field(default=4.0, gt=0)
+    memory_gib: float = Field(default=4, gt=0)
     # The planned run's estimated duration: wall-clock seconds of its shapes in real time, the simulator's cost
     # per request in virtual time.
-    hours: float = Field(default=24.0, gt=0)
+    hours: float = Field(default=24, gt=0)
     # Rows a replay window keeps from its files (read before anything is scaled: ~60 bytes a row).
-    replay_rows: float = Field(default=20e6, gt=0)
+    replay_rows: float = Field(default=20_000_000, gt=0)
     # The longest line of a replay file (CSV or JSONL), in KiB: a line is parsed whole.
     line_kib: float = Field(default=1024, gt=0)
 

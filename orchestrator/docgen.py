@@ -500,7 +500,17 @@ def campaign_reference() -> str:
             ]
             out.append("| " + " | ".join(row) + " |")
         out.append("")
-    return "\n".join(out)
+    return "\n".join(out + _limits_section())
+
+
+def _limits_section() -> list[str]:
+    """The plan-size limits (`--limit NAME=VALUE`): not campaign keys, but what bounds every campaign."""
+    from loadshapes.limits import Limits
+
+    out = ["## Limits", "", _doc(Limits), "", "| limit | default | description |", "|---|---|---|"]
+    for name, field in _fields(Limits):
+        out.append(f"| `{name}` | {_default(field)} | {_cell(_note(Limits, name, field))} |")
+    return [*out, ""]
 
 
 # --- the trace schema ------------------------------------------------------------------------------------------
