@@ -23,6 +23,7 @@ import yaml
 
 from loadshapes import limits
 from loadshapes.replay_formats import TraceError, csv_ns
+from orchestrator.calibrate.vllm_profile import profile_from_vllm
 from orchestrator.campaign import load_campaign
 from serve_apps.sim.profile import ProfileError, load_profile
 
@@ -340,3 +341,24 @@ def test_timestamp_csv_streams_within_the_line_bound(tmp_path: Path) -> None:
     with limits.using(limits.Limits(replay_rows=10)), pytest.raises(TraceError, match="more than 10 arrivals"):
         trace.write_text("\n".join(str(i) for i in range(20)) + "\n")
         csv_ns(str(trace), None)
+
+
+def test_an_acceptance_clamped_on_import_is_said(tmp_path: Path) -> None:
+    """vLLM's profile gives cumulative acceptance rates; one above 1 or above the position before it is clamped
+    to a conditional acceptance of 1, and the import says so in one line per position."""
+    truth = load_profile(str(PROFILE))
+    stats = {
+        str(b): {str(k): (truth.verify.fixed + 1e-5 * b * (k + 1) + 4e-8 * b * 1024 + (2e-3 + 1e-6 * k if k else 0))
+                 * 1e3 for k in range(4)}
+        for b in (1, 4, 16, 64)
+    }  # fmt: skip
+    path = tmp_path / "vllm-profile.json"
+    path.write_text(json.dumps({"max_num_speculative_tokens": 3, "acceptance_rate_per_pos": [1.7, 0.6, 0.8],
+                                "batch_stats": stats}))  # fmt: skip
+    fitted = profile_from_vllm(str(path), truth, name="t", context_tokens=1024, categories=["chat"])
+    assert fitted.provenance is not None
+    warned = [n for n in fitted.provenance.notes if n.startswith("warning: ")]
+    assert len(warned) == 2, fitted.provenance.notes
+    assert "acceptance_rate_per_pos[0] = 1.7 is above 1" in warned[0]
+    assert "acceptance_rate_per_pos[2] = 0.8 is above position 1's 0.6" in warned[1]
+    assert fitted.acceptance["chat"].per_position[0] == 1.0 and fitted.acceptance["chat"].per_position[2] == 1.0

@@ -58,6 +58,19 @@ def conditional_acceptance(rates: list[float]) -> list[float]:
     return out
 
 
+def clamped_acceptance(rates: list[float]) -> list[str]:
+    """A note (printed by calibrate) for each position whose conditional acceptance conditional_acceptance clamps
+    to 1: a rate above 1, or above the position before it, is not a probability of acceptance as written."""
+    notes, previous = [], 1.0
+    for i, r in enumerate(rates):
+        if previous > 0 and r > previous:
+            before = "1 (a probability)" if i == 0 else f"position {i - 1}'s {previous:g}"
+            notes.append(f"warning: acceptance_rate_per_pos[{i}] = {r:g} is above {before}: its conditional "
+                         f"acceptance {r / previous:.3g} clamped to 1")  # fmt: skip
+        previous = r
+    return notes
+
+
 def profile_from_vllm(
     path: str, base: Profile, *, name: str, context_tokens: int, categories: list[str]
 ) -> Profile:
@@ -82,6 +95,7 @@ def profile_from_vllm(
         "draft.idle_* not in the file (k = 0 read as speculation off): written as 0",
         f"one acceptance vector for {', '.join(categories)}",
         *(f"{c} fitted below 0: held at 0" for c in fit.held_at_zero),
+        *clamped_acceptance(stats.acceptance_rate_per_pos),
     ]
     provenance = Provenance(source="vllm-profile", runs=[path], steps=len(rows), fitted=now_iso(), notes=notes)
     return fitted_profile(base, name=name, fit=fit, acceptance=acceptance, k_switch_cost_s=0.0,
