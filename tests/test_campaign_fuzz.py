@@ -21,6 +21,9 @@ VALUES = st.one_of(
     st.text(max_size=12),
     st.sampled_from(["off", "fixed:3", "dynamic:3:1-4=3,5-512=0", "single", "data_parallel:2", "quiet", "chat"]),
     st.lists(st.integers(-5, 600), max_size=4),
+    # magnitudes a plan may not be built from (rates, durations, lengths, users, repeats): sized, never built
+    st.builds(lambda e, m: m * 10.0**e, st.integers(-3, 15), st.floats(1, 9.99)),
+    st.builds(lambda e: 10**e, st.integers(3, 15)),
     st.dictionaries(st.text(max_size=6), st.integers(-3, 50), max_size=3),
 )
 
@@ -73,3 +76,7 @@ def test_fuzzed_campaigns_are_accepted_or_refused_in_one_line(tmp_path: Path, da
         assert "Traceback" not in message
         return
     assert campaign.arms()  # accepted: usable
+    try:  # what run and simulate check before writing anything: the plan's size (analytic, never materialised)
+        campaign.require_traffic()
+    except CampaignError as exc:
+        assert "\n" not in str(exc), str(exc)
