@@ -651,6 +651,18 @@ def gates_line(summary: Summary) -> str:
     return "[green]all gates pass[/green]"
 
 
+# Where report.html shows what each gate judged: its list of failed gates names the gate and points there
+_GATE_SECTIONS = {"generator_saturated": "Load generator saturated", "engine_lagged": "Engine lagged"}
+
+
+def gate_item(gate: GateResult) -> str:
+    """A failed gate in report.html's header: which gate on which arm, and the section that shows its evidence
+    (the console prints the whole message)."""
+    where = f" on {gate.arm}" if gate.arm else ""
+    exempt = " (exempt)" if gate.exempt else ""
+    return f"{gate.gate}{where}{exempt}: see {_GATE_SECTIONS.get(gate.gate, 'Executed policy')}"
+
+
 def html_notes(summary: Summary, inputs: RunInputs) -> list[str]:
     """report.html's notes: what none of its sections says (the crossovers and findings of the console's headline
     are in its answer and executed-policy sections, said once)."""
@@ -699,14 +711,14 @@ def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
             headline=html_notes(summary, inputs),
             saturated_units=summary.saturated_units,
             engine_lagged_units=summary.engine_lagged_units,
-            gate_failures=[g.message for g in summary.gates if not g.passed],
+            gate_failures=[gate_item(g) for g in summary.gates if not g.passed],
             fault_windows=summary.fault_windows,
             serve_paths=summary.serve_paths,
             search=search_of(store),
             answer=summary.answer.lines if summary.answer is not None else [],
             answer_bands=summary.answer.bands if summary.answer is not None else [],
             exempt_arms=summary.exempt_arms,
-            exempt_failures=[f"{g.gate}: {g.message}" for g in summary.gates if g.exempt],
+            exempt_failures=[gate_item(g) for g in summary.gates if g.exempt],
             slo=inputs.campaign.slo,
         )
     )
