@@ -43,6 +43,8 @@ RUN_HERE: dict[str, tuple[str, str]] = {
 # recorded (tests/cli_record.py), that a test of that node's module ran the form (same command, at least the
 # options shown, the same literal files). Bare mentions (`specdrill report`) are not forms.
 FORMS: dict[str, str] = {
+    "specdrill simulate CAMPAIGN.yaml --limit requests=2e7 --limit memory_gib=16":
+        "tests/test_bounded_inputs.py::test_an_slo_no_request_can_meet_runs_with_a_warning_and_a_raised_limit_runs",
     "specdrill calibrate":
         "tests/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
     "specdrill calibrate RUN_DIR -o fitted.yaml":
@@ -77,6 +79,8 @@ FORMS: dict[str, str] = {
         "tests/test_docs.py::test_the_readme_campaign_runs_and_its_dp_arm_fails_the_gate",
     "specdrill simulate campaigns/quickstart.yaml":
         "tests/test_docs.py::test_the_first_run",
+    "specdrill simulate c.yaml --limit requests=2e7 --limit memory_gib=16":
+        "tests/test_bounded_inputs.py::test_an_slo_no_request_can_meet_runs_with_a_warning_and_a_raised_limit_runs",
     "specdrill simulate first.yaml":
         "tests/test_docs.py::test_the_readme_campaign_runs_and_its_dp_arm_fails_the_gate",
     "specdrill simulate campaigns/replay-burstgpt-example.yaml":
@@ -265,6 +269,9 @@ def test_the_recorded_forms_match_what_the_docs_mean() -> None:
     assert readme.covered_by(_form("simulate", "/x/campaigns/quickstart.yaml", "--output", "r"))
     assert not readme.covered_by(_form("simulate", "campaigns/replay-burstgpt-example.yaml"))
     assert not readme.covered_by(_form("simulate", "fixed-batch"))
+    example = _form("simulate", "c.yaml", "--limit", "requests=2e7")  # a bare name is the reader's own file
+    assert example.covered_by(_form("simulate", "/tmp/x/three.yaml", "--limit", "units=3", "--no-report"))
+    assert not example.covered_by(_form("simulate", "/tmp/x/three.yaml"))
     gate = _form("report", "--no-gate-exit")
     assert not gate.covered_by(_form("report", "r")) and gate.covered_by(_form("report", "r", "--no-gate-exit"))
     calibrate = _form("calibrate", "RUN_DIR", "-o", "fitted.yaml")
