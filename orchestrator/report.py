@@ -166,7 +166,7 @@ def load_run(run_dir: str) -> RunInputs:
             if waiting
             else "none complete"
         )
-        raise BadFileError(store.root, f"nothing to report yet: {len(planned)} units planned, {what}; resume with "
+        raise BadFileError(store.root, f"nothing to analyse yet: {len(planned)} units planned, {what}; resume with "
                                        f"specdrill {command} CAMPAIGN --output {store.root}")  # fmt: skip
     arms = [
         ArmInfo.from_policy(
