@@ -79,8 +79,6 @@ FORMS: dict[str, str] = {
         "tests/test_docs.py::test_the_readme_campaign_runs_and_its_dp_arm_fails_the_gate",
     "specdrill simulate campaigns/quickstart.yaml":
         "tests/test_docs.py::test_the_first_run",
-    "specdrill simulate c.yaml --limit requests=2e7 --limit memory_gib=16":
-        "tests/test_bounded_inputs.py::test_an_slo_no_request_can_meet_runs_with_a_warning_and_a_raised_limit_runs",
     "specdrill simulate first.yaml":
         "tests/test_docs.py::test_the_readme_campaign_runs_and_its_dp_arm_fails_the_gate",
     "specdrill simulate campaigns/replay-burstgpt-example.yaml":
