@@ -759,3 +759,22 @@ def test_without_a_speedup_there_is_no_picture_and_no_advice() -> None:
     assert "<h2>At a glance</h2>" not in page and "speedup against load" not in page
     assert "speculation should" not in page and "calls for speculation" not in page
     assert "<li>no off arm: absolute figures only</li>" in page
+
+
+def test_the_console_map_names_a_comparison_not_on_equal_hardware() -> None:
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.report import map_table
+
+    opmap = _map("batch_size")
+    cells = [
+        c.model_copy(update={"speedup": c.speedup.model_copy(update={"engines_ratio": 2.0})})
+        if c.arm == "dyn-dp2" and c.speedup is not None else c
+        for c in opmap.cells
+    ]  # fmt: skip
+    out = io.StringIO()
+    Console(file=out, width=250, color_system=None).print(map_table(opmap.model_copy(update={"cells": cells})))
+    text = out.getvalue()
+    assert "(per engine vs off: not equal hardware)" in text and text.count("not equal hardware") == 1
