@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
+import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.json as pajson
 
@@ -650,13 +651,21 @@ def csv_ns(path: str, column: str | None) -> np.ndarray:
 
 
 def _trace_ns(path: str, arm: str | None, shape: str | None) -> np.ndarray:
+    where = None
+    for name, wanted in (("arm", arm), ("shape", shape)):
+        if wanted is not None:  # read only the partition asked for
+            match = ds.field(name) == wanted
+            where = match if where is None else where & match
     try:
-        table = read_traces(path, columns=["scheduled_ns", *PARTITION_COLUMNS])
+        table = read_traces(path, columns=["scheduled_ns", *PARTITION_COLUMNS], where=where)
     except (pa.ArrowException, OSError) as e:
         raise TraceError(f"{path}: not a readable trace: {e}") from None
-    for name, wanted in (("arm", arm), ("shape", shape)):
-        if wanted is not None:
-            table = table.filter(pc.equal(table[name], wanted))
+    most = limits.current().replay_rows
+    if table.num_rows > most:
+        raise TraceError(
+            f"{path}: {limits.figure(table.num_rows)} trace rows, more than {limits.figure(most)} "
+            f"(limit replay_rows; raise it with {limits.raise_hint('replay_rows', table.num_rows)})"
+        )
     groups = table.group_by(list(PARTITION_COLUMNS)).aggregate([]).to_pylist()
     pairs = sorted(f"{g['arm']}/{g['shape']}" for g in groups)
     if not pairs:
