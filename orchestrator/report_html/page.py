@@ -266,8 +266,8 @@ def _faults_section(windows: Sequence[FaultWindow]) -> str:
     rows = [
         (
             esc(w.unit),
-            f"{w.start_s:.1f} s",
-            f"{w.end_s:.1f} s",
+            f"{num(w.start_s, 1)} s",
+            f"{num(w.end_s, 1)} s",
             f"{w.failed} of {w.ended}",
             esc(", ".join(f"{name} {count}" for name, count in sorted(w.by_class.items()))),
         )
