@@ -1,8 +1,8 @@
-"""Which `specdrill` command forms this test session ran: every invocation (in-process through the CLI group's
-`main`, or a child process through tests/cli_shim/sitecustomize.py) is appended to the file named by
+"""Which `specdrill` command forms this test session ran: every invocation (in the test process through click's
+`Command.main`, in a child through tests/cli_shim/sitecustomize.py) is appended to the file named by
 SPECDRILL_CLI_LOG with the test that ran it, and a documented command line is compared with them as a form: the
-command words, the options it shows (by parameter, whatever their values) and its arguments (a literal such as
-`campaigns/quickstart.yaml` must be the same file; a placeholder such as RUN_DIR matches any)."""
+command words, the options it shows (by parameter, whatever their values) and its arguments (a path such as
+`campaigns/quickstart.yaml` must be that file; a placeholder such as RUN_DIR matches any)."""
 
 from __future__ import annotations
 
@@ -40,10 +40,11 @@ class Form:
 
 
 def _same_argument(documented: str, ran: str) -> bool:
-    """A placeholder matches anything, but its literal last part must be there (RUN_DIR/recommended-campaign.yaml);
-    a literal is the same path, relative or under another directory (first.yaml written to a temporary one)."""
+    """A placeholder (RUN_DIR) or a bare example name (first.yaml, c.yaml: a file the reader writes) matches any
+    argument, but a literal last part after a placeholder must be there (RUN_DIR/recommended-campaign.yaml); a
+    path with a directory (campaigns/quickstart.yaml) is that file, relative or under another directory."""
     head, _, last = documented.rpartition("/")
-    if _PLACEHOLDER.search(last):
+    if _PLACEHOLDER.search(last) or not head:
         return True
     if _PLACEHOLDER.search(head):
         return ran == last or ran.endswith("/" + last)
