@@ -326,7 +326,15 @@ class Campaign(_Strict):
         return arms
 
 
+# PyYAML holds ~50x a file's size while it parses; a campaign is a few KiB (10,000 arms spelled out: ~0.5 MiB).
+MAX_CAMPAIGN_BYTES = 8 << 20
+
+
 def load_campaign(path: str | Path) -> Campaign:
     p = Path(path)
+    if p.is_file() and p.stat().st_size > MAX_CAMPAIGN_BYTES:
+        size = p.stat().st_size / 2**20
+        raise CampaignError(f"campaign file {p}: {size:.0f} MiB, over the {MAX_CAMPAIGN_BYTES >> 20} MiB a campaign "
+                            "may be (its YAML is parsed whole)")  # fmt: skip
     text = read_text(p, "campaign file", CampaignError)
     return load_yaml_model(text, Campaign, origin=f"campaign {p}", error=CampaignError)

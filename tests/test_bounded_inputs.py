@@ -24,7 +24,7 @@ import yaml
 from loadshapes import limits
 from loadshapes.replay_formats import TraceError, csv_ns
 from orchestrator.calibrate.vllm_profile import profile_from_vllm
-from orchestrator.campaign import load_campaign
+from orchestrator.campaign import CampaignError, load_campaign
 from serve_apps.sim.profile import ProfileError, load_profile
 
 CAP_KIB = 4 * 1024 * 1024
@@ -362,3 +362,10 @@ def test_an_acceptance_clamped_on_import_is_said(tmp_path: Path) -> None:
     assert "acceptance_rate_per_pos[0] = 1.7 is above 1" in warned[0]
     assert "acceptance_rate_per_pos[2] = 0.8 is above position 1's 0.6" in warned[1]
     assert fitted.acceptance["chat"].per_position[0] == 1.0 and fitted.acceptance["chat"].per_position[2] == 1.0
+
+
+def test_a_campaign_file_of_many_mib_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_text("name: huge\n# " + "x" * (9 << 20) + "\n")
+    with pytest.raises(CampaignError, match=r"huge\.yaml: 9 MiB, over the 8 MiB"):
+        load_campaign(path)
