@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from serve_apps.config_io import load_yaml_model, read_text
 
 PROFILE_DIR = "profiles"
+MAX_PROFILE_BYTES = 8 << 20  # a profile is ~2 KiB
 
 
 class _Strict(BaseModel):
@@ -143,6 +144,9 @@ def shipped_profiles() -> list[str]:
 def load_profile(name_or_path: str) -> Profile:
     path = Path(name_or_path)
     if path.suffix in {".yaml", ".yml"} or path.exists():
+        if path.is_file() and path.stat().st_size > MAX_PROFILE_BYTES:  # parsed whole, at ~50x its size
+            raise ProfileError(f"profile file {path}: {path.stat().st_size >> 20} MiB, over the "
+                               f"{MAX_PROFILE_BYTES >> 20} MiB a profile may be")  # fmt: skip
         text = read_text(path, "profile file", ProfileError)
         origin = str(path)
     else:
