@@ -4,7 +4,8 @@
 
 The suite runs the same scenario for 60 s (tests/test_long_runs.py, tests/soak.py). This run adds what only
 length shows: whether the load workers' memory or send lateness drift. Every 5 s it reads the resident set of
-each Locust process of this run (found by the plan path in its environment); per minute of the schedule it takes
+each Locust process of this run (found by the plan path in its environment), compared from the end of the
+first minute (imports and warm-up before it) to the end; per minute of the schedule it takes
 the send lateness's p50 and p99 from the trace. It prints the last minute against the first as ratios, and
 checks, as the suite does, that every scheduled request is exactly one row.
 """
@@ -76,8 +77,13 @@ def main() -> None:
     minutes = _per_minute(table)
     classes = Counter(table.column("error_class").to_pylist())
     first, last = minutes[0], minutes[-1]
-    rss_first = samples[0][1] if samples else 0
-    rss_last = samples[-1][1] if samples else 0
+    # Memory from the end of the first minute on: before it the workers are still importing and warming up.
+    steady = [r for t, r in samples if t >= 60.0] or [r for _, r in samples] or [0]
+    rss_first, rss_last = steady[0], steady[-1]
+    rss_per_minute = [
+        round(max((r for t, r in samples if int(t // 60) == m), default=0) / 2**20, 1)
+        for m in range(int(samples[-1][0] // 60) + 1 if samples else 0)
+    ]
     result = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
@@ -86,10 +92,12 @@ def main() -> None:
         "received": received, "lost_worker": lost,
         "http_500_rows": classes["http_500"], "truncated_rows": classes["truncated_stream"],
         "lateness_per_minute": [{"minute": m, "n": n, "p50_ms": p50, "p99_ms": p99} for m, n, p50, p99 in minutes],
+        "lateness_p50_last_over_first": round(last[2] / first[2], 3) if first[2] else None,
         "lateness_p99_last_over_first": round(last[3] / first[3], 3) if first[3] else None,
-        "worker_rss_first_mib": round(rss_first / 2**20, 1), "worker_rss_last_mib": round(rss_last / 2**20, 1),
+        "worker_rss_max_mib_per_minute": rss_per_minute,
+        "worker_rss_at_60s_mib": round(rss_first / 2**20, 1), "worker_rss_last_mib": round(rss_last / 2**20, 1),
         "worker_rss_max_mib": round(max((r for _, r in samples), default=0) / 2**20, 1),
-        "worker_rss_last_over_first": round(rss_last / rss_first, 3) if rss_first else None,
+        "worker_rss_last_over_60s": round(rss_last / rss_first, 3) if rss_first else None,
     }  # fmt: skip
     print(json.dumps(result, indent=1))
     if args.json:
