@@ -15,8 +15,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from loadshapes.shapes import Concurrency
 from orchestrator.campaign import Campaign, CampaignError, load_campaign
+from orchestrator.plan_size import mix_tokens, shape_requests
 from serve_apps.config_io import load_yaml_model
+from serve_apps.sim.profile import load_profile
 
 # Short runs: each example is a whole campaign (simulate, report, recommend); CI runs this many.
 EXAMPLES = int(os.environ.get("SPECDRILL_FUZZ_EXAMPLES", "12"))
@@ -153,6 +156,16 @@ def test_every_valid_campaign_runs_to_a_report(tmp_path: Path) -> None:
         expected = {u.key for arm in campaign.arms() for u in units_of(campaign, arm)}
         assert {result.unit.key for result in summary.units} == expected
         assert all(result.rows == result.scheduled for result in summary.units)
+        # The plan's closed-loop figure (what the limits are checked against) bounds what was sent: every user's
+        # requests one after another, each at least its steps at the profile's fastest step (one in flight at
+        # the end besides)
+        profile = load_profile(spec["engine"]["profile"])
+        max_k = max(a.policy.resolve(a.topology).num_speculative_tokens for a in campaign.arms())
+        for result in summary.units:
+            shape = campaign.shapes[result.unit.shape]
+            if isinstance(shape, Concurrency):
+                bound = shape_requests(shape, mix_tokens(campaign.mix), profile, max_k, 8192)
+                assert result.scheduled <= bound + shape.users, (result.unit.key, result.scheduled, bound)
         inputs = load_run(store.root)
         recommendation, rehearsal, followup = recommend(build_summary(inputs)[0], inputs.campaign, store.root)
         assert recommendation.message
