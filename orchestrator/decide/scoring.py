@@ -14,14 +14,17 @@ analysis' margin.
 The tie rule (the one rule of `tune`, printed by it and stated in docs/ground-truth.md): the candidates tied with
 the best-loss one are those not worse than it beyond the margin in any band nor slower in total (paired) by one
 band's margin (log 1.02). Among them, in this order:
-1. the simpler schedule: fewer k changes (segments of vLLM's num_speculative_tokens_per_batch_size; speculation
-   off, no schedule at all, is the simplest). A k change the traffic cannot tell from its absence is complexity
-   without a predicted effect, and each boundary the engine crosses costs a switch, which the report measures
-   (a schedule changed k at batch 16-22 of the quickstart with predictions equal to fixed k = 3 in every band);
-2. the fixed-batch oracle's k: the least speedup given up against its best k at the batch sizes the traffic
-   reached, k within the oracle's own tolerance of its best counting as none. Among equally simple candidates a
-   batch size the traffic runs rarely moves no band beyond the margin whatever its k, so the smaller-k rule
-   alone set k = 0 at batch 24-26 (the top of a ramp) where the oracle's best is 1;
+1. the fixed-batch oracle's k: the least speedup given up against its best k at the batch sizes the traffic
+   reached, k within the oracle's own tolerance of its best (the margin) counting as none. A band mixes batch
+   sizes: on the costly-verify test ramp k = 2 instead of 3 at batch 1-7 moved no band beyond the margin (gains
+   at 5-7 offset losses at 1-4), where the oracle gives up 10 points of speedup at batch 1; and a batch size the
+   traffic runs rarely moves no band whatever its k (the smaller-k rule alone set k = 0 at batch 24-26, the top
+   of a ramp, where the oracle's best is 1);
+2. the simpler schedule: fewer k changes (segments of vLLM's num_speculative_tokens_per_batch_size; speculation
+   off, no schedule at all, is the simplest). A k change that neither the traffic nor the oracle can tell from
+   its absence is complexity with no predicted effect, and each boundary the engine crosses costs a k switch,
+   which the report measures (`tune.simplify` removes such changes after the search; the quickstart's tuned
+   schedule had k = 2 at batch 16-22 with predictions equal to fixed k = 3 in every band);
 3. the smaller k (the sum of k over those batch sizes): less drafting for the same predicted result.
 """
 
@@ -204,9 +207,9 @@ class Scored(BaseModel):
     rejected: bool
 
     @property
-    def tie(self) -> tuple[int, float, int]:
-        """The tie rule's order (module docstring): fewer segments, then the oracle's k, then the smaller k."""
-        return (self.segments, self.prior, self.k_mass)
+    def tie(self) -> tuple[float, int, int]:
+        """The tie rule's order (module docstring): the oracle's k, then fewer segments, then the smaller k."""
+        return (self.prior, self.segments, self.k_mass)
 
     @property
     def by_loss(self) -> tuple[float, int, str]:
@@ -215,12 +218,12 @@ class Scored(BaseModel):
 
 
 def score(
-    key: str, tie: tuple[int, float, int], band_cells: list[Cell], scored: Sequence[int]
+    key: str, tie: tuple[float, int, int], band_cells: list[Cell], scored: Sequence[int]
 ) -> Scored:  # fmt: skip
-    """`tie`: (segments, prior, k mass), Scored.tie's order."""
+    """`tie`: (prior, segments, k mass), Scored.tie's order."""
     rejected = any(band_cells[b].noisy for b in scored) or not math.isfinite(loss(band_cells, scored))
     value = loss(band_cells, scored) if not rejected else math.inf
-    segments, prior, k_mass = tie
+    prior, segments, k_mass = tie
     return Scored(key=key, segments=segments, k_mass=k_mass, prior=prior, cells=band_cells, loss=value,
                   rejected=rejected)  # fmt: skip
 

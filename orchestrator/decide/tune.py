@@ -8,8 +8,9 @@ apart: tune_simplify). The search starts from that schedule snapped to the edges
 with the smallest loss (one edge's k set to any other in 0..max_k, a whole segment's k +/- 1, a boundary moved
 to the next edge) while it improves; then evaluates a coarse grid (every k on a few log-spaced segments) and
 climbs again from the best candidate so far; then walks to the candidates that would win the tie (scoring's tie
-rule: fewer k changes, then the oracle's k, then the smaller k), a neighbour or the schedule with one segment
-merged into the next, while one of them wins it: no k change stays whose removal the traffic cannot tell.
+rule: the oracle's k, then fewer k changes, then the smaller k), a neighbour or the schedule with one segment
+merged into the next, while one of them wins it; then `simplify` removes every k change whose removal neither
+the traffic nor the oracle can tell.
 Every candidate is simulated on every unit of the traffic; the budget bounds their number, and a search it
 stops says so (`stopped_by_budget`). On a space small enough `exhaustive` evaluates all of it for the same rule.
 """
@@ -64,7 +65,7 @@ class Evaluator:
             played = self.played.get(key) or self.traffic.play(self.policy_of(key))
             table = (0,) * len(self.space.edges) if key == OFF else table_of(key)
             # Speculation off has no schedule at all: simpler than any, 0 segments.
-            tie = (0, self.space.prior(table), 0) if key == OFF else self.space.tie(table)
+            tie = (self.space.prior(table), 0, 0) if key == OFF else self.space.tie(table)
             band_cells = cells(played, self.played[OFF], self.bands, self.objective)
             self.evaluated[key] = score(key, tie, band_cells, self.scored_bands)
             self.played[key] = played
@@ -144,9 +145,8 @@ def local_search(ev: Evaluator, start: KTable, margin: float) -> Scored:
 
 def tie_walk(ev: Evaluator, margin: float) -> Scored:
     """From the winner so far, every candidate that would win the tie (a neighbour or one segment merged into the
-    next: fewer k changes, or as few and closer to the oracle, or as close with smaller k), the simplest first,
-    while one of them becomes the winner. Converged, no k change of the winner can go without a band (or the
-    paired total) moving beyond the margin from the best found: each merge was evaluated and lost the tie."""
+    next: closer to the oracle, or as close with fewer k changes, or as simple with smaller k), those first,
+    while one of them becomes the winner."""
     pick = ev.pick(margin)
     while pick.key != OFF:
         space, table = ev.space, table_of(pick.key)
@@ -167,11 +167,12 @@ def tie_walk(ev: Evaluator, margin: float) -> Scored:
 def simplify(ev: Evaluator, pick: Scored, margin: float) -> Scored:
     """Never a k change whose predicted effect is within the margin: while the schedule with one segment merged
     into its neighbour (Space.simpler; a schedule with one k on every batch the traffic reached: speculation off
-    as well) is tied with the schedule itself (scoring.ties: no band worse beyond the margin, the paired total
-    within one margin), the simplest such merge replaces it. Compared with the schedule it simplifies, not with
-    the best-loss candidate: the quickstart's tie winner set k = 2 at batch 16-22 where fixed k = 3 predicted
-    the same in every band, but the best-loss candidate (k = 0 there) ran 2.3% faster than fixed 3 on two seeds
-    of one band, and a tie with it would have kept the change."""
+    as well) ties the schedule itself on the traffic (scoring.ties: no band worse beyond the margin, the paired
+    total within one margin) and gives up no more of the oracle's speedup (its prior, 0 within the oracle's
+    tolerance), the first such merge in the tie rule's order replaces it. Compared with the schedule it
+    simplifies, not with the best-loss candidate: the quickstart's tie winner set k = 2 at batch 16-22 where
+    fixed k = 3 predicted the same in every band, but the best-loss candidate (k = 0 there) ran 2.3% faster than
+    fixed 3 on two seeds of one band, and a tie with it would have kept the change."""
     current = pick
     while current.key != OFF:
         table = table_of(current.key)
@@ -181,7 +182,7 @@ def simplify(ev: Evaluator, pick: Scored, margin: float) -> Scored:
         for key in ev.affordable([table_of(k) for k in merges if k != OFF and k not in ev.evaluated]):
             ev.evaluate(key_of(key))
         tied = [ev.evaluated[k] for k in merges if k in ev.evaluated]
-        tied = [c for c in tied if ties(c, current, ev.scored_bands, margin)]
+        tied = [c for c in tied if c.prior <= current.prior and ties(c, current, ev.scored_bands, margin)]
         if not tied:
             break
         current = min(tied, key=lambda c: (*c.tie, c.loss, c.key))
@@ -222,7 +223,7 @@ class Choice(BaseModel):
     model_config = ConfigDict(frozen=True)
     key: str
     schedule: list[list[int]] | None
-    tie: tuple[int, float, int]  # scoring.Scored.tie: (segments, the oracle's prior, k mass)
+    tie: tuple[float, int, int]  # scoring.Scored.tie: (the oracle's prior, segments, k mass)
 
 
 class TuneResult(BaseModel):

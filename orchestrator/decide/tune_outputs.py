@@ -28,8 +28,10 @@ RESULT = "tune.json"
 # played, so a rehearsal in virtual time tests the prediction instead of replaying it.
 REHEARSAL_SEED_OFFSET = 1000
 TIE_RULE = (
-    "ties (no band worse beyond the margin, the paired total within one margin) go to the simpler schedule (fewer k "
-    "changes; speculation off is the simplest), then to the fixed-batch oracle's k, then to the smaller k"
+    "ties (no band worse beyond the margin, the paired total within one margin) go to the fixed-batch oracle's k "
+    "(k within its tolerance of its best count as equal), then to the simpler schedule (fewer k changes; speculation "
+    "off is the simplest), then to the smaller k; a k change is removed where neither the traffic nor the oracle "
+    "predicts an effect beyond the margin"
 )
 
 
@@ -190,8 +192,9 @@ def tie_lines(result: TuneResult) -> list[str]:
         removed = "speculation turned off" if final.schedule is None else _where(tied.schedule, final.schedule,
                                                                                   result.reach)  # fmt: skip
         lines.append(
-            f"k changes with no predicted effect removed ({removed}): {_form(tied.schedule)} predicts no band beyond "
-            f"the margin from {_form(final.schedule)}, nor the paired total beyond one margin; the simpler one is given"
+            f"k changes with no predicted effect removed ({removed}, from {_form(tied.schedule)}): each removal kept "
+            "every band within the margin of the schedule before it, the paired total within one margin, and gave up "
+            "no more of the oracle's speedup"
         )
     return lines
 
@@ -201,14 +204,14 @@ def _form(schedule: list[list[int]] | None) -> str:
 
 
 def _reason(chosen: Choice, other: Choice) -> str:
-    (segments, prior, _), (other_segments, other_prior, _) = chosen.tie, other.tie
-    if chosen.schedule is None:
-        return "speculation off is simpler than any schedule"
-    if segments < other_segments:
-        return f"fewer k changes ({segments - 1} instead of {other_segments - 1})"
+    (prior, segments, _), (other_prior, other_segments, _) = chosen.tie, other.tie
     if prior < other_prior:
-        return "as few k changes, and closer to the fixed-batch oracle's k"
-    return "as few k changes, as close to the oracle's k, and smaller k"
+        return "closer to the fixed-batch oracle's k"
+    if chosen.schedule is None:
+        return "as close to the oracle's k, and speculation off is simpler than any schedule"
+    if segments < other_segments:
+        return f"as close to the oracle's k, with fewer k changes ({segments - 1} instead of {other_segments - 1})"
+    return "as close to the oracle's k, as few k changes, and smaller k"
 
 
 def _where(a: list[list[int]] | None, b: list[list[int]] | None, reach: int) -> str:

@@ -22,7 +22,7 @@ class Space:
     tail: tuple[int, ...]  # k at batch reach+1 .. top (dense): the oracle's, kept
     max_k: int
     # Per batch 1..reach (index batch - 1), per k: the oracle's speedup lost against its best k there, 0 within
-    # its tolerance: what breaks ties between equally simple schedules before the smaller k does.
+    # its tolerance: what breaks ties first (scoring's tie rule).
     regret: tuple[tuple[float, ...], ...]
 
     def entries(self, ks: KTable) -> list[list[int]]:
@@ -43,12 +43,12 @@ class Space:
         return entries
 
     def segments(self, ks: KTable) -> int:
-        """The entries of the schedule (1..top): the tie rule's first measure, fewer is simpler."""
+        """The entries of the schedule (1..top): the tie rule's second measure, fewer is simpler."""
         return len(self.entries(ks))
 
-    def tie(self, ks: KTable) -> tuple[int, float, int]:
+    def tie(self, ks: KTable) -> tuple[float, int, int]:
         """scoring.Scored.tie of this table."""
-        return (self.segments(ks), self.prior(ks), self.k_mass(ks))
+        return (self.prior(ks), self.segments(ks), self.k_mass(ks))
 
     def k_mass(self, ks: KTable) -> int:
         """Sum of k over batch sizes 1..reach: what ties are broken by (smaller k)."""
