@@ -99,7 +99,9 @@ def oracle(
             policy = OffPolicy() if k == 0 else FixedPolicy.model_validate({**drafter, "k": k})
             result = closed_batch(profile, policy, batch_size=batch, workload=workload, seed=seed, rounds=rounds)
             tpot[k], rate[k], held[k] = result.tpot_p50_s, result.tokens_per_s, result.mean_batch
-        ranked = sorted(tpot, key=lambda k: (tpot[k], k))  # ties go to the smaller k
+        # best_k: the smallest latency, equal latencies to the smaller k. k within `tolerance` of it are listed in
+        # near_best and not ranked here: `tune` decides among them by its own tie rule (decide/scoring.py).
+        ranked = sorted(tpot, key=lambda k: (tpot[k], k))
         best = ranked[0]
         if not tpot[best] > 0:  # a profile whose steps take no time (refused when a profile is loaded)
             raise ValueError(f"profile {profile.name!r}: per-token latency 0 s at batch {batch}: no step costs time")
