@@ -67,6 +67,9 @@ def current() -> Limits:
     return _CURRENT.get()
 
 
+current_limits = current  # for modules with a `limits` field of their own
+
+
 def set_limits(limits: Limits) -> None:
     """The limits for the rest of this command (the CLI sets them from its `--limit` flags)."""
     _CURRENT.set(limits)

@@ -14,9 +14,18 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 
 from loadshapes.arrivals import shape_arrivals, worker_share
+from loadshapes.limits import Limits, current_limits, using
 from loadshapes.mixes import RequestMix, RequestSpec
 from loadshapes.shapes import Replay, Shape
 from loadshapes.slo import SloConfig
@@ -43,6 +52,9 @@ class WorkerPlan(BaseModel):
     policy: str | None = None
     topology: str | None = None
     shape_name: str
+    # The limits the run was planned under (`--limit`): a load worker re-reads a replay shape's file under them,
+    # not under its own process's defaults. Declared before `shape`, whose validation reads it.
+    limits: Limits = Field(default_factory=current_limits)
     shape: Shape
     repeat: int = Field(default=0, ge=0)
     traffic_repeat: int | None = Field(default=None, ge=0)  # whose traffic this repeat sends; None: its own
@@ -79,6 +91,15 @@ class WorkerPlan(BaseModel):
     # endpoint with none named).
     tokenizer: str | None = None
     tokenizer_json: str | None = Field(default=None, repr=False)
+
+    @field_validator("shape", mode="wrap")
+    @classmethod
+    def _under_the_runs_limits(
+        cls, value: object, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Shape:
+        with using(info.data.get("limits", current_limits())):
+            shape: Shape = handler(value)
+        return shape
 
     @model_validator(mode="after")
     def _worker_in_range(self) -> WorkerPlan:

@@ -22,7 +22,10 @@ import pytest
 import yaml
 
 from loadshapes import limits
+from loadshapes.mixes import MixEntry, RequestMix
+from loadshapes.plan import Target, WorkerPlan
 from loadshapes.replay_formats import TraceError, csv_ns
+from loadshapes.shapes import Replay
 from orchestrator.calibrate.vllm_profile import profile_from_vllm
 from orchestrator.campaign import CampaignError, load_campaign
 from serve_apps.sim.profile import ProfileError, load_profile
@@ -369,3 +372,23 @@ def test_a_campaign_file_of_many_mib_is_refused_before_it_is_parsed(tmp_path: Pa
     path.write_text("name: huge\n# " + "x" * (9 << 20) + "\n")
     with pytest.raises(CampaignError, match=r"huge\.yaml: 9 MiB, over the 8 MiB"):
         load_campaign(path)
+
+
+def test_a_worker_reads_its_replay_under_the_limits_the_run_was_planned_under(tmp_path: Path) -> None:
+    """A load worker re-validates its plan's replay shape in its own process: under the plan's limits (raised with
+    --limit where the run started), not its process's defaults."""
+    trace = burstgpt(tmp_path / "rows.csv", normal_rows(50))
+    with limits.using(limits.Limits(replay_rows=100)):
+        plan = WorkerPlan(
+            campaign="c", run="r", arm="a", shape_name="s", shape=Replay(path=str(trace)), mix=RequestMix(
+                entries=[MixEntry(workload="chat", weight=1.0)]), target=Target(base_url="http://x", model="m"),
+            trace_root=str(tmp_path),
+        )  # fmt: skip
+    text = plan.model_dump_json()
+    with limits.using(limits.Limits(replay_rows=10)):  # a worker whose own limits are lower
+        assert WorkerPlan.model_validate_json(text).limits.replay_rows == 100
+        lowered = json.loads(text)
+        lowered["limits"]["replay_rows"] = 10
+        lowered["shape"]["path"] = str(burstgpt(tmp_path / "again.csv", normal_rows(50)))  # not read before
+        with pytest.raises(ValueError, match="more than 10 rows"):
+            WorkerPlan.model_validate(lowered)
