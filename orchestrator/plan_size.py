@@ -65,7 +65,7 @@ class PlanSize:
         return (
             f"{self.arms} arms x {self.units // max(self.arms, 1)} shape-repeats = {figure(self.units)} units, "
             f"{figure(self.requests)} requests (up to {figure(self.tokens)} tokens, {figure(self.request_tokens)} "
-            f"in the longest request), ~{self.memory_gib:.3g} GiB, ~{_duration(self.hours)} in {self.mode}"
+            f"in the longest request), ~{_gib(self.memory_gib)}, ~{_duration(self.hours)} in {self.mode}"
         )
 
     def over(self, lim: Limits) -> str | None:
@@ -80,11 +80,16 @@ class PlanSize:
         for name, value, what in checks:
             most = getattr(lim, name)
             if not value <= most:  # NaN and inf are over
+                raise_it = f"raise it with {raise_hint(name, value)}" if math.isfinite(value) else "no limit admits it"
                 return (
                     f"planned run too large: {figure(value)} {what}, over the limit of {figure(most)} (limit {name}; "
-                    f"raise it with {raise_hint(name, value)}): {self.line()}"
+                    f"{raise_it}): {self.line()}"
                 )
         return None
+
+
+def _gib(gib: float) -> str:
+    return f"{gib:.3g} GiB" if math.isfinite(gib) else "unbounded GiB"
 
 
 def _duration(hours: float) -> str:
