@@ -85,8 +85,8 @@ def running(record: LockRecord) -> bool:
 
 
 def _command() -> str:
-    words = [os.path.basename(sys.argv[0]) if sys.argv else "python", *sys.argv[1:3]]
-    return " ".join(words)[:120]
+    """What the holder runs, for the operator: `specdrill simulate CAMPAIGN` (the command and its first argument)."""
+    return " ".join(["specdrill", *sys.argv[1:3]])[:120]
 
 
 def _record() -> LockRecord:
