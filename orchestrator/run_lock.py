@@ -165,7 +165,7 @@ def acquire(fs: Any, base: str, root: str, say: Any = None) -> None:
         if here and found.pid == mine.pid:
             reason = ""  # this process's own lock, left by a run that stopped with an error
         elif here and running(found):
-            raise BadFileError(path, f"another specdrill is writing this run directory: {found.holder()}; wait "
+            raise BadFileError(path, f"another writer holds this run directory: {found.holder()}; wait "
                                      "for it to finish or use another --output")  # fmt: skip
         elif here:
             reason = "stale lock (that process is no longer running)"

@@ -296,8 +296,8 @@ def test_two_concurrent_writers_one_wins_and_the_report_counts_each_request_once
             first.kill()
     assert first.returncode == 0, first_err
     assert second.returncode == EXIT_BAD_FILE and len(second.stderr.strip().splitlines()) == 1, second.stderr
-    assert second.stderr.startswith(f"specdrill: error: {held / 'writer.lock'}: another specdrill is writing this "
-                                    f"run directory: pid {first.pid} on host "), second.stderr  # fmt: skip
+    assert second.stderr.startswith(f"specdrill: error: {held / 'writer.lock'}: another writer holds this run "
+                                    f"directory: pid {first.pid} on host "), second.stderr  # fmt: skip
 
     raced = tmp_path / "raced"
     both = [subprocess.Popen([*SPECDRILL, *args, str(raced)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -73,7 +73,7 @@ def test_a_live_holder_refuses_a_second_writer_in_one_line(
         holder.kill()
         holder.wait()
     assert code == 2 and err == (
-        f"specdrill: error: {run / LOCK}: another specdrill is writing this run directory: pid {holder.pid} on host "
+        f"specdrill: error: {run / LOCK}: another writer holds this run directory: pid {holder.pid} on host "
         f"{socket.gethostname()} since 2026-01-02T03:04:05Z (specdrill simulate other.yaml); wait for it to finish "
         "or use another --output\n"
     )
