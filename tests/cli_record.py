@@ -51,8 +51,9 @@ def _same_argument(documented: str, ran: str) -> bool:
     return ran == documented or ran.endswith("/" + documented)
 
 
-def form_of(words: list[str]) -> Form | None:
-    """The form of `specdrill WORDS` (words after `specdrill`), or None where the CLI names no such command."""
+def resolve(words: list[str]) -> tuple[list[str], click.Command, list[str]] | None:
+    """The command words an operator types before --help, the command that runs and the words it parses, or
+    None where the CLI names no such command."""
     from orchestrator.cli import cli
 
     path: list[str] = []
@@ -70,6 +71,15 @@ def form_of(words: list[str]) -> Form | None:
         if found is None:
             return None
         command = found
+    return path, command, rest
+
+
+def form_of(words: list[str]) -> Form | None:
+    """The form of `specdrill WORDS` (words after `specdrill`), or None where the CLI names no such command."""
+    resolved = resolve(words)
+    if resolved is None:
+        return None
+    path, command, rest = resolved
     by_flag = {flag: param for param in command.params if isinstance(param, click.Option) for flag in param.opts}
     options: set[str] = set()
     arguments: list[str] = []

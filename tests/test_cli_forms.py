@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from orchestrator.cli import cli
+from tests.cli_record import resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -57,22 +58,6 @@ def documented_commands() -> list[tuple[str, str]]:
     return sorted(set(found))
 
 
-def resolve(words: list[str]) -> tuple[list[str], click.Command, list[str]]:
-    """The command words an operator types before --help, the command that runs, and the words it parses."""
-    path: list[str] = []
-    command: click.Command = cli
-    rest = list(words)
-    while isinstance(command, click.Group) and rest and not rest[0].startswith("-"):
-        if rest[0] in command.commands:
-            path.append(rest[0])
-            command, rest = command.commands[rest[0]], rest[1:]
-            continue
-        _, found, rest = command.resolve_command(click.Context(command), rest)  # `simulate CAMPAIGN` names none
-        assert found is not None
-        command = found
-    return path, command, rest
-
-
 def test_the_docs_show_commands() -> None:
     commands = {c for _, c in documented_commands()}
     # the forms the README opens with, found (the scan is not silently empty)
@@ -84,7 +69,9 @@ def test_the_docs_show_commands() -> None:
 def test_every_documented_command_is_accepted_and_in_its_help(where: str, line: str) -> None:
     words = line.split()[1:]
     try:
-        path, command, rest = resolve(words)
+        resolved = resolve(words)
+        assert resolved is not None, words
+        path, command, rest = resolved
     except click.UsageError as exc:
         pytest.fail(f"{where}: `{line}` names no command of the CLI: {exc.format_message()}")
     # A line with arguments is an invocation, parsed strictly (no unknown option, no missing or extra argument);

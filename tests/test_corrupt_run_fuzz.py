@@ -25,22 +25,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from orchestrator.cli import main
+from tests.tiny_campaigns import cli_exit, two_shapes
 
 SEED = 25
 DRAWS = int(os.environ.get("SPECDRILL_FUZZ_EXAMPLES", "2"))  # per (file kind, damage); CI runs this many
 EXIT_BAD_FILE = 2
 ORDINARY = (0, 3)  # a report's exit codes: all gates pass, a gate failed
 
-CAMPAIGN = """
-name: fuzzed
-engine: {kind: simulated, profile: llama3.1-8b-h100-eagle}
-policies: {"off": "off", dyn: "dynamic:3:1-4=3,5-12=1,13-512=0"}
-topologies: {single: single}
-shapes:
-  ramp: {kind: ramp, rate_from: 1, rate_to: 8, duration_s: 6}
-  calm: {kind: quiet, rate: 2, duration_s: 4}
-load: {drain_s: 5}
-"""
+CAMPAIGN = two_shapes("fuzzed")
 
 KINDS: dict[str, Callable[[Path, random.Random], Path]] = {
     "manifest": lambda run, rng: run / "manifest.json",
@@ -70,12 +62,7 @@ DAMAGES: dict[str, Callable[[Path, random.Random], None]] = {"truncate": truncat
 CASES = [(kind, damage, draw) for kind in KINDS for damage in DAMAGES for draw in range(DRAWS)]
 
 
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    with pytest.raises(SystemExit) as caught:
-        main(list(args))
-        raise SystemExit(0)
-    code = caught.value.code
-    return (code if isinstance(code, int) else 1), capsys.readouterr().err
+cli = cli_exit
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tiny_campaigns import two_shapes
+
 SPECDRILL = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 
 # Three arms, one shape: units of ~5k requests (a second or more each here), long enough that a signal sent the
@@ -219,16 +221,7 @@ def test_a_stop_swallowed_after_the_last_check_is_raised_at_the_block_end() -> N
 
 # Issue 33: SIGINT at seeded random moments of a small `simulate` and its closing report (the report's DuckDB
 # queries turned a Ctrl-C into "RuntimeError: Query interrupted", a traceback and exit 1, once in ~9 tries).
-TINY = """
-name: tiny
-engine: {kind: simulated, profile: llama3.1-8b-h100-eagle}
-policies: {"off": "off", dyn: "dynamic:3:1-4=3,5-12=1,13-512=0"}
-topologies: {single: single}
-shapes:
-  ramp: {kind: ramp, rate_from: 1, rate_to: 8, duration_s: 6}
-  calm: {kind: quiet, rate: 2, duration_s: 4}
-load: {drain_s: 5}
-"""
+TINY = two_shapes("tiny")
 DELAYS_S = [round(random.Random(f"33:{i}").uniform(0.0, 2.5), 3) for i in range(4)]
 
 

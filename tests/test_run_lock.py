@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli import main
 from orchestrator.run_lock import LOCK, LockRecord, process_start
+from tests.tiny_campaigns import cli_exit
 
 CAMPAIGN = """
 name: locked
@@ -28,12 +28,7 @@ load: {drain_s: 3}
 """
 
 
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    with pytest.raises(SystemExit) as caught:
-        main(list(args))
-        raise SystemExit(0)
-    code = caught.value.code
-    return (code if isinstance(code, int) else 1), capsys.readouterr().err
+cli = cli_exit
 
 
 def _dead_pid() -> int:
