@@ -294,6 +294,25 @@ def engine_lag_of(timelines: dict[str, dict[str, list[Any]]], *, bound: float) -
     }
 
 
+def arm_urls(campaign: Campaign, deployable: Campaign, names: Sequence[str], *, address: str | None) -> dict[str, str]:
+    """The base URL of each named arm: an endpoint campaign's own servers, else the arms deployed on Ray Serve
+    now (`deployable` is what `preflight` returned)."""
+    if isinstance(campaign.engine, EndpointEngineConfig):
+        return {name: campaign.engine.urls[name] for name in names}
+    return deploy(deployable, address=address, only=list(names))
+
+
+def warmed_entry(campaign: Campaign, arm: ArmSpec, url: str) -> dict[str, Any]:
+    """The arm's manifest entry after its warm-up requests (with the endpoint's key): what it says it runs, from
+    its telemetry, or for a foreign server without any, its /metrics speculation counters."""
+    headers = auth_headers(campaign)
+    telemetry = warm(url, arm, campaign.warmup.requests, headers)
+    entry = arm_entry(arm, url, telemetry)
+    if isinstance(campaign.engine, EndpointEngineConfig) and not telemetry:
+        entry["metrics_spec_decode"] = metrics_speculation(url, headers)
+    return entry
+
+
 def run_campaign(
     campaign: Campaign,
     *,
@@ -322,15 +341,9 @@ def run_campaign(
                 log.info("arm.complete", arm=arm.name)
                 continue
             endpoint = isinstance(campaign.engine, EndpointEngineConfig)
-            url = campaign.engine.urls[arm.name] if isinstance(campaign.engine, EndpointEngineConfig) else None
-            if url is None:
-                url = deploy(deployable, address=address, only=[arm.name])[arm.name]
+            url = arm_urls(campaign, deployable, [arm.name], address=address)[arm.name]
             try:
-                headers = auth_headers(campaign)
-                telemetry = warm(url, arm, campaign.warmup.requests, headers)
-                manifest["arms"][arm.name] = arm_entry(arm, url, telemetry)
-                if endpoint and not telemetry:
-                    manifest["arms"][arm.name]["metrics_spec_decode"] = metrics_speculation(url, headers)
+                manifest["arms"][arm.name] = warmed_entry(campaign, arm, url)
                 store.write_json(MANIFEST, manifest)
                 since: dict[str, int] = {}
                 for unit in pending:

@@ -52,7 +52,7 @@ from orchestrator.rundir import (
     record_unit,
 )
 from orchestrator.search_pair import pick_pair, search_campaign
-from serve_apps.arms import ArmSpec, SimulatedEngineConfig
+from serve_apps.arms import ArmSpec, EndpointEngineConfig, SimulatedEngineConfig
 
 log = get_logger(__name__)
 
@@ -175,22 +175,22 @@ def virtual_units(arms: list[ArmSpec], store: RunStore, manifest: dict[str, Any]
 @contextmanager
 def real_units(campaign: Campaign, arms: list[ArmSpec], store: RunStore, manifest: dict[str, Any], *,
                address: str | None) -> Iterator[RunUnits]:  # fmt: skip
-    """Both arms deployed once (a step needs both), the units run one arm after the other as `specdrill run`
-    runs them, the arms torn down at the end."""
-    from orchestrator.deploy import connect, deploy, preflight, teardown_arms
+    """Both arms deployed once (a step needs both; an endpoint campaign's servers are used as they are), the
+    units run one arm after the other as `specdrill run` runs them, deployed arms torn down at the end."""
+    from orchestrator.deploy import connect, preflight, teardown_arms
     from orchestrator.load_workers import LoadWorkers
-    from orchestrator.run import check_tokenizer, run_unit, warm
+    from orchestrator.run import arm_urls, check_endpoints, check_tokenizer, run_unit, warmed_entry
 
+    names = [a.name for a in arms]
     check_tokenizer(campaign)
+    check_endpoints(campaign, names)
     connect(address)
     deployable = preflight(campaign)
-    names = [a.name for a in arms]
-    urls = deploy(deployable, address=address, only=names)
+    urls = arm_urls(campaign, deployable, names, address=address)
     since: dict[str, dict[str, int]] = {name: {} for name in names}
     try:
         for arm in arms:
-            manifest["arms"][arm.name] = arm_entry(arm, urls[arm.name], warm(urls[arm.name], arm,
-                                                                            campaign.warmup.requests))  # fmt: skip
+            manifest["arms"][arm.name] = warmed_entry(campaign, arm, urls[arm.name])
         with LoadWorkers(cpus_per_worker=campaign.load.cpus_per_worker) as workers:
 
             def run(grown: Campaign, shape: str) -> list[UnitResult]:
@@ -202,7 +202,8 @@ def real_units(campaign: Campaign, arms: list[ArmSpec], store: RunStore, manifes
 
             yield run
     finally:
-        teardown_arms([a.app_name for a in arms])
+        if not isinstance(campaign.engine, EndpointEngineConfig):
+            teardown_arms([a.app_name for a in arms])
 
 
 @dataclass
