@@ -288,3 +288,23 @@ def test_sigint_at_a_random_moment_of_simulate_and_its_report_is_never_a_traceba
     if proc.returncode == 130:
         assert err.startswith(("specdrill: stopped by SIGINT: ", "specdrill: interrupted (SIGINT)")), err
     assert not list(run.rglob(".tmp-*")) and not (run / "writer.lock").exists()  # nothing half-written, no lock
+
+
+@pytest.mark.parametrize("delay_s", [0.2, 0.6])
+def test_sigint_while_the_console_script_imports_the_cli_is_one_line(delay_s: float, tmp_path: Path) -> None:
+    # The venv's `specdrill` runs orchestrator.entry:main; importing the CLI takes seconds (Ray, DuckDB, pyarrow)
+    # before the CLI's own handlers exist: a Ctrl-C then was a KeyboardInterrupt traceback.
+    script = [sys.executable, "-c", "from orchestrator.entry import main; main()"]
+    proc = subprocess.Popen([*script, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(delay_s)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in err, err
+    if proc.returncode == 0:  # the import and --help finished first (a fast host): nothing to interrupt
+        assert "Usage: specdrill" in out
+    else:
+        assert (proc.returncode, err) == (130, "specdrill: interrupted (SIGINT)\n")
