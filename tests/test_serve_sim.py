@@ -146,8 +146,16 @@ def test_dynamic_arm_runs_the_schedule_for_the_batch_sizes_it_sees(cluster: dict
 
 def test_data_parallel_arm_drops_the_schedule_and_runs_static_k(cluster: dict[str, Any]) -> None:
     url = cluster["urls"]["dyn-dp2"]
+    # Serve's router picks between replicas by their queue lengths, probed and cached: nothing makes one burst of
+    # 16 requests reach both ranks (CI once saw all 16 on one, on a loaded host). Bursts go on, a second apart,
+    # until both ranks have answered (at most 6); every response of every burst is checked.
+    bodies: list[dict[str, Any]] = []
     with ThreadPoolExecutor(16) as pool:
-        bodies = list(pool.map(lambda _: _complete(url, max_tokens=48, extra_body={"ignore_eos": True}), range(16)))
+        for _ in range(6):
+            bodies += pool.map(lambda _: _complete(url, max_tokens=48, extra_body={"ignore_eos": True}), range(16))
+            if len({body["specdrill"]["replica_id"] for body in bodies}) == 2:
+                break
+            time.sleep(1.0)
     replicas = set()
     batch_sizes: set[int] = set()
     for body in bodies:
