@@ -87,6 +87,13 @@ def quickstart_oracle(quickstart_data: dict[str, Any]) -> Oracle:
     return oracle(profile, workload=entry.resolved(), max_k=3, batch_sizes=(1, 2, 4, 6, 8, 12, 13, 16, 24, 32))
 
 
+def _oracle_of(data: dict[str, Any], batch_sizes: tuple[int, ...]) -> Oracle:
+    """Closed batches of every k on the campaign's profile and its heaviest workload: apart from any run."""
+    campaign = Campaign.model_validate(data)
+    entry = max(campaign.mix.entries, key=lambda e: e.weight)
+    return oracle(load_profile(data["engine"]["profile"]), workload=entry.resolved(), max_k=3, batch_sizes=batch_sizes)
+
+
 def _consistent_with_oracle(recommendation: dict[str, Any], truth: Oracle) -> None:
     """Every band whose k was measured runs a k within the margin of the oracle's best at every oracle batch size
     inside the band (the band's n is the `off` arm's batch, the oracle's frame too)."""
@@ -194,12 +201,7 @@ def test_a_data_parallel_only_campaign_is_followed_up_on_one_engine(tmp_path: Pa
 
 def test_first_yaml_compares_the_dp_arm_per_engine_and_says_so(tmp_path: Path) -> None:
     data = _readme_first_yaml()
-    campaign = Campaign.model_validate(data)
-    entry = max(campaign.mix.entries, key=lambda e: e.weight)
-    truth = oracle(
-        load_profile(data["engine"]["profile"]), workload=entry.resolved(), max_k=3,
-        batch_sizes=(1, 2, 4, 6, 8, 12, 13, 16, 24, 32),
-    )  # fmt: skip
+    truth = _oracle_of(data, (1, 2, 4, 6, 8, 12, 13, 16, 24, 32))
     run = tmp_path / "first"
     summary = _simulate(data, run)
     assert summary.answer is not None
@@ -229,12 +231,7 @@ def _gpu_example_in_virtual_time() -> dict[str, Any]:
 @pytest.mark.slow  # ~30 s of virtual time here
 def test_the_gpu_example_decides_as_the_oracle_does(tmp_path: Path) -> None:
     data = _gpu_example_in_virtual_time()
-    campaign = Campaign.model_validate(data)
-    entry = max(campaign.mix.entries, key=lambda e: e.weight)
-    truth = oracle(
-        load_profile(data["engine"]["profile"]), workload=entry.resolved(), max_k=3,
-        batch_sizes=(1, 8, 32, 64, 96, 128, 192, 256, 384, 512),
-    )  # fmt: skip
+    truth = _oracle_of(data, (1, 8, 32, 64, 96, 128, 192, 256, 384, 512))
     run = tmp_path / "gpu-example"
     summary = _simulate(data, run)
     assert summary.answer is not None
