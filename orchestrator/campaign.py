@@ -131,6 +131,11 @@ def _default_mix() -> RequestMix:
     return RequestMix(entries=[MixEntry(workload="chat", weight=1.0)])
 
 
+
+def arm_name(policy: str, topology: str) -> str:
+    """The name Campaign.arms() gives the arm of a policy on a topology (its traces, markers and flags use it)."""
+    return f"{policy}-{topology}"
+
 class Campaign(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")
     engine: EngineConfig
@@ -308,7 +313,7 @@ class Campaign(_Strict):
                 if wanted is not None and (policy_name, topo_name) not in wanted:
                     continue
                 data: dict[str, Any] = {
-                    "name": f"{policy_name}-{topo_name}",
+                    "name": arm_name(policy_name, topo_name),
                     "campaign": self.name,
                     "policy": policy,
                     "topology": topology,

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.baselines import BaselineError, baselines
-from orchestrator.campaign import Campaign, CampaignError
+from orchestrator.campaign import Campaign, CampaignError, arm_name
 from serve_apps.arms import ArmSpec, EndpointEngineConfig
 
 
 def arm_names(campaign: Campaign) -> dict[str, tuple[str, str]]:
     """Arm name -> (policy, topology): the names Campaign.arms() gives its arms."""
-    return {f"{p}-{t}": (p, t) for p in campaign.policies for t in campaign.topologies}
+    return {arm_name(p, t): (p, t) for p in campaign.policies for t in campaign.topologies}
 
 
 @dataclass(frozen=True)
@@ -30,11 +30,11 @@ class Pair:
 
     @property
     def arm_name(self) -> str:
-        return f"{self.arm[0]}-{self.arm[1]}"
+        return arm_name(*self.arm)
 
     @property
     def base_name(self) -> str:
-        return f"{self.base[0]}-{self.base[1]}"
+        return arm_name(*self.base)
 
 
 def _find_arm(campaign: Campaign, arms: list[ArmSpec], name: str) -> ArmSpec:

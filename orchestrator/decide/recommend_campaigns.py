@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from orchestrator.campaign import Campaign, CampaignError
+from orchestrator.campaign import Campaign, CampaignError, arm_name
 from orchestrator.decide.runs import RunEvidence
 from serve_apps.config_io import load_yaml_model
 from serve_apps.policies import DynamicPolicy, FixedPolicy
@@ -26,7 +26,7 @@ def _arm_names(campaign: Campaign) -> dict[str, tuple[str, str]]:
         [(a.policy, a.topology) for a in campaign.arms_only] if campaign.arms_only is not None
         else [(p, t) for p in campaign.policies for t in campaign.topologies]
     )  # fmt: skip
-    return {f"{p}-{t}": (p, t) for p, t in pairs}
+    return {arm_name(p, t): (p, t) for p, t in pairs}
 
 
 def followup_campaign(runs: Sequence[RunEvidence], recommendation: Recommendation) -> dict[str, Any] | None:
@@ -133,7 +133,7 @@ def rehearsal_campaign(runs: Sequence[RunEvidence], recommendation: Recommendati
 def _exempt_only_its_arms(data: dict[str, Any]) -> dict[str, Any]:
     """A generated campaign keeps the gates of the one it came from, minus exemptions of arms it does not run
     (a campaign exempting an arm it has not is refused)."""
-    names = {f"{a['policy']}-{a['topology']}" for a in data["arms"]}
+    names = {arm_name(a["policy"], a["topology"]) for a in data["arms"]}
     gates = data.get("gates", {})
     if gates.get("exempt_arms"):
         data["gates"] = {**gates, "exempt_arms": [a for a in gates["exempt_arms"] if a in names]}
