@@ -51,7 +51,7 @@ from orchestrator.report_html import ReportData, render_report_html
 from orchestrator.report_html.overview import per_engine
 from orchestrator.report_html.verification import as_configured
 from orchestrator.run_evidence import check_unit_evidence, seal, seal_problem, traces_digest
-from orchestrator.rundir import MANIFEST, RunStore, UnitResult, read_manifest, units_of
+from orchestrator.rundir import MANIFEST, RunStore, TraceStamp, UnitResult, read_manifest, units_of
 from serve_apps.arms import EndpointEngineConfig
 from serve_apps.config_io import first_error
 from serve_apps.policies import DynamicPolicy
@@ -111,6 +111,12 @@ class RunInputs:
     not_run: list[str]  # units the campaign plans that are not complete (an interrupted or unfinished run)
     # Complete units left out of the analysis: their arm's baseline has no complete unit yet (nothing to pair with)
     waiting: list[str] = dataclasses.field(default_factory=list)
+    # Every checked unit's trace files (unit key -> file name -> size and rows), read once when the run was loaded
+    trace_files: dict[str, dict[str, TraceStamp]] = dataclasses.field(default_factory=dict)
+
+    def traces_digest(self) -> str:
+        """The digest summary.json's seal holds: the analysed units' trace files, as loaded."""
+        return traces_digest({u.unit.key: self.trace_files[u.unit.key] for u in self.units})
 
 
 def partial_run_line(inputs: RunInputs) -> str | None:
@@ -147,9 +153,10 @@ def load_run(run_dir: str) -> RunInputs:
     planned = [u for arm in specs for u in units_of(campaign, arm)]
     units = [store.read_marker(u) for u in planned if store.is_complete(u)]
     not_run = [u.key for u in planned if not store.is_complete(u)]
+    trace_files: dict[str, dict[str, TraceStamp]] = {}
     for unit in units:
         store.check_unit_files(unit)
-        check_unit_evidence(store, unit, manifest["units"].get(unit.unit.key))
+        trace_files[unit.unit.key] = check_unit_evidence(store, unit, manifest["units"].get(unit.unit.key))
     max_num_seqs = campaign.max_num_seqs()
     # off on the same hardware, else on one engine per engine; none where the campaign asks for absolute figures
     compared = {} if campaign.analysis.absolute_only else baselines(specs)
@@ -180,7 +187,7 @@ def load_run(run_dir: str) -> RunInputs:
         for arm in campaign.arms()
         if arm.name in {u.unit.arm for u in units}
     ]
-    return RunInputs(store, manifest, campaign, units, arms, not_run, waiting)
+    return RunInputs(store, manifest, campaign, units, arms, not_run, waiting, trace_files)
 
 
 def schedule_bands(campaign: Campaign) -> BandSet:
@@ -325,7 +332,7 @@ def summary_for(inputs: RunInputs) -> Summary:
             and written.run == inputs.manifest["run"]
             and _unit_keys(written.units) == _unit_keys(inputs.units)
         ):
-            problem = seal_problem(data, traces_digest(inputs.store, inputs.units))
+            problem = seal_problem(data, inputs.traces_digest())
             if problem is None:
                 return written
             print(f"specdrill: {inputs.store.path(SUMMARY)}: not used, {problem}: rebuilt from the traces",
@@ -723,7 +730,7 @@ def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
         )
     )
     store.write_text("report.html", html)
-    store.write_json(SUMMARY, seal(summary.model_dump(mode="json"), traces_digest(store, inputs.units)))
+    store.write_json(SUMMARY, seal(summary.model_dump(mode="json"), inputs.traces_digest()))
     if console is not None:
         print_report(summary, console)
         console.print(f"report: {store.root}/report.html  summary: {store.root}/summary.json")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from loadshapes.badfile import BadFileError, parquet_metadata
@@ -24,8 +24,11 @@ from orchestrator.rundir import RunStore, TraceStamp, UnitResult
 EVIDENCE = "evidence"  # summary.json's key for its seal
 
 
-def check_unit_evidence(store: RunStore, result: UnitResult, recorded: dict[str, Any] | None) -> None:
-    """The marker agrees with its unit's trace files, timeline and manifest entry, or one line naming it."""
+def check_unit_evidence(
+    store: RunStore, result: UnitResult, recorded: dict[str, Any] | None
+) -> dict[str, TraceStamp]:
+    """The marker agrees with its unit's trace files, timeline and manifest entry, or one line naming it. Returns
+    the unit's trace files as checked (size and rows by name): the seal's digest is taken from them."""
     unit, marker = result.unit, store.path(store.unit_marker(result.unit))
     redo = "the marker or the traces changed after the unit ran; delete the marker and resume the run to redo it"
     files = store.unit_trace_files(unit)
@@ -54,12 +57,12 @@ def check_unit_evidence(store: RunStore, result: UnitResult, recorded: dict[str,
     if recorded is not None and recorded.get("rows") != result.rows:
         raise BadFileError(marker, f"counts {result.rows} rows, the run's manifest.json records "
                                    f"{recorded.get('rows')} for unit {unit.key}: {redo}")  # fmt: skip
+    return files
 
 
-def traces_digest(store: RunStore, units: Sequence[UnitResult]) -> str:
-    """A digest of the complete units' trace files as they are now (name, size, rows per file)."""
-    stamps: dict[str, dict[str, TraceStamp]] = {u.unit.key: store.unit_trace_files(u.unit) for u in units}
-    data = {key: {name: [s.bytes, s.rows] for name, s in files.items()} for key, files in stamps.items()}
+def traces_digest(trace_files: Mapping[str, Mapping[str, TraceStamp]]) -> str:
+    """A digest of units' trace files (unit key -> name -> size and rows), as check_unit_evidence read them."""
+    data = {key: {name: [s.bytes, s.rows] for name, s in files.items()} for key, files in trace_files.items()}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
