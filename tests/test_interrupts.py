@@ -265,6 +265,17 @@ def test_the_duckdb_query_interrupted_error_is_the_stop_it_was() -> None:
     assert caught.value.exit_code == 130
 
 
+def _sigint_after(proc: subprocess.Popen[str], delay_s: float) -> tuple[str, str]:
+    """SIGINT `delay_s` from now, then the process's stdout and stderr once it ends (killed if it outlives WAIT_S)."""
+    try:
+        time.sleep(delay_s)
+        proc.send_signal(signal.SIGINT)
+        return proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 @pytest.mark.slow  # four small simulate + report processes, ~4 s each here
 @pytest.mark.parametrize("delay_s", DELAYS_S)
 def test_sigint_at_a_random_moment_of_simulate_and_its_report_is_never_a_traceback(
@@ -275,14 +286,8 @@ def test_sigint_at_a_random_moment_of_simulate_and_its_report_is_never_a_traceba
     run = tmp_path / "run"
     proc = subprocess.Popen([*SPECDRILL, "simulate", str(campaign), "--output", str(run)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        _read_until(proc, "started")  # past Python's own start-up: from here on the command handles the signal
-        time.sleep(delay_s)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=WAIT_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _read_until(proc, "started")  # past Python's own start-up: from here on the command handles the signal
+    _, err = _sigint_after(proc, delay_s)
     assert "Traceback" not in err and "Error" not in err, err
     assert proc.returncode in (0, 130), (proc.returncode, err)  # 0: the signal came after the report finished
     if proc.returncode == 130:
@@ -296,13 +301,7 @@ def test_sigint_while_the_console_script_imports_the_cli_is_one_line(delay_s: fl
     # before the CLI's own handlers exist: a Ctrl-C then was a KeyboardInterrupt traceback.
     script = [sys.executable, "-c", "from orchestrator.entry import main; main()"]
     proc = subprocess.Popen([*script, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        time.sleep(delay_s)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=WAIT_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out, err = _sigint_after(proc, delay_s)
     assert "Traceback" not in err, err
     if proc.returncode == 0:  # the import and --help finished first (a fast host): nothing to interrupt
         assert "Usage: specdrill" in out
