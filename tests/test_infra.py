@@ -331,19 +331,17 @@ def test_models_pull_runs_one_task_per_gpu_node_with_the_nodes_offline_setting(
     assert "\n" not in str(caught.value)
 
 
-def _replica_environments(temp_dir: str, app: str) -> list[dict[str, str]]:
+def _replica_environments(gcs_address: str, app: str) -> list[dict[str, str]]:
+    """The environments of the application's live Serve replicas, found by the pids in Ray's actor table. (A scan
+    of process titles under the temp dir found none once on a loaded CI host although the app was RUNNING: the
+    actor table is where Ray itself records which process holds a replica.)"""
     import psutil
+    from ray.util.state import list_actors
 
-    envs = []
-    from orchestrator.localray import processes_of
-
-    for process in processes_of(temp_dir):
-        try:
-            if any(f"ServeReplica:{app}" in part for part in process.cmdline()):
-                envs.append(process.environ())
-        except psutil.NoSuchProcess:
-            continue
-    return envs
+    alive = list_actors(address=gcs_address, filters=[("state", "=", "ALIVE")], limit=1000)
+    # Serve names a replica's actor class ServeReplica:<application>:<deployment>.
+    pids = [a.pid for a in alive if a.class_name.startswith(f"ServeReplica:{app}:")]
+    return [psutil.Process(pid).environ() for pid in pids]
 
 
 def _files_holding(root: Path, secret: str) -> list[str]:
@@ -395,7 +393,7 @@ def test_the_hf_token_reaches_every_replica_from_the_cluster_env_and_no_file(
     store.write_json(MANIFEST, open_run(vllm_campaign, store))
     arms, _ = bring_up(vllm_campaign, address=None, timeout_s=180, only=None, probe=True)
     try:
-        (env,) = _replica_environments(temp_dir, arms[0].app_name)
+        (env,) = _replica_environments(token_cluster["gcs_address"], arms[0].app_name)
     finally:
         teardown_arms([arms[0].app_name])
     assert env.get("HF_TOKEN") == token and env.get("HF_HUB_OFFLINE") == "1"
@@ -417,8 +415,9 @@ def test_the_hf_token_reaches_every_replica_from_the_cluster_env_and_no_file(
         }
     )
     seen: list[dict[str, str]] = []
+    gcs = token_cluster["gcs_address"]
     _, manifest = run_campaign(
-        sim_campaign, on_unit=lambda *_: seen.extend(_replica_environments(temp_dir, "tokensim"))
+        sim_campaign, on_unit=lambda *_: seen.extend(_replica_environments(gcs, "tokensim.off-single"))
     )
     teardown_arms([arm.app_name for arm in sim_campaign.arms()])
     assert manifest["units"], "the simulated run measured nothing"
