@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from loadshapes.prompts import PROMPT_BUILDERS, PrefixBlocks, prefixed_prompt
+
 if TYPE_CHECKING:
     from loadshapes.tokens import PromptTokenizer
 
@@ -155,16 +157,6 @@ class RequestSpec(BaseModel):
 
 
 @dataclass(frozen=True)
-class PrefixBlocks:
-    """A prompt made of shared blocks (Mooncake's hash_ids): requests with the same leading ids share that prefix.
-    `copy` > 0 (a copy rate scaling added) makes the last block its own, as a different request's would be."""
-
-    hash_ids: tuple[int, ...]
-    block_tokens: int
-    copy: int = 0
-
-
-@dataclass(frozen=True)
 class ReplayedRequests:
     """What a replayed trace records about some requests (Replay.requests), in the order asked for."""
 
@@ -201,8 +193,6 @@ class RequestMix(_Strict):
 
         With a tokenizer, `prompt_tokens` is that many of its tokens exactly (loadshapes/tokens.py); without, that
         many words."""
-        from loadshapes.prompts import PROMPT_BUILDERS
-
         if self.dataset is not None:
             specs = _cached_jsonl(self.dataset)
             picked = [specs[int(np.random.default_rng([seed, i]).integers(0, len(specs)))] for i in indices]
@@ -244,8 +234,6 @@ class RequestMix(_Strict):
 
         Request i draws from the same seed as `at` does, so it is the same whoever builds it.
         """
-        from loadshapes.prompts import PROMPT_BUILDERS, prefixed_prompt
-
         workloads = [e.resolved() for e in self.entries]
         weights = np.array([e.weight for e in self.entries]) if self.entries else np.ones(1)
         cumulative = np.cumsum(weights / weights.sum())

@@ -7,12 +7,9 @@ model's tokenizer is known, loadshapes/tokens.py fits these texts to an exact to
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from loadshapes.mixes import PrefixBlocks
 
 _NOUNS = (
     "apples", "boxes", "pencils", "tickets", "marbles", "books", "cookies", "coins", "stamps", "bottles",
@@ -94,6 +91,16 @@ def editing_prompt(target_words: int, rng: np.random.Generator) -> str:
 
 
 PROMPT_BUILDERS = {"reasoning": reasoning_prompt, "chat": chat_prompt, "editing": editing_prompt}
+
+
+@dataclass(frozen=True)
+class PrefixBlocks:
+    """A prompt made of shared blocks (Mooncake's hash_ids): requests with the same leading ids share that prefix.
+    `copy` > 0 (a copy rate scaling added) makes the last block its own, as a different request's would be."""
+
+    hash_ids: tuple[int, ...]
+    block_tokens: int
+    copy: int = 0
 
 
 _PREFIX_KEY = 0x50524546  # separates prefix-block seeds from request seeds ([seed, i])

@@ -18,7 +18,8 @@ import pyarrow.fs as pafs
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from loadshapes import limits, replay_formats
-from loadshapes.mixes import PrefixBlocks, ReplayedRequests
+from loadshapes.mixes import ReplayedRequests
+from loadshapes.prompts import PrefixBlocks
 from loadshapes.trace import filesystem
 
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from loadshapes.mixes import PrefixBlocks, ReplayedRequests, RequestMix
+from loadshapes.mixes import ReplayedRequests, RequestMix
 from loadshapes.plan import WorkerPlan, open_loop_schedule
-from loadshapes.prompts import PROMPT_BUILDERS
+from loadshapes.prompts import PROMPT_BUILDERS, PrefixBlocks
 from loadshapes.tokens import PromptTokenizer, TokenizerUnavailable, local_prompt_tokenizer
 from orchestrator.campaign import Campaign
 from orchestrator.cli import cli
