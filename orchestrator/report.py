@@ -38,6 +38,7 @@ from orchestrator.analysis.answer import Answer, ArmComparison, answer_of, compa
 from orchestrator.analysis.bands import auto_rate_quantiles, rate_bands_from_edges
 from orchestrator.analysis.faults import FaultWindow, fault_windows_of
 from orchestrator.analysis.kchoice import BandChoice, choose_k, paired_both
+from orchestrator.analysis.measures import console_measures
 from orchestrator.analysis.results import ArmVerification, Verdict
 from orchestrator.analysis.serve_path import ServePath, serve_paths
 from orchestrator.analysis.timelines import TimelineSeries, timeline_series
@@ -583,7 +584,11 @@ def map_table(operating_map: OperatingMap) -> Table:
                 continue
             good = "-" if cell.goodput_rps is None else f"{cell.goodput_rps:.1f}/s"
             k = "-" if cell.mean_executed_k is None else f"{cell.mean_executed_k:.2f}"
-            latency = f"TPOT p50 {_ms(cell.tpot_s.p50)} ms, TTFT p50 {_ms(cell.ttft_s.p50)} ms"
+            latency = ", ".join(
+                f"{m.label} {q} {_ms(getattr(cell.measure(m.name), q))} ms"
+                for m in console_measures()
+                for q in m.console
+            )
             row.append(f"n={cell.requests} goodput {good}\n{latency}\nk {k}  {_speedup(cell)}")
         table.add_row(*row)
     return table

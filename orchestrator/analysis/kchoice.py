@@ -250,7 +250,7 @@ def _evidence(
         candidates.append(
             KCandidate(
                 k=k, arm=arm.name, speculative=arm.kind != "off", requests=cell.requests,
-                mean_executed_k=cell.mean_executed_k, tpot_p50_s=cell.tpot_s.p50,
+                mean_executed_k=cell.mean_executed_k, tpot_p50_s=cell.measure("tpot_s").p50,
                 speedup=cell.speedup.tpot if cell.speedup is not None else None, vs_best=vs_best, pairs=pairs,
             )
         )  # fmt: skip

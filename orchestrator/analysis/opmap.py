@@ -19,13 +19,13 @@ from loadshapes.slo import SloConfig
 from orchestrator.analysis.arms import ArmInfo, baselines_of
 from orchestrator.analysis.bands import BandSet
 from orchestrator.analysis.db import sql_list
+from orchestrator.analysis.measures import MEASURES, QUANTILE_NAMES, QUANTILES
 from orchestrator.analysis.results import Crossover, MapCell, MapSettings, OperatingMap, Quantiles, Verdict
 from orchestrator.analysis.slo import met_sql
 from orchestrator.analysis.source import CLOCK_SQL, Requests
 from orchestrator.analysis.speedup import CLOCK, PAIR_COLUMNS, CellBlocks, speedup
 from orchestrator.baselines import primary_baseline
 
-QUANTILES = (0.5, 0.9, 0.99)
 NO_CATEGORY = "(none)"
 _CELL_SUMS = ("ok", "met", "clock_s", "steps", "k_sum", "spec_steps", "accepted", "own_band")
 _BLOCK_SUMS = ("log_tpot", "usable", "met", "clock_s")  # speedup's LOG_TPOT, TPOT_USABLE, MET, CLOCK
@@ -36,8 +36,8 @@ def _float(value: float | None) -> float | None:
 
 
 def _quantiles(values: Sequence[float | None] | None) -> Quantiles:
-    p50, p90, p99 = values if values is not None else (None, None, None)
-    return Quantiles(p50=_float(p50), p90=_float(p90), p99=_float(p99))
+    found = values if values is not None else [None] * len(QUANTILE_NAMES)
+    return Quantiles(**{name: _float(v) for name, v in zip(QUANTILE_NAMES, found, strict=True)})
 
 
 def _ratio(numerator: float, denominator: float) -> float | None:
@@ -222,16 +222,16 @@ def _aggregates(
 
 
 def _quantile_aggregates(requests: Requests, out: list[_CellAggregates], band_sets: Sequence[BandSet]) -> None:
-    """DuckDB's exact quantile_cont (numpy's linear percentile) of the completed requests' latencies, and of
-    every request's queue wait, per band and arm of every band set. An exact quantile holds its group's values in
-    memory (DuckDB cannot spill it), so they take turns: one query per arm (its files only, as the arm is a
-    constant of their scan) and band set holds that arm's four measures once, and no copy of the requests is
-    kept in between. Offered-rate bands need no twin, so those queries read the requests without the join."""
+    """DuckDB's exact quantile_cont (numpy's linear percentile) of every measure (orchestrator/analysis/measures.py:
+    the completed requests' latencies, every request's queue wait) per band and arm of every band set. An exact
+    quantile holds its group's values in memory (DuckDB cannot spill it), so they take turns: one query per arm
+    (its files only, as the arm is a constant of their scan) and band set holds that arm's measures once, and no
+    copy of the requests is kept in between. Offered-rate bands need no twin, so those queries read the requests
+    without the join."""
     con = requests.con
     q = list(QUANTILES)
     measures = ", ".join(
-        f"quantile_cont({measure}, {q})" + (" FILTER (WHERE ok)" if completed else "")
-        for measure, completed in (("ttft", True), ("tpot", True), ("e2e", True), ("queue_wait", False))
+        f"quantile_cont({m.column}, {q})" + (" FILTER (WHERE ok)" if m.completed_only else "") for m in MEASURES
     )
     for arm_id, arm in con.execute("SELECT DISTINCT arm_id, arm FROM runs ORDER BY arm_id").fetchall():
         for m, bands in enumerate(band_sets):
@@ -318,7 +318,7 @@ def _one_map(
                 verdicts[arm.name].append((spec_band.label, b, verdict))
             t = agg.sums.get(key, np.zeros(len(_CELL_SUMS)))
             n = agg.requests.get(key, 0)
-            quantiles = agg.quantiles.get(key) or [None] * 4
+            quantiles = agg.quantiles.get(key) or [None] * len(MEASURES)
             cells.append(
                 MapCell(
                     band=spec_band.label,
@@ -331,10 +331,7 @@ def _one_map(
                     throughput_rps=_ratio(t[ok], t[clock]),
                     goodput_rps=_ratio(t[met], t[clock]),
                     goodput_fraction=_ratio(t[met], n),
-                    ttft_s=_quantiles(quantiles[0]),
-                    tpot_s=_quantiles(quantiles[1]),
-                    e2e_s=_quantiles(quantiles[2]),
-                    queue_wait_s=_quantiles(quantiles[3]),
+                    **{m.name: _quantiles(q) for m, q in zip(MEASURES, quantiles, strict=True)},
                     steps=round(t[steps]),
                     mean_executed_k=_ratio(t[k_sum], t[steps]),
                     acceptance_length=None if t[spec_steps] == 0 else float(1 + t[accepted] / t[spec_steps]),

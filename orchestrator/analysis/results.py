@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from orchestrator.analysis.bands import Band
+from orchestrator.analysis.measures import MEASURES
 
 
 class _Result(BaseModel):
@@ -59,7 +60,7 @@ class Speedup(_Result):
         return self.goodput if self.decided_by == "goodput" else self.tpot
 
 
-class MapCell(_Result):
+class _CellLoad(_Result):
     band: str
     band_index: int
     arm: str
@@ -70,10 +71,27 @@ class MapCell(_Result):
     throughput_rps: float | None  # completed requests per second of that time
     goodput_rps: float | None  # completed within every SLO deadline, per second
     goodput_fraction: float | None  # of the band's requests
-    ttft_s: Quantiles
-    tpot_s: Quantiles
-    e2e_s: Quantiles
-    queue_wait_s: Quantiles
+
+    def measure(self, name: str) -> Quantiles:
+        """A latency measure's quantiles by its name in orchestrator/analysis/measures.py."""
+        value = getattr(self, name)
+        assert isinstance(value, Quantiles), name
+        return value
+
+
+# The latency measures are fields made from the measures table (one row each), between the load's fields and
+# the engine's, so that summary.json keeps its key order.
+if TYPE_CHECKING:
+    _CellMeasures = _CellLoad
+else:
+    _CellMeasures = create_model(
+        "_CellMeasures",
+        __base__=_CellLoad,
+        **{m.name: (Quantiles, Field(description=m.description)) for m in MEASURES},
+    )
+
+
+class MapCell(_CellMeasures):
     steps: int
     mean_executed_k: float | None  # per engine step the band's requests were in, k = 0 steps included
     acceptance_length: float | None  # 1 + accepted drafts per drafting step

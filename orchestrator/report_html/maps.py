@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from loadshapes.slo import SloConfig
+from orchestrator.analysis.measures import MEASURES
 from orchestrator.analysis.results import MapCell, OperatingMap, Quantiles
 from orchestrator.report_html.charts import band_chart, band_series, cell_or_none, coinciding, heatmap
 from orchestrator.report_html.overview import ArmMarks, per_engine
@@ -33,9 +34,7 @@ def _cell_html(cell: MapCell | None, baseline: bool) -> str:
     lines = [
         f"n {cell.requests}, done {cell.completed}, errors {pct(cell.error_rate)}",
         f"throughput {num(cell.throughput_rps)} rps, goodput {num(cell.goodput_rps)} rps",
-        f"TTFT p50/p99 {_quantiles(cell.ttft_s, 'p50', 'p99')}",
-        f"TPOT p50/p99 {_quantiles(cell.tpot_s, 'p50', 'p99')}",
-        f"queue wait p50 {dur(cell.queue_wait_s.p50)}",
+        *(f"{m.label} {'/'.join(m.html)} {_quantiles(cell.measure(m.name), *m.html)}" for m in MEASURES if m.html),
         f"mean executed k {num(cell.mean_executed_k)}",
     ]
     out = "".join(f"<div>{esc(line)}</div>" for line in lines)
@@ -76,7 +75,8 @@ def _crossovers(opmap: OperatingMap) -> str:
 
 
 def _tpot_ms(cell: MapCell) -> float | None:
-    return None if cell.tpot_s.p50 is None else cell.tpot_s.p50 * 1000
+    p50 = cell.measure("tpot_s").p50
+    return None if p50 is None else p50 * 1000
 
 
 def _seconds(value: float) -> str:
