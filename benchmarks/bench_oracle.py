@@ -39,7 +39,7 @@ from orchestrator.decide.ground_truth import (
     sweep_crossover,
 )
 from orchestrator.decide.oracle import oracle
-from orchestrator.decide.recommend import Recommendation
+from orchestrator.decide.recommendation import Recommendation
 from orchestrator.report import write_report
 from orchestrator.simulate_campaign import simulate_campaign
 from serve_apps.sim.profile import load_profile

@@ -31,7 +31,7 @@ from orchestrator.decide.ground_truth import (
     sweep_crossover,
 )
 from orchestrator.decide.oracle import Oracle, OraclePoint, oracle
-from orchestrator.decide.recommend import BandDecision, Recommendation
+from orchestrator.decide.recommendation import BandDecision, Recommendation
 from orchestrator.report import write_report
 from orchestrator.simulate_campaign import simulate_campaign
 from serve_apps.sim.profile import Profile, load_profile

@@ -23,7 +23,7 @@ from orchestrator.analysis import EngineSettings, operating_maps, run_requests
 from orchestrator.analysis.kchoice import paired_vs
 from orchestrator.analysis.results import MapSettings, OperatingMap, RatioCI
 from orchestrator.decide.oracle import Oracle
-from orchestrator.decide.recommend import Recommendation
+from orchestrator.decide.recommendation import Recommendation
 from orchestrator.report import load_run, offered_rate_bands, schedule_bands
 from orchestrator.simulate import sweep
 from serve_apps.policies import FixedPolicy, OffPolicy, ResolvedSpeculation

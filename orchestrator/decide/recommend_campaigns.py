@@ -5,17 +5,15 @@ first run, and validated as `specdrill run` would before they are written."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from orchestrator.campaign import Campaign, CampaignError, arm_name
+from orchestrator.decide.recommendation import Recommendation
 from orchestrator.decide.runs import RunEvidence
 from serve_apps.config_io import load_yaml_model
 from serve_apps.policies import DynamicPolicy, FixedPolicy
-
-if TYPE_CHECKING:
-    from orchestrator.decide.recommend import Recommendation
 
 MAX_REPEATS = 100  # the campaign's own limit
 
