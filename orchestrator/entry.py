@@ -1,5 +1,5 @@
 """The `specdrill` console script. The CLI's imports take seconds (Ray, DuckDB, pyarrow, numba) before its own
-signal handling starts (orchestrator/cli.py `main`); a Ctrl-C in that time is one line and exit 130 here, as
+signal handling starts (orchestrator/cli/__init__.py `main`); a Ctrl-C in that time is one line and exit 130 here, as
 anywhere later, not a KeyboardInterrupt traceback. Nothing heavy is imported at this module's top."""
 
 from __future__ import annotations

@@ -1,0 +1,180 @@
+"""The decisions: `recommend` (a schedule from measured runs), `tune` (one searched in virtual time), `search`
+(the rate where an arm stops helping)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from orchestrator.campaign import CampaignError
+from orchestrator.cli.common import campaign_of, fail, force_lock_option, limit_option, output_directory, profile_named
+
+
+@click.command("recommend")
+@click.argument("run_dirs", nargs=-1, required=True)
+def recommend_cmd(run_dirs: tuple[str, ...]) -> None:
+    """Per batch band, the smallest k within the margin of the fastest speculative arm on the same requests,
+    from the report's evidence of one run or several runs of the same traffic: a vLLM speculative_config, a
+    campaign that rehearses it, and a follow-up campaign for what is missing. Exit 4: insufficient data, no
+    recommendation."""
+    import yaml
+
+    from orchestrator.decide.recommend import EXIT_INSUFFICIENT, recommend_runs, vllm_snippet
+    from orchestrator.decide.runs import RecommendError, load_evidence
+    from orchestrator.rundir import RunStore
+
+    try:
+        runs = [load_evidence(run_dir) for run_dir in run_dirs]
+        recommendation, rehearsal, followup = recommend_runs(runs)
+    except RecommendError as exc:
+        fail(str(exc))
+        raise
+    first = runs[0]
+    store = RunStore(first.run_dir, create=False)
+    store.write_json("recommendation.json", recommendation.model_dump(mode="json"))
+    # The run's mode decides the command: a virtual-time run rehearses in virtual time
+    command = "specdrill simulate" if first.mode == "virtual" else "specdrill run"
+    for name, campaign in {"recommended-campaign.yaml": rehearsal, "followup-campaign.yaml": followup}.items():
+        if campaign is not None:
+            store.write_text(name, yaml.safe_dump(campaign, sort_keys=False))
+        elif store.exists(name):
+            store.remove(name)  # an earlier recommendation's: not this one's
+    click.echo(recommendation.message)
+    click.echo(vllm_snippet(recommendation), nl=False)
+    if rehearsal is not None:
+        click.echo(recommendation.frame)
+        click.echo(f"rehearse it: {command} {store.root}/recommended-campaign.yaml")
+        if first.campaign.engine.kind == "simulated":
+            click.echo(f"a schedule in its own frame: specdrill tune {store.root}/recommended-campaign.yaml")
+        else:
+            click.echo(
+                f"a schedule in its own frame: specdrill calibrate {store.root} -o profile.yaml, then specdrill tune "
+                "on a simulated-engine copy of the campaign with --profile profile.yaml"
+            )
+    else:
+        click.echo("nothing to rehearse: no schedule is recommended")
+    if followup is not None:
+        beside = " beside the current best" if recommendation.status != "insufficient" else ""
+        click.echo(f"measure what is missing{beside}: {command} {store.root}/followup-campaign.yaml")
+        click.echo(f"then: specdrill recommend {' '.join(r.run_dir for r in runs)} {followup['output']}")
+    if recommendation.status == "insufficient":
+        sys.exit(EXIT_INSUFFICIENT)
+
+
+@click.command("tune")
+@click.argument("campaign_file", type=click.Path(dir_okay=False))
+@click.option("--profile", "profile_name", default=None,
+              help="a shipped profile or a profile YAML (a fitted one); default: the campaign's")  # fmt: skip
+@click.option("--objective", "objective_text", default="tpot", show_default=True,
+              help="after SLO goodput: tpot, ttft or e2e, with a percentile (ttft:p99; default p50)")  # fmt: skip
+@click.option("--seeds", default=3, show_default=True, type=click.IntRange(1, 50), help="repeats of the traffic")
+@click.option("--max-k", default=None, type=click.IntRange(1, 16), help="default: the campaign's largest k")
+@click.option("--budget", default=600, show_default=True, type=click.IntRange(2, 100_000),
+              help="candidate schedules to simulate at most")  # fmt: skip
+@click.option("-o", "--output", "out_dir", default=None, help="directory for the files (default runs/<name>-tune)")
+@limit_option
+def tune_cmd(
+    campaign_file: str, profile_name: str | None, objective_text: str, seeds: int, max_k: int | None, budget: int,
+    out_dir: str | None,
+) -> None:  # fmt: skip
+    """Search vLLM schedules (k per batch range) in virtual time on the campaign's own traffic: the schedule as
+    vLLM's speculative_config, the predicted operating map against the campaign's arms, a rehearsal campaign."""
+    from pathlib import Path
+
+    from orchestrator.decide.scoring import Objective
+    from orchestrator.decide.tune_outputs import run_tune
+    from orchestrator.simulate_campaign import require_simulated
+
+    campaign = campaign_of(campaign_file)
+    try:
+        objective = Objective.parse(objective_text)
+        require_simulated(campaign)
+        if profile_name is not None:
+            profile_named(profile_name)
+        # Tune holds every seed's traffic at once
+        campaign.model_copy(update={"repeats": seeds}).require_traffic(all_units_at_once=True)
+        directory = Path(out_dir or f"runs/{campaign.name}-tune")
+        output_directory(str(directory), "tune output directory")  # before the search, not after it
+        outputs = run_tune(
+            campaign, profile=profile_name, objective=objective, seeds=seeds, max_k=max_k, budget=budget,
+            out_dir=directory,
+        )  # fmt: skip
+    except (CampaignError, ValueError) as exc:
+        fail(str(exc))
+        raise
+    for line in outputs.lines:
+        click.echo(line)
+
+
+@click.command("search")
+@click.argument("campaign_file", type=click.Path(dir_okay=False))
+@click.option("--arm", "arm", required=True, help="the arm (or its policy) whose crossover against `off` is sought")
+@click.option("--against", default="off", show_default=True, help="the `off` arm (or policy) it is compared with")
+@click.option("-o", "--output", "out_dir", default=None, help="the run directory (default runs/<name>-search-<arm>)")
+@click.option("--budget-requests", default=None, type=click.IntRange(1), help="requests to both arms, all units")
+@click.option("--low", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="the first low rate, req/s (default: the campaign's shapes' lowest)")  # fmt: skip
+@click.option("--high", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="the first high rate, req/s (default: the campaign's shapes' highest)")  # fmt: skip
+@click.option("--unit-requests", default=150, show_default=True, type=click.IntRange(20),
+              help="requests per arm in one unit")  # fmt: skip
+@click.option("--tolerance", default=0.10, show_default=True, type=click.FloatRange(min=0.01, max=1),
+              help="the bracket's width (high / low - 1) that ends the search")  # fmt: skip
+@click.option("--min-rate", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="widening stops here (default: the low rate / 4)")  # fmt: skip
+@click.option("--max-rate", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="widening stops here (default: the high rate x 4)")  # fmt: skip
+@click.option("--real-time", is_flag=True, help="run the units on Ray (`specdrill run`'s runner), not in virtual time")
+@click.option("--address", default=None, help="--real-time: Ray cluster address (default: RAY_ADDRESS or local)")
+@limit_option
+@force_lock_option
+def search_cmd(
+    campaign_file: str,
+    arm: str,
+    against: str,
+    out_dir: str | None,
+    budget_requests: int | None,
+    low: float | None,
+    high: float | None,
+    unit_requests: int,
+    tolerance: float,
+    min_rate: float | None,
+    max_rate: float | None,
+    real_time: bool,
+    address: str | None,
+) -> None:
+    """Find the offered rate where ARM stops helping against `off`: paired units at constant rates, widened until
+    the deciding ratio falls below 1, then narrowed on its PCHIP interpolant until the bracket is within the
+    tolerance or the budget is spent. Every unit is kept in the run directory (`specdrill report` reads it)."""
+    from pydantic import ValidationError
+
+    from orchestrator.decide.search import SearchConfig
+    from orchestrator.search_run import default_rates, run_search
+    from serve_apps.config_io import first_error
+
+    campaign = campaign_of(campaign_file)
+    try:
+        if low is None or high is None:
+            first, last = default_rates(campaign)
+            low, high = low or first, high or last
+        config = SearchConfig(
+            low=low,
+            high=high,
+            min_rate=min_rate or low / 4,
+            max_rate=max_rate or high * 4,
+            unit_requests=unit_requests,
+            tolerance=tolerance,
+            budget_requests=budget_requests,
+        )
+        campaign.require_search_size(unit_requests=unit_requests, rate=config.max_rate,
+                                     budget_requests=budget_requests, real_time=real_time)  # fmt: skip
+        slug = "".join(c if c.isalnum() or c == "-" else "-" for c in arm.lower())
+        run_search(
+            campaign, arm=arm, against=against, output=out_dir or f"runs/{campaign.name}-search-{slug}",
+            config=config, mode="real" if real_time else "virtual", address=address, echo=click.echo,
+        )  # fmt: skip
+    except ValidationError as exc:
+        fail(first_error(exc))
+    except CampaignError as exc:
+        fail(str(exc))
