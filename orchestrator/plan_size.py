@@ -36,7 +36,7 @@ SIM_REQUEST_S = 6e-4
 SIM_UNIT_S = 0.2
 DEPLOY_S = 60.0  # a real run's deploy and warm-up per arm
 STEP_FLOOR_S = 0.005  # the fastest step assumed of an engine without a profile (vLLM, an endpoint)
-# A request the engine refuses comes back this fast (simulate_campaign.ERROR_RESPONSE_S) and its closed-loop user
+# A request the engine refuses comes back this fast (virtual.traffic.ERROR_RESPONSE_S) and its closed-loop user
 # sends the next at once: where the mix can draw such a request, that is the pace of a closed loop.
 ERROR_RESPONSE_S = 0.001
 DATASET_TOKENS = 1024.0  # a dataset's lengths are its rows': assumed, not read, for the estimate

@@ -13,8 +13,8 @@ import json
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,6 @@ from loadshapes.tokens import TokenizerUnavailable, tokenizer_json
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.deploy import connect, deploy, preflight, proxy_routes, teardown_arms
 from orchestrator.endpoint_metrics import MetricsSampler, write_samples
-from orchestrator.interrupts import raise_pending
 from orchestrator.load_workers import LoadWorkers
 from orchestrator.logs import get_logger
 from orchestrator.rundir import (
@@ -32,16 +31,14 @@ from orchestrator.rundir import (
     Unit,
     UnitResult,
     arm_entry,
-    finish_run,
     merge_parts,
     open_run,
     plans_for,
-    record_unit,
     rows_on_disk,
     unit_tpot_p50,
-    units_of,
     write_timeline,
 )
+from orchestrator.runner import OnUnit, Work, arm_by_arm, run_units
 from serve_apps.arms import ArmSpec, EndpointEngineConfig, VllmEngineConfig, prompt_tokenizer_name
 from serve_apps.placement import plan_placement
 from timebase.clock import now_ns
@@ -200,9 +197,8 @@ def run_unit(
     since: dict[str, int],
     workers: LoadWorkers,
 ) -> UnitResult:
-    removed = store.remove_partial(unit)
-    if removed:
-        log.info("unit.partial_removed", unit=unit.key, files=removed)
+    """The unit's load through the workers, its rows merged and its step timeline written (the marker is the
+    runner's, orchestrator.runner)."""
     plans = plans_for(campaign, arm, unit, run=run, url=url, traces=store.traces)
     # A foreign server gets no request to specdrill's own endpoints: its engine is sampled from /metrics instead.
     endpoint = isinstance(campaign.engine, EndpointEngineConfig)
@@ -247,21 +243,8 @@ def run_unit(
         tpot_p50_s=unit_tpot_p50(store, unit),
         **engine_lag_of(timelines, bound=campaign.load.engine_lag_bound),
     )
-    if result.incomplete:
-        log.error("unit.incomplete", unit=unit.key, missing=result.missing, note="a load worker was lost")
-    elif result.rows != result.scheduled:
-        log.warning("unit.rows_mismatch", unit=unit.key, rows=result.rows, scheduled=result.scheduled)
-    if result.saturated:
-        capped = sum(s.waited_at_connection_cap for s in summaries)
-        log.warning("unit.generator_saturated", unit=unit.key, lateness_p99_s=result.lateness_p99_s, at_cap=capped)
-    if result.engine_lagged:
-        log.warning("unit.engine_lagged", unit=unit.key, engine_lag_share=result.engine_lag_share,
-                    engine_lag_p99_s=result.engine_lag_p99_s, bound=result.engine_lag_bound)  # fmt: skip
     # Merged before the marker: until the marker exists a crash leaves a partial unit, redone whole.
-    result = result.model_copy(update={"trace_file": merge_parts(store, unit)})
-    raise_pending()  # a signal that came during the unit leaves it incomplete, even one Python swallowed
-    store.write_json(store.unit_marker(unit), result.model_dump(mode="json"))
-    return result
+    return result.model_copy(update={"trace_file": merge_parts(store, unit)})
 
 
 def engine_lag_of(timelines: dict[str, dict[str, list[Any]]], *, bound: float) -> dict[str, Any]:
@@ -313,51 +296,68 @@ def warmed_entry(campaign: Campaign, arm: ArmSpec, url: str) -> dict[str, Any]:
     return entry
 
 
+class RayExecutor:
+    """Units in real time on Ray: the checks before anything deploys (tokenizer, endpoints, the layout these
+    nodes can run) made when it is built, one set of load worker actors for the run (spread over the nodes, a
+    Locust process per unit), arms deployed and warmed as they come up (an endpoint campaign's servers used as
+    they are) and torn down after."""
+
+    def __init__(self, campaign: Campaign, *, address: str | None, arms: Sequence[str] | None = None) -> None:
+        check_tokenizer(campaign)
+        check_endpoints(campaign, arms)
+        connect(address)
+        # A layout these nodes cannot run is refused before any arm deploys and before the run directory exists.
+        self.deployable = preflight(campaign)
+        self.campaign = campaign
+        self.address = address
+        self.urls: dict[str, str] = {}
+        self.since: dict[str, dict[str, int]] = {}  # per arm: timeline rows already fetched, per replica
+        self.workers: LoadWorkers | None = None
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        with LoadWorkers(cpus_per_worker=self.campaign.load.cpus_per_worker) as workers:
+            self.workers = workers
+            try:
+                yield
+            finally:
+                self.workers = None
+
+    @contextmanager
+    def arms_up(self, campaign: Campaign, arms: Sequence[ArmSpec], manifest: dict[str, Any]) -> Iterator[None]:
+        names = [a.name for a in arms]
+        if not names:
+            yield
+            return
+        self.urls.update(arm_urls(campaign, self.deployable, names, address=self.address))
+        try:
+            for arm in arms:
+                manifest["arms"][arm.name] = warmed_entry(campaign, arm, self.urls[arm.name])
+                self.since[arm.name] = {}
+            yield
+        finally:
+            if not isinstance(campaign.engine, EndpointEngineConfig):
+                teardown_arms([a.app_name for a in arms])
+
+    def run_unit(self, work: Work, *, run: str, store: RunStore) -> UnitResult:
+        assert self.workers is not None, "units run inside the executor's session"
+        return run_unit(work.campaign, work.arm, work.unit, run=run, url=self.urls[work.arm.name], store=store,
+                        since=self.since[work.arm.name], workers=self.workers)  # fmt: skip
+
+
 def run_campaign(
     campaign: Campaign,
     *,
     address: str | None = None,
-    on_unit: Callable[[Unit, str, UnitResult | None], None] | None = None,
+    on_unit: OnUnit | None = None,
     arms: Sequence[str] | None = None,
 ) -> tuple[RunStore, dict[str, Any]]:
-    """Run every pending unit of every arm; returns the run store and the final manifest. `on_unit(unit, "start",
-    None)` before a unit, `on_unit(unit, "done", result)` after it."""
+    """Run every pending unit of every arm, one arm deployed at a time; returns the run store and the final
+    manifest. `on_unit(unit, "start", None)` before a unit, `on_unit(unit, "done", result)` after it."""
     campaign.require_traffic()
-    check_tokenizer(campaign)
-    check_endpoints(campaign, arms)
-    connect(address)
-    # A layout these nodes cannot run is refused before any arm deploys and before the run directory exists.
-    deployable = preflight(campaign)
+    executor = RayExecutor(campaign, address=address, arms=arms)
     store = RunStore(campaign.output_dir())
     manifest = open_run(campaign, store)
     store.write_json(MANIFEST, manifest)
-    # One set of load worker actors for the whole campaign (spread over the nodes), a Locust process per unit.
-    with LoadWorkers(cpus_per_worker=campaign.load.cpus_per_worker) as workers:
-        for arm in campaign.arms():
-            if arms is not None and arm.name not in arms:
-                continue
-            pending = [u for u in units_of(campaign, arm) if not store.is_complete(u)]
-            if not pending:
-                log.info("arm.complete", arm=arm.name)
-                continue
-            endpoint = isinstance(campaign.engine, EndpointEngineConfig)
-            url = arm_urls(campaign, deployable, [arm.name], address=address)[arm.name]
-            try:
-                manifest["arms"][arm.name] = warmed_entry(campaign, arm, url)
-                store.write_json(MANIFEST, manifest)
-                since: dict[str, int] = {}
-                for unit in pending:
-                    if on_unit:
-                        on_unit(unit, "start", None)
-                    log.info("unit.start", unit=unit.key)
-                    result = run_unit(
-                        campaign, arm, unit, run=manifest["run"], url=url, store=store, since=since, workers=workers
-                    )
-                    record_unit(store, manifest, result)
-                    if on_unit:
-                        on_unit(unit, "done", result)
-            finally:
-                if not endpoint:
-                    teardown_arms([arm.app_name])
-    finish_run(store, manifest)
+    run_units(arm_by_arm(campaign, store, arms), executor, store=store, manifest=manifest, on_unit=on_unit)
     return store, manifest

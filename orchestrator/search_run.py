@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,16 +42,13 @@ from orchestrator.rundir import (
     MANIFEST,
     RunStore,
     Unit,
-    UnitResult,
-    arm_entry,
     fingerprint,
-    finish_run,
     open_run,
-    plans_for,
-    record_unit,
 )
-from orchestrator.search_pair import pick_pair, search_campaign
-from serve_apps.arms import ArmSpec, EndpointEngineConfig, SimulatedEngineConfig
+from orchestrator.runner import Executor, Group, Work, run_units
+from orchestrator.search_pair import Pair, pick_pair, search_campaign
+from orchestrator.virtual.executor import VIRTUAL_EPOCH_NS, VirtualExecutor
+from serve_apps.arms import SimulatedEngineConfig
 
 log = get_logger(__name__)
 
@@ -141,71 +137,6 @@ def lagged_outcome(rates: list[float], bound: float) -> Outcome:
     )  # fmt: skip
 
 
-# --- the runners: one unit per arm at a time --------------------------------------------------------------------
-RunUnits = Callable[[Campaign, str], list[UnitResult]]
-
-
-@contextmanager
-def virtual_units(arms: list[ArmSpec], store: RunStore, manifest: dict[str, Any]) -> Iterator[RunUnits]:
-    from orchestrator.simulate_campaign import UNIT_GAP_S, VIRTUAL_EPOCH_NS, Traffic, arm_model, simulate_unit
-
-    models = {arm.name: arm_model(arm) for arm in arms}
-    for arm in arms:
-        manifest["arms"][arm.name] = arm_entry(arm, f"virtual://{arm.name}", models[arm.name].engines[0].info)
-    manifest["virtual_epoch_ns"] = VIRTUAL_EPOCH_NS
-    clock = [VIRTUAL_EPOCH_NS]
-
-    def run(grown: Campaign, shape: str) -> list[UnitResult]:
-        results = []
-        traffic: Traffic | None = None
-        for arm in grown.arms():
-            unit = Unit(arm=arm.name, shape=shape, repeat=0)
-            if traffic is None:  # one set of requests, played to both arms
-                traffic = Traffic(plans_for(grown, arm, unit, run=manifest["run"], url="", traces=store.traces))
-            result = simulate_unit(grown, models[arm.name], unit, run=manifest["run"], store=store,
-                                   start_ns=clock[0], traffic=traffic)  # fmt: skip
-            slot = math.ceil(grown.shapes[shape].duration + grown.load.drain_s) + UNIT_GAP_S
-            clock[0] += slot * 10**9
-            results.append(result)
-        return results
-
-    yield run
-
-
-@contextmanager
-def real_units(campaign: Campaign, arms: list[ArmSpec], store: RunStore, manifest: dict[str, Any], *,
-               address: str | None) -> Iterator[RunUnits]:  # fmt: skip
-    """Both arms deployed once (a step needs both; an endpoint campaign's servers are used as they are), the
-    units run one arm after the other as `specdrill run` runs them, deployed arms torn down at the end."""
-    from orchestrator.deploy import connect, preflight, teardown_arms
-    from orchestrator.load_workers import LoadWorkers
-    from orchestrator.run import arm_urls, check_endpoints, check_tokenizer, run_unit, warmed_entry
-
-    names = [a.name for a in arms]
-    check_tokenizer(campaign)
-    check_endpoints(campaign, names)
-    connect(address)
-    deployable = preflight(campaign)
-    urls = arm_urls(campaign, deployable, names, address=address)
-    since: dict[str, dict[str, int]] = {name: {} for name in names}
-    try:
-        for arm in arms:
-            manifest["arms"][arm.name] = warmed_entry(campaign, arm, urls[arm.name])
-        with LoadWorkers(cpus_per_worker=campaign.load.cpus_per_worker) as workers:
-
-            def run(grown: Campaign, shape: str) -> list[UnitResult]:
-                return [
-                    run_unit(grown, arm, Unit(arm=arm.name, shape=shape, repeat=0), run=manifest["run"],
-                             url=urls[arm.name], store=store, since=since[arm.name], workers=workers)
-                    for arm in grown.arms()
-                ]  # fmt: skip
-
-            yield run
-    finally:
-        if not isinstance(campaign.engine, EndpointEngineConfig):
-            teardown_arms([a.app_name for a in arms])
-
-
 @dataclass
 class SearchRun:
     store: RunStore
@@ -235,9 +166,6 @@ def run_search(
     chosen, base = by_name[pair.arm_name], by_name[pair.base_name]
     store = RunStore(output)
     manifest = open_run(grown, store, mode=mode)
-    shapes: dict[str, dict[str, Any]] = {}
-    by_rate: dict[float, list[str]] = {}  # the shapes measured at each rate
-    points: list[SearchPoint] = []
     record = SearchRecord(arm=chosen.name, against=base.name, mode=mode, config=config, steps=[], points=[],
                           outcome=None, requests=0, lines=[])  # fmt: skip
     added = (f" ({base.name} added: the campaign has no `off` arm on {chosen.topology.label}, the search compares "
@@ -248,35 +176,74 @@ def run_search(
             + (f", budget {config.budget_requests} requests" if config.budget_requests else ""))  # fmt: skip
     record.lines.append(head)
     echo(head)
-    runner: AbstractContextManager[RunUnits]
-    arms = [base, chosen]
+    executor: Executor
     if mode == "virtual":
-        runner = virtual_units(arms, store, manifest)
+        manifest["virtual_epoch_ns"] = VIRTUAL_EPOCH_NS
+        executor = VirtualExecutor()  # each unit in the slot after the last: the next one is not known ahead
     else:
-        runner = real_units(grown, arms, store, manifest, address=address)
+        # Both arms deployed at once (a step needs both), the units one arm after the other as `specdrill run`
+        # runs them; an endpoint campaign's servers are used as they are.
+        from orchestrator.run import RayExecutor
+
+        executor = RayExecutor(grown, address=address, arms=[base.name, chosen.name])
     began = time.perf_counter()
-    with runner as run_units:
-        store.write_json(MANIFEST, manifest)
+    group = Group(grown, [base, chosen], [])
+    group.units = SearchSteps(campaign, pair, output, config, record, store, manifest, group, echo).units()
+    run_units([group], executor, store=store, manifest=manifest)
+    assert record.outcome is not None
+    tail = f"{record.outcome.message} ({len(record.steps)} units per arm, {record.requests} requests, " \
+           f"{time.perf_counter() - began:.1f} s)"  # fmt: skip
+    record.lines.append(tail)
+    echo(tail)
+    store.write_json(SEARCH_FILE, record.model_dump(mode="json"))
+    log.info("search.done", outcome=record.outcome.kind, units=len(record.steps), requests=record.requests)
+    return SearchRun(store=store, record=record)
+
+
+@dataclass
+class SearchSteps:
+    """The search as a source of units (orchestrator.runner): a step's unit for each arm, then, once both ran,
+    the step measured and recorded and the next one decided from every point so far, until an outcome."""
+
+    campaign: Campaign
+    pair: Pair
+    output: str
+    config: SearchConfig
+    record: SearchRecord
+    store: RunStore
+    manifest: dict[str, Any]
+    group: Group  # its results: each unit's, appended by the runner before the next unit is asked for
+    echo: Callable[[str], None]
+
+    def units(self) -> Iterator[Work]:
+        config, record, campaign, pair, output = self.config, self.record, self.campaign, self.pair, self.output
+        chosen, base = self.group.arms[1], self.group.arms[0]
+        shapes: dict[str, dict[str, Any]] = {}
+        by_rate: dict[float, list[str]] = {}  # the shapes measured at each rate
+        points: list[SearchPoint] = []
         while True:
             not_counted = [s for s in record.steps if s.discarded]  # their engine lagged
             discarded = sum(s.point.requests for s in not_counted)
             if len(not_counted) > config.max_lagged_units:
-                record.outcome = lagged_outcome([s.step.rate for s in not_counted], grown.load.engine_lag_bound)
-                break
+                bound = self.group.campaign.load.engine_lag_bound
+                record.outcome = lagged_outcome([s.step.rate for s in not_counted], bound)
+                return
             decided = next_step(points, left_after(config, discarded), arm=chosen.name, against=base.name)
             if isinstance(decided, Outcome):
                 record.outcome = decided
-                break
+                return
             step: Step = decided
             rate = round(step.rate, 6)
             name = shape_name(len(shapes) + 1, rate)
             shapes[name] = shape_of(rate, config.unit_requests)
             grown = search_campaign(campaign, pair, output, shapes)
-            manifest["campaign"] = grown.model_dump(mode="json", by_alias=True)
-            manifest["fingerprint"] = fingerprint(grown)
-            results = run_units(grown, name)
-            for result in results:
-                record_unit(store, manifest, result)
+            self.group.campaign = grown
+            self.manifest["campaign"] = grown.model_dump(mode="json", by_alias=True)
+            self.manifest["fingerprint"] = fingerprint(grown)
+            arms = grown.arms()
+            for arm in arms:
+                yield Work(grown, arm, Unit(arm=arm.name, shape=name, repeat=0))
+            results = self.group.results[-len(arms) :]
             sent = sum(r.scheduled for r in results)
             lagged = engine_lagged(results)
             why: str | None = None
@@ -300,17 +267,8 @@ def run_search(
             record.steps.append(StepRecord(step=step, shape=name, point=shown, discarded=why))
             record.points, record.requests = points, spent(points) + discarded
             record.lines.append(line)
-            echo(line)
-            store.write_json(SEARCH_FILE, record.model_dump(mode="json"))
-    finish_run(store, manifest)
-    assert record.outcome is not None
-    tail = f"{record.outcome.message} ({len(record.steps)} units per arm, {record.requests} requests, " \
-           f"{time.perf_counter() - began:.1f} s)"  # fmt: skip
-    record.lines.append(tail)
-    echo(tail)
-    store.write_json(SEARCH_FILE, record.model_dump(mode="json"))
-    log.info("search.done", outcome=record.outcome.kind, units=len(record.steps), requests=record.requests)
-    return SearchRun(store=store, record=record)
+            self.echo(line)
+            self.store.write_json(SEARCH_FILE, record.model_dump(mode="json"))
 
 
 def grid_points(

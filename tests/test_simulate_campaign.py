@@ -19,7 +19,9 @@ from loadshapes.sse import StreamResult, latency_columns
 from loadshapes.trace import STEP_LIST_COLUMNS, TraceWriter, read_traces, step_summaries
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.rundir import MANIFEST, RunStore, Unit, UnitResult, plans_for, units_of
-from orchestrator.simulate_campaign import simulate_campaign, spec_arrays, unit_starts
+from orchestrator.simulate_campaign import simulate_campaign
+from orchestrator.virtual.arrays import spec_arrays
+from orchestrator.virtual.executor import unit_starts
 from serve_apps.sim.engine import EngineCore
 from serve_apps.sim.profile import Profile
 from serve_apps.sim.request import SimRequest

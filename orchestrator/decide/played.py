@@ -1,5 +1,5 @@
 """A policy played through a campaign's own traffic in virtual time, without writing a run directory: the
-virtual-time runner's units (orchestrator.simulate_campaign) and its trace rows, kept in memory as per-request
+virtual-time runner's units (orchestrator/virtual/) and its trace rows, kept in memory as per-request
 arrays for the searches (tune, search) to score thousands of candidate schedules on.
 
 Every policy sees the same requests in the same order (request i of every (shape, repeat) is the same request
@@ -15,15 +15,10 @@ import numpy as np
 
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.rundir import Unit, plans_for
-from orchestrator.simulate_campaign import (
-    RowContext,
-    Traffic,
-    arm_model,
-    require_simulated,
-    simulate_closed_loop,
-    simulate_open_loop,
-    trace_table,
-)
+from orchestrator.simulate_campaign import require_simulated
+from orchestrator.virtual.rows import RowContext, trace_table
+from orchestrator.virtual.traffic import Traffic, simulate_closed_loop, simulate_open_loop
+from orchestrator.virtual.twins import arm_model
 from serve_apps.arms import ArmSpec
 from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
 
