@@ -3,7 +3,7 @@
 
 The defaults keep any input reachable from a file within a few GiB of memory on a small machine (a 24 GiB
 workstation): beyond them a command refuses in one line with the figures, and the operator who means it raises the
-limit. They live here, below the orchestrator, because the replay readers (loadshapes/replay_formats.py) enforce
+limit. They live here, below the orchestrator, because the replay readers (loadshapes/replay_formats/) enforce
 two of them while they stream a file, before the campaign's plan can be sized at all.
 """
 

@@ -3,7 +3,7 @@
 A shape is data (pydantic) that expands into phases, each a linear rate segment `rate_start -> rate_end` over
 `duration` seconds. Arrival times come from `arrivals(shape, ...)` (arrivals.py), computed ahead of the run.
 `concurrency` is the one closed-loop shape (N users, each sending when its previous request ends) and says so.
-`replay` takes its arrival times, and request lengths where the trace has them, from a file (replay_formats.py).
+`replay` takes its arrival times, and request lengths where the trace has them, from a file (replay_formats/).
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ import numpy as np
 import pyarrow.fs as pafs
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from loadshapes import limits, replay_formats
+from loadshapes import limits
 from loadshapes.mixes import ReplayedRequests
 from loadshapes.prompts import PrefixBlocks
+from loadshapes.replay_formats import registry
+from loadshapes.replay_formats.base import Arrivals, Format
 from loadshapes.trace import filesystem
 
 
@@ -238,7 +240,7 @@ class CategoryRule(BaseModel):
 
 
 class Replay(ShapeBase):
-    """Arrivals, and where the trace records them request lengths, replayed from a file (replay_formats.py).
+    """Arrivals, and where the trace records them request lengths, replayed from a file (loadshapes/replay_formats/).
 
     `start_s` / `duration_s` cut a window of the trace's own seconds (from its first request); offsets start at the
     window's start, divided by `speed`. `rate_scale` (a factor) or `target_rate` (mean requests per second of the
@@ -250,7 +252,7 @@ class Replay(ShapeBase):
     kind: Literal["replay"] = "replay"
     # One file, or several of one format replayed as one trace merged by time (Azure's code and conversation files).
     path: str | tuple[str, ...] = Field(min_length=1)
-    # None: from the path and the header (replay_formats.detect_format); parquet is the older name of specdrill.
+    # None: from the path and the header (replay_formats.registry); parquet is the older name of specdrill.
     format: Literal["azure", "burstgpt", "mooncake", "specdrill", "csv", "parquet"] | None = None
     column: str | None = None  # csv only: read this column of a CSV with a header
     arm: str | None = None  # specdrill only: the arm and shape partition to replay
@@ -275,7 +277,7 @@ class Replay(ShapeBase):
         if self.rate_scale is not None and self.target_rate is not None:
             raise ValueError("rate_scale and target_rate both scale the rate: give one")
         fmt = self.trace_format
-        with_lengths = fmt in ("azure", "burstgpt", "mooncake")
+        with_lengths = registry.FORMATS[fmt].has_lengths
         lengths_only = {
             "category": self.category is not None,
             "max_prompt_tokens": self.max_prompt_tokens is not None,
@@ -287,8 +289,8 @@ class Replay(ShapeBase):
                                  f"(azure, burstgpt, mooncake), not {fmt}")  # fmt: skip
         if self.failed != "skip" and fmt != "burstgpt":
             raise ValueError(f"{self.label}: failed applies to BurstGPT traces (0 response tokens), not {fmt}")
-        if isinstance(self.category, CategoryRule) and self.category.by not in replay_formats.RULE_KEYS[fmt]:
-            keys = ", ".join(replay_formats.RULE_KEYS[fmt])
+        if isinstance(self.category, CategoryRule) and self.category.by not in registry.RULE_KEYS[fmt]:
+            keys = ", ".join(registry.RULE_KEYS[fmt])
             raise ValueError(f"{self.label}: category by {self.category.by!r}: a {fmt} trace has {keys}")
         self.offsets()
         return self
@@ -303,7 +305,7 @@ class Replay(ShapeBase):
         return ", ".join(self.paths)
 
     @property
-    def trace_format(self) -> replay_formats.Format:
+    def trace_format(self) -> Format:
         if self.format == "parquet":
             return "specdrill"
         if self.format is not None:
@@ -316,7 +318,7 @@ class Replay(ShapeBase):
     @property
     def has_lengths(self) -> bool:
         """Whether request i's lengths come from the trace (else the mix draws them, as for any shape)."""
-        return self.trace_format in ("azure", "burstgpt", "mooncake")
+        return registry.FORMATS[self.trace_format].has_lengths
 
     def offsets(self) -> np.ndarray:
         """The replayed send offsets, sorted (read-only; cached per file version)."""
@@ -352,7 +354,7 @@ class Replay(ShapeBase):
         where = replayed.source[indices]
         fmt = self.trace_format
         arrivals = replayed.arrivals
-        contents = replay_formats.read_contents(self.paths, fmt, arrivals.files[where], arrivals.rows[where])
+        contents = registry.read_contents(self.paths, fmt, arrivals.files[where], arrivals.rows[where])
         failed = replayed.arrivals.failed[where]
         prompts = np.maximum(contents.prompt_tokens, 1)  # a recorded 0 still sends a one-token prompt
         outputs = np.maximum(contents.output_tokens, 1)
@@ -395,7 +397,7 @@ class _Replayed:
     phases: tuple[Phase, ...]
     source: np.ndarray  # request i replays the window's arrival source[i] (an index into `arrivals`)
     copy: np.ndarray  # 0 for the recorded request, 1, 2, ... for the copies rate scaling adds
-    arrivals: replay_formats.Arrivals
+    arrivals: Arrivals
 
 
 def _stamp(path: str) -> _Stamp:
@@ -414,8 +416,8 @@ def _stamps(paths: tuple[str, ...]) -> tuple[_Stamp, ...]:
 
 
 @functools.lru_cache(maxsize=64)
-def _detected(paths: tuple[str, ...], stamps: tuple[_Stamp, ...]) -> replay_formats.Format:
-    formats = [replay_formats.detect_format(path) for path in paths]
+def _detected(paths: tuple[str, ...], stamps: tuple[_Stamp, ...]) -> Format:
+    formats = [registry.detect_format(path) for path in paths]
     for path, fmt in zip(paths[1:], formats[1:], strict=True):
         if fmt != formats[0]:
             raise ValueError(f"{paths[0]} is {formats[0]} but {path} is {fmt}: the files of one replay share a format")
@@ -424,12 +426,12 @@ def _detected(paths: tuple[str, ...], stamps: tuple[_Stamp, ...]) -> replay_form
 
 @functools.lru_cache(maxsize=16)
 def _replayed(
-    paths: tuple[str, ...], fmt: replay_formats.Format, column: str | None, arm: str | None, shape: str | None,
+    paths: tuple[str, ...], fmt: Format, column: str | None, arm: str | None, shape: str | None,
     start_s: float, duration_s: float | None, speed: float, rate_scale: float | None, target_rate: float | None,
     seed: int, keep_failed: bool, bin_s: float, stamps: tuple[_Stamp, ...],
 ) -> _Replayed:  # fmt: skip
     name = ", ".join(paths)
-    arrivals = replay_formats.read_arrivals(
+    arrivals = registry.read_arrivals(
         paths, fmt, start_s=start_s, duration_s=duration_s, keep_failed=keep_failed, column=column, arm=arm,
         shape=shape,
     )  # fmt: skip

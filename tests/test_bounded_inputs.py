@@ -24,7 +24,8 @@ import yaml
 from loadshapes import limits
 from loadshapes.mixes import MixEntry, RequestMix
 from loadshapes.plan import Target, WorkerPlan
-from loadshapes.replay_formats import TraceError, csv_ns
+from loadshapes.replay_formats.base import TraceError
+from loadshapes.replay_formats.timestamps import csv_ns
 from loadshapes.shapes import Replay
 from orchestrator.calibrate.vllm_profile import profile_from_vllm
 from orchestrator.campaign import CampaignError, load_campaign

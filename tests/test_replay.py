@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from loadshapes import replay_formats
 from loadshapes.arrivals import shape_arrivals, worker_share
+from loadshapes.replay_formats import timestamps
 from loadshapes.shapes import Replay, Shape
 from loadshapes.trace import TraceWriter, to_ns
 
@@ -147,13 +147,13 @@ def test_validates_from_data_and_loads_once(tmp_path: Path, monkeypatch: pytest.
     shape = SHAPES.validate_python({"kind": "replay", "path": path, "speed": 2, "bin_s": 0.5})
     assert isinstance(shape, Replay) and shape.expected_requests == 3 and shape.duration == pytest.approx(1 + 1e-6)
     reads: list[str] = []
-    original = replay_formats.csv_ns
+    original = timestamps.csv_ns
 
     def counting(*args: Any) -> np.ndarray:
         reads.append(args[0])
         return original(*args)
 
-    monkeypatch.setattr(replay_formats, "csv_ns", counting)
+    monkeypatch.setattr(timestamps, "csv_ns", counting)
     for _ in range(3):
         shape.phases()
         shape.rate_at(0.5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import pytest
@@ -12,10 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from loadshapes import replay_formats, shapes
+from loadshapes import shapes
 from loadshapes.arrivals import shape_arrivals
 from loadshapes.mixes import RequestMix
 from loadshapes.plan import Target, WorkerPlan, open_loop_schedule
+from loadshapes.replay_formats import csv_traces, registry, streaming
+from loadshapes.replay_formats.base import Format
+from loadshapes.replay_formats.streaming import StreamedFormat
 from loadshapes.shapes import CategoryRule, Replay
 
 MIX = RequestMix.model_validate({"entries": [{"workload": "chat", "weight": 3}, {"workload": "editing", "weight": 1}]})
@@ -135,13 +138,13 @@ def test_a_worker_reads_only_the_lengths_of_its_share(tmp_path: Path, monkeypatc
     path = burstgpt(tmp_path / "b.csv", [(t * 0.1, "ChatGPT", 100 + t, 1 + t) for t in range(200)])
     shape = Replay(path=path)
     converted: list[int] = []
-    original = replay_formats.contents_columns
+    original = streaming.contents_columns
 
-    def counting(path: str, fmt: replay_formats.Format, batch: Any) -> dict[str, Any]:
+    def counting(path: str, fmt: StreamedFormat, batch: Any) -> dict[str, Any]:
         converted.append(batch.num_rows)
         return original(path, fmt, batch)
 
-    monkeypatch.setattr(replay_formats, "contents_columns", counting)
+    monkeypatch.setattr(streaming, "contents_columns", counting)
     mine = open_loop_schedule(plan_for(shape, worker=1, workers=4))
     assert [p.index for p in mine] == list(range(1, 200, 4)) and sum(converted) == 50
     assert [p.spec.prompt_tokens for p in mine] == [100 + i for i in range(1, 200, 4)]
@@ -257,7 +260,7 @@ def test_a_named_column_reads_any_csv_as_timestamps_as_before(tmp_path: Path) ->
 def test_a_late_row_out_of_order_moves_the_window_of_a_file_read_in_blocks(tmp_path: Path) -> None:
     rows = [(100 + i / 100, "ChatGPT", 1 + i % 50, 1) for i in range(20_000)] + [(0.0, "ChatGPT", 7, 1)]
     path = burstgpt(tmp_path / "b.csv", rows)
-    assert Path(path).stat().st_size > 2 * replay_formats.CSV_BLOCK_BYTES  # the late row is in a later block
+    assert Path(path).stat().st_size > 2 * csv_traces.CSV_BLOCK_BYTES  # the late row is in a later block
     shape = Replay(path=path, start_s=150, duration_s=10)  # the trace starts at 0 s (its last row), not 100 s
     np.testing.assert_allclose(shape.offsets(), np.arange(1000) / 100, atol=1e-9)
     assert shape.requests(np.array([0, 999])).prompt_tokens.tolist() == [1 + 5000 % 50, 1 + 5999 % 50]
@@ -305,3 +308,10 @@ def test_scaling_keeps_order_and_lands_copies_before_the_next_arrival(times: lis
     np.testing.assert_array_equal(copy, np.concatenate([np.arange(c) for c in counts]).astype(np.int64))
     again = shapes.scaled(recorded, end, factor, seed)
     assert all(np.array_equal(a, b) for a, b in zip((offsets, source, copy), again, strict=True))
+
+
+def test_each_format_name_is_one_module_in_the_registry_and_the_csv_fallback_is_asked_last() -> None:
+    assert sorted(registry.FORMATS) == sorted(get_args(Format))
+    assert all(spec.name == name for name, spec in registry.FORMATS.items())
+    assert list(registry.FORMATS)[-1] == "csv"  # it takes any file, so it is asked after the others
+    assert {name for name, spec in registry.FORMATS.items() if spec.has_lengths} == {"azure", "burstgpt", "mooncake"}
