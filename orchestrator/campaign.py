@@ -19,10 +19,11 @@ from loadshapes.slo import SloConfig
 from orchestrator.baselines import BaselineError, baselines
 from orchestrator.plan_size import PlanSize, planned_size, refusal
 from orchestrator.plausible import slo_warnings
-from serve_apps.arms import ArmSpec, EndpointEngineConfig, EngineConfig, Resources, SimulatedEngineConfig
+from serve_apps.arms import ArmSpec, EngineConfig, Resources
 from serve_apps.config_io import first_error, load_yaml_model, read_text
+from serve_apps.engine_kinds.registry import bind_engine_field, kind_of
 from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topology, runnable_as_written
-from serve_apps.sim.profile import Profile, load_profile
+from serve_apps.sim.profile import Profile
 
 
 class CampaignError(ValueError):
@@ -263,18 +264,12 @@ class Campaign(_Strict):
         unknown = sorted(set(self.gates.exempt_arms) - names)
         if unknown:
             raise ValueError(f"gates.exempt_arms: no arm named {unknown[0]} (arms: {', '.join(sorted(names))})")
-        if isinstance(self.engine, EndpointEngineConfig):
-            names = {a.name for a in arms}
-            missing = sorted(names - set(self.engine.urls))
-            if missing:
-                raise ValueError(f"engine.urls: no URL for arm {missing[0]} (arms: {', '.join(sorted(names))})")
-            extra = sorted(set(self.engine.urls) - names)
-            if extra:
-                raise ValueError(f"engine.urls.{extra[0]}: no such arm (arms: {', '.join(sorted(names))})")
+        kind_of(self.engine).check_arm_names(self.engine, {a.name for a in arms})
         return self
 
     def _profile(self) -> Profile | None:
-        return load_profile(self.engine.profile) if isinstance(self.engine, SimulatedEngineConfig) else None
+        simulation = kind_of(self.engine).simulation(self.engine)
+        return simulation.profile if simulation is not None else None
 
     def max_num_seqs(self, profile: Profile | None = None) -> int:
         """The engines' max_num_seqs: the profile's or the engine's where the campaign sets it, else 512 (vLLM's
@@ -282,8 +277,7 @@ class Campaign(_Strict):
         profile = profile or self._profile()
         if profile is not None:
             return profile.limits.max_num_seqs
-        assert not isinstance(self.engine, SimulatedEngineConfig)
-        return self.engine.max_num_seqs or 512
+        return kind_of(self.engine).max_num_seqs(self.engine) or 512
 
     def arms(self) -> list[ArmSpec]:
         profile = self._profile()
@@ -330,6 +324,8 @@ class Campaign(_Strict):
                     raise ValueError(f"policies.{policy_name}: {exc}") from None
         return arms
 
+
+bind_engine_field(Campaign)  # a kind registered later (a plug-in, a test's toy) is accepted here too
 
 # PyYAML holds ~50x a file's size while it parses; a campaign is a few KiB (10,000 arms spelled out: ~0.5 MiB).
 MAX_CAMPAIGN_BYTES = 8 << 20

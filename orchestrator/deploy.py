@@ -21,8 +21,9 @@ from pydantic import ValidationError
 
 from orchestrator.campaign import Campaign
 from orchestrator.logs import get_logger
-from serve_apps.arms import ArmSpec, EndpointEngineConfig, VllmEngineConfig
+from serve_apps.arms import ArmSpec
 from serve_apps.config_io import first_error
+from serve_apps.engine_kinds.registry import kind_of
 from serve_apps.placement import ArmPlacement, plan_placement
 
 log = get_logger(__name__)
@@ -125,7 +126,7 @@ def deploy(
     host = serve_host(campaign, node_addresses())
     urls = {arm.name: base_url(campaign, arm, host) for arm in arms}
     names = [arm.app_name for arm in arms]
-    timeout = timeout_s or (900.0 if isinstance(campaign.engine, VllmEngineConfig) else 180.0)
+    timeout = timeout_s or kind_of(campaign.engine).deploy_timeout_s
     try:
         for arm in arms:
             warm_up(urls[arm.name], arm, deadline=time.monotonic() + timeout)
@@ -161,8 +162,8 @@ def bring_up(
 
     from serve_apps.deployment import build_arm_app
 
-    if isinstance(campaign.engine, EndpointEngineConfig):
-        raise DeployError("engine kind endpoint: the servers run elsewhere; there is nothing to deploy")
+    if not kind_of(campaign.engine).deploys_in_serve:
+        raise DeployError(f"engine kind {campaign.engine.kind}: the servers run elsewhere; there is nothing to deploy")
     connect(address)
     campaign = placed(campaign)
     arms = [arm for arm in campaign.arms() if only is None or arm.name in only]
@@ -171,7 +172,7 @@ def bring_up(
     host = serve_host(campaign, node_addresses())
     serve.start(proxy_location="EveryNode", http_options={"host": host, "port": campaign.serve.port})
     _check_listening(host, campaign.serve.port)
-    timeout = timeout_s or (900.0 if isinstance(campaign.engine, VllmEngineConfig) else 180.0)
+    timeout = timeout_s or kind_of(campaign.engine).deploy_timeout_s
     names = [arm.app_name for arm in arms]
     try:
         serve.run_many(
@@ -195,7 +196,7 @@ def bring_up(
 def preflight(campaign: Campaign, *, address: str | None = None) -> Campaign:
     """Before a campaign runs (arm by arm): every arm's layout runs on these nodes, and each arm alone fits.
     Returns the campaign placed on these nodes, for the arm-by-arm deploys (no second look at the cluster)."""
-    if isinstance(campaign.engine, EndpointEngineConfig):
+    if not kind_of(campaign.engine).deploys_in_serve:
         return campaign
     connect(address)
     campaign = placed(campaign)

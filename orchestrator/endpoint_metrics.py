@@ -2,7 +2,8 @@
 its engine while a unit runs, sampled from /metrics into `endpoint_metrics/arm=/shape=/r<repeat>.parquet`.
 
 Such a server has no step timeline; its per-request `per_step_drafted` gives the executed k of every drafting
-step, but not the batch it ran in. The gauge `vllm:num_requests_running` sampled every few hundred milliseconds
+step, but not the batch it ran in. The running gauge (vLLM's `vllm:num_requests_running`; the names are the engine
+kind's metrics dialect, serve_apps/engine_kinds) sampled every few hundred milliseconds
 gives that batch approximately, and the spec-decode counters before and after the unit let the report check that
 the trace holds every draft the server verified. Only GET /metrics is sent: never specdrill's own endpoints.
 """
@@ -21,18 +22,12 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from loadshapes.trace import filesystem
+from serve_apps.engine_kinds.base import MetricsDialect
+from serve_apps.engine_kinds.vllm import VLLM_METRICS
 from timebase.clock import now_ns
 
 ROOT = "endpoint_metrics"
-
-# Prometheus names as vLLM exports them; Ray Serve LLM prefixes them (ray_vllm:...), so names match by suffix.
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
-COUNTERS = {
-    "num_drafts": "vllm:spec_decode_num_drafts_total",
-    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-    "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
-}
+COUNTERS = ("num_drafts", "draft_tokens", "accepted_tokens")  # the keys of every dialect's counters
 
 SCHEMA = pa.schema(
     [
@@ -56,12 +51,13 @@ class Sample:
     counters: dict[str, float | None] = field(default_factory=dict)
 
 
-def parse(text: str, time_ns: int) -> Sample:
+def parse(text: str, time_ns: int, dialect: MetricsDialect) -> Sample:
     """One scrape: the gauges and counters summed over their label sets (a data-parallel server labels each
-    engine), the number of engines from the label sets of the running gauge."""
+    engine), the number of engines from the label sets of the running gauge. Names match by suffix (Ray Serve LLM
+    prefixes vLLM's: ray_vllm:...)."""
     sums: dict[str, float] = {}
     running_sets = 0
-    wanted = (RUNNING, WAITING, *COUNTERS.values())
+    wanted = (dialect.running, dialect.waiting, *dialect.counters.values())
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -75,26 +71,47 @@ def parse(text: str, time_ns: int) -> Sample:
         except ValueError:
             continue
         sums[metric] = sums.get(metric, 0.0) + number
-        if metric == RUNNING:
+        if metric == dialect.running:
             running_sets += 1
     return Sample(
         time_ns=time_ns,
-        running=sums.get(RUNNING),
-        waiting=sums.get(WAITING),
+        running=sums.get(dialect.running),
+        waiting=sums.get(dialect.waiting),
         engines=running_sets,
-        counters={key: sums.get(name) for key, name in COUNTERS.items()},
+        counters={key: sums.get(name) for key, name in dialect.counters.items()},
     )
 
 
-def scrape(url: str, headers: dict[str, str], timeout_s: float = 5.0) -> Sample | None:
-    """None when the server has no /metrics (or does not answer): the unit still runs, unverified."""
+def fetch_metrics(url: str, headers: dict[str, str], timeout_s: float) -> str | None:
+    """The server's /metrics text; None when it has none (or does not answer)."""
     try:
         request = urllib.request.Request(f"{url}/metrics", headers=headers)
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            text = response.read().decode("utf-8", "replace")
+            return str(response.read().decode("utf-8", "replace"))
     except (urllib.error.URLError, OSError):
         return None
-    return parse(text, now_ns())
+
+
+def scrape(url: str, headers: dict[str, str], dialect: MetricsDialect, timeout_s: float = 5.0) -> Sample | None:
+    """None when the server has no /metrics (or does not answer): the unit still runs, unverified."""
+    text = fetch_metrics(url, headers, timeout_s)
+    return None if text is None else parse(text, now_ns(), dialect)
+
+
+def speculation_counters(url: str, headers: dict[str, str], dialect: MetricsDialect) -> dict[str, float]:
+    """Every speculation metric of the server's /metrics by its full name and labels ({} without /metrics): what
+    a foreign server without telemetry says it runs, kept in the manifest."""
+    text = fetch_metrics(url, headers, timeout_s=10)
+    found: dict[str, float] = {}
+    for line in (text or "").splitlines():
+        if line.startswith("#") or dialect.speculation not in line:
+            continue
+        name, _, value = line.rpartition(" ")
+        try:
+            found[name] = float(value)
+        except ValueError:
+            continue
+    return found
 
 
 class MetricsSampler:
@@ -102,16 +119,20 @@ class MetricsSampler:
     synchronously in start() and stop(), so the counters' deltas cover exactly the unit's traffic (the warm-up and
     earlier units are before the first)."""
 
-    def __init__(self, url: str, headers: dict[str, str], interval_s: float = 0.3) -> None:
+    # TEMPORARY default (issue 34): run.py passes the kind's dialect in this session's last step.
+    def __init__(
+        self, url: str, headers: dict[str, str], dialect: MetricsDialect = VLLM_METRICS, interval_s: float = 0.3
+    ) -> None:
         self.url = url
         self.headers = headers
+        self.dialect = dialect
         self.interval_s = interval_s
         self.samples: list[Sample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="endpoint-metrics", daemon=True)
 
     def _take(self) -> None:
-        sample = scrape(self.url, self.headers)
+        sample = scrape(self.url, self.headers, self.dialect)
         if sample is not None:
             self.samples.append(sample)
 

@@ -37,8 +37,9 @@ from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.endpoint_metrics import ROOT as ENDPOINT_METRICS
 from orchestrator.load_workers import WorkerSummary
 from orchestrator.logs import get_logger
-from serve_apps.arms import ArmSpec, EndpointEngineConfig, prompt_tokenizer_name
+from serve_apps.arms import ArmSpec, prompt_tokenizer_name
 from serve_apps.config_io import first_error
+from serve_apps.engine_kinds.registry import kind_of
 from timebase.clock import now_ns
 
 MANIFEST = "manifest.json"
@@ -425,7 +426,8 @@ def finish_run(store: RunStore, manifest: dict[str, Any]) -> None:
 
 def plans_for(campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: str, traces: str) -> list[WorkerPlan]:
     load = campaign.load
-    key_env = campaign.engine.api_key_env if isinstance(campaign.engine, EndpointEngineConfig) else None
+    kind = kind_of(campaign.engine)
+    key_env = kind.api_key_env(campaign.engine)
     tokenizer = prompt_tokenizer_name(campaign.engine)
     return [
         WorkerPlan(
@@ -437,8 +439,8 @@ def plans_for(campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: st
             trace_root=traces,
             lateness_bound_s=load.lateness_bound_s, drain_s=load.drain_s, request_timeout_s=load.request_timeout_s,
             max_in_flight=load.max_in_flight, store_token_times=load.store_token_times,
-            # An endpoint has no step timeline: its rows keep the per-step lists.
-            store_step_lists=load.store_step_lists or isinstance(campaign.engine, EndpointEngineConfig),
+            # A server without a step timeline (an endpoint): its rows keep the per-step lists.
+            store_step_lists=load.store_step_lists or kind.telemetry != "step_timeline",
             flush_rows=load.flush_rows, flush_s=load.flush_s, store_prompts=campaign.store_prompts,
             slo=campaign.slo, tokenizer=tokenizer, tokenizer_json=tokenizer_json(tokenizer) if tokenizer else None,
         )

@@ -10,7 +10,8 @@ from typing import Any
 
 from orchestrator.baselines import BaselineError, baselines
 from orchestrator.campaign import Campaign, CampaignError, arm_name
-from serve_apps.arms import ArmSpec, EndpointEngineConfig
+from serve_apps.arms import ArmSpec
+from serve_apps.engine_kinds.registry import kind_of
 
 
 def arm_names(campaign: Campaign) -> dict[str, tuple[str, str]]:
@@ -105,7 +106,7 @@ def pick_pair(campaign: Campaign, arm: str, against: str = "off") -> Pair:
             return Pair(arm=names_of[chosen.name], base=names_of[found.baseline])
     except BaselineError:
         pass
-    if isinstance(campaign.engine, EndpointEngineConfig):
+    if not kind_of(campaign.engine).can_add_arms:
         raise CampaignError(
             f"--arm: {chosen.name} has no `off` arm on its hardware ({chosen.topology.label}) and an endpoint "
             "campaign cannot add one; add an `off` server on the same hardware to engine.urls and arms"

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+import serve_apps.engine_kinds  # noqa: F401 (registers the built-in kinds before the union is built)
+from serve_apps.engine_kinds.base import EngineConfigBase
+
+# TEMPORARY (issue 34): re-exported until the importers other helpers are rewriting now move (this session).
+from serve_apps.engine_kinds.endpoint import EndpointEngineConfig as EndpointEngineConfig
+from serve_apps.engine_kinds.registry import bind_engine_field, config_union, kind_of
+from serve_apps.engine_kinds.simulated import SimulatedEngineConfig as SimulatedEngineConfig
+from serve_apps.engine_kinds.vllm import VllmEngineConfig as VllmEngineConfig
 from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -16,119 +24,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class SimulatedEngineConfig(_Strict):
-    kind: Literal["simulated"] = "simulated"
-    profile: str = "llama3.1-8b-h100-eagle"
-    time_scale: float = Field(default=1.0, gt=0)
-    seed: int = 0
-    max_model_len: int = Field(default=8192, ge=16)
+if TYPE_CHECKING:
+    EngineConfig = EngineConfigBase
+else:
+    EngineConfig = config_union()  # every registered kind's config, told apart by `kind`
 
 
-# AsyncEngineArgs fields (vLLM 0.32, vllm/engine/arg_utils.py) that engine_kwargs may not set. The arm's policy
-# and topology decide these:
-ARM_OWNED_ENGINE_ARGS = frozenset({"model", "speculative_config", "data_parallel_size", "tensor_parallel_size"})
-# and the layout (serve_apps/placement.py) these: each changes how many devices the engine uses, where its ranks
-# and workers run or how they find each other, so set behind placement's back the engine would start with too
-# few GPUs, or wait for ranks nobody starts.
-PLACEMENT_OWNED_ENGINE_ARGS = frozenset(
-    {
-        "pipeline_parallel_size", "prefill_context_parallel_size", "decode_context_parallel_size",
-        "data_parallel_size_local", "data_parallel_rank", "data_parallel_start_rank", "data_parallel_address",
-        "data_parallel_rpc_port", "data_parallel_hybrid_lb", "data_parallel_external_lb",
-        "data_parallel_multi_port_external_lb", "data_parallel_backend", "distributed_executor_backend",
-        "nnodes", "node_rank", "master_addr", "master_port", "device_ids", "placement_group",
-    }
-)  # fmt: skip
-# vLLM 0.32's CacheConfig.gpu_memory_utilization default: the share of a GPU's memory each engine takes.
-VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
-
-
-class VllmEngineConfig(_Strict):
-    """Engine args for vLLM's AsyncLLM; engine_kwargs passes any other AsyncEngineArgs field through."""
-
-    kind: Literal["vllm"] = "vllm"
-    model: str
-    served_model_name: str | None = None
-    dtype: str = "auto"
-    max_model_len: int | None = Field(default=None, ge=16)
-    max_num_seqs: int | None = Field(default=None, ge=1)
-    enforce_eager: bool = False
-    seed: int = 0
-    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
-    # Environment of the engine's replica (e.g. VLLM_CPU_KVCACHE_SPACE on CPU machines).
-    env: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("env")
-    @classmethod
-    def _no_secrets(cls, v: dict[str, str]) -> dict[str, str]:
-        # env is part of the campaign (written to the run's manifest) and becomes a Ray runtime_env, which Ray's
-        # runtime-env agent logs on every node: a token here would be written in both.
-        secret = next((name for name in sorted(v) if re.search(r"(TOKEN|SECRET|PASSWORD|API_KEY)$", name)), None)
-        if secret is not None:
-            raise ValueError(
-                f"env may not carry {secret}: it would be written to the run's manifest and Ray's logs; give the "
-                "cluster's nodes the variable instead (a Kubernetes Secret: docs/models-on-a-cluster.md)"
-            )
-        return v
-
-    @field_validator("engine_kwargs")
-    @classmethod
-    def _not_owned_by_arm(cls, v: dict[str, Any]) -> dict[str, Any]:
-        clash = sorted((ARM_OWNED_ENGINE_ARGS | PLACEMENT_OWNED_ENGINE_ARGS) & set(v))
-        if clash:
-            raise ValueError(
-                f"engine_kwargs may not set {', '.join(clash)}: the arm's policy, topology and placement do"
-            )
-        return v
-
-
-class EndpointEngineConfig(_Strict):
-    """Servers someone else runs (any OpenAI-compatible server, e.g. `vllm serve`): nothing is deployed. Each arm
-    name maps to its server's base URL; what the server runs is read from its responses' telemetry when it sends
-    one (a specdrill arm) and from its /metrics otherwise. The API key comes from the environment variable named
-    by `api_key_env` and never enters a file, a trace or a log."""
-
-    kind: Literal["endpoint"] = "endpoint"
-    model: str
-    urls: dict[str, str] = Field(min_length=1)  # arm name (policy-topology) -> base URL (before /v1)
-    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    max_num_seqs: int = Field(default=512, ge=1)
-    # The served model's tokenizer (a local path, or a Hugging Face id already in the local cache of every node
-    # a load worker runs on; never downloaded): prompt lengths are counted in its tokens. None: in words, said at
-    # run start (docs/traffic.md).
-    tokenizer: str | None = None
-
-    @field_validator("urls")
-    @classmethod
-    def _http_urls(cls, v: dict[str, str]) -> dict[str, str]:
-        for name, url in v.items():
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"urls.{name}: {url!r} is not an http(s) URL")
-        return {name: url.rstrip("/") for name, url in v.items()}
-
-
-EngineConfig = Annotated[SimulatedEngineConfig | VllmEngineConfig | EndpointEngineConfig, Field(discriminator="kind")]
-
-
-def prompt_tokenizer_name(engine: SimulatedEngineConfig | VllmEngineConfig | EndpointEngineConfig) -> str | None:
+def prompt_tokenizer_name(engine: EngineConfigBase) -> str | None:
     """Whose tokens a prompt length counts: a vLLM engine's own tokenizer (its `tokenizer` engine arg, else the
     model's), an endpoint's named one; None (words) for the simulated engine, which counts words as tokens."""
-    if isinstance(engine, VllmEngineConfig):
-        named = engine.engine_kwargs.get("tokenizer")
-        return named if isinstance(named, str) and named else engine.model
-    if isinstance(engine, EndpointEngineConfig):
-        return engine.tokenizer
-    return None
+    return kind_of(engine).prompt_tokenizer(engine)
 
 
-def prompt_length_notice(engine: SimulatedEngineConfig | VllmEngineConfig | EndpointEngineConfig) -> str | None:
+def prompt_length_notice(engine: EngineConfigBase) -> str | None:
     """The line a run starts with when a real server will count tokens and the prompts are sized in words."""
-    if isinstance(engine, EndpointEngineConfig) and engine.tokenizer is None:
-        return (
-            f"prompt lengths are words: no tokenizer known for endpoint model {engine.model}; set engine.tokenizer "
-            "(a local path or a cached Hugging Face id) to size prompts in its tokens"
-        )
-    return None
+    return kind_of(engine).prompt_length_notice(engine)
 
 
 class Resources(_Strict):
@@ -179,8 +89,7 @@ class ArmSpec(_Strict):
 
     @property
     def served_model_name(self) -> str:
-        if isinstance(self.engine, VllmEngineConfig):
-            return self.engine.served_model_name or self.engine.model
-        if isinstance(self.engine, EndpointEngineConfig):
-            return self.engine.model
-        return f"sim-{self.engine.profile}"
+        return kind_of(self.engine).served_model_name(self.engine)
+
+
+bind_engine_field(ArmSpec)

@@ -18,7 +18,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 
 import serve_apps
-from serve_apps.arms import ArmSpec, VllmEngineConfig
+from serve_apps.arms import ArmSpec
+from serve_apps.engine_kinds.registry import kind_of
 from serve_apps.engines.base import EngineDead, live_by_rank, rank_engine_ids
 from serve_apps.engines.factory import build_engine
 from serve_apps.placement import plan_placement
@@ -196,7 +197,7 @@ def build_arm_app(arm: ArmSpec, serve_host: str = "127.0.0.1", *, probe: bool = 
     if plan.replica_gpus:
         actor["num_gpus"] = plan.replica_gpus
     # The layout's variables win: vLLM's placement of a ray_dp group depends on them.
-    env = {**(arm.engine.env if isinstance(arm.engine, VllmEngineConfig) else {}), **plan.engine_env}
+    env = {**kind_of(arm.engine).replica_env(arm.engine), **plan.engine_env}
     if env:
         actor["runtime_env"] = {"env_vars": env}
     options: dict[str, Any] = {

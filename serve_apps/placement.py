@@ -21,11 +21,14 @@ A layout vLLM cannot run is refused here, before anything deploys.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from serve_apps.arms import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, ArmSpec, VllmEngineConfig
+from serve_apps.engine_kinds.registry import kind_of
+
+if TYPE_CHECKING:
+    from serve_apps.arms import ArmSpec  # arms validates its placement with plan_placement: no import at run time
 
 
 class PlacementError(ValueError):
@@ -81,11 +84,12 @@ def plan_placement(arm: ArmSpec) -> ArmPlacement:
     layout, in the driver (to deploy it) and in the replica (to tell vLLM how to find its devices)."""
     topo = arm.topology
     res = arm.resources
-    is_vllm = isinstance(arm.engine, VllmEngineConfig)
+    kind = kind_of(arm.engine)
+    spawns = kind.spawns_workers  # the engine starts its own DP ranks and TP workers (vLLM)
     tp = topo.tensor_parallel_size
-    vllm_dp = topo.data_parallel_size if is_vllm else 1
+    vllm_dp = topo.data_parallel_size if spawns else 1
     # A simulated DP rank is its own replica; a vLLM DP group is one replica whose engine starts every rank.
-    replicas = 1 if topo.kind == "single" or (is_vllm and topo.kind == "data_parallel") else topo.size
+    replicas = 1 if topo.kind == "single" or (spawns and topo.kind == "data_parallel") else topo.size
     workers = tp * vllm_dp
     gpu = res.gpus_per_engine
     name = f"arm {arm.name}"
@@ -93,7 +97,7 @@ def plan_placement(arm: ArmSpec) -> ArmPlacement:
         return ArmPlacement(
             layout="cpu", replicas=replicas, workers_per_replica=workers, replica_cpus=res.cpus_per_engine,
             replica_gpus=0.0, bundles=None, strategy=None, max_replicas_per_node=res.max_engines_per_node,
-            executor_backend="mp" if is_vllm and tp > 1 else None,
+            executor_backend="mp" if spawns and tp > 1 else None,
             data_parallel_backend="mp" if vllm_dp > 1 else None,
         )  # fmt: skip
     if workers > 1 and gpu != 1:
@@ -102,15 +106,16 @@ def plan_placement(arm: ArmSpec) -> ArmPlacement:
             f"{f' x data_parallel {vllm_dp}' if vllm_dp > 1 else ''}) uses one whole GPU; "
             f"resources.gpus_per_engine must be 1, got {gpu:g}"
         )
-    if is_vllm and gpu < 1:
-        _refuse_oversubscribed_gpu(arm, gpu)
+    share = kind.gpu_memory_share(arm.engine)
+    if share is not None and gpu < 1:
+        _refuse_oversubscribed_gpu(arm, gpu, share)
     node = res.gpus_per_node
     if node is None or workers * gpu <= node:
         return ArmPlacement(
             layout="replica", replicas=replicas, workers_per_replica=workers, replica_cpus=res.cpus_per_engine,
             replica_gpus=workers * gpu, bundles=None, strategy=None, max_replicas_per_node=res.max_engines_per_node,
             # Explicit: inside a placement group vLLM would default to its Ray executor.
-            executor_backend="mp" if is_vllm and tp > 1 else None,
+            executor_backend="mp" if spawns and tp > 1 else None,
             data_parallel_backend="mp" if vllm_dp > 1 else None,
         )  # fmt: skip
     if vllm_dp > 1:
@@ -124,7 +129,7 @@ def plan_placement(arm: ArmSpec) -> ArmPlacement:
     return ArmPlacement(
         layout="spanning", replicas=replicas, workers_per_replica=workers, replica_cpus=res.cpus_per_engine,
         replica_gpus=0.0, bundles=tuple(bundles), strategy=res.placement_strategy, max_replicas_per_node=None,
-        executor_backend="ray" if is_vllm else None, data_parallel_backend=None,
+        executor_backend="ray" if spawns else None, data_parallel_backend=None,
     )  # fmt: skip
 
 
@@ -158,15 +163,13 @@ def _ray_data_parallel(arm: ArmSpec, dp: int, tp: int, node: int) -> ArmPlacemen
     )  # fmt: skip
 
 
-def _refuse_oversubscribed_gpu(arm: ArmSpec, gpu: float) -> None:
+def _refuse_oversubscribed_gpu(arm: ArmSpec, gpu: float, memory_share: tuple[float, str]) -> None:
     """A fractional GPU lets Ray put floor(1 / gpus_per_engine) engines on one GPU (of this arm or another of the
     campaign: they share the engine config); vLLM sizes each engine's memory as gpu_memory_utilization of the
     whole GPU, so together they must fit in it, or the later ones fail to start for want of memory."""
-    assert isinstance(arm.engine, VllmEngineConfig)
-    share = arm.engine.engine_kwargs.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION)
+    share, where = memory_share
     per_gpu = math.floor(1 / gpu + 1e-9)
     if per_gpu * float(share) > 1 + 1e-9:
-        where = "engine_kwargs" if "gpu_memory_utilization" in arm.engine.engine_kwargs else "vLLM's default"
         raise PlacementError(
             f"arm {arm.name}: resources.gpus_per_engine {gpu:g} puts up to {per_gpu} engines on one GPU, each "
             f"taking gpu_memory_utilization {float(share):g} ({where}) of its memory: {per_gpu * float(share):g} "

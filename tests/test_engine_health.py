@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from serve_apps.arms import ArmSpec, SimulatedEngineConfig
+from serve_apps.arms import ArmSpec
+from serve_apps.engine_kinds.simulated import SimulatedEngineConfig
 from serve_apps.engines.base import EngineDead, GenerationInput, GenerationResult
 from serve_apps.engines.simulated import SimulatedEngine
 from serve_apps.policies import FixedPolicy

@@ -11,7 +11,8 @@ from typing import ClassVar
 import pytest
 
 from orchestrator.run import warm
-from serve_apps.arms import ArmSpec, SimulatedEngineConfig
+from serve_apps.arms import ArmSpec
+from serve_apps.engine_kinds.simulated import SimulatedEngineConfig
 from serve_apps.policies import OffPolicy
 
 pytestmark = pytest.mark.integration  # a server on a loopback port

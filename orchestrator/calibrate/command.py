@@ -7,6 +7,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.analysis.inputs import RunInputs, load_run
 from orchestrator.analysis.source import run_requests
 from orchestrator.calibrate.acceptance import CategoryFit, fit_acceptance
 from orchestrator.calibrate.engines import compare_engines
@@ -16,8 +17,7 @@ from orchestrator.calibrate.predict import PredictionCheck, predict
 from orchestrator.calibrate.stepfit import COEFFICIENTS, Fit
 from orchestrator.calibrate.steps import ArmSteps, arm_steps
 from orchestrator.calibrate.writer import fitted_profile, now_iso, write_profile
-from orchestrator.report import RunInputs, load_run
-from serve_apps.arms import SimulatedEngineConfig, VllmEngineConfig
+from serve_apps.engine_kinds.registry import kind_of
 from serve_apps.policies import OffPolicy
 from serve_apps.sim.profile import Profile, Provenance, load_profile
 
@@ -57,13 +57,16 @@ def _base_profile(inputs: Sequence[RunInputs], base: str | None) -> Profile:
         return load_profile(base)
     campaign = inputs[0].campaign
     engine = campaign.engine
-    if isinstance(engine, SimulatedEngineConfig):
-        return load_profile(engine.profile)
+    kind = kind_of(engine)
+    simulation = kind.simulation(engine)
+    if simulation is not None:
+        return simulation.profile
     shipped = load_profile("llama3.1-8b-h100-eagle")
     # The limits and names that a replay of the run must share with it: its engine's, not the shipped H100's.
     update: dict[str, object] = {"hardware": f"the hardware of run {inputs[0].manifest['run']}"}
-    if isinstance(engine, VllmEngineConfig):
-        update["model"] = engine.model
+    model = kind.loaded_model(engine)
+    if model is not None:
+        update["model"] = model
         update["limits"] = shipped.limits.model_copy(update={"max_num_seqs": campaign.max_num_seqs()})
     drafters = [a.policy for a in campaign.arms() if not isinstance(a.policy, OffPolicy)]
     if drafters:

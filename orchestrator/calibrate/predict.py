@@ -12,11 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from orchestrator.analysis.bands import BandSet, auto_rate_bands, rate_bands_from_edges
+from orchestrator.analysis.inputs import RunInputs, load_run
 from orchestrator.analysis.source import run_requests
 from orchestrator.campaign import Campaign
-from orchestrator.report import RunInputs, load_run
 from orchestrator.simulate_campaign import simulate_campaign
-from serve_apps.arms import SimulatedEngineConfig, VllmEngineConfig
+from serve_apps.engine_kinds.registry import kind_of
+from serve_apps.engine_kinds.simulated import SimulatedEngineConfig
 from serve_apps.policies import FixedPolicy, OffPolicy
 
 MEASURES = ("tpot_p50", "tpot_p90", "e2e_p50")
@@ -83,10 +84,9 @@ def offered(band: str) -> str:
 def replay_engine(campaign: Campaign, profile_path: str) -> SimulatedEngineConfig:
     engine = campaign.engine
     seed = getattr(engine, "seed", 0)
-    if isinstance(engine, VllmEngineConfig) and engine.max_model_len is not None:
-        return SimulatedEngineConfig(profile=profile_path, seed=seed, max_model_len=engine.max_model_len)
-    if isinstance(engine, SimulatedEngineConfig):
-        return SimulatedEngineConfig(profile=profile_path, seed=seed, max_model_len=engine.max_model_len)
+    max_model_len = kind_of(engine).max_model_len(engine)
+    if max_model_len is not None:
+        return SimulatedEngineConfig(profile=profile_path, seed=seed, max_model_len=max_model_len)
     return SimulatedEngineConfig(profile=profile_path, seed=seed)
 
 

@@ -17,7 +17,7 @@ from orchestrator.decide.scoring import Objective
 from orchestrator.decide.tune import OFF, Choice, Tuned, TuneResult, tune
 from orchestrator.decide.tune_proof import oracle_gap
 from orchestrator.decide.tune_simplify import differences
-from serve_apps.arms import SimulatedEngineConfig
+from serve_apps.engine_kinds.simulated import as_simulated
 from serve_apps.sim.profile import Profile, load_profile
 
 PREDICTION = "prediction.json"
@@ -51,8 +51,7 @@ def profile_reference(name: str) -> str:
 
 
 def with_profile(campaign: Campaign, profile: str | None) -> tuple[Campaign, Profile, str]:
-    engine = campaign.engine
-    assert isinstance(engine, SimulatedEngineConfig), "tune runs simulated campaigns (require_simulated)"
+    engine = as_simulated(campaign.engine)  # tune runs simulated campaigns (require_simulated)
     name = profile_reference(profile or engine.profile)
     loaded = load_profile(name)
     return campaign.model_copy(update={"engine": engine.model_copy(update={"profile": name})}), loaded, name

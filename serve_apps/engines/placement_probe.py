@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
-from serve_apps.arms import ArmSpec, VllmEngineConfig
+from serve_apps.arms import ArmSpec
+from serve_apps.engine_kinds.registry import kind_of
 from serve_apps.engines.base import GenerationInput, GenerationResult, TextDelta
 from serve_apps.placement import ArmPlacement, plan_placement
 
@@ -173,7 +174,7 @@ def _probe_replica(arm: ArmSpec, plan: ArmPlacement) -> dict[str, Any]:
     report: dict[str, Any] = {"replica_gpu_ids": assigned, "visible_devices": visible}
     if ray.util.get_current_placement_group() is not None and plan.executor_backend is None:
         raise PlacementProbeError("the replica runs inside a placement group: vLLM would pick its Ray executor")
-    if isinstance(arm.engine, VllmEngineConfig):
+    if kind_of(arm.engine).spawns_workers:
         # vLLM's own mapping first, so an engine short of devices fails with vLLM's message.
         workers = vllm_device_map(arm.topology.data_parallel_size, arm.topology.tensor_parallel_size)
         devices = [w["device"] for w in workers]

@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from serve_apps.arms import ArmSpec, VllmEngineConfig
+from serve_apps.arms import ArmSpec
+from serve_apps.engine_kinds.vllm import as_vllm
 from serve_apps.engines.base import EngineDead, GenerationInput, GenerationResult, TextDelta
 from timebase import clock
 
@@ -370,9 +371,8 @@ class VllmEngine:
     kind = "vllm"
 
     def __init__(self, arm: ArmSpec, *, engine_id: str) -> None:
-        assert isinstance(arm.engine, VllmEngineConfig)
         self.arm = arm
-        self.config = arm.engine
+        self.config = as_vllm(arm.engine)
         self.engine_id = engine_id
         self.data_parallel_size = arm.topology.data_parallel_size
         self.timeline_data = StepTimeline(speculative=arm.policy.to_vllm_speculative_config() is not None)

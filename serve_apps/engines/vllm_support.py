@@ -72,11 +72,12 @@ def is_local_model(model: str) -> bool:
 
 def campaign_models(campaign: Any) -> list[str]:
     """The target model and the drafter model of every arm a vLLM campaign runs, in order, without repeats."""
-    from serve_apps.arms import VllmEngineConfig
+    from serve_apps.engine_kinds.registry import kind_of
 
-    if not isinstance(campaign.engine, VllmEngineConfig):
+    target = kind_of(campaign.engine).loaded_model(campaign.engine)
+    if target is None:
         raise ModelPullError(f"engine kind {campaign.engine.kind}: only vLLM campaigns load models")
-    models = [campaign.engine.model]
+    models = [target]
     for arm in campaign.arms():  # parsed policies (the campaign keeps short forms as strings)
         drafter = getattr(arm.policy, "model", None)
         if isinstance(drafter, str):

@@ -1,0 +1,127 @@
+"""What an engine kind declares: its config model and how each part of specdrill treats engines of that kind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from serve_apps.sim.profile import Profile
+
+if TYPE_CHECKING:
+    from serve_apps.arms import ArmSpec
+    from serve_apps.engines.base import Engine
+
+
+class EngineConfigBase(BaseModel):
+    """The campaign's `engine:` section; each kind's config sets `kind` to its own literal name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str
+
+
+@dataclass(frozen=True)
+class MetricsDialect:
+    """The Prometheus names a server exports for its batch and its speculation, matched by suffix (Ray Serve LLM
+    prefixes vLLM's: ray_vllm:...)."""
+
+    running: str
+    waiting: str
+    counters: dict[str, str]  # num_drafts, draft_tokens, accepted_tokens -> metric name
+    speculation: str  # the fragment every speculation metric's name holds (the warm-up's record of them)
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """What a simulated engine core is built from, for an engine that can run in virtual time."""
+
+    profile: Profile
+    time_scale: float
+    max_model_len: int
+    seed: int
+
+
+# How a unit's engine behaviour is verified: the step timelines the arm's replicas record (fetched from
+# specdrill's own endpoints), or the server's Prometheus /metrics sampled while the unit runs.
+Telemetry = Literal["step_timeline", "server_metrics"]
+
+
+class EngineKind:
+    """Defaults describe an engine specdrill deploys in Serve and whose replicas record a step timeline."""
+
+    name: ClassVar[str]
+    config: ClassVar[type[EngineConfigBase]]
+    deploys_in_serve: ClassVar[bool] = True
+    telemetry: ClassVar[Telemetry] = "step_timeline"
+    metrics: ClassVar[MetricsDialect | None] = None  # None: no /metrics specdrill reads
+    deploy_timeout_s: ClassVar[float] = 180.0  # until every replica is up and answered, when not given
+    # The engine starts its own tensor-parallel workers and data-parallel ranks (one Serve replica per DP group,
+    # an executor backend placement chooses), as vLLM does; otherwise each DP rank is a replica of its own.
+    spawns_workers: ClassVar[bool] = False
+    # Arms can be added to the campaign (search adds an `off` arm); servers someone else runs cannot be.
+    can_add_arms: ClassVar[bool] = True
+    # simulation() gives a cost model: `specdrill simulate`, search and tune can run it in virtual time.
+    runs_in_virtual_time: ClassVar[bool] = False
+
+    def simulation(self, config: EngineConfigBase) -> Simulation | None:
+        return None
+
+    def served_model_name(self, config: EngineConfigBase) -> str:
+        raise NotImplementedError
+
+    def prompt_tokenizer(self, config: EngineConfigBase) -> str | None:
+        """Whose tokens a prompt length counts; None: words."""
+        return None
+
+    def tokenizer_field(self, config: EngineConfigBase) -> str:
+        """The campaign field that named prompt_tokenizer(config), for the line refusing it."""
+        return "engine.tokenizer"
+
+    def prompt_length_notice(self, config: EngineConfigBase) -> str | None:
+        return None
+
+    def max_num_seqs(self, config: EngineConfigBase) -> int | None:
+        """The config's own max_num_seqs (a simulation's comes from its profile); None: vLLM's default."""
+        return None
+
+    def max_model_len(self, config: EngineConfigBase) -> int | None:
+        return None
+
+    def loaded_model(self, config: EngineConfigBase) -> str | None:
+        """The model whose weights this kind's engines load on the cluster's nodes (what `models pull` fetches)."""
+        return None
+
+    def urls(self, config: EngineConfigBase) -> dict[str, str]:
+        """Arm name -> base URL of servers running elsewhere; {} for a kind deployed in Serve."""
+        return {}
+
+    def api_key_env(self, config: EngineConfigBase) -> str | None:
+        return None
+
+    def check_arm_names(self, config: EngineConfigBase, names: set[str]) -> None:
+        """Raises ValueError when the config does not fit the campaign's arms."""
+
+    def replica_env(self, config: EngineConfigBase) -> dict[str, str]:
+        return {}
+
+    def gpu_memory_share(self, config: EngineConfigBase) -> tuple[float, str] | None:
+        """The share of a GPU's memory each engine takes, and where that share was set; None: not sized so."""
+        return None
+
+    def build_engine(self, arm: ArmSpec, *, engine_id: str, seed_offset: int) -> Engine:
+        """The engine a Serve replica of the arm runs."""
+        setup = self.simulation(arm.engine)
+        if setup is None:
+            raise NotImplementedError(f"engine kind {self.name} has no engine to run in a Serve replica")
+        from serve_apps.engines.simulated import SimulatedEngine
+
+        return SimulatedEngine(
+            setup.profile,
+            arm.policy.resolve(arm.topology),
+            seed=setup.seed + seed_offset,
+            time_scale=setup.time_scale,
+            engine_id=engine_id,
+            max_model_len=setup.max_model_len,
+        )

@@ -1,0 +1,49 @@
+"""The simulated engine: a fitted cost model of a real one (a profile), served in Serve in real time or run in
+virtual time by `specdrill simulate`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from serve_apps.engine_kinds.base import EngineConfigBase, EngineKind, Simulation
+from serve_apps.engine_kinds.registry import register
+from serve_apps.sim.profile import load_profile
+
+
+class SimulatedEngineConfig(EngineConfigBase):
+    kind: Literal["simulated"] = "simulated"
+    profile: str = "llama3.1-8b-h100-eagle"
+    time_scale: float = Field(default=1.0, gt=0)
+    seed: int = 0
+    max_model_len: int = Field(default=8192, ge=16)
+
+
+def as_simulated(config: EngineConfigBase) -> SimulatedEngineConfig:
+    """The config of a campaign a command requires to be simulated (the command refused any other kind)."""
+    if not isinstance(config, SimulatedEngineConfig):
+        raise TypeError(f"engine kind {config.kind} is not simulated")
+    return config
+
+
+class SimulatedKind(EngineKind):
+    name = "simulated"
+    config = SimulatedEngineConfig
+    runs_in_virtual_time = True
+
+    def simulation(self, config: EngineConfigBase) -> Simulation:
+        sim = as_simulated(config)
+        return Simulation(
+            profile=load_profile(sim.profile), time_scale=sim.time_scale, max_model_len=sim.max_model_len,
+            seed=sim.seed,
+        )  # fmt: skip
+
+    def served_model_name(self, config: EngineConfigBase) -> str:
+        return f"sim-{as_simulated(config).profile}"
+
+    def max_model_len(self, config: EngineConfigBase) -> int | None:
+        return as_simulated(config).max_model_len
+
+
+KIND = register(SimulatedKind())
