@@ -27,7 +27,7 @@ from orchestrator.analysis import (
     verify_executed_policy,
 )
 from orchestrator.analysis.recovery import Reference, binned_runs, switch_timings
-from orchestrator.analysis.verify import arm_telemetry
+from orchestrator.analysis.telemetry import arm_telemetry
 from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
 from tests.test_analysis_inputs import START_NS, trace_table
 

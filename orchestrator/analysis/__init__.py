@@ -22,7 +22,8 @@ from orchestrator.analysis.results import (
     VerificationReport,
 )
 from orchestrator.analysis.source import Requests, RunKey, request_frame, run_requests
-from orchestrator.analysis.verify import VerifySettings, verify_executed_policy
+from orchestrator.analysis.verify import verify_executed_policy
+from orchestrator.analysis.verify_settings import VerifySettings
 
 __all__ = [
     "ArmInfo",
