@@ -23,7 +23,7 @@ class _Strict(BaseModel):
 
 class Fixed(_Strict):
     kind: Literal["fixed"] = "fixed"
-    value: int = Field(ge=1)
+    value: int = Field(ge=1, description="tokens")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return np.full(n, self.value, dtype=np.int64)
@@ -31,8 +31,8 @@ class Fixed(_Strict):
 
 class Uniform(_Strict):
     kind: Literal["uniform"] = "uniform"
-    low: int = Field(ge=1)
-    high: int = Field(ge=1)
+    low: int = Field(ge=1, description="tokens")
+    high: int = Field(ge=1, description="tokens")
 
     @model_validator(mode="after")
     def _ordered(self) -> Uniform:
@@ -64,12 +64,19 @@ Lengths = Annotated[Fixed | Uniform | LogNormal, Field(discriminator="kind")]
 class Workload(_Strict):
     """One kind of request. `output_tokens` is where the model stops (EOS); with ignore_eos it runs to max_tokens."""
 
-    name: str
-    category: str
-    prompt_tokens: Lengths
-    output_tokens: Lengths
-    max_tokens: int = Field(ge=1)
-    ignore_eos: bool = False
+    name: str = Field(description="the workload's name in reports")
+    category: str = Field(
+        description="the acceptance profile the simulated engine uses (chat, editing, reasoning, ...)"
+    )
+    prompt_tokens: Lengths = Field(
+        description=(
+            "prompt length distribution: the served model's tokens where its tokenizer is known, else words "
+            "(docs/traffic.md)"
+        )
+    )
+    output_tokens: Lengths = Field(description="where the model stops (EOS)")
+    max_tokens: int = Field(ge=1, description="sent as `max_tokens`")
+    ignore_eos: bool = Field(default=False, description="sent as `ignore_eos`: run to max_tokens")
 
     def sample(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(prompt lengths, natural output lengths), both capped so prompt + max_tokens stays meaningful."""
@@ -116,8 +123,8 @@ def builtin_workload(name: str) -> Workload:
 
 
 class MixEntry(_Strict):
-    workload: str | Workload
-    weight: float = Field(gt=0)
+    workload: str | Workload = Field(description="a built-in workload's name (see Workload) or an inline Workload")
+    weight: float = Field(gt=0, description="relative share of requests")
 
     def resolved(self) -> Workload:
         return builtin_workload(self.workload) if isinstance(self.workload, str) else self.workload
@@ -170,8 +177,11 @@ class ReplayedRequests:
 class RequestMix(_Strict):
     """Weighted workload categories, or a user's JSONL dataset (one RequestSpec per line), sampled with a seed."""
 
-    entries: list[MixEntry] = Field(default_factory=list)
-    dataset: str | None = None
+    entries: list[MixEntry] = Field(default_factory=list, description="weighted workloads")
+    dataset: str | None = Field(
+        default=None,
+        description="JSONL, a request per line (`category`, `prompt`, `max_tokens`, ...); not with `entries`",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> RequestMix:

@@ -40,7 +40,7 @@ class Phase(BaseModel):
 class ShapeBase(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: str
-    open_loop: bool = True
+    open_loop: bool = Field(default=True, description="false only for `concurrency` (closed loop); not meant to be set")
 
     def phases(self) -> list[Phase]:  # pragma: no cover - every shape overrides
         raise NotImplementedError
@@ -93,7 +93,7 @@ class ShapeBase(BaseModel):
 
 class Quiet(ShapeBase):
     kind: Literal["quiet"] = "quiet"
-    rate: float = Field(gt=0)
+    rate: float = Field(gt=0, description="requests per second")
     duration_s: float = Field(gt=0)
 
     def phases(self) -> list[Phase]:
@@ -102,8 +102,10 @@ class Quiet(ShapeBase):
 
 class Ramp(ShapeBase):
     kind: Literal["ramp"] = "ramp"
-    rate_from: float = Field(ge=0)
-    rate_to: float = Field(ge=0)
+    rate_from: float = Field(
+        ge=0, description="requests per second at the start, rising (or falling) linearly to `rate_to`"
+    )
+    rate_to: float = Field(ge=0, description="requests per second at the end")
     duration_s: float = Field(gt=0)
 
     def phases(self) -> list[Phase]:
@@ -112,7 +114,7 @@ class Ramp(ShapeBase):
 
 class Sustained(ShapeBase):
     kind: Literal["sustained"] = "sustained"
-    rate: float = Field(gt=0)
+    rate: float = Field(gt=0, description="requests per second")
     duration_s: float = Field(gt=0)
 
     def phases(self) -> list[Phase]:
@@ -121,8 +123,8 @@ class Sustained(ShapeBase):
 
 class Step(ShapeBase):
     kind: Literal["step"] = "step"
-    rates: list[float] = Field(min_length=1)
-    step_s: float = Field(gt=0)
+    rates: list[float] = Field(min_length=1, description="requests per second of each step, `step_s` seconds each")
+    step_s: float = Field(gt=0, description="seconds per step")
 
     @model_validator(mode="after")
     def _positive(self) -> Step:
@@ -141,14 +143,18 @@ class CrossAndRecover(ShapeBase):
     """Quiet, rise past a named load boundary, hold above it, fall back below, quiet again."""
 
     kind: Literal["cross_and_recover"] = "cross_and_recover"
-    quiet_rate: float = Field(gt=0)
-    peak_rate: float = Field(gt=0)
-    boundary_rate: float = Field(gt=0)
-    boundary: str = "boundary"
-    quiet_s: float = Field(gt=0)
-    rise_s: float = Field(gt=0)
-    hold_s: float = Field(gt=0)
-    fall_s: float = Field(gt=0)
+    quiet_rate: float = Field(gt=0, description="requests per second before and after")
+    peak_rate: float = Field(gt=0, description="requests per second held above the boundary")
+    boundary_rate: float = Field(
+        gt=0, description="the rate that crosses the boundary (quiet_rate < boundary_rate < peak_rate)"
+    )
+    boundary: str = Field(
+        default="boundary", description="names the phases (`rise_past_<boundary>`, `above_<boundary>`, ...)"
+    )
+    quiet_s: float = Field(gt=0, description="seconds of quiet before the rise and after the fall")
+    rise_s: float = Field(gt=0, description="seconds rising from quiet_rate to peak_rate")
+    hold_s: float = Field(gt=0, description="seconds at peak_rate")
+    fall_s: float = Field(gt=0, description="seconds falling back to quiet_rate")
 
     @model_validator(mode="after")
     def _crosses(self) -> CrossAndRecover:
@@ -182,10 +188,12 @@ class Day(ShapeBase):
     """A diurnal curve (trough at the start, peak half way) compressed into `duration_s`, in `segments` pieces."""
 
     kind: Literal["day"] = "day"
-    min_rate: float = Field(ge=0)
-    max_rate: float = Field(gt=0)
+    min_rate: float = Field(ge=0, description="requests per second at the trough")
+    max_rate: float = Field(gt=0, description="requests per second at the peak")
     duration_s: float = Field(gt=0)
-    segments: int = Field(default=48, ge=4, le=10_000)
+    segments: int = Field(
+        default=48, ge=4, le=10_000, description="linear pieces the curve is drawn with (phases `hour00` ...)"
+    )
 
     def phases(self) -> list[Phase]:
         seg = self.duration_s / self.segments
@@ -204,8 +212,10 @@ class Concurrency(ShapeBase):
     """CLOSED LOOP: `users` users, each sending its next request when the previous one ends."""
 
     kind: Literal["concurrency"] = "concurrency"
-    open_loop: bool = False
-    users: int = Field(ge=1)
+    open_loop: bool = Field(
+        default=False, description="false only for `concurrency` (closed loop); not meant to be set"
+    )
+    users: int = Field(ge=1, description="closed-loop users, each sending its next request when the previous one ends")
     duration_s: float = Field(gt=0)
 
     def phases(self) -> list[Phase]:
@@ -222,9 +232,11 @@ class CategoryRule(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    by: Literal["file", "model", "log_type"]
-    map: dict[str, str] = Field(min_length=1)
-    default: str | None = None
+    by: Literal["file", "model", "log_type"] = Field(
+        description="what to match: the file's name, BurstGPT's `Model`, or its `Log Type`"
+    )
+    map: dict[str, str] = Field(min_length=1, description="key -> category")
+    default: str | None = Field(default=None, description="category for values no key matches; none: the mix draws one")
 
     def categories(self, values: np.ndarray) -> list[str | None]:
         memo: dict[str, str | None] = {}  # a few distinct values (models, files) over many requests
@@ -256,21 +268,47 @@ class Replay(ShapeBase):
     format: Literal["azure", "burstgpt", "mooncake", "specdrill", "csv", "parquet"] | None = None
     column: str | None = None  # csv only: read this column of a CSV with a header
     arm: str | None = None  # specdrill only: the arm and shape partition to replay
-    shape: str | None = None
-    start_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    speed: float = Field(default=1.0, gt=0, allow_inf_nan=False)
-    rate_scale: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    target_rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    shape: str | None = Field(default=None, description="specdrill only: with `arm`, the partition to replay")
+    start_s: float = Field(
+        default=0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="window start, in the trace's seconds from its first request",
+    )
+    duration_s: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="window length; default: to just after the last arrival"
+    )
+    speed: float = Field(
+        default=1.0, gt=0, allow_inf_nan=False, description="offsets are divided by this (2 replays twice as fast)"
+    )
+    rate_scale: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="thin (< 1) or replicate (> 1) requests, seeded, keeping the bursts",
+    )
+    target_rate: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="the same, to this mean rate (requests per second); give one of the two",
+    )
     seed: int = Field(default=0, ge=0)  # thinning and replication only: the recorded arrivals are not random
     # Traces with lengths (azure, burstgpt, mooncake): the category of each request, its prompt's generator.
     category: str | CategoryRule | None = None  # None: the mix draws it, as for any shape
     failed: Literal["skip", "expect_error"] = "skip"  # BurstGPT's failed requests (0 response tokens)
-    failed_category: str = Field(default="failed", min_length=1)
+    failed_category: str = Field(
+        default="failed", min_length=1, description="category of failed requests kept with `failed: expect_error`"
+    )
     block_tokens: int = Field(default=512, ge=1)  # Mooncake: tokens per hash_ids block (512 in its release)
     max_prompt_tokens: int | None = Field(default=None, ge=1)  # clip recorded lengths (an arm's max_model_len)
-    max_output_tokens: int | None = Field(default=None, ge=1)
-    bin_s: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    max_output_tokens: int | None = Field(default=None, ge=1, description="clip recorded output lengths")
+    bin_s: float = Field(
+        default=1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="phase length: phases are `replay00`, `replay01`, ... bins of this many seconds",
+    )
 
     @model_validator(mode="after")
     def _readable(self) -> Replay:

@@ -15,9 +15,9 @@ class Deadlines(BaseModel):
     """A request is good (counts toward goodput) when it meets every deadline that is set."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    ttft_s: float | None = Field(default=None, gt=0)
-    tpot_s: float | None = Field(default=None, gt=0)
-    e2e_s: float | None = Field(default=None, gt=0)
+    ttft_s: float | None = Field(default=None, gt=0, description="replaces `slo.ttft_s` for this category")
+    tpot_s: float | None = Field(default=None, gt=0, description="replaces `slo.tpot_s` for this category")
+    e2e_s: float | None = Field(default=None, gt=0, description="replaces `slo.e2e_s` for this category")
 
     def met(self, *, ok: bool, ttft_s: float | None, tpot_s: float | None, e2e_s: float | None) -> bool:
         """Completed and within every deadline that is set. A missing TTFT or end-to-end time misses a deadline
@@ -36,9 +36,9 @@ def _within(value: float | None, limit: float) -> bool:
 
 class SloConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    ttft_s: float | None = Field(default=2.0, gt=0)
-    tpot_s: float | None = Field(default=0.05, gt=0)
-    e2e_s: float | None = Field(default=None, gt=0)
+    ttft_s: float | None = Field(default=2.0, gt=0, description="time to first token, from the scheduled time")
+    tpot_s: float | None = Field(default=0.05, gt=0, description="time per output token after the first")
+    e2e_s: float | None = Field(default=None, gt=0, description="end to end, from the scheduled time")
     per_category: dict[str, Deadlines] = Field(default_factory=dict)  # overrides, deadline by deadline
 
     def for_category(self, category: str | None) -> Deadlines:

@@ -49,9 +49,12 @@ class _Strict(BaseModel):
 class Topology(_Strict):
     """How an arm's engines are laid out: one engine, N independent replicas, or one vLLM DP group of N ranks."""
 
-    kind: Literal["single", "replicas", "data_parallel"] = "single"
-    size: int = Field(default=1, ge=1)
-    tensor_parallel_size: int = Field(default=1, ge=1)
+    kind: Literal["single", "replicas", "data_parallel"] = Field(
+        default="single",
+        description="`data_parallel` is one vLLM DP group (vLLM drops a dynamic schedule there: static max k)",
+    )
+    size: int = Field(default=1, ge=1, description="engines (`replicas`) or data-parallel ranks (`data_parallel`)")
+    tensor_parallel_size: int = Field(default=1, ge=1, description="passed to vLLM")
 
     @model_validator(mode="after")
     def _single_is_one(self) -> Self:
@@ -201,10 +204,16 @@ class OffPolicy(_Strict):
 
 
 class _Speculative(_Strict):
-    method: SpecMethod
-    model: str | None = None
-    prompt_lookup_max: int | None = Field(default=None, ge=1)
-    prompt_lookup_min: int | None = Field(default=None, ge=1)
+    method: SpecMethod = Field(description="vLLM's speculative method")
+    model: str | None = Field(
+        default=None, description="the drafter (required by methods with a drafter network; none for n-gram and suffix)"
+    )
+    prompt_lookup_max: int | None = Field(
+        default=None, ge=1, description="n-gram: longest n-gram to match in the prompt (vLLM's name)"
+    )
+    prompt_lookup_min: int | None = Field(
+        default=None, ge=1, description="n-gram: shortest n-gram to match (vLLM's name)"
+    )
 
     @model_validator(mode="after")
     def _drafter_matches_method(self) -> Self:
@@ -238,7 +247,7 @@ class _Speculative(_Strict):
 
 class FixedPolicy(_Speculative):
     kind: Literal["fixed"] = "fixed"
-    k: int = Field(ge=1)
+    k: int = Field(ge=1, description="vLLM's `num_speculative_tokens`: tokens drafted every step")
 
     @property
     def label(self) -> str:
@@ -255,8 +264,15 @@ class DynamicPolicy(_Speculative):
     """max_k is vLLM's num_speculative_tokens: the draft window every schedule entry is clamped to."""
 
     kind: Literal["dynamic"] = "dynamic"
-    max_k: int = Field(ge=1)
-    schedule: tuple[ScheduleEntry, ...]
+    max_k: int = Field(
+        ge=1, description="vLLM's `num_speculative_tokens`; under data parallelism vLLM runs this k in every step"
+    )
+    schedule: tuple[ScheduleEntry, ...] = Field(
+        description=(
+            "vLLM's `num_speculative_tokens_per_batch_size`: `[start, end, k]` by batch size, sorted, not "
+            "overlapping, the first starting at 1; gaps and the tail keep the previous k"
+        )
+    )
 
     @model_validator(mode="before")
     @classmethod
