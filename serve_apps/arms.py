@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -15,6 +15,7 @@ from serve_apps.engine_kinds.endpoint import EndpointEngineConfig as EndpointEng
 from serve_apps.engine_kinds.registry import bind_engine_field, config_union, kind_of
 from serve_apps.engine_kinds.simulated import SimulatedEngineConfig as SimulatedEngineConfig
 from serve_apps.engine_kinds.vllm import VllmEngineConfig as VllmEngineConfig
+from serve_apps.placement import Resources, plan_placement
 from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -41,22 +42,6 @@ def prompt_length_notice(engine: EngineConfigBase) -> str | None:
     return kind_of(engine).prompt_length_notice(engine)
 
 
-class Resources(_Strict):
-    """What each engine of the arm reserves in the Ray cluster (serve_apps/placement.py lays it out)."""
-
-    cpus_per_engine: float = Field(default=0.5, gt=0)
-    # GPUs per GPU worker: an engine of tensor_parallel_size T (x data_parallel N for vLLM) has T (x N) workers.
-    gpus_per_engine: float = Field(default=0.0, ge=0)
-    # GPUs on each GPU node. Decides whether an engine fits one node (the replica holds its GPUs) or spans nodes
-    # (a placement group); read from the cluster at deploy time when not given.
-    gpus_per_node: int | None = Field(default=None, ge=1)
-    # The cluster adds nodes on demand (Ray autoscaler): do not refuse what the nodes up now cannot hold.
-    autoscaling: bool = False
-    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
-    # At most this many of the arm's engines on one node (Serve's max_replicas_per_node): 1 spreads them out.
-    max_engines_per_node: int | None = Field(default=None, ge=1)
-
-
 class ArmSpec(_Strict):
     name: str
     campaign: str = "default"
@@ -74,8 +59,6 @@ class ArmSpec(_Strict):
 
     @model_validator(mode="after")
     def _placement_is_runnable(self) -> ArmSpec:
-        from serve_apps.placement import plan_placement  # placement reads arms: imported here, not at the top
-
         plan_placement(self)  # raises PlacementError (a ValueError) naming the limitation
         return self
 

@@ -21,14 +21,45 @@ A layout vLLM cannot run is refused here, before anything deploys.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from serve_apps.engine_kinds.base import EngineConfigBase
 from serve_apps.engine_kinds.registry import kind_of
+from serve_apps.policies import Topology
 
-if TYPE_CHECKING:
-    from serve_apps.arms import ArmSpec  # arms validates its placement with plan_placement: no import at run time
+
+class Resources(BaseModel):
+    """What each engine of the arm reserves in the Ray cluster (serve_apps/placement.py lays it out)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpus_per_engine: float = Field(default=0.5, gt=0)
+    # GPUs per GPU worker: an engine of tensor_parallel_size T (x data_parallel N for vLLM) has T (x N) workers.
+    gpus_per_engine: float = Field(default=0.0, ge=0)
+    # GPUs on each GPU node. Decides whether an engine fits one node (the replica holds its GPUs) or spans nodes
+    # (a placement group); read from the cluster at deploy time when not given.
+    gpus_per_node: int | None = Field(default=None, ge=1)
+    # The cluster adds nodes on demand (Ray autoscaler): do not refuse what the nodes up now cannot hold.
+    autoscaling: bool = False
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    # At most this many of the arm's engines on one node (Serve's max_replicas_per_node): 1 spreads them out.
+    max_engines_per_node: int | None = Field(default=None, ge=1)
+
+
+class PlacedArm(Protocol):
+    """What placement reads of an arm (serve_apps.arms.ArmSpec, which validates its layout here: named by shape,
+    so that placement does not import arms)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def topology(self) -> Topology: ...
+    @property
+    def resources(self) -> Resources: ...
+    @property
+    def engine(self) -> EngineConfigBase: ...
 
 
 class PlacementError(ValueError):
@@ -79,7 +110,7 @@ class ArmPlacement(BaseModel):
         return [demand]
 
 
-def plan_placement(arm: ArmSpec) -> ArmPlacement:
+def plan_placement(arm: PlacedArm) -> ArmPlacement:
     """The layout of an arm, from its topology, engine and resources. Pure: the same arm always gets the same
     layout, in the driver (to deploy it) and in the replica (to tell vLLM how to find its devices)."""
     topo = arm.topology
@@ -137,7 +168,7 @@ def plan_placement(arm: ArmSpec) -> ArmPlacement:
 RAY_DP_ENV = {"VLLM_RAY_DP_PACK_STRATEGY": "fill"}
 
 
-def _ray_data_parallel(arm: ArmSpec, dp: int, tp: int, node: int) -> ArmPlacement:
+def _ray_data_parallel(arm: PlacedArm, dp: int, tp: int, node: int) -> ArmPlacement:
     res = arm.resources
     name = f"arm {arm.name}"
     if tp > node:
@@ -163,7 +194,7 @@ def _ray_data_parallel(arm: ArmSpec, dp: int, tp: int, node: int) -> ArmPlacemen
     )  # fmt: skip
 
 
-def _refuse_oversubscribed_gpu(arm: ArmSpec, gpu: float, memory_share: tuple[float, str]) -> None:
+def _refuse_oversubscribed_gpu(arm: PlacedArm, gpu: float, memory_share: tuple[float, str]) -> None:
     """A fractional GPU lets Ray put floor(1 / gpus_per_engine) engines on one GPU (of this arm or another of the
     campaign: they share the engine config); vLLM sizes each engine's memory as gpu_memory_utilization of the
     whole GPU, so together they must fit in it, or the later ones fail to start for want of memory."""
