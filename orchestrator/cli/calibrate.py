@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import click
 
-from loadshapes.badfile import write_failed
 from orchestrator.cli.common import fail, output_directory, profile_named
-from serve_apps.sim.profile import ProfileError
+from serve_apps.sim.profile import Profile, ProfileError
 
 
 @click.command("calibrate")
@@ -46,8 +44,8 @@ def calibrate_cmd(run_dirs: tuple[str, ...], output: str, vllm_profile: str | No
 
     from orchestrator.calibrate.command import calibrate
     from orchestrator.calibrate.model import CalibrationError
+    from orchestrator.calibrate.outputs import write_profiles
     from orchestrator.calibrate.vllm_profile import VllmProfileError, profile_from_vllm
-    from orchestrator.calibrate.writer import write_profile
 
     stem = name or Path(output).stem
     output_directory(os.path.dirname(output) or ".", "directory of the fitted profile")  # before the fit
@@ -57,7 +55,7 @@ def calibrate_cmd(run_dirs: tuple[str, ...], output: str, vllm_profile: str | No
             repeats = {int(r) for r in repeats_text.split(",") if r.strip()}
         except ValueError:
             fail(f"--repeats: {repeats_text!r} is not a list of repeat numbers (e.g. 0,1)")
-    separate: dict[str, Any] = {}
+    separate: dict[str, Profile] = {}
     try:
         if vllm_profile is not None:
             if run_dirs:
@@ -76,19 +74,4 @@ def calibrate_cmd(run_dirs: tuple[str, ...], output: str, vllm_profile: str | No
         raise
     for line in lines:
         click.echo(line)
-    if separate:
-        target = Path(output)
-        for run_id, own in separate.items():
-            path = str(target.with_name(f"{target.stem}.{run_id}{target.suffix}"))
-            try:
-                write_profile(own, path)
-            except OSError as exc:
-                raise write_failed(path, exc) from None
-            click.echo(f"wrote {path} (run {run_id} alone)")
-        click.echo(f"not written: {output} (the engines differ: one pooled profile would speak for none of them)")
-        return
-    try:
-        write_profile(profile, output)
-    except OSError as exc:
-        raise write_failed(output, exc) from None
-    click.echo(f"wrote {output}")
+    write_profiles(profile, separate, output, click.echo)

@@ -18,11 +18,9 @@ def recommend_cmd(run_dirs: tuple[str, ...]) -> None:
     from the report's evidence of one run or several runs of the same traffic: a vLLM speculative_config, a
     campaign that rehearses it, and a follow-up campaign for what is missing. Exit 4: insufficient data, no
     recommendation."""
-    import yaml
-
-    from orchestrator.decide.recommend import EXIT_INSUFFICIENT, recommend_runs, vllm_snippet
+    from orchestrator.decide.recommend import EXIT_INSUFFICIENT, recommend_runs
+    from orchestrator.decide.recommend_outputs import write_recommendation
     from orchestrator.decide.runs import RecommendError, load_evidence
-    from orchestrator.rundir import RunStore
 
     try:
         runs = [load_evidence(run_dir) for run_dir in run_dirs]
@@ -30,34 +28,7 @@ def recommend_cmd(run_dirs: tuple[str, ...]) -> None:
     except RecommendError as exc:
         fail(str(exc))
         raise
-    first = runs[0]
-    store = RunStore(first.run_dir, create=False)
-    store.write_json("recommendation.json", recommendation.model_dump(mode="json"))
-    # The run's mode decides the command: a virtual-time run rehearses in virtual time
-    command = "specdrill simulate" if first.mode == "virtual" else "specdrill run"
-    for name, campaign in {"recommended-campaign.yaml": rehearsal, "followup-campaign.yaml": followup}.items():
-        if campaign is not None:
-            store.write_text(name, yaml.safe_dump(campaign, sort_keys=False))
-        elif store.exists(name):
-            store.remove(name)  # an earlier recommendation's: not this one's
-    click.echo(recommendation.message)
-    click.echo(vllm_snippet(recommendation), nl=False)
-    if rehearsal is not None:
-        click.echo(recommendation.frame)
-        click.echo(f"rehearse it: {command} {store.root}/recommended-campaign.yaml")
-        if first.campaign.engine.kind == "simulated":
-            click.echo(f"a schedule in its own frame: specdrill tune {store.root}/recommended-campaign.yaml")
-        else:
-            click.echo(
-                f"a schedule in its own frame: specdrill calibrate {store.root} -o profile.yaml, then specdrill tune "
-                "on a simulated-engine copy of the campaign with --profile profile.yaml"
-            )
-    else:
-        click.echo("nothing to rehearse: no schedule is recommended")
-    if followup is not None:
-        beside = " beside the current best" if recommendation.status != "insufficient" else ""
-        click.echo(f"measure what is missing{beside}: {command} {store.root}/followup-campaign.yaml")
-        click.echo(f"then: specdrill recommend {' '.join(r.run_dir for r in runs)} {followup['output']}")
+    click.echo(write_recommendation(runs, recommendation, rehearsal, followup), nl=False)
     if recommendation.status == "insufficient":
         sys.exit(EXIT_INSUFFICIENT)
 
