@@ -4,30 +4,28 @@ orchestrator/rundir.py), and the quickstart's answer block in docs/running.md fr
 (seeded: the same every run). `python -m orchestrator.docgen` (make docs) rewrites them; `--check` only says
 which are stale. tests/test_docs.py fails when a checked-in page differs.
 
-Descriptions come from the source itself: a field's `description=`, else the comment block right above it and
-the comment at the end of its line, read with ast + tokenize so they stay where the code's readers see them.
+Descriptions come from the models themselves: a field's `Field(description=...)`, else the comment block right
+above it and the comment at the end of its line (orchestrator/doc_source.py), else a note in FIELD_NOTES below.
+The trace schema page is orchestrator/doc_trace.py.
 """
 
 from __future__ import annotations
 
-import ast
 import inspect
-import io
 import json
 import sys
-import textwrap
-import tokenize
 import types
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from enum import Enum
-from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
+
+from orchestrator.doc_source import cell, field_comment
+from orchestrator.doc_trace import trace_schema
 
 REPO = Path(__file__).resolve().parent.parent
 CAMPAIGN_PAGE = "docs/campaign-reference.md"
@@ -41,11 +39,8 @@ ANSWER_BEGIN = (
 )
 ANSWER_END = "<!-- end of the generated answer block -->"
 
-# Tool directives, not prose.
-_DIRECTIVES = ("fmt:", "noqa", "type:", "pragma:")
-
-# For fields and columns whose source has no comment: what a reader needs. A source comment, once written, wins;
-# tests/test_docs.py checks every key here still names a real field or column.
+# For fields whose model has neither a description nor a comment: what a reader needs (the rest of the notes are
+# the models' Field(description=...) now). tests/test_docs.py checks every key here still names a real field.
 FIELD_NOTES: dict[str, str] = {
     "Campaign.name": "slug; arms are served at `/<name>/<arm>` and named `<policy>-<topology>`",
     "Campaign.engine": "what serves the arms: the simulated engine, vLLM, or servers someone else runs (endpoint)",
@@ -105,145 +100,6 @@ FIELD_NOTES: dict[str, str] = {
     "VllmEngineConfig.seed": "vLLM's `seed`",
     "VllmEngineConfig.engine_kwargs": "any other AsyncEngineArgs field (not those the arm's policy and layout set)",
 }
-TRACE_NOTES: dict[str, str] = {
-    "campaign": "the campaign's name",
-    "run": "the run's id (one `specdrill run` / `simulate` of the campaign into an output)",
-    "arm": "partition column (in the path): `<policy>-<topology>`, the names in the campaign",
-    "shape": "partition column (in the path): the shape's name in the campaign",
-    "phase": "the shape's phase at the scheduled time (e.g. `rise_past_bs12`)",
-    "worker": "the load worker that sent it",
-    "request_id": "`{arm}:{shape}:{repeat}:{i}`, sent as `x-request-id`",
-    "category": "the mix category (chat, editing, reasoning, ...)",
-    "prompt_sha256": "a hash of the prompt, not the prompt: the SHA-256 of its UTF-8 text as 64 hex digits, on every "
-    "row whose request was planned (null otherwise); the same request has the same hash on every arm",
-    "prompt": "the prompt text (only with `store_prompts: true`)",
-    "first_token_ns": "first content token arrived",
-    "token_times_ns": "every token's arrival time (`load.store_token_times`)",
-    "step_batch_size": "per step of the request: batch size",
-    "step_k": "per step: executed k (0 included)",
-    "per_step_drafted": "per drafting step: tokens drafted (vLLM's name)",
-    "per_step_accepted": "per drafting step: tokens accepted (vLLM's name)",
-    "schedule_dropped": "the engine dropped the dynamic schedule (vLLM's data-parallel fallback)",
-    "error_class": "`http_<code>`, `truncated_stream`, `invalid_json`, `missing_usage`, `timeout`, ...",
-    "policy": "the arm's policy label, e.g. `fixed-eagle-k3`, `dynamic-eagle-k3[1-4=3,5-12=1,13-512=0]`",
-    "topology": "the arm's topology label, e.g. `single`, `data_parallel2`",
-    "repeat": "the unit's repeat",
-    "request_index": "i: the request's place in the unit's plan, the same on every arm",
-    "scheduled_ns": "when the plan says to send it; latencies count from here",
-    "prompt_tokens": "from the server's usage",
-    "output_tokens": "from the server's usage",
-    "ttft_s": "first token minus scheduled",
-    "e2e_s": "done minus scheduled",
-    "tpot_s": "(last token - first token) / (tokens - 1), from the client's token times",
-    "itl_p50_s": "inter-token gap, median",
-    "itl_p99_s": "inter-token gap, p99",
-    "itl_max_s": "inter-token gap, largest",
-    "queue_wait_s": "time the request waited in the engine before its first step",
-    "server_received_ns": "server timestamps, on specdrill's clock (specdrill arms only)",
-    "engine_steps": "engine steps the request was in",
-    "step_batch_mean": "mean batch size over those steps (the batch-size bands)",
-    "step_batch_max": "largest batch size over those steps",
-    "step_k_sum": "sum of executed k over those steps",
-    "drafted_tokens": "draft tokens verified",
-    "accepted_tokens": "draft tokens accepted",
-    "mean_acceptance_length": "vLLM's per-request metric",
-    "replica_id": "the Serve replica that answered",
-    "engine_id": "the engine (`<arm>/<replica>/dp<rank>` under data parallelism)",
-    "node_id": "the Ray node",
-    "error_message": "one line",
-}
-
-# The step timeline files' columns (orchestrator/rundir.py timeline_table): meaning, unit, and when null.
-TIMELINE_NOTES: dict[str, str] = {
-    "engine_id": "the engine that ran the step; each rank of a vLLM data-parallel group is its own engine "
-    "(`engine_id` as in the traces); never null",
-    "start_ns": "the step's start, epoch nanoseconds on specdrill's clock (virtual time: from the fixed virtual "
-    "epoch); vLLM: the front end's record time minus the engine core's own timing of the step; never null",
-    "end_ns": "the step's end, epoch nanoseconds; vLLM: when the front end recorded it (after the IPC hop, so "
-    "both ends are late by that lag, the duration is the engine's); never null",
-    "dp_rank": "the engine's rank in its vLLM data-parallel group (vLLM, and the simulated engine in virtual time); "
-    "0 for a single engine and for each replica, and in real time for the simulated engine, whose ranks are each a "
-    "Serve replica of their own (told apart by engine_id); never null",
-    "batch_size": "requests scheduled in the step (vLLM's key for the schedule lookup)",
-    "num_prefill": "requests in the step that were prefilling",
-    "k": "executed draft length (tokens drafted per drafting request, 0 for plain decoding); null where the engine "
-    "could not observe it (vLLM: no request carried the step's drafts on to the next step)",
-    "k_scheduled": "the k vLLM's schedule lookup gives for batch_size under the engine's resolved config; null for "
-    "the simulated engine (its k is the schedule's by construction)",
-    "drafted": "draft tokens verified in the step (proposed by the previous one)",
-    "accepted": "draft tokens accepted in the step",
-    "num_drafts": "requests whose drafts were verified in the step (vLLM); null for the simulated engine",
-    "waiting": "requests waiting in the engine's queue at the step",
-    "batched_tokens": "tokens computed in the step: prefill chunks, 1 + drafts per decoding request; null in "
-    "timelines written before it existed and for vLLM without iteration details",
-    "kv_tokens": "KV-cache tokens the step read (vLLM: blocks in use x block size, so up to block_size - 1 per "
-    "request above the contexts); null in older timelines, before vLLM reported its block count, and in a vLLM "
-    "step where a request finished (its usage is sampled after the blocks were freed)",
-    "lag_s": "wall seconds the real-time simulated engine handed the step's tokens out after the model's step end "
-    "(its latencies are the host's where this grows); present only where some engine reported it (null for the "
-    "others), absent for vLLM and virtual time",
-}
-
-
-# --- comments from source ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Source:
-    lines: list[str]  # the code, 1-based through lines[n - 1]
-    comments: dict[int, str]  # line -> comment text without '#'
-    tree: ast.Module
-
-    def above(self, line: int) -> list[str]:
-        """The comment lines right above `line` (a block with no code or blank line in between)."""
-        out: list[str] = []
-        at = line - 1
-        while at >= 1 and self.lines[at - 1].lstrip().startswith("#"):
-            out.insert(0, self.comments.get(at, ""))
-            at -= 1
-        return [c for c in out if c]
-
-    def trailing(self, first: int, last: int) -> list[str]:
-        return [
-            self.comments[n]
-            for n in range(first, last + 1)
-            if n in self.comments and not self.lines[n - 1].lstrip().startswith("#")
-        ]
-
-
-def _source(text: str) -> _Source:
-    comments: dict[int, str] = {}
-    for token in tokenize.generate_tokens(io.StringIO(text).readline):
-        if token.type == tokenize.COMMENT:
-            comment = token.string.lstrip("#").strip()
-            if not comment.startswith(_DIRECTIVES):
-                comments[token.start[0]] = comment
-    return _Source(lines=text.splitlines(), comments=comments, tree=ast.parse(text))
-
-
-@cache
-def _class_source(cls: type) -> _Source:
-    return _source(textwrap.dedent(inspect.getsource(cls)))
-
-
-def _sentence(parts: Sequence[str]) -> str:
-    return " ".join(" ".join(parts).split())
-
-
-def _field_comment(model: type[BaseModel], name: str) -> str:
-    """The comments of the class in the MRO that declares `name`."""
-    for cls in model.__mro__:
-        if name not in inspect.get_annotations(cls):
-            continue
-        src = _class_source(cls)
-        body = src.tree.body[0]
-        assert isinstance(body, ast.ClassDef)
-        for node in body.body:
-            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
-                end = node.end_lineno or node.lineno
-                return _sentence(src.above(node.lineno) + src.trailing(node.lineno, end))
-        return ""
-    return ""
 
 
 # --- the campaign reference ----------------------------------------------------------------------------------------
@@ -328,10 +184,6 @@ def _constraints(field: FieldInfo) -> str:
     return ", ".join(out)
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def _doc(cls: type) -> str:
     own = cls.__dict__.get("__doc__")
     return inspect.cleandoc(own) if own else ""
@@ -372,7 +224,7 @@ def campaign_models() -> list[tuple[type[BaseModel], list[str]]]:
 def _note(model: type[BaseModel], name: str, field: FieldInfo) -> str:
     if field.description:
         return field.description
-    comment = _field_comment(model, name)
+    comment = field_comment(model, name)
     if comment:
         return comment
     note = next((FIELD_NOTES[k] for c in model.__mro__ if (k := f"{c.__name__}.{name}") in FIELD_NOTES), "")
@@ -430,7 +282,7 @@ def campaign_reference() -> str:
                 _type(field.annotation),
                 _default(field),
                 _constraints(field),
-                _cell(_note(model, name, field)),
+                cell(_note(model, name, field)),
             ]
             out.append("| " + " | ".join(row) + " |")
         out.append("")
@@ -443,95 +295,8 @@ def _limits_section() -> list[str]:
 
     out = ["## Limits", "", _doc(Limits), "", "| limit | default | description |", "|---|---|---|"]
     for name, field in _fields(Limits):
-        out.append(f"| `{name}` | {_default(field)} | {_cell(_note(Limits, name, field))} |")
+        out.append(f"| `{name}` | {_default(field)} | {cell(_note(Limits, name, field))} |")
     return [*out, ""]
-
-
-# --- the trace schema ------------------------------------------------------------------------------------------
-
-
-def trace_schema() -> str:
-    from loadshapes import trace
-
-    path = Path(inspect.getfile(trace))
-    src = _source(path.read_text())
-    fields = next(
-        node.value
-        for node in src.tree.body
-        if isinstance(node, ast.AnnAssign | ast.Assign)
-        and any(isinstance(t, ast.Name) and t.id == "_FIELDS" for t in _targets(node))
-    )
-    assert isinstance(fields, ast.List)
-    out = [
-        "# Trace schema",
-        "",
-        "<!-- generated by `python -m orchestrator.docgen` (make docs) from loadshapes/trace.py, the schema's one",
-        "     home; edit its comments, not this page. tests/test_docs.py fails when it is stale. -->",
-        "",
-        f"Schema version **{trace.SCHEMA_VERSION}**, in every file's Parquet metadata under "
-        f"`{trace.VERSION_KEY.decode()}`. `read_traces` refuses another version in one line (rerun the campaign "
-        "into a new output).",
-        "",
-        inspect.cleandoc(trace.__doc__ or ""),
-        "",
-        f"`{'`, `'.join(trace.PARTITION_COLUMNS)}` live in the path (Hive partitions), not in the files. "
-        f"`{'`, `'.join(trace.STEP_LIST_COLUMNS)}` are filled only with `load.store_step_lists: true` and always "
-        "for endpoint arms (which have no step timeline); the per-request step summaries are always written. ",
-        "",
-        "```sql",
-        "SELECT arm, shape, count(*), quantile_cont(tpot_s, 0.5)",
-        "FROM read_parquet('runs/quickstart/traces/**/*.parquet', hive_partitioning = true) GROUP BY ALL;",
-        "```",
-        "",
-    ]
-    header = ["| column | type | null | meaning |", "|---|---|---|---|"]
-    previous_end = fields.lineno
-    table_open = False
-    for element in fields.elts:
-        if not (isinstance(element, ast.Call) and element.args and isinstance(element.args[0], ast.Constant)):
-            raise RuntimeError(f"{path}:{element.lineno}: _FIELDS holds something other than pa.field('name', ...)")
-        name = str(element.args[0].value)
-        group = [src.comments[n] for n in range(previous_end + 1, element.lineno) if n in src.comments]
-        if group or not table_open:
-            if group:
-                out += ([""] if table_open else []) + [_sentence(group), ""]
-            out += header
-            table_open = True
-        column = trace.TRACE_SCHEMA.field(name)
-        end = element.end_lineno or element.lineno
-        meaning = _sentence(src.trailing(element.lineno, end)) or TRACE_NOTES.get(name, "")
-        nullable = "yes" if column.nullable else "no"
-        out.append(f"| `{name}` | `{column.type}` | {nullable} | {_cell(meaning)} |")
-        previous_end = end
-    out.append("")
-    return "\n".join(out + timeline_schema())
-
-
-def timeline_columns() -> list[tuple[str, str]]:
-    """(name, Arrow type) of a step timeline file's columns, as rundir.timeline_table writes them."""
-    from orchestrator.rundir import timeline_table
-
-    schema = timeline_table({"engine": {"start": [0.0], "end": [0.0], "lag_s": [0.0]}}).schema
-    return [(f.name, str(f.type)) for f in schema]
-
-
-def timeline_schema() -> list[str]:
-    out = [
-        "## Step timelines",
-        "",
-        "One file per unit, `timelines/arm=<arm>/shape=<shape>/r<repeat>.parquet` (arm, shape and repeat live in the "
-        "path), written by orchestrator/rundir.py: one row per engine step of every engine of the arm, in the order "
-        "the engines reported them (the ranks of a data-parallel group interleave). The executed-policy check, "
-        "the cross-and-recover switch timings, `specdrill calibrate` and report.html's engine timelines read them. "
-        "Times are `int64` nanoseconds, the other integers `int32`.",
-        "",
-        "| column | type | meaning |",
-        "|---|---|---|",
-    ]
-    for name, kind in timeline_columns():
-        out.append(f"| `{name}` | `{kind}` | {_cell(TIMELINE_NOTES[name])} |")
-    out.append("")
-    return out
 
 
 # --- the quickstart's answer block in docs/running.md ---------------------------------------------------------
@@ -565,10 +330,6 @@ def quickstart_answer() -> list[str]:
 
 def running_page() -> str:
     return with_answer((REPO / RUNNING_PAGE).read_text(), quickstart_answer())
-
-
-def _targets(node: ast.AnnAssign | ast.Assign) -> list[ast.expr]:
-    return [node.target] if isinstance(node, ast.AnnAssign) else list(node.targets)
 
 
 PAGES: dict[str, Callable[[], str]] = {

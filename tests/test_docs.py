@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import docgen
+from orchestrator import doc_trace, docgen
 from orchestrator.cli import main as cli_main
 from tests import cli_record
 from tests.conftest import CLI_LOG, RAN, REQUIRE_ALL, require_all
@@ -169,19 +169,19 @@ def test_every_note_names_a_real_field_or_column() -> None:
         for name in inspect.get_annotations(cls)
     }
     assert sorted(set(docgen.FIELD_NOTES) - declared) == []
-    assert sorted(set(docgen.TRACE_NOTES) - set(COLUMNS)) == []
+    assert sorted(set(doc_trace.TRACE_NOTES) - set(COLUMNS)) == []
 
 
 def test_the_trace_schema_describes_the_timeline_files_and_the_prompt_hash() -> None:
     """Every column rundir.timeline_table writes has its meaning on the page (and no note names another), and
     prompt_sha256 is said to be a hash of the prompt, not the prompt."""
-    columns = [name for name, _ in docgen.timeline_columns()]
-    assert sorted(docgen.TIMELINE_NOTES) == sorted(columns)
-    page = docgen.trace_schema()
+    columns = [name for name, _ in doc_trace.timeline_columns()]
+    assert sorted(doc_trace.TIMELINE_NOTES) == sorted(columns)
+    page = doc_trace.trace_schema()
     timelines = page.split("## Step timelines", 1)[1]
     assert "`timelines/arm=<arm>/shape=<shape>/r<repeat>.parquet`" in timelines
-    for name, kind in docgen.timeline_columns():
-        assert f"| `{name}` | `{kind}` | {docgen.TIMELINE_NOTES[name]} |" in timelines
+    for name, kind in doc_trace.timeline_columns():
+        assert f"| `{name}` | `{kind}` | {doc_trace.TIMELINE_NOTES[name]} |" in timelines
     row = next(line for line in page.splitlines() if line.startswith("| `prompt_sha256` |"))
     assert "a hash of the prompt, not the prompt" in row and "the prompt itself" not in row
 
