@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.agreement import compare_summaries, format_agreement
 from orchestrator.analysis.results import VerificationReport
-from orchestrator.analysis.source import steps_view
+from orchestrator.analysis.run_views import steps_view
 from orchestrator.campaign import load_campaign
 from orchestrator.report import engine_lagged, evaluate_gates
 from orchestrator.report_html import ReportData, render_report_html

@@ -21,7 +21,8 @@ from orchestrator.analysis.results import (
     Verdict,
     VerificationReport,
 )
-from orchestrator.analysis.source import Requests, RunKey, request_frame, run_requests
+from orchestrator.analysis.run_views import run_requests
+from orchestrator.analysis.source import Requests, RunKey, request_frame
 from orchestrator.analysis.verify import verify_executed_policy
 from orchestrator.analysis.verify_settings import VerifySettings
 

@@ -2,30 +2,26 @@
 shape on an arm: its clock), `requests` (one row per request: the measures every map and check is built from)
 and, where the run has them, `steps` (the engines' step timelines, one row per engine step).
 
-A run's trace is read where it lies (`read_parquet` over its part files with Hive partitioning); a table in
-memory (tests, tools) is registered as it is. Nothing here holds a row in Python.
+A run's trace is read where it lies (`run_views.py`: `read_parquet` over its part files with Hive partitioning); a
+table in memory (tests, tools) is registered as it is. Nothing here holds a row in Python.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
-from loadshapes.badfile import parquet_metadata, parquet_problem
 from loadshapes.shapes import ShapeBase
-from loadshapes.trace import PARTITION_COLUMNS, TRACE_SCHEMA, check_trace_version, filesystem
+from loadshapes.trace import PARTITION_COLUMNS, TRACE_SCHEMA
 from orchestrator.analysis.db import EngineSettings, close, connect, sql_string
-from orchestrator.analysis.footer import RUN_GROUPS_DECIDED_SQL, RUN_GROUPS_SQL, footer_table
+from orchestrator.analysis.footer import RUN_GROUPS_DECIDED_SQL, RUN_GROUPS_SQL
+from orchestrator.analysis.run_files import RunFiles
 
 RunKey = tuple[str, str, str, int]  # arm, shape, run, repeat
 UnitKey = tuple[str, str, int]  # arm, shape, repeat
@@ -174,8 +170,8 @@ class Requests:
         close(self.con)
 
 
-def _finish(con: duckdb.DuckDBPyConnection, run_starts: Mapping[RunKey, int] | None, step_arms: frozenset[str],
-            has_steps: bool, *, footers: bool = False) -> Requests:  # fmt: skip
+def finish(con: duckdb.DuckDBPyConnection, run_starts: Mapping[RunKey, int] | None, step_arms: frozenset[str],
+           has_steps: bool, *, footers: bool = False) -> Requests:  # fmt: skip
     """`footers`: `trace_footer` holds the trace files' statistics (footer.footer_table)."""
     starts = pa.table(
         {
@@ -233,7 +229,7 @@ def request_frame(
             pa.array(np.asarray(offered_rate, dtype=np.float64), pa.float64()),
         )
     con.register("trace", table)
-    requests = _finish(con, run_starts, frozenset(), has_steps=False)
+    requests = finish(con, run_starts, frozenset(), has_steps=False)
     if offered_rate is None and shapes and table["offered_rate_rps"].null_count == table.num_rows:
         # A trace without planning-time rates (built by hand): the shapes' rates at the scheduled offsets.
         rates = _shape_rates(con, table, shapes)
@@ -262,181 +258,3 @@ def _shape_rates(con: duckdb.DuckDBPyConnection, table: pa.Table, shapes: Mappin
         mine = shape_names == name
         rates[rows[mine]] = shape.rate_at(offsets[mine])
     return rates
-
-
-# --- a run's files --------------------------------------------------------------------------------------------
-TRACE_FILE = "a trace part file"
-TIMELINE_FILE = "a step timeline"
-
-
-@dataclass
-class RunFiles:
-    """The Parquet files the views over a run read, (path, what it is), on one filesystem."""
-
-    fs: pafs.FileSystem
-    files: list[tuple[str, str]] = dataclasses.field(default_factory=list)
-
-    def blame(self, exc: Exception) -> Exception:
-        """The file a reader's error comes from: each file read in full on its own, by Arrow and (on a local disk)
-        by DuckDB, the first that fails named in its reader's words; `exc` itself where every file reads. Only
-        run after a failure: it costs a second scan."""
-        local = isinstance(self.fs, pafs.LocalFileSystem)
-        for path, what in self.files:
-            parquet_metadata(self.fs, path, what)
-            try:
-                with self.fs.open_input_file(path) as handle:
-                    for _ in pq.ParquetFile(handle).iter_batches(batch_size=65_536):
-                        pass
-                if local:
-                    con = duckdb.connect()
-                    try:
-                        for _ in con.sql(f"SELECT * FROM read_parquet({sql_string(path)})").to_arrow_reader(65_536):
-                            pass
-                    finally:
-                        con.close()
-            except (pa.ArrowException, OSError, duckdb.Error) as found:
-                return parquet_problem(self.fs, path, what, found)
-        return exc
-
-
-def _part_files(fs: pafs.FileSystem, directory: str) -> list[str]:
-    infos = fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
-    return sorted(
-        i.path
-        for i in infos
-        if i.type == pafs.FileType.File and i.base_name.endswith(".parquet") and not i.base_name.startswith(".")
-    )
-
-
-def _units_table(units: Sequence[UnitKey]) -> pa.Table:
-    return pa.table(
-        {
-            "arm": pa.array([u[0] for u in units], pa.string()),
-            "shape": pa.array([u[1] for u in units], pa.string()),
-            "repeat": pa.array([u[2] for u in units], pa.int32()),
-            "arm_path": pa.array([quote(u[0], safe="") for u in units], pa.string()),
-            "shape_path": pa.array([quote(u[1], safe="") for u in units], pa.string()),
-        }
-    )
-
-
-def _trace_view(
-    con: duckdb.DuckDBPyConnection, root: str, units: Sequence[UnitKey], read: RunFiles
-) -> list[tuple[str, str, str]]:
-    """`trace`: the rows of the complete units only (a partial unit's rows are not evidence: the rerun redoes
-    it), by partition (only their directories are listed) and by unit (a join on arm, shape, repeat). Returns
-    the part files on a local disk (path, arm, shape), whose footers DuckDB can read."""
-    fs, base = filesystem(root)
-    con.register("complete_units", _units_table(units))
-    pairs = sorted({(u[0], u[1]) for u in units})
-    local = isinstance(fs, pafs.LocalFileSystem)
-    located = [
-        (f, arm, shape)
-        for arm, shape in pairs
-        for f in _part_files(fs, f"{base}/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}")
-    ]
-    files = [f for f, _, _ in located]
-    read.files += [(f, TRACE_FILE) for f in files]
-    columns = ", ".join(f"t.{c}" for c in TRACE_SCHEMA.names if c not in PARTITION_COLUMNS)
-    if not files:
-        empty = pa.Table.from_batches([], schema=TRACE_SCHEMA)
-        con.register("trace_files", empty)
-        source = "trace_files"
-        arm_key, shape_key = "arm", "shape"
-    elif local:
-        listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-        source = (
-            f"read_parquet([{listed}], hive_partitioning = true, "
-            "hive_types = {'arm': VARCHAR, 'shape': VARCHAR}, union_by_name = true)"
-        )
-        arm_key, shape_key = "arm_path", "shape_path"  # the path segments, as the writer quoted them
-    else:  # object stores: pyarrow's filesystems, streamed into DuckDB batch by batch
-        dataset = ds.dataset(
-            files,
-            filesystem=fs,
-            format="parquet",
-            partitioning=ds.partitioning(pa.schema([(c, pa.string()) for c in PARTITION_COLUMNS]), flavor="hive"),
-            partition_base_dir=base,
-        )
-        con.register("trace_files", dataset)
-        source = "trace_files"
-        arm_key, shape_key = "arm", "shape"
-    con.execute(
-        f"CREATE OR REPLACE TEMP VIEW trace AS SELECT u.arm, u.shape, {columns} FROM {source} t "
-        f"JOIN complete_units u ON t.arm = u.{arm_key} AND t.shape = u.{shape_key} AND t.repeat = u.repeat"
-    )
-    return located if local else []
-
-
-def steps_view(
-    con: duckdb.DuckDBPyConnection, run_dir: str, units: Sequence[UnitKey], read: RunFiles | None = None
-) -> frozenset[str]:
-    """`steps`: every engine step of the complete units' timelines (arm, shape, repeat, engine_id, start_ns,
-    end_ns, batch_size, k); the arms that have one."""
-    fs, base = filesystem(run_dir)
-    found = []
-    for arm, shape, repeat in units:
-        path = f"{base}/timelines/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}/r{repeat}.parquet"
-        if fs.get_file_info(path).type == pafs.FileType.NotFound:
-            continue
-        # empty: no steps (or an endpoint unit of an older specdrill)
-        if parquet_metadata(fs, path, TIMELINE_FILE).num_rows:
-            found.append((path, arm, shape, repeat))
-            if read is not None:
-                read.files.append((path, TIMELINE_FILE))
-    if not found:
-        return frozenset()
-    con.register(
-        "timeline_files",
-        pa.table(
-            {
-                "filename": pa.array([f[0] for f in found], pa.string()),
-                "arm": pa.array([f[1] for f in found], pa.string()),
-                "shape": pa.array([f[2] for f in found], pa.string()),
-                "repeat": pa.array([f[3] for f in found], pa.int32()),
-            }
-        ),
-    )
-    if isinstance(fs, pafs.LocalFileSystem):
-        listed = ", ".join("'" + f[0].replace("'", "''") + "'" for f in found)
-        source = f"read_parquet([{listed}], filename = true, union_by_name = true)"
-    else:
-        tables = []
-        for path, *_ in found:
-            with fs.open_input_file(path) as handle:
-                part = pq.read_table(handle, columns=["engine_id", "start_ns", "end_ns", "batch_size", "k"])
-            tables.append(part.append_column("filename", pa.array([path] * part.num_rows, pa.string())))
-        con.register("timeline_rows", pa.concat_tables(tables))
-        source = "timeline_rows"
-    con.execute(
-        "CREATE OR REPLACE TEMP VIEW steps AS SELECT f.arm, f.shape, f.repeat, s.engine_id, s.start_ns, s.end_ns, "
-        f"s.batch_size, s.k FROM {source} s JOIN timeline_files f ON s.filename = f.filename"
-    )
-    return frozenset(f[1] for f in found)
-
-
-def run_requests(
-    run_dir: str,
-    units: Sequence[UnitKey],
-    *,
-    settings: EngineSettings | None = None,
-    step_lists_only: frozenset[str] = frozenset(),
-) -> Requests:
-    """The views over a run directory's traces and timelines, complete units only. `step_lists_only`: arms whose
-    steps come from the rows' per-step lists even where a timeline exists."""
-    traces = f"{run_dir.rstrip('/')}/traces"
-    check_trace_version(traces)
-    read = RunFiles(filesystem(traces)[0])
-    con = connect(settings or EngineSettings.from_env())
-    try:
-        try:
-            local_files = _trace_view(con, traces, units, read)
-            footers = footer_table(con, local_files)
-            step_arms = steps_view(con, run_dir.rstrip("/"), units, read) - step_lists_only
-            requests = _finish(con, None, step_arms, has_steps=bool(step_arms), footers=footers)
-        except duckdb.Error as exc:
-            raise read.blame(exc) from None
-    except BaseException:
-        close(con)
-        raise
-    return dataclasses.replace(requests, files=read)

@@ -61,7 +61,7 @@ def _has_lists(con: duckdb.DuckDBPyConnection) -> bool:
 
 
 def fit_acceptance(con: duckdb.DuckDBPyConnection, arms: list[str], *, max_k: int, seed: int = 0) -> list[CategoryFit]:
-    """Per category, over the speculative `arms` of the `trace` view (source.run_requests)."""
+    """Per category, over the speculative `arms` of the `trace` view (run_views.run_requests)."""
     con.execute("CREATE OR REPLACE TEMP TABLE calibrate_arms AS SELECT unnest(?::VARCHAR[]) AS arm", [arms])
     if _has_lists(con):
         rows = con.execute(_LISTS_SQL.format(max_k=max(max_k, 1))).fetchall()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.analysis.inputs import RunInputs, load_run
-from orchestrator.analysis.source import run_requests
+from orchestrator.analysis.run_views import run_requests
 from orchestrator.calibrate.acceptance import CategoryFit, fit_acceptance
 from orchestrator.calibrate.engines import compare_engines
 from orchestrator.calibrate.kswitch import describe

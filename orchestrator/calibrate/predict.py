@@ -13,7 +13,7 @@ import numpy as np
 
 from orchestrator.analysis.bands import BandSet, auto_rate_bands, rate_bands_from_edges
 from orchestrator.analysis.inputs import RunInputs, load_run
-from orchestrator.analysis.source import run_requests
+from orchestrator.analysis.run_views import run_requests
 from orchestrator.campaign import Campaign
 from orchestrator.simulate_campaign import simulate_campaign
 from serve_apps.engine_kinds.registry import kind_of
