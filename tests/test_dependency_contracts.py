@@ -18,7 +18,7 @@ PYPROJECT = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.t
 # distribution -> why its range is pinned (the private API specdrill uses)
 PINNED = {
     "ray": "Serve's replica module (serve_apps/deployment.py) and serve.context._get_global_client (deploy.py)",
-    "geventhttpclient": "its llhttp parser's callbacks and HTTPResponse internals (loadshapes/wire.py)",
+    "geventhttpclient": "its llhttp parser's callbacks and HTTPResponse internals (loadshapes/http_framing.py)",
 }
 
 
@@ -71,7 +71,7 @@ def test_ray_serve_global_client_exposes_the_http_config() -> None:
 
 
 def test_geventhttpclient_parser_calls_the_callbacks_wire_relies_on() -> None:
-    """loadshapes/wire.py subclasses the llhttp parser to find where each response ends."""
+    """loadshapes/http_framing.py subclasses the llhttp parser to find where each response ends."""
     from geventhttpclient._parser import HTTPParseError, HTTPResponseParser
 
     calls: list[str] = []
@@ -110,10 +110,12 @@ def test_geventhttpclient_parser_calls_the_callbacks_wire_relies_on() -> None:
 def test_geventhttpclient_response_keeps_the_body_in_a_buffer_that_decode_response_drains() -> None:
     from geventhttpclient.response import HTTPResponse
 
-    from loadshapes.wire import decode_response
+    from loadshapes.http_framing import decode_response
 
     response = HTTPResponse("POST")
-    assert isinstance(response._body_buffer, bytearray), "HTTPResponse._body_buffer changed: see wire.decode_response"
+    assert isinstance(response._body_buffer, bytearray), (
+        "HTTPResponse._body_buffer changed: see http_framing.decode_response"
+    )
     raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
     decoded = decode_response([raw[:50], raw[50:]], [1, 2])
     assert decoded is not None and decoded.status == 200 and decoded.complete
@@ -123,7 +125,7 @@ def test_geventhttpclient_response_keeps_the_body_in_a_buffer_that_decode_respon
 @pytest.mark.vllm
 def test_vllm_helpers_the_placement_probe_and_the_step_timeline_use() -> None:
     """serve_apps/engines/placement_probe.py calls vLLM's DP device mapping through the module's platform global;
-    serve_apps/engines/vllm_engine.py subclasses StatLoggerBase to see every engine step."""
+    serve_apps/engines/vllm_stats.py subclasses StatLoggerBase to see every engine step."""
     from vllm.platforms.interface import Platform
     from vllm.v1.engine import utils
     from vllm.v1.metrics.loggers import StatLoggerBase

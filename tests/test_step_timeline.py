@@ -1,4 +1,4 @@
-"""vLLM's step timeline (serve_apps/engines/vllm_engine.py StepTimeline) from synthetic stat-logger steps: when a
+"""vLLM's step timeline (serve_apps/engines/step_timeline.py StepTimeline) from synthetic stat-logger steps: when a
 step started, with and without async scheduling, and which steps a request was in, found without timing."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from serve_apps.engines.vllm_engine import StepStats, StepTimeline
+from serve_apps.engines.step_timeline import StepStats, StepTimeline
 
 
 def _step(

