@@ -36,8 +36,17 @@ class _Strict(BaseModel):
 
 
 class ServeConfig(_Strict):
-    host: str = Field(default="127.0.0.1", min_length=1)
-    port: int = Field(default=8000, ge=1, le=65535)
+    host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description="Ray Serve's HTTP host; loopback unless you open it (docs/security.md)",
+    )
+    port: int = Field(
+        default=8000,
+        ge=1,
+        le=65535,
+        description="Ray Serve's HTTP port; a campaign asking for another port than Serve's running one is refused",
+    )
 
 
 def _topology(value: Any) -> Any:
@@ -51,29 +60,53 @@ def _topology(value: Any) -> Any:
 
 
 class ArmSelection(_Strict):
-    policy: str
-    topology: str
+    policy: str = Field(description="a name under `policies`")
+    topology: str = Field(description="a name under `topologies`")
 
 
 class LoadConfig(_Strict):
     """The load workers: how many (Ray actors spread over the nodes), how they send, when a run is invalid."""
 
-    workers: int = Field(default=1, ge=1, le=256)
-    cpus_per_worker: float = Field(default=0.5, gt=0)
-    process: Literal["poisson", "gamma", "constant"] = "poisson"
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="load workers (Ray actors, spread over the nodes); the traffic is the same for any number",
+    )
+    cpus_per_worker: float = Field(default=0.5, gt=0, description="CPUs each worker actor reserves")
+    process: Literal["poisson", "gamma", "constant"] = Field(
+        default="poisson",
+        description="arrivals: inhomogeneous Poisson, gamma (burstiness `cv`) or even gaps, at the shape's rate",
+    )
     cv: float = Field(default=1.0, gt=0)  # burstiness of gamma arrivals
-    endpoint: Literal["completions", "chat"] = "completions"
-    lateness_bound_s: float = Field(default=0.005, gt=0)
+    endpoint: Literal["completions", "chat"] = Field(
+        default="completions", description="`/v1/completions` or `/v1/chat/completions`, streamed"
+    )
+    lateness_bound_s: float = Field(
+        default=0.005,
+        gt=0,
+        description="a worker whose p99 send lateness exceeds this makes its unit generator-saturated",
+    )
     # The simulated engine in real time: a unit where the engine's lag (step tokens handed out late) adds more
     # than this share to the model's step time is flagged like a saturated generator: its latencies are the
     # host's. 0.1: the engine ran within 10% of its model's pace, five times the verdicts' 2% margin, so a
     # verdict is only at risk where the arms were slowed very unequally; beyond it they measurably were
     # (docs/simulator.md).
     engine_lag_bound: float = Field(default=0.1, gt=0)
-    drain_s: float = Field(default=120.0, ge=0)
-    request_timeout_s: float = Field(default=600.0, gt=0)
-    max_in_flight: int = Field(default=4096, ge=1)
-    store_token_times: bool = True
+    drain_s: float = Field(
+        default=120.0,
+        ge=0,
+        description="after the last send, requests still in flight this long are cancelled (`drain_timeout`)",
+    )
+    request_timeout_s: float = Field(
+        default=600.0, gt=0, description="a request running longer becomes a `timeout` row"
+    )
+    max_in_flight: int = Field(
+        default=4096,
+        ge=1,
+        description="connections per worker; a request that finds none free waits and saturates the unit",
+    )
+    store_token_times: bool = Field(default=True, description="keep every token's arrival time (`token_times_ns`)")
     # Per-step lists in every trace row (the step summaries are always there). Off: the engine step timeline
     # has each step once, the lists repeat it for every request in the batch. Endpoint arms keep them anyway.
     store_step_lists: bool = False
@@ -84,8 +117,10 @@ class LoadConfig(_Strict):
     # Trace part files: a worker writes one every flush_rows rows or flush_s seconds (and at stop), so a fault
     # loses at most that much of what was measured.
     flush_rows: int = Field(default=1000, ge=1)
-    flush_s: float = Field(default=5.0, gt=0)
-    ready_timeout_s: float = Field(default=300.0, gt=0)
+    flush_s: float = Field(default=5.0, gt=0, description="see flush_rows")
+    ready_timeout_s: float = Field(
+        default=300.0, gt=0, description="how long a worker may take to build its schedule and request bodies"
+    )
 
 
 class WarmupConfig(_Strict):
@@ -97,9 +132,13 @@ class GateConfig(_Strict):
 
     dynamic_follows_schedule: bool = True  # a dynamic arm whose executed k does not follow its schedule fails
     baseline_is_off: bool = True  # an `off` arm that speculated fails: every speedup against it is void
-    min_follow_fraction: float = Field(default=0.9, gt=0, le=1)
-    fail_on_schedule_dropped: bool = False
-    fail_on_saturated_generator: bool = False
+    min_follow_fraction: float = Field(
+        default=0.9, gt=0, le=1, description="share of steps whose executed k must equal the configured k"
+    )
+    fail_on_schedule_dropped: bool = Field(
+        default=False, description="an arm whose engine dropped its schedule fails (exempt arms excepted)"
+    )
+    fail_on_saturated_generator: bool = Field(default=False, description="a load-generator-saturated unit fails")
     fail_on_engine_lag: bool = False  # a unit whose simulated engine lagged (load.engine_lag_bound) fails
     max_recovery_s: float | None = Field(default=None, gt=0)  # cross_and_recover: k must switch within this
     exempt_arms: list[str] = Field(default_factory=list)  # reported, never failing (e.g. a known DP fallback)
@@ -133,31 +172,59 @@ def _default_mix() -> RequestMix:
     return RequestMix(entries=[MixEntry(workload="chat", weight=1.0)])
 
 
-
 def arm_name(policy: str, topology: str) -> str:
     """The name Campaign.arms() gives the arm of a policy on a topology (its traces, markers and flags use it)."""
     return f"{policy}-{topology}"
 
+
 class Campaign(_Strict):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")
+    name: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9-]{0,40}$",
+        description="slug; arms are served at `/<name>/<arm>` and named `<policy>-<topology>`",
+    )
     engine: EngineConfig
-    policies: dict[str, Any] = Field(min_length=1)
-    topologies: dict[str, Annotated[Topology, Field()]] = Field(default_factory=lambda: {"single": Topology()})
-    resources: Resources = Resources()
-    serve: ServeConfig = ServeConfig()
+    policies: dict[str, Any] = Field(
+        min_length=1,
+        description=(
+            'name -> policy: the short form (`"off"`, `"fixed:3"`, `"fixed:ngram:4"`, '
+            '`"dynamic:3:1-64=3,65-128=1"`; method and drafter default to the simulated profile\'s, n-gram '
+            'otherwise) or a mapping in vLLM\'s terms (OffPolicy, FixedPolicy, DynamicPolicy); quote `"off"`: '
+            "YAML reads off as false"
+        ),
+    )
+    topologies: dict[str, Annotated[Topology, Field()]] = Field(
+        default_factory=lambda: {"single": Topology()},
+        description="name -> `single`, `replicas:N`, `data_parallel:N`, or a Topology mapping",
+    )
+    resources: Resources = Field(default=Resources(), description="what each engine reserves in the Ray cluster")
+    serve: ServeConfig = Field(default=ServeConfig(), description="where Ray Serve listens for the arms")
     # Which (policy, topology) pairs become arms; default: every policy on every topology.
     arms_only: list[ArmSelection] | None = Field(default=None, alias="arms", min_length=1)
-    shapes: dict[str, Shape] = Field(default_factory=dict)
-    mix: RequestMix = Field(default_factory=_default_mix)
-    slo: SloConfig = SloConfig()
-    warmup: WarmupConfig = WarmupConfig()
-    repeats: int = Field(default=1, ge=1, le=100)
-    seed: int = 0
+    shapes: dict[str, Shape] = Field(
+        default_factory=dict,
+        description="name -> load shape; every arm runs every shape `repeats` times with the same traffic",
+    )
+    mix: RequestMix = Field(
+        default_factory=_default_mix, description="the requests: weighted workloads or a JSONL dataset"
+    )
+    slo: SloConfig = Field(default=SloConfig(), description="deadlines that make a request count toward goodput")
+    warmup: WarmupConfig = Field(
+        default=WarmupConfig(), description="unmeasured requests to each arm after it is deployed"
+    )
+    repeats: int = Field(
+        default=1, ge=1, le=100, description="runs of every shape on every arm (each repeat its own seeded traffic)"
+    )
+    seed: int = Field(
+        default=0,
+        description="seeds all traffic: arrival times and requests depend on it, the shape and the repeat only",
+    )
     output: str | None = None  # the run directory or URI; default runs/<name>
     # prediction.json of `specdrill tune`: the report of this campaign (its rehearsal) compares its map with it
     prediction: str | None = None
-    load: LoadConfig = LoadConfig()
-    gates: GateConfig = GateConfig()
+    load: LoadConfig = Field(default=LoadConfig(), description="the load workers")
+    gates: GateConfig = Field(
+        default=GateConfig(), description="what makes the run and the report exit non-zero (exit code 3)"
+    )
     analysis: AnalysisConfig = AnalysisConfig()
     store_prompts: bool = False  # traces keep prompt hashes unless this is set
 

@@ -42,24 +42,8 @@ ANSWER_END = "<!-- end of the generated answer block -->"
 # For fields whose model has neither a description nor a comment: what a reader needs (the rest of the notes are
 # the models' Field(description=...) now). tests/test_docs.py checks every key here still names a real field.
 FIELD_NOTES: dict[str, str] = {
-    "Campaign.name": "slug; arms are served at `/<name>/<arm>` and named `<policy>-<topology>`",
+    # Not a Field description: serve_apps/engine_kinds/registry.py rebuilds this field when a kind registers.
     "Campaign.engine": "what serves the arms: the simulated engine, vLLM, or servers someone else runs (endpoint)",
-    "Campaign.policies": (
-        'name -> policy: the short form (`"off"`, `"fixed:3"`, `"fixed:ngram:4"`, `"dynamic:3:1-64=3,65-128=1"`; '
-        "method and drafter default to the simulated profile's, n-gram otherwise) or a mapping in vLLM's terms "
-        '(OffPolicy, FixedPolicy, DynamicPolicy); quote `"off"`: YAML reads off as false'
-    ),
-    "Campaign.topologies": "name -> `single`, `replicas:N`, `data_parallel:N`, or a Topology mapping",
-    "Campaign.shapes": "name -> load shape; every arm runs every shape `repeats` times with the same traffic",
-    "Campaign.repeats": "runs of every shape on every arm (each repeat its own seeded traffic)",
-    "Campaign.seed": "seeds all traffic: arrival times and requests depend on it, the shape and the repeat only",
-    "Campaign.slo": "deadlines that make a request count toward goodput",
-    "Campaign.resources": "what each engine reserves in the Ray cluster",
-    "Campaign.serve": "where Ray Serve listens for the arms",
-    "Campaign.mix": "the requests: weighted workloads or a JSONL dataset",
-    "Campaign.warmup": "unmeasured requests to each arm after it is deployed",
-    "Campaign.load": "the load workers",
-    "Campaign.gates": "what makes the run and the report exit non-zero (exit code 3)",
     "SimulatedEngineConfig.profile": "a shipped profile's name (serve_apps/profiles/) or the path of your own YAML",
     "SimulatedEngineConfig.time_scale": (
         "> 1 slows the simulated hardware uniformly, in real and virtual time alike, so a small host keeps up in "
@@ -74,26 +58,6 @@ FIELD_NOTES: dict[str, str] = {
     "EndpointEngineConfig.model": "the model name sent in every request",
     "EndpointEngineConfig.api_key_env": "environment variable holding the API key (sent as a bearer token)",
     "EndpointEngineConfig.max_num_seqs": "the servers' max_num_seqs: the last batch size the schedule tables cover",
-    "Resources.cpus_per_engine": "CPUs each engine's replica reserves",
-    "Resources.placement_strategy": "Ray placement strategy for engines that span nodes (a placement group)",
-    "ServeConfig.host": "Ray Serve's HTTP host; loopback unless you open it (docs/security.md)",
-    "ServeConfig.port": "Ray Serve's HTTP port; a campaign asking for another port than Serve's running one is refused",
-    "ArmSelection.policy": "a name under `policies`",
-    "ArmSelection.topology": "a name under `topologies`",
-    "LoadConfig.workers": "load workers (Ray actors, spread over the nodes); the traffic is the same for any number",
-    "LoadConfig.cpus_per_worker": "CPUs each worker actor reserves",
-    "LoadConfig.process": "arrivals: inhomogeneous Poisson, gamma (burstiness `cv`) or even gaps, at the shape's rate",
-    "LoadConfig.endpoint": "`/v1/completions` or `/v1/chat/completions`, streamed",
-    "LoadConfig.lateness_bound_s": "a worker whose p99 send lateness exceeds this makes its unit generator-saturated",
-    "LoadConfig.drain_s": "after the last send, requests still in flight this long are cancelled (`drain_timeout`)",
-    "LoadConfig.request_timeout_s": "a request running longer becomes a `timeout` row",
-    "LoadConfig.max_in_flight": "connections per worker; a request that finds none free waits and saturates the unit",
-    "LoadConfig.store_token_times": "keep every token's arrival time (`token_times_ns`)",
-    "LoadConfig.flush_s": "see flush_rows",
-    "LoadConfig.ready_timeout_s": "how long a worker may take to build its schedule and request bodies",
-    "GateConfig.min_follow_fraction": "share of steps whose executed k must equal the configured k",
-    "GateConfig.fail_on_schedule_dropped": "an arm whose engine dropped its schedule fails (exempt arms excepted)",
-    "GateConfig.fail_on_saturated_generator": "a load-generator-saturated unit fails",
     "VllmEngineConfig.dtype": "vLLM's `dtype`",
     "VllmEngineConfig.max_model_len": "vLLM's; default: the model's",
     "VllmEngineConfig.enforce_eager": "vLLM's: no CUDA graphs",
