@@ -147,8 +147,8 @@ def trace_schema() -> str:
 
 
 def timeline_columns() -> list[tuple[str, str]]:
-    """(name, Arrow type) of a step timeline file's columns, as rundir.timeline_table writes them."""
-    from orchestrator.rundir import timeline_table
+    """(name, Arrow type) of a step timeline file's columns, as unit_files.timeline_table writes them."""
+    from orchestrator.unit_files import timeline_table
 
     schema = timeline_table({"engine": {"start": [0.0], "end": [0.0], "lag_s": [0.0]}}).schema
     return [(f.name, str(f.type)) for f in schema]
@@ -159,7 +159,7 @@ def timeline_schema() -> list[str]:
         "## Step timelines",
         "",
         "One file per unit, `timelines/arm=<arm>/shape=<shape>/r<repeat>.parquet` (arm, shape and repeat live in the "
-        "path), written by orchestrator/rundir.py: one row per engine step of every engine of the arm, in the order "
+        "path), written by orchestrator/unit_files.py: one row per engine step of every engine of the arm, in the order "
         "the engines reported them (the ranks of a data-parallel group interleave). The executed-policy check, "
         "the cross-and-recover switch timings, `specdrill calibrate` and report.html's engine timelines read them. "
         "Times are `int64` nanoseconds, the other integers `int32`.",

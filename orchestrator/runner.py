@@ -17,7 +17,8 @@ from typing import Any, Protocol
 from orchestrator.campaign import Campaign
 from orchestrator.interrupts import raise_pending
 from orchestrator.logs import get_logger
-from orchestrator.rundir import MANIFEST, RunStore, Unit, UnitResult, finish_run, record_unit, units_of
+from orchestrator.run_manifest import finish_run, record_unit, units_of
+from orchestrator.rundir import MANIFEST, RunStore, Unit, UnitResult
 from serve_apps.arms import ArmSpec
 
 log = get_logger(__name__)

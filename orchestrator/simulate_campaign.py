@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.campaign import Campaign, CampaignError
-from orchestrator.rundir import RunStore, open_run
+from orchestrator.run_manifest import open_run
+from orchestrator.rundir import RunStore
 from orchestrator.runner import OnUnit, run_units, shape_by_shape
 from orchestrator.virtual.executor import VIRTUAL_EPOCH_NS, VirtualExecutor, unit_starts
 from serve_apps.arms import SimulatedEngineConfig

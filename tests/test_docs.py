@@ -173,7 +173,7 @@ def test_every_note_names_a_real_field_or_column() -> None:
 
 
 def test_the_trace_schema_describes_the_timeline_files_and_the_prompt_hash() -> None:
-    """Every column rundir.timeline_table writes has its meaning on the page (and no note names another), and
+    """Every column unit_files.timeline_table writes has its meaning on the page (and no note names another), and
     prompt_sha256 is said to be a hash of the prompt, not the prompt."""
     columns = [name for name, _ in doc_trace.timeline_columns()]
     assert sorted(doc_trace.TIMELINE_NOTES) == sorted(columns)

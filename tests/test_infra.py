@@ -387,7 +387,8 @@ def test_the_hf_token_reaches_every_replica_from_the_cluster_env_and_no_file(
             "output": str(vllm_run),
         }
     )
-    from orchestrator.rundir import MANIFEST, RunStore, open_run
+    from orchestrator.run_manifest import open_run
+    from orchestrator.rundir import MANIFEST, RunStore
 
     store = RunStore(vllm_campaign.output_dir())
     store.write_json(MANIFEST, open_run(vllm_campaign, store))

@@ -20,7 +20,8 @@ from loadshapes.prompts import PROMPT_BUILDERS, PrefixBlocks
 from loadshapes.tokens import PromptTokenizer, TokenizerUnavailable, local_prompt_tokenizer
 from orchestrator.campaign import Campaign
 from orchestrator.cli import cli
-from orchestrator.rundir import Unit, plans_for
+from orchestrator.run_manifest import plans_for
+from orchestrator.rundir import Unit
 from tests.tiny_model import build_tiny_tokenizer
 
 ALL = {"entries": [{"workload": name, "weight": 1} for name in ("reasoning", "chat", "editing")]}

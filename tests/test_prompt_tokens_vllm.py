@@ -14,7 +14,8 @@ import pytest
 
 from loadshapes.plan import Planned, open_loop_schedule
 from orchestrator.campaign import Campaign
-from orchestrator.rundir import Unit, plans_for
+from orchestrator.run_manifest import plans_for
+from orchestrator.rundir import Unit
 from tests.ray_helpers import free_port
 from tests.test_endpoint_vllm import vllm_server
 

@@ -361,7 +361,8 @@ def test_a_load_worker_killed_mid_run_loses_only_its_unflushed_rows(cluster: dic
     from loadshapes.shapes import Quiet
     from loadshapes.trace import read_traces
     from orchestrator.load_workers import LoadWorkers, actor_name
-    from orchestrator.rundir import RunStore, Unit, rows_on_disk
+    from orchestrator.rundir import RunStore, Unit
+    from orchestrator.unit_files import rows_on_disk
 
     root = tmp_path / "run"
     plans = [

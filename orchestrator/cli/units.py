@@ -25,7 +25,7 @@ def run_units(
     """Run the campaign's pending units with a line per unit (a bar as well on a terminal); on SIGINT or SIGTERM
     say how many units are complete and the command that resumes, and exit 128 + the signal's number."""
     from orchestrator.interrupts import Stopped, stop_on_signals
-    from orchestrator.rundir import units_of
+    from orchestrator.run_manifest import units_of
 
     units = [u for arm in campaign.arms() for u in units_of(campaign, arm)]
     existing = RunStore.existing(campaign.output_dir())

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from orchestrator.campaign import Campaign, CampaignError
-from orchestrator.rundir import Unit, plans_for
+from orchestrator.run_manifest import plans_for
+from orchestrator.rundir import Unit
 from orchestrator.simulate_campaign import require_simulated
 from orchestrator.virtual.rows import RowContext, trace_table
 from orchestrator.virtual.traffic import Traffic, simulate_closed_loop, simulate_open_loop
