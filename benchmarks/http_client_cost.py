@@ -22,7 +22,8 @@ from geventhttpclient import HTTPClient  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loadshapes.wire import Exchange, WireClient, request_bytes, request_head  # noqa: E402
+from loadshapes.http_framing import request_bytes, request_head  # noqa: E402
+from loadshapes.wire import Exchange, WireClient  # noqa: E402
 from timebase.clock import now_ns  # noqa: E402
 
 BODY = json.dumps({

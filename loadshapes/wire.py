@@ -7,7 +7,7 @@ per-request header objects and a timeout timer that came to 1.8x the CPU this cl
 the null server (benchmarks/http_client_cost.py; the figures are in docs/performance.md). Here a request is
 its bytes written with one `send`; each time its socket is readable a libev callback in the hub reads what
 arrived, stamps it with the one clock and feeds llhttp (geventhttpclient's C parser) only to find where the
-response ends. Status and body are decoded later, off the send path (`decode_response`).
+response ends. Status and body are decoded later, off the send path (`http_framing.decode_response`).
 
 Not thread-safe: everything runs on the gevent hub of the worker's one thread.
 """
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import gevent
 import gevent.monkey
-from geventhttpclient._parser import HTTPParseError, HTTPResponseParser
-from geventhttpclient.response import HTTPResponse
+from geventhttpclient._parser import HTTPParseError
 
+from loadshapes.http_framing import Framing
 from timebase.clock import now_ns
 
 # The unpatched socket and select: gevent's versions would switch greenlets inside a libev callback.
@@ -60,35 +60,6 @@ class Exchange:
     retried: bool = False
 
 
-class _Framing(HTTPResponseParser):
-    """llhttp with no-op callbacks: says where a response ends, keeps nothing (the raw bytes are kept)."""
-
-    complete = False
-    headers_complete = False
-
-    def _on_message_begin(self) -> None:
-        pass
-
-    def _on_status(self, status: str) -> None:
-        pass
-
-    def _on_header_field(self, name: str) -> None:
-        pass
-
-    def _on_header_value(self, value: str) -> None:
-        pass
-
-    def _on_headers_complete(self) -> bool:
-        self.headers_complete = True
-        return False
-
-    def _on_body(self, data: bytearray) -> None:
-        pass
-
-    def _on_message_complete(self) -> None:
-        self.complete = True
-
-
 class _Connection:
     __slots__ = ("client", "exchange", "framing", "pending", "reader", "sock", "used", "writer")
 
@@ -99,7 +70,7 @@ class _Connection:
         self.reader = loop.io(sock.fileno(), _READ)
         self.writer = loop.io(sock.fileno(), _WRITE)
         self.exchange: Exchange | None = None
-        self.framing = _Framing()
+        self.framing = Framing()
         self.pending = memoryview(b"")  # what a large request has left to send as the socket drains
         self.used = False  # has carried a request before: the server may have closed it meanwhile
 
@@ -133,7 +104,7 @@ class _Connection:
     # --- one exchange ---------------------------------------------------------------------------------------
     def write(self, exchange: Exchange) -> None:
         self.exchange = exchange
-        self.framing = _Framing()
+        self.framing = Framing()
         self.pending = memoryview(b"")
         self.writer.stop()
         if exchange.sent_ns is None:  # a retry keeps its first send
@@ -393,42 +364,3 @@ class WireClient:
         self.busy.clear()
         self.connecting.clear()
         return unfinished
-
-
-@dataclass(slots=True)
-class DecodedResponse:
-    status: int
-    body: list[bytes]  # the body (de-chunked), one piece per socket read that carried some of it
-    times: list[int]  # each piece's arrival time
-    complete: bool
-
-
-def decode_response(chunks: list[bytes], times: list[int]) -> DecodedResponse | None:
-    """Status and body of a raw response as it arrived (None before a status line came). Raises HTTPParseError
-    on bytes that are not HTTP."""
-    parser = HTTPResponse("POST")
-    body: list[bytes] = []
-    body_times: list[int] = []
-    buffer = parser._body_buffer
-    for chunk, t_ns in zip(chunks, times, strict=True):
-        parser.feed(chunk)
-        if buffer:
-            body.append(bytes(buffer))
-            body_times.append(t_ns)
-            del buffer[:]
-    if not parser.headers_complete:
-        return None
-    return DecodedResponse(parser.status_code, body, body_times, parser.message_complete)
-
-
-def request_head(method: str, host: str, port: int, path: str, headers: dict[str, str], *, tls: bool) -> bytes:
-    """The request line and the headers every request shares; each request adds its own and the body."""
-    default_port = 443 if tls else 80
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}" if port == default_port else f"Host: {host}:{port}"]
-    lines += [f"{name}: {value}" for name, value in headers.items()]
-    return ("\r\n".join(lines) + "\r\n").encode("latin-1")
-
-
-def request_bytes(head: bytes, body: bytes, request_id: str) -> bytes:
-    """A whole request: the shared head (request_head), this request's id and length, its body."""
-    return b"%bContent-Length: %d\r\nx-request-id: %b\r\n\r\n%b" % (head, len(body), request_id.encode(), body)

@@ -23,9 +23,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from loadshapes.http_framing import decode_response, request_bytes, request_head
 from loadshapes.null_server import NullConfig, NullServer, ServerThread
 from loadshapes.sse import StreamResult, body_lines
-from loadshapes.wire import Exchange, WireClient, decode_response, request_bytes, request_head
+from loadshapes.wire import Exchange, WireClient
 
 STREAM = b"".join(b"%x\r\n%b\r\n" % (len(e), e) for e in [b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n"])
 OK_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"

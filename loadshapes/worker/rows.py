@@ -16,10 +16,10 @@ import gevent.event
 import pyarrow as pa
 from geventhttpclient._parser import HTTPParseError
 
+from loadshapes.http_framing import decode_response
 from loadshapes.plan import Planned, WorkerPlan
 from loadshapes.sse import StreamError, StreamResult, body_lines, latency_columns, telemetry_columns
 from loadshapes.trace import STEP_LIST_COLUMNS, PartWriter, rows_to_table_in_steps, step_summaries, writer_id
-from loadshapes.wire import decode_response
 from loadshapes.worker.progress import Progress
 from loadshapes.worker.sending import Pacing, Received, first_phase
 from timebase.clock import now_ns

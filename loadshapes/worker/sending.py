@@ -16,8 +16,9 @@ from pathlib import Path
 import gevent
 import gevent.event
 
+from loadshapes.http_framing import request_bytes, request_head
 from loadshapes.plan import Planned, WorkerPlan, open_loop_schedule, request_body
-from loadshapes.wire import Exchange, WireClient, request_bytes, request_head
+from loadshapes.wire import Exchange, WireClient
 from timebase.clock import now_ns
 
 
