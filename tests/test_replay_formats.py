@@ -12,14 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from loadshapes import shapes
+from loadshapes import replayed
 from loadshapes.arrivals import shape_arrivals
 from loadshapes.mixes import RequestMix
 from loadshapes.plan import Target, WorkerPlan, open_loop_schedule
 from loadshapes.replay_formats import csv_traces, registry, streaming
 from loadshapes.replay_formats.base import Format
 from loadshapes.replay_formats.streaming import StreamedFormat
-from loadshapes.shapes import CategoryRule, Replay
+from loadshapes.replayed import CategoryRule
+from loadshapes.shapes import Replay
 
 MIX = RequestMix.model_validate({"entries": [{"workload": "chat", "weight": 3}, {"workload": "editing", "weight": 1}]})
 BURSTGPT_HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
@@ -298,7 +299,7 @@ def test_scaling_keeps_order_and_lands_copies_before_the_next_arrival(times: lis
                                                                         seed: int) -> None:  # fmt: skip
     recorded = np.sort(np.array(times))
     end = float(recorded[-1]) + 1.0
-    offsets, source, copy = shapes.scaled(recorded, end, factor, seed)
+    offsets, source, copy = replayed.scaled(recorded, end, factor, seed)
     assert np.all(np.diff(offsets) >= 0) and np.all(np.diff(source) >= 0)
     nxt = np.append(recorded[1:], end)
     assert np.all(offsets >= recorded[source]) and np.all(offsets <= nxt[source])
@@ -306,7 +307,7 @@ def test_scaling_keeps_order_and_lands_copies_before_the_next_arrival(times: lis
     counts = np.bincount(source, minlength=len(recorded))
     assert set(counts.tolist()) <= {int(factor), int(factor) + 1}
     np.testing.assert_array_equal(copy, np.concatenate([np.arange(c) for c in counts]).astype(np.int64))
-    again = shapes.scaled(recorded, end, factor, seed)
+    again = replayed.scaled(recorded, end, factor, seed)
     assert all(np.array_equal(a, b) for a, b in zip((offsets, source, copy), again, strict=True))
 
 

@@ -12,7 +12,8 @@ from aiohttp import web
 from loadshapes.mixes import MixEntry, RequestMix
 from loadshapes.null_server import NullConfig, NullServer, ServerThread
 from loadshapes.plan import Target, WorkerPlan, open_loop_schedule
-from loadshapes.shapes import CategoryRule, Replay
+from loadshapes.replayed import CategoryRule
+from loadshapes.shapes import Replay
 from loadshapes.trace import read_traces
 from orchestrator.load_workers import LocustProcess
 from timebase.clock import now_ns
