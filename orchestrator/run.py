@@ -25,20 +25,10 @@ from orchestrator.deploy import connect, deploy, preflight, proxy_routes, teardo
 from orchestrator.endpoint_metrics import MetricsSampler, write_samples
 from orchestrator.load_workers import LoadWorkers
 from orchestrator.logs import get_logger
-from orchestrator.rundir import (
-    MANIFEST,
-    RunStore,
-    Unit,
-    UnitResult,
-    arm_entry,
-    merge_parts,
-    open_run,
-    plans_for,
-    rows_on_disk,
-    unit_tpot_p50,
-    write_timeline,
-)
+from orchestrator.run_manifest import arm_entry, open_run, plans_for
+from orchestrator.rundir import MANIFEST, RunStore, Unit, UnitResult
 from orchestrator.runner import OnUnit, Work, arm_by_arm, run_units
+from orchestrator.unit_files import merge_parts, rows_on_disk, unit_tpot_p50, write_timeline
 from serve_apps.arms import ArmSpec, EndpointEngineConfig, VllmEngineConfig, prompt_tokenizer_name
 from serve_apps.placement import plan_placement
 from timebase.clock import now_ns

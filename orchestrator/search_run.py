@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.analysis import EngineSettings, MapSettings, operating_map, rate_bands, run_requests
+from orchestrator.analysis.gates import engine_lagged
+from orchestrator.analysis.inputs import load_run
 from orchestrator.analysis.results import Speedup
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.decide.search import (
@@ -37,14 +39,8 @@ from orchestrator.decide.search import (
 )
 from orchestrator.decide.search_record import SEARCH_FILE, Mode, SearchRecord, StepRecord
 from orchestrator.logs import get_logger
-from orchestrator.report import engine_lagged, load_run
-from orchestrator.rundir import (
-    MANIFEST,
-    RunStore,
-    Unit,
-    fingerprint,
-    open_run,
-)
+from orchestrator.run_manifest import fingerprint, open_run
+from orchestrator.rundir import MANIFEST, RunStore, Unit
 from orchestrator.runner import Executor, Group, Work, run_units
 from orchestrator.search_pair import Pair, pick_pair, search_campaign
 from orchestrator.virtual.executor import VIRTUAL_EPOCH_NS, VirtualExecutor

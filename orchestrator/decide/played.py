@@ -14,11 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from orchestrator.campaign import Campaign, CampaignError
-from orchestrator.run_manifest import plans_for
 from orchestrator.rundir import Unit
 from orchestrator.simulate_campaign import require_simulated
 from orchestrator.virtual.rows import RowContext, trace_table
-from orchestrator.virtual.traffic import Traffic, simulate_closed_loop, simulate_open_loop
+from orchestrator.virtual.traffic import Traffic, play, traffic_of
 from orchestrator.virtual.twins import arm_model
 from serve_apps.arms import ArmSpec
 from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
@@ -64,10 +63,8 @@ class CampaignTraffic:
             raise CampaignError("shapes: no open-loop shape (offered rates are what the search is scored by)")
         units = [(shape, repeat) for shape in shapes for repeat in range(campaign.repeats)]
         traffic = {
-            (shape, repeat): Traffic(
-                plans_for(
-                    campaign, off[0], Unit(arm=off[0].name, shape=shape, repeat=repeat), run="tune", url="", traces=""
-                )
+            (shape, repeat): traffic_of(
+                campaign, off[0], Unit(arm=off[0].name, shape=shape, repeat=repeat), run="tune", traces=""
             )
             for shape, repeat in units
         }
@@ -87,19 +84,14 @@ class CampaignTraffic:
         for shape_name, repeat in self.units:
             unit = Unit(arm=arm.name, shape=shape_name, repeat=repeat)
             traffic = self.traffic[(shape_name, repeat)]
-            shape = campaign.shapes[shape_name]
-            simulate = simulate_open_loop if shape.open_loop else simulate_closed_loop
-            outcome = simulate(model, unit, traffic.plans, traffic, campaign.load.drain_s)
+            open_loop = campaign.shapes[shape_name].open_loop
+            outcome = play(model, unit, traffic.plans, traffic, campaign.load.drain_s, open_loop=open_loop)
             for core in outcome.cores:
                 batches = core.steps.column("batch_size")
                 if len(batches):
                     max_batch = max(max_batch, int(batches.max()))
-            ctx = RowContext(
-                campaign=campaign.name, run="tune", policy=arm.policy.label, topology=arm.topology.label,
-                start_ns=0, time_scale=model.time_scale, request_timeout_s=campaign.load.request_timeout_s,
-                store_token_times=False, store_prompts=False,
-                speculative=arm.policy.resolve(arm.topology).num_speculative_tokens > 0, repeat=repeat, shape=shape,
-            )  # fmt: skip
+            ctx = RowContext.of(campaign, arm, shape_name, repeat, run="tune", start_ns=0, time_scale=model.time_scale,
+                                stored=False)  # fmt: skip
             table = trace_table(ctx, outcome, model.engines)
             parts.append(_columns(table, campaign, repeat))
         merged = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}

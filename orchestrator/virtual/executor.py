@@ -23,20 +23,13 @@ from loadshapes.trace import PartWriter, writer_id
 from orchestrator.campaign import Campaign
 from orchestrator.load_workers import WorkerSummary
 from orchestrator.logs import get_logger
-from orchestrator.rundir import (
-    RunStore,
-    Unit,
-    UnitResult,
-    arm_entry,
-    plans_for,
-    unit_tpot_p50,
-    units_of,
-    write_timeline,
-)
+from orchestrator.run_manifest import arm_entry, plans_for, units_of
+from orchestrator.rundir import RunStore, Unit, UnitResult
 from orchestrator.runner import Work
+from orchestrator.unit_files import unit_tpot_p50, write_timeline
 from orchestrator.virtual.arrays import to_ns
 from orchestrator.virtual.rows import RowContext, trace_table
-from orchestrator.virtual.traffic import Traffic, UnitRun, simulate_closed_loop, simulate_open_loop
+from orchestrator.virtual.traffic import Traffic, UnitRun, play, traffic_of
 from orchestrator.virtual.twins import NODE_ID, ArmModel, VirtualEngine, arm_model
 from serve_apps.arms import ArmSpec
 
@@ -131,16 +124,9 @@ def simulate_unit(
     began = time.perf_counter()
     plans = plans_for(campaign, arm, unit, run=run, url=f"virtual://{arm.name}", traces=store.traces)
     shape = campaign.shapes[unit.shape]
-    simulate = simulate_open_loop if shape.open_loop else simulate_closed_loop
-    outcome = simulate(model, unit, plans, traffic or Traffic(plans), campaign.load.drain_s)
+    outcome = play(model, unit, plans, traffic or Traffic(plans), campaign.load.drain_s, open_loop=shape.open_loop)
     simulated = time.perf_counter()
-    ctx = RowContext(
-        campaign=campaign.name, run=run, policy=arm.policy.label, topology=arm.topology.label, start_ns=start_ns,
-        time_scale=model.time_scale, request_timeout_s=campaign.load.request_timeout_s,
-        store_token_times=campaign.load.store_token_times, store_prompts=campaign.store_prompts,
-        speculative=arm.policy.resolve(arm.topology).num_speculative_tokens > 0, repeat=unit.repeat, shape=shape,
-        store_step_lists=campaign.load.store_step_lists,
-    )  # fmt: skip
+    ctx = RowContext.of(campaign, arm, unit.shape, unit.repeat, run=run, start_ns=start_ns, time_scale=model.time_scale)
     table = trace_table(ctx, outcome, model.engines)
     # The writer id of load worker 0, so RunStore.remove_partial finds these files when the unit is redone.
     writer = PartWriter(store.traces, writer_id=writer_id(unit.arm, unit.shape, unit.repeat, 0))
@@ -184,8 +170,7 @@ class VirtualExecutor:
         campaign, unit = work.campaign, work.unit
         key = (unit.shape, unit.repeat)
         if self.traffic is None or self.traffic[0] != key:  # one set of requests, played to every arm
-            plans = plans_for(campaign, work.arm, unit, run=run, url="", traces=store.traces)
-            self.traffic = (key, Traffic(plans))
+            self.traffic = (key, traffic_of(campaign, work.arm, unit, run=run, traces=store.traces))
         if self.starts is not None:
             start_ns = self.starts[unit.key]
         else:

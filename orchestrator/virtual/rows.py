@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from loadshapes.shapes import ShapeBase
 from loadshapes.trace import FILE_SCHEMA
+from orchestrator.campaign import Campaign
 from orchestrator.virtual.arrays import (
     column,
     concat,
@@ -24,6 +25,7 @@ from orchestrator.virtual.arrays import (
 )
 from orchestrator.virtual.traffic import Sent, UnitRun
 from orchestrator.virtual.twins import VirtualEngine
+from serve_apps.arms import ArmSpec
 from serve_apps.sim.request import RequestRecord
 
 _NEVER = np.iinfo(np.int64).max
@@ -48,6 +50,20 @@ class RowContext:
     repeat: int = 0
     shape: ShapeBase | None = None  # its rate at each scheduled offset is the row's offered rate (open loop)
     store_step_lists: bool = False
+
+    @classmethod
+    def of(cls, campaign: Campaign, arm: ArmSpec, shape: str, repeat: int, *, run: str, start_ns: int,
+           time_scale: float, stored: bool = True) -> RowContext:  # fmt: skip
+        """The context of an arm's unit; `stored` False: without what only a trace file keeps (token times,
+        prompts, per-step lists), for rows read in memory."""
+        load = campaign.load
+        return cls(
+            campaign=campaign.name, run=run, policy=arm.policy.label, topology=arm.topology.label, start_ns=start_ns,
+            time_scale=time_scale, request_timeout_s=load.request_timeout_s,
+            store_token_times=stored and load.store_token_times, store_prompts=stored and campaign.store_prompts,
+            speculative=arm.policy.resolve(arm.topology).num_speculative_tokens > 0, repeat=repeat,
+            shape=campaign.shapes[shape], store_step_lists=stored and load.store_step_lists,
+        )  # fmt: skip
 
 
 def trace_table(ctx: RowContext, run: UnitRun, engines: Sequence[VirtualEngine]) -> pa.Table:

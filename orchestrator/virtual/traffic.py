@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 
 from loadshapes.mixes import RequestSpec
 from loadshapes.plan import Planned, WorkerPlan, open_loop_schedule
+from orchestrator.campaign import Campaign
+from orchestrator.run_manifest import plans_for
 from orchestrator.rundir import Unit
 from orchestrator.virtual.twins import ArmModel
+from serve_apps.arms import ArmSpec
 from serve_apps.sim.engine import EngineCore
 from serve_apps.sim.request import RequestRecord, SimRequest
 from serve_apps.sim.virtual import run_open_loop
@@ -215,3 +218,15 @@ def simulate_closed_loop(model: ArmModel, unit: Unit, plans: Sequence[WorkerPlan
     until = {plan.worker: shape.duration for plan in plans}
     stops = worker_stops(sent, records, scale=scale, until=until, drain_s=drain_s)
     return UnitRun(sent=sent, records=records, stops=stops, cores=cores)
+
+
+def traffic_of(campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, traces: str) -> Traffic:
+    """The unit's requests, from any arm's plans (they do not depend on the arm)."""
+    return Traffic(plans_for(campaign, arm, unit, run=run, url="", traces=traces))
+
+
+def play(model: ArmModel, unit: Unit, plans: Sequence[WorkerPlan], traffic: Traffic, drain_s: float, *,
+         open_loop: bool) -> UnitRun:  # fmt: skip
+    """The unit's traffic played into the arm's engines: at the shape's offsets, or user by user."""
+    simulate = simulate_open_loop if open_loop else simulate_closed_loop
+    return simulate(model, unit, plans, traffic, drain_s)
