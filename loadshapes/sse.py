@@ -80,7 +80,7 @@ class StreamResult:
         if "error" in payload:
             error = payload["error"]
             message = error.get("message") if isinstance(error, dict) else error
-            raise StreamError("server_error", f"error event in stream: {message}")
+            raise StreamError("server_error", stream_error_message(message))
         self._absorb(payload, t_ns)
 
     def _content_chunk_fast(self, line: bytes, t_ns: int) -> bool:
@@ -149,6 +149,16 @@ def _has_text(choice: dict[str, Any]) -> bool:
     if "delta" in choice:
         return bool((choice.get("delta") or {}).get("content"))
     return bool(choice.get("text"))
+
+
+def stream_error_message(message: object) -> str:
+    """A server's error event, as a row's error_message (the virtual runner writes the same words)."""
+    return f"error event in stream: {message}"
+
+
+def cancelled_message(waited_s: float) -> str:
+    """A request the worker cancelled at its stop, as a row's error_message (the virtual runner's too)."""
+    return f"still in flight {waited_s:.1f} s after its scheduled send when the worker stopped"
 
 
 def latency_columns(scheduled_ns: int, result: StreamResult, done_ns: int | None) -> dict[str, Any]:

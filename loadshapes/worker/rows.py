@@ -18,7 +18,14 @@ from geventhttpclient._parser import HTTPParseError
 
 from loadshapes.http_framing import decode_response
 from loadshapes.plan import Planned, WorkerPlan
-from loadshapes.sse import StreamError, StreamResult, body_lines, latency_columns, telemetry_columns
+from loadshapes.sse import (
+    StreamError,
+    StreamResult,
+    body_lines,
+    cancelled_message,
+    latency_columns,
+    telemetry_columns,
+)
 from loadshapes.trace import STEP_LIST_COLUMNS, PartWriter, rows_to_table_in_steps, step_summaries, writer_id
 from loadshapes.worker.progress import Progress
 from loadshapes.worker.sending import Pacing, Received, first_phase
@@ -256,7 +263,7 @@ class RowKeeper:
             done_ns=stop_ns,
             status="cancelled",
             error_class="drain_timeout",
-            error_message=f"still in flight {waited:.1f} s after its scheduled send when the worker stopped",
+            error_message=cancelled_message(waited),
         )
         self.rows.append(row)
 

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from loadshapes.shapes import ShapeBase
+from loadshapes.sse import cancelled_message, stream_error_message
 from loadshapes.trace import FILE_SCHEMA
 from orchestrator.campaign import Campaign
 from orchestrator.virtual.arrays import (
@@ -160,13 +161,14 @@ def _records_at(records: Sequence[RequestRecord | None], rows: np.ndarray) -> li
 
 
 def _error_message(ctx: RowContext, sent: Sent, status: int, waited_ns: int) -> str | None:
-    # The load worker's messages, word for word.
+    # The load worker's messages: the same functions where their words are the same; its timeout message formats
+    # the timeout with :g (loadshapes.wire), this one as the float it is, kept so the traces stay what they were.
     if status == TIMEOUT:
         return f"no complete response within {ctx.request_timeout_s} s"
     if status == CANCELLED:
-        return f"still in flight {waited_ns / 1e9:.1f} s after its scheduled send when the worker stopped"
+        return cancelled_message(waited_ns / 1e9)
     if status == ERROR:
-        return f"error event in stream: {sent.error}"
+        return stream_error_message(sent.error)
     return None
 
 
