@@ -417,7 +417,8 @@ def run_plain_steps(run_dir: Path) -> dict[str, Any]:
 
 def run_maps(run_dir: Path) -> dict[str, Any]:
     from orchestrator.analysis import operating_maps, run_requests
-    from orchestrator.report import load_run, offered_rate_bands, schedule_bands
+    from orchestrator.analysis.inputs import load_run
+    from orchestrator.analysis.summary import offered_rate_bands, schedule_bands
 
     t0 = _started()
     inputs = load_run(str(run_dir))
@@ -435,7 +436,8 @@ def run_maps(run_dir: Path) -> dict[str, Any]:
 
 def run_verify(run_dir: Path) -> dict[str, Any]:
     from orchestrator.analysis import run_requests, verify_executed_policy
-    from orchestrator.report import load_run, schedule_bands
+    from orchestrator.analysis.inputs import load_run
+    from orchestrator.analysis.summary import schedule_bands
 
     t0 = _started()
     inputs = load_run(str(run_dir))

@@ -248,8 +248,9 @@ def test_offered_rate_bands_spread_evenly_where_the_quantiles_coincide() -> None
 def test_a_campaigns_rate_band_edges_are_the_bands(tmp_path: Path) -> None:
     import yaml
 
+    from orchestrator.analysis.inputs import load_run
+    from orchestrator.analysis.summary import build_summary
     from orchestrator.campaign import CampaignError, load_campaign
-    from orchestrator.report import build_summary, load_run
     from orchestrator.simulate_campaign import simulate_campaign
 
     data = {

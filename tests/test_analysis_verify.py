@@ -317,8 +317,8 @@ def test_an_endpoint_without_drafts_is_not_verifiable_and_counters_that_disagree
 def _gate(checked: ArmVerification, not_verifiable: str) -> tuple[bool, str]:
     from pathlib import Path
 
+    from orchestrator.analysis.gates import evaluate_gates
     from orchestrator.campaign import load_campaign
-    from orchestrator.report import evaluate_gates
 
     campaign = load_campaign(Path(__file__).resolve().parent.parent / "campaigns" / "quickstart.yaml")
     campaign = campaign.model_copy(
@@ -363,7 +363,8 @@ def test_the_console_report_tells_not_verifiable_from_failed() -> None:
     from rich.console import Console
 
     from orchestrator.analysis.results import Finding
-    from orchestrator.report import Summary, print_report
+    from orchestrator.analysis.summary import Summary
+    from orchestrator.report import print_report
 
     unverified = ArmVerification(
         arm="off-single", kind="off", topology="single", steps=0, match_fraction=None, bands=[], passed=False,
@@ -729,9 +730,9 @@ def test_switch_timing_from_binned_counts_equals_the_per_step_timing(bin_s: floa
 def test_a_switch_not_exercised_fails_the_recovery_gate_only_where_checks_without_evidence_fail() -> None:
     from pathlib import Path
 
+    from orchestrator.analysis.gates import evaluate_gates
     from orchestrator.analysis.results import SwitchTiming
     from orchestrator.campaign import load_campaign
-    from orchestrator.report import evaluate_gates
 
     timing = SwitchTiming(
         arm="dyn-single", shape="cross", run="r", repeat=0, reference="shape", crossed_up_s=None, switched_s=None,

@@ -14,8 +14,9 @@ from loadshapes.slo import SloConfig
 from orchestrator.analysis import ArmInfo, operating_map, rate_bands, request_frame
 from orchestrator.analysis.answer import answer_of
 from orchestrator.analysis.results import Verdict, VerificationReport
+from orchestrator.analysis.summary import Summary
 from orchestrator.campaign import Campaign
-from orchestrator.report import Summary, print_report, write_report
+from orchestrator.report import print_report, write_report
 from orchestrator.simulate_campaign import simulate_campaign
 from serve_apps.policies import FixedPolicy, OffPolicy
 from tests.test_analysis_inputs import START_NS, trace_table

@@ -54,7 +54,7 @@ def test_a_campaign_whose_arms_cannot_all_be_compared_is_refused_in_one_line() -
 
 
 def _infos(campaign: Campaign) -> list[ArmInfo]:
-    """The arms as the report builds them (orchestrator/report.py load_run), in the campaign's order."""
+    """The arms as the report builds them (orchestrator/analysis/inputs.py load_run), in the campaign's order."""
     found = baselines(campaign.arms())
     return [
         ArmInfo.from_policy(a.name, a.policy, topology=a.topology, compared_with=found[a.name].baseline,

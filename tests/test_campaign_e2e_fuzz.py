@@ -127,9 +127,11 @@ def campaigns(draw: st.DrawFn, csv_path: Path, output: Path) -> dict[str, Any]:
 
 
 def test_every_valid_campaign_runs_to_a_report(tmp_path: Path) -> None:
+    from orchestrator.analysis.inputs import load_run
+    from orchestrator.analysis.summary import build_summary
     from orchestrator.decide.recommend import recommend
-    from orchestrator.report import build_summary, load_run, write_report
-    from orchestrator.rundir import units_of
+    from orchestrator.report import write_report
+    from orchestrator.run_manifest import units_of
     from orchestrator.simulate_campaign import simulate_campaign
 
     csv_path = tmp_path / "arrivals.csv"

@@ -164,22 +164,23 @@ def test_an_unreachable_endpoint_is_a_clear_error_at_start(tmp_path: Path) -> No
 
 
 def test_recommend_reads_the_reports_aggregates(virtual_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator import report
+    from orchestrator.analysis import summary
+    from orchestrator.analysis.inputs import load_run
 
     assert _cli("report", str(virtual_run), "--no-gate-exit").returncode == 0
-    inputs = report.load_run(str(virtual_run))
+    inputs = load_run(str(virtual_run))
     written = json.loads((virtual_run / "summary.json").read_text())
     del written["evidence"]  # its seal (orchestrator/run_evidence.py), not a Summary field
 
     def analyse_again(*_: object, **__: object) -> object:
         raise AssertionError("the trace was analysed a second time")
 
-    monkeypatch.setattr(report, "build_summary", analyse_again)
-    assert report.summary_for(inputs).model_dump(mode="json") == written
+    monkeypatch.setattr(summary, "build_summary", analyse_again)
+    assert summary.summary_for(inputs).model_dump(mode="json") == written
     # A summary of other units (the run was resumed since) is not reused.
     stale = inputs.__class__(**{**inputs.__dict__, "units": inputs.units[:-1]})
     with pytest.raises(AssertionError, match="analysed a second time"):
-        report.summary_for(stale)
+        summary.summary_for(stale)
 
 
 def test_an_off_arm_that_drafted_fails_a_default_gate_and_voids_its_speedups(virtual_run: Path) -> None:

@@ -11,13 +11,14 @@ import pyarrow as pa
 import pytest
 
 from orchestrator.agreement import compare_summaries, format_agreement
+from orchestrator.analysis.gates import engine_lagged, evaluate_gates
 from orchestrator.analysis.results import VerificationReport
 from orchestrator.analysis.run_views import steps_view
 from orchestrator.campaign import load_campaign
-from orchestrator.report import engine_lagged, evaluate_gates
 from orchestrator.report_html import ReportData, render_report_html
 from orchestrator.run import engine_lag_of
-from orchestrator.rundir import RunStore, Unit, UnitResult, timeline_table, write_timeline
+from orchestrator.rundir import RunStore, Unit, UnitResult
+from orchestrator.unit_files import timeline_table, write_timeline
 from serve_apps.engines.base import GenerationInput
 from serve_apps.engines.simulated import SimulatedEngine
 from serve_apps.policies import FixedPolicy

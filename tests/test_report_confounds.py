@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.report import engine_confounds
+from orchestrator.analysis.headline import engine_confounds
 
 
 def _arm(kind: str, mode: str | None, runner: str | None, async_scheduling: bool | None = None) -> dict[str, Any]:

@@ -16,10 +16,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from orchestrator.analysis.summary import Summary
 from orchestrator.campaign import Campaign
 from orchestrator.cli import cli
 from orchestrator.decide.oracle import Oracle, oracle
-from orchestrator.report import Summary, write_report
+from orchestrator.report import write_report
 from orchestrator.simulate_campaign import simulate_campaign
 from serve_apps.sim.profile import load_profile
 

@@ -88,8 +88,10 @@ def test_exempting_an_arm_the_campaign_does_not_have_is_refused(tmp_path: Path) 
 def test_the_generated_rehearsal_and_follow_up_campaigns_validate(tmp_path: Path) -> None:
     from rich.console import Console
 
+    from orchestrator.analysis.inputs import load_run
+    from orchestrator.analysis.summary import build_summary
     from orchestrator.decide.recommend import recommend
-    from orchestrator.report import build_summary, load_run, write_report
+    from orchestrator.report import write_report
     from orchestrator.simulate_campaign import simulate_campaign
 
     # fixed3 alone beside off: the follow-up measures the k = 1 and 2 the dynamic schedule needs

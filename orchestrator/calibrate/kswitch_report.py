@@ -3,14 +3,10 @@ change of the executed k, against a step-time fit of the run's own steps (calibr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from orchestrator.analysis.inputs import RunInputs
 from orchestrator.calibrate.kswitch import describe
 from orchestrator.calibrate.model import CalibrationError, fit_steps
 from orchestrator.calibrate.steps import arm_steps
-
-if TYPE_CHECKING:
-    from orchestrator.report import RunInputs
 
 MIN_SWITCHES = 2  # one switch gives a value without an interval
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import numpy as np
@@ -12,11 +11,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from orchestrator.analysis.inputs import RunInputs
 from serve_apps.arms import EndpointEngineConfig
 from serve_apps.policies import DynamicPolicy, OffPolicy
-
-if TYPE_CHECKING:  # the report reads the k-switch cost through this module: no import of it at run time
-    from orchestrator.report import RunInputs
 
 FIT_COLUMNS = ("batch_size", "k", "batched_tokens", "kv_tokens", "num_prefill")
 

@@ -26,11 +26,11 @@ import yaml
 from orchestrator.analysis.kchoice import KCandidate, ratio_text
 from orchestrator.analysis.results import RatioCI, Verdict
 from orchestrator.analysis.speedup import verdict_for
+from orchestrator.analysis.summary import Summary
 from orchestrator.campaign import Campaign
 from orchestrator.decide.recommend_campaigns import MAX_REPEATS, followup_campaign, rehearsal_campaign
 from orchestrator.decide.recommendation import BandDecision, Basis, Candidate, Confidence, Recommendation, Status
 from orchestrator.decide.runs import RunEvidence, check_same_traffic
-from orchestrator.report import Summary
 from serve_apps.policies import DynamicPolicy, FixedPolicy, validate_schedule
 
 EXIT_INSUFFICIENT = 4  # no band has the evidence for a choice: nothing is recommended

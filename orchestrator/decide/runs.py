@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadshapes.badfile import BadFileError
+from orchestrator.analysis.inputs import RunInputs, load_run
 from orchestrator.analysis.kchoice import BandChoice
+from orchestrator.analysis.summary import SUMMARY, Summary, summary_for
 from orchestrator.campaign import Campaign
-from orchestrator.report import SUMMARY, RunInputs, Summary, load_run, summary_for
 from serve_apps.policies import DynamicPolicy, FixedPolicy
 
 # What the requests of a run are, apart from the arms they are sent to: two runs that agree on these sent the
