@@ -23,7 +23,6 @@ import pyarrow.parquet as pq
 
 from loadshapes.trace import filesystem
 from serve_apps.engine_kinds.base import MetricsDialect
-from serve_apps.engine_kinds.vllm import VLLM_METRICS
 from timebase.clock import now_ns
 
 ROOT = "endpoint_metrics"
@@ -119,10 +118,7 @@ class MetricsSampler:
     synchronously in start() and stop(), so the counters' deltas cover exactly the unit's traffic (the warm-up and
     earlier units are before the first)."""
 
-    # TEMPORARY default (issue 34): run.py passes the kind's dialect in this session's last step.
-    def __init__(
-        self, url: str, headers: dict[str, str], dialect: MetricsDialect = VLLM_METRICS, interval_s: float = 0.3
-    ) -> None:
+    def __init__(self, url: str, headers: dict[str, str], dialect: MetricsDialect, interval_s: float = 0.3) -> None:
         self.url = url
         self.headers = headers
         self.dialect = dialect

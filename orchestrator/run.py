@@ -22,14 +22,15 @@ import numpy as np
 from loadshapes.tokens import TokenizerUnavailable, tokenizer_json
 from orchestrator.campaign import Campaign, CampaignError
 from orchestrator.deploy import connect, deploy, preflight, proxy_routes, teardown_arms
-from orchestrator.endpoint_metrics import MetricsSampler, write_samples
+from orchestrator.endpoint_metrics import MetricsSampler, speculation_counters, write_samples
 from orchestrator.load_workers import LoadWorkers
 from orchestrator.logs import get_logger
 from orchestrator.run_manifest import arm_entry, open_run, plans_for
 from orchestrator.rundir import MANIFEST, RunStore, Unit, UnitResult
 from orchestrator.runner import OnUnit, Work, arm_by_arm, run_units
 from orchestrator.unit_files import merge_parts, rows_on_disk, unit_tpot_p50, write_timeline
-from serve_apps.arms import ArmSpec, EndpointEngineConfig, VllmEngineConfig, prompt_tokenizer_name
+from serve_apps.arms import ArmSpec, prompt_tokenizer_name
+from serve_apps.engine_kinds.registry import kind_of
 from serve_apps.placement import plan_placement
 from timebase.clock import now_ns
 
@@ -86,11 +87,11 @@ def replicas_of(arm: ArmSpec) -> int:
 
 def auth_headers(campaign: Campaign) -> dict[str, str]:
     """Only endpoint campaigns carry a key, read from the environment here and nowhere else."""
-    engine = campaign.engine
-    if isinstance(engine, EndpointEngineConfig) and engine.api_key_env:
-        key = os.environ.get(engine.api_key_env)
+    key_env = kind_of(campaign.engine).api_key_env(campaign.engine)
+    if key_env:
+        key = os.environ.get(key_env)
         if not key:
-            raise CampaignError(f"engine.api_key_env: environment variable {engine.api_key_env} is not set")
+            raise CampaignError(f"engine.api_key_env: environment variable {key_env} is not set")
         return {"Authorization": f"Bearer {key}"}
     return {}
 
@@ -120,11 +121,11 @@ def warm(url: str, arm: ArmSpec, requests: int, headers: dict[str, str] | None =
 def check_endpoints(campaign: Campaign, arms: Sequence[str] | None = None) -> None:
     """Before anything runs: every endpoint of the arms to run answers, or a one-line error names the
     unreachable one (arms run in separate calls may have their servers up at different times)."""
-    engine = campaign.engine
-    if not isinstance(engine, EndpointEngineConfig):
+    urls = kind_of(campaign.engine).urls(campaign.engine)
+    if not urls:
         return
     headers = auth_headers(campaign)
-    for name, url in engine.urls.items():
+    for name, url in urls.items():
         if arms is not None and name not in arms:
             continue
         request = urllib.request.Request(f"{url}/v1/models", headers=headers)
@@ -147,33 +148,11 @@ def check_tokenizer(campaign: Campaign) -> None:
     try:
         tokenizer_json(name)
     except TokenizerUnavailable as exc:
-        engine = campaign.engine
-        field = "engine.tokenizer"
-        if isinstance(engine, VllmEngineConfig):
-            field = "engine.engine_kwargs.tokenizer" if "tokenizer" in engine.engine_kwargs else "engine.model"
+        field = kind_of(campaign.engine).tokenizer_field(campaign.engine)
         raise CampaignError(
             f"{field}: {exc} (prompt lengths are counted in its tokens where the run starts; "
             "`specdrill models pull CAMPAIGN --here` caches a Hugging Face model here)"
         ) from None
-
-
-def metrics_speculation(url: str, headers: dict[str, str]) -> dict[str, float]:
-    """Speculative-decoding counters from a server's Prometheus /metrics (vLLM: vllm:spec_decode_*)."""
-    try:
-        with urllib.request.urlopen(urllib.request.Request(f"{url}/metrics", headers=headers), timeout=10) as r:
-            text = r.read().decode("utf-8", "replace")
-    except (urllib.error.URLError, OSError):
-        return {}
-    found: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("#") or "spec_decode" not in line:
-            continue
-        name, _, value = line.rpartition(" ")
-        try:
-            found[name] = float(value)
-        except ValueError:
-            continue
-    return found
 
 
 def run_unit(
@@ -190,13 +169,16 @@ def run_unit(
     """The unit's load through the workers, its rows merged and its step timeline written (the marker is the
     runner's, orchestrator.runner)."""
     plans = plans_for(campaign, arm, unit, run=run, url=url, traces=store.traces)
-    # A foreign server gets no request to specdrill's own endpoints: its engine is sampled from /metrics instead.
-    endpoint = isinstance(campaign.engine, EndpointEngineConfig)
+    # A foreign server gets no request to specdrill's own endpoints: its engine is sampled from /metrics instead,
+    # in its kind's metrics dialect.
+    kind = kind_of(campaign.engine)
+    endpoint = kind.telemetry == "server_metrics"
     if not endpoint:
         fetch_timelines(url, replicas=replicas_of(arm), since=since)  # skip steps from warm-up and earlier units
     key_env = plans[0].target.api_key_env
     secrets = {key_env: os.environ[key_env]} if key_env and key_env in os.environ else None
-    with MetricsSampler(url, auth_headers(campaign)) if endpoint else nullcontext() as sampler:
+    dialect = kind.metrics if endpoint else None
+    with MetricsSampler(url, auth_headers(campaign), dialect) if dialect else nullcontext() as sampler:
         summaries = workers.run(
             plans,
             ready_timeout_s=campaign.load.ready_timeout_s,
@@ -270,8 +252,9 @@ def engine_lag_of(timelines: dict[str, dict[str, list[Any]]], *, bound: float) -
 def arm_urls(campaign: Campaign, deployable: Campaign, names: Sequence[str], *, address: str | None) -> dict[str, str]:
     """The base URL of each named arm: an endpoint campaign's own servers, else the arms deployed on Ray Serve
     now (`deployable` is what `preflight` returned)."""
-    if isinstance(campaign.engine, EndpointEngineConfig):
-        return {name: campaign.engine.urls[name] for name in names}
+    kind = kind_of(campaign.engine)
+    if not kind.deploys_in_serve:
+        return {name: kind.urls(campaign.engine)[name] for name in names}
     return deploy(deployable, address=address, only=list(names))
 
 
@@ -281,8 +264,9 @@ def warmed_entry(campaign: Campaign, arm: ArmSpec, url: str) -> dict[str, Any]:
     headers = auth_headers(campaign)
     telemetry = warm(url, arm, campaign.warmup.requests, headers)
     entry = arm_entry(arm, url, telemetry)
-    if isinstance(campaign.engine, EndpointEngineConfig) and not telemetry:
-        entry["metrics_spec_decode"] = metrics_speculation(url, headers)
+    kind = kind_of(campaign.engine)
+    if kind.telemetry == "server_metrics" and kind.metrics is not None and not telemetry:
+        entry["metrics_spec_decode"] = speculation_counters(url, headers, kind.metrics)
     return entry
 
 
@@ -326,7 +310,7 @@ class RayExecutor:
                 self.since[arm.name] = {}
             yield
         finally:
-            if not isinstance(campaign.engine, EndpointEngineConfig):
+            if kind_of(campaign.engine).deploys_in_serve:
                 teardown_arms([a.app_name for a in arms])
 
     def run_unit(self, work: Work, *, run: str, store: RunStore) -> UnitResult:

@@ -44,7 +44,7 @@ from orchestrator.rundir import MANIFEST, RunStore, Unit
 from orchestrator.runner import Executor, Group, Work, run_units
 from orchestrator.search_pair import Pair, pick_pair, search_campaign
 from orchestrator.virtual.executor import VIRTUAL_EPOCH_NS, VirtualExecutor
-from serve_apps.arms import SimulatedEngineConfig
+from serve_apps.engine_kinds.registry import kind_of
 
 log = get_logger(__name__)
 
@@ -152,7 +152,7 @@ def run_search(
 ) -> SearchRun:
     """The search to its outcome; every unit kept in `output`, a fresh run directory."""
     pair = pick_pair(campaign, arm, against)
-    if mode == "virtual" and not isinstance(campaign.engine, SimulatedEngineConfig):
+    if mode == "virtual" and not kind_of(campaign.engine).runs_in_virtual_time:
         raise CampaignError(f"engine: kind {campaign.engine.kind!r} cannot run in virtual time; use --real-time")
     existing = RunStore.existing(output)
     if existing is not None and existing.exists(MANIFEST):

@@ -16,14 +16,13 @@ from orchestrator.run_manifest import open_run
 from orchestrator.rundir import RunStore
 from orchestrator.runner import OnUnit, run_units, shape_by_shape
 from orchestrator.virtual.executor import VIRTUAL_EPOCH_NS, VirtualExecutor, unit_starts
-from serve_apps.arms import SimulatedEngineConfig
+from serve_apps.engine_kinds.registry import kind_of, kinds
 
 
 def require_simulated(campaign: Campaign) -> None:
-    if not isinstance(campaign.engine, SimulatedEngineConfig):
-        raise CampaignError(
-            f"engine: kind {campaign.engine.kind!r} cannot run in virtual time; only kind: simulated can"
-        )
+    if not kind_of(campaign.engine).runs_in_virtual_time:
+        can = " or ".join(name for name, kind in kinds().items() if kind.runs_in_virtual_time)
+        raise CampaignError(f"engine: kind {campaign.engine.kind!r} cannot run in virtual time; only kind: {can} can")
 
 
 def simulate_campaign(

@@ -9,12 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 import serve_apps.engine_kinds  # noqa: F401 (registers the built-in kinds before the union is built)
 from serve_apps.engine_kinds.base import EngineConfigBase
-
-# TEMPORARY (issue 34): re-exported until the importers other helpers are rewriting now move (this session).
-from serve_apps.engine_kinds.endpoint import EndpointEngineConfig as EndpointEngineConfig
 from serve_apps.engine_kinds.registry import bind_engine_field, config_union, kind_of
-from serve_apps.engine_kinds.simulated import SimulatedEngineConfig as SimulatedEngineConfig
-from serve_apps.engine_kinds.vllm import VllmEngineConfig as VllmEngineConfig
 from serve_apps.placement import Resources, plan_placement
 from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
 

@@ -39,7 +39,7 @@ from orchestrator.decide.prediction import prediction_check
 from orchestrator.endpoint_metrics import read_samples
 from orchestrator.run_evidence import seal_problem
 from orchestrator.rundir import UnitResult
-from serve_apps.arms import EndpointEngineConfig
+from serve_apps.engine_kinds.registry import kind_of
 from serve_apps.policies import DynamicPolicy
 
 SUMMARY = "summary.json"
@@ -127,7 +127,7 @@ def build_summary(
                 switch_bound_s=campaign.gates.max_recovery_s or VerifySettings().switch_bound_s,
             ),
             endpoint_samples=read_samples(inputs.store.root, units)
-            if isinstance(campaign.engine, EndpointEngineConfig)
+            if kind_of(campaign.engine).telemetry == "server_metrics"
             else None,
         )
         verification = verification.model_copy(update={"k_switch_costs": k_switch_lines(inputs)})

@@ -12,7 +12,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from orchestrator.analysis.inputs import RunInputs
-from serve_apps.arms import EndpointEngineConfig
+from serve_apps.engine_kinds.registry import kind_of
 from serve_apps.policies import DynamicPolicy, OffPolicy
 
 FIT_COLUMNS = ("batch_size", "k", "batched_tokens", "kv_tokens", "num_prefill")
@@ -51,7 +51,7 @@ class ArmSteps:
 
 def arm_steps(inputs: RunInputs, *, repeats: Collection[int] | None = None) -> dict[str, ArmSteps]:
     """Per arm with a timeline, its steps (complete units; `repeats`: only these repeats). Endpoint runs: {}."""
-    if isinstance(inputs.campaign.engine, EndpointEngineConfig):
+    if kind_of(inputs.campaign.engine).telemetry != "step_timeline":
         return {}
     store = inputs.store
     policies = {arm.name: arm.policy for arm in inputs.campaign.arms()}

@@ -12,6 +12,7 @@ from orchestrator.decide.recommend import vllm_snippet
 from orchestrator.decide.recommendation import Recommendation
 from orchestrator.decide.runs import RunEvidence
 from orchestrator.rundir import RunStore
+from serve_apps.engine_kinds.registry import kind_of
 
 RECOMMENDATION = "recommendation.json"
 REHEARSAL = "recommended-campaign.yaml"
@@ -41,7 +42,7 @@ def write_recommendation(
     if rehearsal is not None:
         lines.append(recommendation.frame)
         lines.append(f"rehearse it: {command} {store.root}/{REHEARSAL}")
-        if first.campaign.engine.kind == "simulated":
+        if kind_of(first.campaign.engine).runs_in_virtual_time:  # tune rehearses in virtual time
             lines.append(f"a schedule in its own frame: specdrill tune {store.root}/{REHEARSAL}")
         else:
             lines.append(

@@ -10,11 +10,12 @@ from typing import Any
 import serve_apps
 from loadshapes.sse import StreamResult, telemetry_columns
 from orchestrator.rundir import Unit
-from serve_apps.arms import ArmSpec, SimulatedEngineConfig
+from serve_apps.arms import ArmSpec
+from serve_apps.engine_kinds.registry import kind_of
 from serve_apps.engines.simulated import SimulatedEngine
 from serve_apps.service import ArmService, Placement
 from serve_apps.sim.engine import EngineCore
-from serve_apps.sim.profile import Profile, load_profile
+from serve_apps.sim.profile import Profile
 
 NODE_ID = "virtual"
 
@@ -57,9 +58,9 @@ def engines_of(arm: ArmSpec) -> int:
 
 def arm_model(arm: ArmSpec) -> ArmModel:
     """The arm's engines, each with the telemetry its real-time twin (serve_apps.engines.simulated) reports."""
-    config = arm.engine
-    assert isinstance(config, SimulatedEngineConfig)
-    profile = load_profile(config.profile)
+    config = kind_of(arm.engine).simulation(arm.engine)
+    assert config is not None, "virtual time runs kinds with a simulation (require_simulated)"
+    profile = config.profile
     resolved = arm.policy.resolve(arm.topology)  # DP > 1 drops the schedule, as vLLM does
     engines = []
     for rank in range(engines_of(arm)):

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from serve_apps.engines.base import Engine
+from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
 from serve_apps.sim.profile import Profile
-
-if TYPE_CHECKING:
-    from serve_apps.arms import ArmSpec
-    from serve_apps.engines.base import Engine
 
 
 class EngineConfigBase(BaseModel):
@@ -20,6 +18,18 @@ class EngineConfigBase(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: str
+
+
+class ServedArm(Protocol):
+    """What a kind reads of the arm whose engine it builds (serve_apps.arms.ArmSpec, named by shape: arms imports
+    the registry, so the registry does not import arms)."""
+
+    @property
+    def engine(self) -> EngineConfigBase: ...
+    @property
+    def policy(self) -> OffPolicy | FixedPolicy | DynamicPolicy: ...
+    @property
+    def topology(self) -> Topology: ...
 
 
 @dataclass(frozen=True)
@@ -110,7 +120,7 @@ class EngineKind:
         """The share of a GPU's memory each engine takes, and where that share was set; None: not sized so."""
         return None
 
-    def build_engine(self, arm: ArmSpec, *, engine_id: str, seed_offset: int) -> Engine:
+    def build_engine(self, arm: ServedArm, *, engine_id: str, seed_offset: int) -> Engine:
         """The engine a Serve replica of the arm runs."""
         setup = self.simulation(arm.engine)
         if setup is None:

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import re
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from serve_apps.engine_kinds.base import EngineConfigBase, EngineKind, MetricsDialect
+from serve_apps.engine_kinds.base import EngineConfigBase, EngineKind, MetricsDialect, ServedArm
 from serve_apps.engine_kinds.registry import register
-
-if TYPE_CHECKING:
-    from serve_apps.arms import ArmSpec
-    from serve_apps.engines.base import Engine
+from serve_apps.engines.base import Engine
 
 # AsyncEngineArgs fields (vLLM 0.32, vllm/engine/arg_utils.py) that engine_kwargs may not set. The arm's policy
 # and topology decide these:
@@ -126,10 +124,10 @@ class VllmKind(EngineKind):
         share = kwargs.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION)
         return float(share), "engine_kwargs" if "gpu_memory_utilization" in kwargs else "vLLM's default"
 
-    def build_engine(self, arm: ArmSpec, *, engine_id: str, seed_offset: int) -> Engine:
-        from serve_apps.engines.vllm_engine import VllmEngine
-
-        engine: Engine = VllmEngine(arm, engine_id=engine_id)
+    def build_engine(self, arm: ServedArm, *, engine_id: str, seed_offset: int) -> Engine:
+        # Loaded by name, in the replica that runs it: the engine imports vLLM, and it reads this module's config.
+        engines = importlib.import_module("serve_apps.engines.vllm_engine")
+        engine: Engine = engines.VllmEngine(arm, engine_id=engine_id)
         return engine
 
 
