@@ -5,7 +5,7 @@ realistic step counts: output tokens lognormal around 200, steps = output tokens
 (1 + accepted per step) for the speculative arms; 4 arms (off, fixed k=3, dynamic on one engine, dynamic on a
 data-parallel group that fell back to the static k), 3 shapes with the same paired schedule in every arm; one
 part file per unit with row groups of 100,000 rows, as a run leaves a unit once it merges the unit's part
-files (orchestrator.rundir.merge_parts). Then,
+files (orchestrator.unit_files.merge_parts). Then,
 each stage in its own process (so each peak RSS is its own; times exclude the stage's imports), best of
 --repeats:
 
