@@ -91,6 +91,30 @@ def test_packages_import_downward_only() -> None:
     assert not found, "imports against the package layering (MAY_IMPORT):\n" + "\n".join(found)
 
 
+# Inside orchestrator, the flow's layers: the analysis of a run (maps, verification, the step fit, the prediction
+# check) below the decisions and the calibration built on it, and those below the report and the command line
+# that present them. A module of a layer imports nothing of the layers named against it.
+ORCHESTRATOR_BELOW: dict[str, frozenset[str]] = {
+    "orchestrator.analysis": frozenset(
+        {"calibrate", "decide", "report", "report_html", "cli", "run", "search_run", "simulate_campaign", "virtual"}
+    ),
+    "orchestrator.calibrate": frozenset({"decide", "report", "report_html", "cli"}),
+    "orchestrator.decide": frozenset({"calibrate", "report", "report_html", "cli"}),
+}
+
+
+def test_orchestrators_layers_import_downward_only() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: imports {module}"
+        for _, path, tree in _sources()
+        for layer, above in ORCHESTRATOR_BELOW.items()
+        if ".".join(path.relative_to(ROOT).parts).startswith(layer + ".")
+        for line, module, _ in _imports(tree)
+        if module.startswith("orchestrator.") and module.split(".")[1] in above
+    ]
+    assert not found, "imports against orchestrator's layers (ORCHESTRATOR_BELOW):\n" + "\n".join(found)
+
+
 def test_the_layering_is_acyclic() -> None:
     seen: list[str] = []
     remaining = dict(MAY_IMPORT)

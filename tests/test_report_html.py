@@ -653,7 +653,7 @@ def test_timelines_are_charted_only_where_k_varies() -> None:
 
 
 def test_no_negative_zero_is_printed() -> None:
-    from orchestrator.calibrate.kswitch import KSwitch, describe
+    from orchestrator.analysis.kswitch import KSwitch, describe
     from orchestrator.numfmt import fixed, signed
 
     assert (fixed(-0.0004, 3), signed(-0.0004, 3), signed(0.0004, 3)) == ("0.000", "0.000", "0.000")

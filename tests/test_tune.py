@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.analysis.prediction_check import prediction_check
 from orchestrator.campaign import Campaign, load_campaign
 from orchestrator.decide.ground_truth import costly_verify_profile, fixed_k_campaign
 from orchestrator.decide.oracle import Oracle, OraclePoint
 from orchestrator.decide.played import CampaignTraffic
-from orchestrator.decide.prediction import prediction_check
 from orchestrator.decide.scoring import Cell, Objective, Scored, compare, robust, winner
 from orchestrator.decide.tune import coarse_edges, coarse_tables, exhaustive, tune
 from orchestrator.decide.tune_outputs import TIE_RULE, run_tune

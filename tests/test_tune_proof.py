@@ -8,12 +8,12 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
+from orchestrator.analysis.prediction_check import SeedRange
 from orchestrator.analysis.results import MapSettings
 from orchestrator.campaign import Campaign
 from orchestrator.decide.ground_truth import costly_verify_profile, fixed_k_campaign
 from orchestrator.decide.oracle import Oracle, oracle
 from orchestrator.decide.played import Played
-from orchestrator.decide.prediction import SeedRange
 from orchestrator.decide.tune import OFF, Tuned, exhaustive, tune
 from orchestrator.decide.tune_outputs import with_profile
 from orchestrator.decide.tune_proof import (

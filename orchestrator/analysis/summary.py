@@ -31,11 +31,11 @@ from orchestrator.analysis.gates import GateResult, engine_lagged, evaluate_gate
 from orchestrator.analysis.headline import ABSOLUTE_ONLY, engine_confounds, headline
 from orchestrator.analysis.inputs import RunInputs, partial_run_line
 from orchestrator.analysis.kchoice import BandChoice, choose_k, paired_both
+from orchestrator.analysis.kswitch_cost import k_switch_lines
+from orchestrator.analysis.prediction_check import prediction_check
 from orchestrator.analysis.serve_path import ServePath, serve_paths
 from orchestrator.analysis.timelines import TimelineSeries, timeline_series
-from orchestrator.calibrate.kswitch_report import k_switch_lines
 from orchestrator.campaign import Campaign
-from orchestrator.decide.prediction import prediction_check
 from orchestrator.endpoint_metrics import read_samples
 from orchestrator.run_evidence import seal_problem
 from orchestrator.rundir import UnitResult

@@ -7,15 +7,15 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.analysis.arm_steps import ArmSteps, arm_steps
 from orchestrator.analysis.inputs import RunInputs, load_run
+from orchestrator.analysis.kswitch import describe
 from orchestrator.analysis.run_views import run_requests
+from orchestrator.analysis.step_model import ArmReport, CalibrationError, StepFit, fit_steps
+from orchestrator.analysis.stepfit import COEFFICIENTS, Fit
 from orchestrator.calibrate.acceptance import CategoryFit, fit_acceptance
 from orchestrator.calibrate.engines import compare_engines
-from orchestrator.calibrate.kswitch import describe
-from orchestrator.calibrate.model import ArmReport, CalibrationError, StepFit, fit_steps
 from orchestrator.calibrate.predict import PredictionCheck, predict
-from orchestrator.calibrate.stepfit import COEFFICIENTS, Fit
-from orchestrator.calibrate.steps import ArmSteps, arm_steps
 from orchestrator.calibrate.writer import fitted_profile, now_iso, write_profile
 from serve_apps.engine_kinds.registry import kind_of
 from serve_apps.policies import OffPolicy

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestrator.analysis.stepfit import COEFFICIENTS, StepData, design, huber_fit, unidentified
 from orchestrator.calibrate.acceptance import CategoryFit
-from orchestrator.calibrate.stepfit import COEFFICIENTS, StepData, design, huber_fit, unidentified
 from orchestrator.calibrate.writer import fitted_profile, now_iso
 from serve_apps.sim.profile import Profile, Provenance
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
+from orchestrator.analysis.stepfit import Fit
 from orchestrator.calibrate.acceptance import CategoryFit
-from orchestrator.calibrate.stepfit import Fit
 from serve_apps.sim.profile import CategoryAcceptance, DraftCost, Profile, Provenance, VerifyCost
 
 

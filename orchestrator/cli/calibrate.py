@@ -42,8 +42,8 @@ def calibrate_cmd(run_dirs: tuple[str, ...], output: str, vllm_profile: str | No
     offline profiler output), print the fit's quality per arm, and write it for `engine.profile`."""
     from pathlib import Path
 
+    from orchestrator.analysis.step_model import CalibrationError
     from orchestrator.calibrate.command import calibrate
-    from orchestrator.calibrate.model import CalibrationError
     from orchestrator.calibrate.outputs import write_profiles
     from orchestrator.calibrate.vllm_profile import VllmProfileError, profile_from_vllm
 

@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.analysis.bands import BandSet
+from orchestrator.analysis.prediction_check import SeedRange
 from orchestrator.decide.oracle import Oracle
 from orchestrator.decide.played import CampaignTraffic, Played
-from orchestrator.decide.prediction import SeedRange, seed_ratios
+from orchestrator.decide.prediction import seed_ratios
 from orchestrator.decide.scoring import Scored, compare
 from serve_apps.policies import DynamicPolicy, FixedPolicy, ResolvedSpeculation
 

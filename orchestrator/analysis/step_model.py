@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.calibrate.kswitch import KSwitch, after_switch, k_switch_cost
-from orchestrator.calibrate.stepfit import (
+from orchestrator.analysis.arm_steps import ArmSteps
+from orchestrator.analysis.kswitch import KSwitch, after_switch, k_switch_cost
+from orchestrator.analysis.stepfit import (
     COEFFICIENTS,
     Fit,
     Quality,
@@ -18,7 +19,6 @@ from orchestrator.calibrate.stepfit import (
     quality,
     unidentified,
 )
-from orchestrator.calibrate.steps import ArmSteps
 
 PER_STEP = 2  # index of verify.fixed + step_overhead: fitted as one by design, never a refusal
 _WHY = {

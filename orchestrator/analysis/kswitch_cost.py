@@ -1,12 +1,13 @@
 """The k-switch cost of each dynamic arm for the report's verification section: the excess step time after a
-change of the executed k, against a step-time fit of the run's own steps (calibrate's model)."""
+change of the executed k, against a step-time fit of the run's own steps (step_model.py: the fit `specdrill
+calibrate` writes a profile from, one home below both)."""
 
 from __future__ import annotations
 
+from orchestrator.analysis.arm_steps import arm_steps
 from orchestrator.analysis.inputs import RunInputs
-from orchestrator.calibrate.kswitch import describe
-from orchestrator.calibrate.model import CalibrationError, fit_steps
-from orchestrator.calibrate.steps import arm_steps
+from orchestrator.analysis.kswitch import describe
+from orchestrator.analysis.step_model import CalibrationError, fit_steps
 
 MIN_SWITCHES = 2  # one switch gives a value without an interval
 
