@@ -10,9 +10,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.analysis.prediction_check import Prediction
 from orchestrator.campaign import Campaign
 from orchestrator.decide.played import drafter_arms
-from orchestrator.decide.prediction import TUNED, Prediction, predict
+from orchestrator.decide.prediction import TUNED, predict
 from orchestrator.decide.scoring import Objective
 from orchestrator.decide.tune import OFF, Choice, Tuned, TuneResult, tune
 from orchestrator.decide.tune_proof import oracle_gap
