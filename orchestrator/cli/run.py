@@ -6,7 +6,7 @@ import click
 
 from orchestrator.campaign import CampaignError
 from orchestrator.cli.common import campaign_of, fail, force_lock_option, limit_option
-from orchestrator.cli.units import run_units
+from orchestrator.cli.units import with_unit_lines
 from orchestrator.progress import resume_command
 
 
@@ -45,7 +45,7 @@ def run_cmd(
         [("--address", address), ("--output", output), ("--serve-port", serve_port), ("--no-report", no_report)],
     )  # fmt: skip
     try:
-        store, manifest = run_units(
+        store, manifest = with_unit_lines(
             campaign, resume, lambda on_unit: run_campaign(campaign, address=address, on_unit=on_unit), virtual=False
         )
     except (DeployError, CampaignError) as exc:

@@ -26,7 +26,7 @@ from orchestrator.cli.common import (
     topology_of,
     workload_named,
 )
-from orchestrator.cli.units import run_units
+from orchestrator.cli.units import with_unit_lines
 from orchestrator.progress import resume_command
 from orchestrator.simulate import FixedBatchPoint, SweepPoint, fixed_batch, sweep
 from serve_apps.policies import split_policy_list
@@ -79,7 +79,7 @@ def simulate_campaign_cmd(campaign_file: str, output: str | None, no_report: boo
         campaign = campaign.model_copy(update={"output": output})
     resume = resume_command("simulate", campaign_file, [("--output", output), ("--no-report", no_report)])
     try:
-        store, manifest = run_units(
+        store, manifest = with_unit_lines(
             campaign, resume, lambda on_unit: simulate_campaign(campaign, on_unit=on_unit), virtual=True
         )
     except CampaignError as exc:

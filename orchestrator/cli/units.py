@@ -15,11 +15,10 @@ from orchestrator.campaign import Campaign
 from orchestrator.cli.common import console
 from orchestrator.progress import CampaignProgress
 from orchestrator.rundir import RunStore, Unit, UnitResult
+from orchestrator.runner import OnUnit
 
-OnUnit = Callable[[Unit, str, UnitResult | None], None]
 
-
-def run_units(
+def with_unit_lines(
     campaign: Campaign, resume: str, execute: Callable[[OnUnit], tuple[RunStore, dict[str, Any]]], *, virtual: bool
 ) -> tuple[RunStore, dict[str, Any]]:
     """Run the campaign's pending units with a line per unit (a bar as well on a terminal); on SIGINT or SIGTERM
