@@ -1,5 +1,8 @@
-"""Nothing lost over long runs: 100k requests in virtual time, and a minute of real time on Ray load workers
-(with a fault burst in the middle; ten minutes in `make bench-soak`). Every scheduled request is exactly one row."""
+"""Nothing lost over long runs: 10k requests in virtual time, and a minute of real time on Ray load workers (with a
+fault burst in the middle; ten minutes in `make bench-soak`). Every scheduled request is exactly one row.
+
+The virtual run was 100k requests (two minutes here): each unit's rows are one part file of one row group either
+way (pyarrow's row group holds 1Mi rows), so 10k takes the same path and proves the same property."""
 
 from __future__ import annotations
 
@@ -18,20 +21,20 @@ from orchestrator.simulate_campaign import simulate_campaign
 from tests.soak import soak
 
 
-def test_a_100k_request_virtual_run_has_one_row_per_request(tmp_path: Path) -> None:
+def test_a_10k_request_virtual_run_has_one_row_per_request(tmp_path: Path) -> None:
     campaign = Campaign.model_validate(
         {
             "name": "long-virtual",
             "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
             "policies": {"off": "off", "fixed3": "fixed:3"},
-            "shapes": {"busy": {"kind": "sustained", "rate": 50, "duration_s": 1020}},
+            "shapes": {"busy": {"kind": "sustained", "rate": 50, "duration_s": 110}},
             "mix": {"entries": [{"workload": "chat", "weight": 2}, {"workload": "editing", "weight": 1}]},
             "output": str(tmp_path / "run"),
         }
     )
     _, manifest = simulate_campaign(campaign)
     scheduled = {key: unit["scheduled"] for key, unit in manifest["units"].items()}
-    assert sum(scheduled.values()) >= 100_000
+    assert sum(scheduled.values()) >= 10_000
     table = read_traces(str(tmp_path / "run" / "traces"), columns=["arm", "request_id", "status"])
     assert table.num_rows == sum(scheduled.values())
     assert pc.count_distinct(table["request_id"]).as_py() == table.num_rows
