@@ -20,25 +20,19 @@ from orchestrator.report import print_report, write_report
 from orchestrator.simulate_campaign import simulate_campaign
 from serve_apps.policies import FixedPolicy, OffPolicy
 from tests.test_analysis_inputs import START_NS, trace_table
+from tests.tiny_campaigns import DYN, sim_campaign
 
 CHAT = {"entries": [{"workload": "chat", "weight": 1}]}
 
 
 def short_campaign(output: Path, *, arms: list[dict[str, str]], shapes: dict[str, Any], **changes: Any) -> Campaign:
-    data: dict[str, Any] = {
-        "name": output.name,
-        "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
-        "policies": {"off": "off", "fixed2": "fixed:2", "fixed3": "fixed:3", "dyn": "dynamic:3:1-4=3,5-12=1,13-512=0"},
+    return Campaign.model_validate(sim_campaign(output.name, **{
+        "policies": {"off": "off", "fixed2": "fixed:2", "fixed3": "fixed:3", "dyn": DYN},
         "topologies": {"single": "single", "dp2": "data_parallel:2"},
-        "arms": arms,
-        "shapes": shapes,
-        "mix": CHAT,
-        "warmup": {"requests": 0},
+        "arms": arms, "shapes": shapes, "mix": CHAT, "warmup": {"requests": 0},
         "gates": {"exempt_arms": [a for a in ("dyn-dp2",) if any(x["topology"] == "dp2" for x in arms)]},
-        "output": str(output),
-    }
-    data.update(changes)
-    return Campaign.model_validate(data)
+        "output": str(output), **changes,
+    }))  # fmt: skip
 
 
 def run_and_report(campaign: Campaign) -> tuple[Summary, str]:

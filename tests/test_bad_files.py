@@ -12,16 +12,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
+from tests.tiny_campaigns import as_yaml, sim_campaign
 
-CAMPAIGN = """
-name: small
-engine: {kind: simulated, profile: llama3.1-8b-h100-eagle}
-policies: {"off": "off", dyn: "dynamic:3:1-4=3,5-12=1,13-512=0"}
-topologies: {single: single}
-shapes:
-  ramp: {kind: ramp, rate_from: 1, rate_to: 8, duration_s: 6}
-load: {drain_s: 5}
-"""
+CAMPAIGN = as_yaml(sim_campaign(
+    "small", shapes={"ramp": {"kind": "ramp", "rate_from": 1, "rate_to": 8, "duration_s": 6}}, load={"drain_s": 5}
+))  # fmt: skip
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:

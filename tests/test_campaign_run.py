@@ -12,27 +12,19 @@ import pytest
 import yaml
 
 from orchestrator.campaign import CampaignError, load_campaign
+from tests.tiny_campaigns import four_arms
 
-BASE: dict[str, Any] = {
-    "name": "t",
-    "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
-    "policies": {"off": "off", "fixed3": "fixed:3", "dyn": "dynamic:3:1-4=3,5-12=1,13-512=0"},
-    "topologies": {"single": "single", "dp2": "data_parallel:2"},
-    "arms": [
-        {"policy": "off", "topology": "single"},
-        {"policy": "fixed3", "topology": "single"},
-        {"policy": "dyn", "topology": "single"},
-        {"policy": "dyn", "topology": "dp2"},
-    ],
-    "shapes": {
+BASE: dict[str, Any] = four_arms(
+    "t",
+    shapes={
         "ramp": {"kind": "ramp", "rate_from": 2, "rate_to": 30, "duration_s": 20},
         "cross": dict(
             kind="cross_and_recover", quiet_rate=2, peak_rate=30, boundary_rate=12, quiet_s=5, rise_s=5, hold_s=10,
             fall_s=5,
         ),
     },
-    "mix": {"entries": [{"workload": "chat", "weight": 1}]},
-}
+    mix={"entries": [{"workload": "chat", "weight": 1}]},
+)
 
 
 def _write(tmp_path: Path, data: dict[str, Any], name: str = "c.yaml") -> Path:

@@ -194,9 +194,8 @@ def test_a_damaged_replay_file_is_one_line_or_a_run(
     rng = random.Random(f"{SEED}:replay:{damage}:{draw}")
     arrivals = tmp_path / "arrivals.csv"
     arrivals.write_text("\n".join(f"{0.05 * i:.3f}" for i in range(60)) + "\n")
-    (tmp_path / "replayed.yaml").write_text(CAMPAIGN.replace(
-        "  calm: {kind: quiet, rate: 2, duration_s: 4}", f"  calm: {{kind: replay, path: {arrivals}, bin_s: 0.5}}"
-    ))  # fmt: skip
+    (tmp_path / "replayed.yaml").write_text(two_shapes("fuzzed", calm={"kind": "replay", "path": str(arrivals),
+                                                                       "bin_s": 0.5}))  # fmt: skip
     REPLAY_DAMAGES[damage](arrivals, rng)
     code, err = cli(capsys, "simulate", str(tmp_path / "replayed.yaml"), "--output", str(tmp_path / "run"),
                     "--no-report")  # fmt: skip

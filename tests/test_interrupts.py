@@ -16,21 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.tiny_campaigns import two_shapes
+from tests.tiny_campaigns import DYN, as_yaml, sim_campaign, two_shapes
 
 SPECDRILL = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 
 # Three arms, one shape: units of ~5k requests (a second or more each here), long enough that a signal sent the
 # moment a unit's "started" line arrives lands inside that unit.
-CAMPAIGN = """
-name: cut
-engine: {kind: simulated, profile: llama3.1-8b-h100-eagle}
-policies: {"off": "off", k3: "fixed:3", dyn: "dynamic:3:1-4=3,5-12=1,13-512=0"}
-topologies: {single: single}
-shapes:
-  steady: {kind: sustained, rate: 40, duration_s: 120}
-load: {drain_s: 5}
-"""
+CAMPAIGN = as_yaml(sim_campaign(
+    "cut", policies={"off": "off", "k3": "fixed:3", "dyn": DYN},
+    shapes={"steady": {"kind": "sustained", "rate": 40, "duration_s": 120}}, load={"drain_s": 5},
+))  # fmt: skip
 UNITS = ["off-single/steady/r0", "k3-single/steady/r0", "dyn-single/steady/r0"]
 WAIT_S = 300  # bound on every wait: a run that hangs fails the test instead of the suite
 

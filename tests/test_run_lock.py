@@ -15,17 +15,12 @@ from pathlib import Path
 import pytest
 
 from orchestrator.run_lock import LOCK, LockRecord, process_start
-from tests.tiny_campaigns import cli_exit
+from tests.tiny_campaigns import as_yaml, cli_exit, sim_campaign
 
-CAMPAIGN = """
-name: locked
-engine: {kind: simulated, profile: llama3.1-8b-h100-eagle}
-policies: {"off": "off", k2: "fixed:2"}
-topologies: {single: single}
-shapes:
-  calm: {kind: quiet, rate: 2, duration_s: 3}
-load: {drain_s: 3}
-"""
+CAMPAIGN = as_yaml(sim_campaign(
+    "locked", policies={"off": "off", "k2": "fixed:2"}, shapes={"calm": {"kind": "quiet", "rate": 2, "duration_s": 3}},
+    load={"drain_s": 3},
+))  # fmt: skip
 
 
 cli = cli_exit

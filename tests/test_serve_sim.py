@@ -19,26 +19,17 @@ from orchestrator.campaign import Campaign
 from orchestrator.deploy import deploy
 from serve_apps.policies import parse_policy
 from tests.ray_helpers import free_port, local_ray
+from tests.tiny_campaigns import EAGLE, four_arms
 
 SCHEDULE = "dynamic:3:1-2=3,3-8=1,9-512=0"
 MODEL = "sim-llama3.1-8b-h100-eagle"
 
 
 def _campaign(port: int, name: str = "simtest", **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle", "time_scale": 2.0},
-        "policies": {"off": "off", "fixed3": "fixed:3", "dyn": SCHEDULE},
-        "topologies": {"single": "single", "dp2": "data_parallel:2"},
-        "arms": [
-            {"policy": "off", "topology": "single"},
-            {"policy": "fixed3", "topology": "single"},
-            {"policy": "dyn", "topology": "single"},
-            {"policy": "dyn", "topology": "dp2"},
-        ],
-        "serve": {"host": "127.0.0.1", "port": port},
-        **extra,
-    }
+    return four_arms(name, **{
+        "engine": {**EAGLE, "time_scale": 2.0}, "policies": {"off": "off", "fixed3": "fixed:3", "dyn": SCHEDULE},
+        "serve": {"host": "127.0.0.1", "port": port}, **extra,
+    })  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ from serve_apps.sim.engine import EngineCore
 from serve_apps.sim.profile import Profile
 from serve_apps.sim.request import SimRequest
 from serve_apps.sim.virtual import run_open_loop
+from tests.tiny_campaigns import four_arms
 
 MIX = {
     "entries": [
@@ -55,27 +56,14 @@ SCHEDULE = [[1, 8, 3], [9, 24, 1], [25, 512, 0]]
 
 def campaign_data(output: Path, **changes: Any) -> dict[str, Any]:
     """The quickstart campaign with short shapes: seconds of traffic, a ramp that crosses batch size 8."""
-    data: dict[str, Any] = {
-        "name": "virtual-test",
-        "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
+    return four_arms("virtual-test", **{
         "policies": {"off": "off", "fixed3": "fixed:3", "dyn": "dynamic:3:1-8=3,9-24=1,25-512=0"},
-        "topologies": {"single": "single", "dp2": "data_parallel:2"},
-        "arms": [
-            {"policy": "off", "topology": "single"},
-            {"policy": "fixed3", "topology": "single"},
-            {"policy": "dyn", "topology": "single"},
-            {"policy": "dyn", "topology": "dp2"},
-        ],
         "shapes": {
             "quiet": {"kind": "quiet", "rate": 2, "duration_s": 3},
             "ramp": {"kind": "ramp", "rate_from": 4, "rate_to": 60, "duration_s": 5},
         },
-        "mix": MIX,
-        "load": {"workers": 2, "drain_s": 20},
-        "output": str(output),
-    }
-    data.update(changes)
-    return data
+        "mix": MIX, "load": {"workers": 2, "drain_s": 20}, "output": str(output), **changes,
+    })  # fmt: skip
 
 
 def traces_by_id(root: str) -> pa.Table:

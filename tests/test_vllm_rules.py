@@ -12,21 +12,12 @@ import yaml
 
 from orchestrator.campaign import Campaign, CampaignError, load_campaign
 from serve_apps.config_io import load_yaml_model
+from tests.tiny_campaigns import four_arms
 
-BASE: dict[str, Any] = {
-    "name": "rules",
-    "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
-    "policies": {"off": "off", "fixed3": "fixed:3", "dyn": "dynamic:3:1-4=3,5-12=1,13-512=0"},
-    "topologies": {"single": "single", "dp2": "data_parallel:2"},
-    "arms": [
-        {"policy": "off", "topology": "single"},
-        {"policy": "fixed3", "topology": "single"},
-        {"policy": "dyn", "topology": "single"},
-        {"policy": "dyn", "topology": "dp2"},
-    ],
-    "shapes": {"ramp": {"kind": "ramp", "rate_from": 1, "rate_to": 12, "duration_s": 6}},
-    "gates": {"exempt_arms": ["dyn-dp2"]},
-}
+BASE: dict[str, Any] = four_arms(
+    "rules", shapes={"ramp": {"kind": "ramp", "rate_from": 1, "rate_to": 12, "duration_s": 6}},
+    gates={"exempt_arms": ["dyn-dp2"]},
+)
 
 
 def _load(tmp_path: Path, **changes: Any) -> Campaign:
