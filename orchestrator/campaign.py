@@ -280,11 +280,13 @@ class Campaign(_Strict):
         return max((a.policy.resolve(a.topology).num_speculative_tokens for a in arms), default=0)
 
     def warnings(self) -> list[str]:
-        """Valid settings that cannot mean what they say (orchestrator/plausible.py): one line each."""
+        """Valid settings that cannot mean what they say (orchestrator/plausible.py), and what the engine kind
+        will run differently from how the arms are written (a vLLM that drops a schedule): one line each."""
+        lines = kind_of(self.engine).arm_warnings(self.engine, self.arms())
         profile = self._profile()
         if profile is None:
-            return []
-        return slo_warnings(self.slo, profile, self._max_k(self.arms()))
+            return lines
+        return lines + slo_warnings(self.slo, profile, self._max_k(self.arms()))
 
     def _require_arms(self) -> None:
         if not self.shapes:

@@ -3,7 +3,8 @@
 `off` runs no speculation; `fixed` drafts k tokens every step; `dynamic` picks k per engine step from the
 number of requests scheduled in that step (vLLM's num_speculative_tokens_per_batch_size). Validation, gap and
 tail inheritance and the clamp to the maximum k follow vllm/v1/spec_decode/dynamic/utils.py; the fallback to
-the static k under data parallelism follows VllmConfig._maybe_disable_dynamic_sd_for_data_parallel.
+the static k under data parallelism follows VllmConfig._maybe_disable_dynamic_sd_for_data_parallel, and on vLLM
+0.33's model runner V1 _maybe_disable_dynamic_sd_for_v1 (serve_apps/vllm_versions.py: which minor does what).
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
-# A subset of vLLM's SpeculativeMethod literal (vllm/config/speculative.py); a test checks it stays a subset.
+from serve_apps.vllm_versions import VllmTarget, v1_drop
+
+# A subset of vLLM 0.32's SpeculativeMethod literal (vllm/config/speculative.py); a test checks it stays a subset.
+# medusa and mlp_speculator left it in 0.33: an engine on 0.33+ refuses them (serve_apps/vllm_versions.py).
 SpecMethod = Literal[
     "eagle",
     "eagle3",
@@ -199,7 +203,7 @@ class OffPolicy(_Strict):
     def to_vllm_speculative_config(self) -> dict[str, Any] | None:
         return None
 
-    def resolve(self, topology: Topology = SINGLE) -> ResolvedSpeculation:
+    def resolve(self, topology: Topology = SINGLE, vllm: VllmTarget | None = None) -> ResolvedSpeculation:
         return ResolvedSpeculation(method=None, num_speculative_tokens=0, schedule=None)
 
 
@@ -256,7 +260,7 @@ class FixedPolicy(_Speculative):
     def to_vllm_speculative_config(self) -> dict[str, Any]:
         return self._base_config(self.k)
 
-    def resolve(self, topology: Topology = SINGLE) -> ResolvedSpeculation:
+    def resolve(self, topology: Topology = SINGLE, vllm: VllmTarget | None = None) -> ResolvedSpeculation:
         return ResolvedSpeculation(method=self.method, num_speculative_tokens=self.k, schedule=None)
 
 
@@ -292,7 +296,9 @@ class DynamicPolicy(_Speculative):
             "num_speculative_tokens_per_batch_size": [list(e) for e in self.schedule],
         }
 
-    def resolve(self, topology: Topology = SINGLE) -> ResolvedSpeculation:
+    def resolve(self, topology: Topology = SINGLE, vllm: VllmTarget | None = None) -> ResolvedSpeculation:
+        """What vLLM runs: `vllm` is the engine's vLLM (None: only the drop every supported minor makes). vLLM
+        checks data parallelism first, then 0.33's model runner V1 (config/vllm.py 0.33:1862-1863)."""
         if topology.data_parallel_size > 1:
             return ResolvedSpeculation(
                 method=self.method,
@@ -305,6 +311,12 @@ class DynamicPolicy(_Speculative):
                     f"num_speculative_tokens={self.max_k}"
                 ),
             )
+        on_v1 = None if vllm is None else v1_drop(vllm, self.method, self.max_k)
+        if on_v1 is not None:
+            return ResolvedSpeculation(
+                method=self.method, num_speculative_tokens=self.max_k, schedule=None, schedule_dropped=True,
+                dropped_reason=on_v1,
+            )  # fmt: skip
         return ResolvedSpeculation(method=self.method, num_speculative_tokens=self.max_k, schedule=self.schedule)
 
 

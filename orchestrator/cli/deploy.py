@@ -43,7 +43,8 @@ def deploy_cmd(campaign_file: str, address: str | None, timeout_s: float | None,
 
 def _print_placement(reports: dict[str, list[dict[str, Any]]]) -> None:
     table = Table(title="placement check: every arm's engine got its devices")
-    for column in ("arm", "layout", "replica node", "replica GPUs", "workers -> device / bundle -> node"):
+    columns = ("arm", "layout", "replica node", "replica GPUs", "workers -> device / bundle -> node", "vLLM: schedule")
+    for column in columns:
         table.add_column(column)
     for arm, replicas in reports.items():
         for report in replicas:
@@ -58,8 +59,17 @@ def _print_placement(reports: dict[str, list[dict[str, Any]]]) -> None:
             else:
                 where = "-"
             gpus = ",".join(report.get("replica_gpu_ids", [])) or "-"
-            table.add_row(arm, report["layout"], str(report["node_id"])[:8], gpus, where)
+            table.add_row(arm, report["layout"], str(report["node_id"])[:8], gpus, where, speculation_cell(report))
     console().print(table)
+
+
+def speculation_cell(report: dict[str, Any]) -> str:
+    """The replica's vLLM and model runner, and the schedule drop it predicts with its cause (or none)."""
+    spec = report.get("speculation")
+    if not spec:
+        return "-"
+    dropped = spec.get("schedule_dropped")
+    return f"{spec['vllm']} {spec['model_runner']}: " + (f"drops the schedule: {dropped}" if dropped else "as written")
 
 
 @click.command("teardown")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Protocol
 
@@ -115,6 +116,10 @@ class EngineKind:
 
     def replica_env(self, config: EngineConfigBase) -> dict[str, str]:
         return {}
+
+    def arm_warnings(self, config: EngineConfigBase, arms: Sequence[ServedArm]) -> list[str]:
+        """What the engine will run differently from how arms are written (one line each), said at validation."""
+        return []
 
     def gpu_memory_share(self, config: EngineConfigBase) -> tuple[float, str] | None:
         """The share of a GPU's memory each engine takes, and where that share was set; None: not sized so."""

