@@ -8,6 +8,7 @@ from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -16,6 +17,7 @@ from serve_apps.engine_kinds.registry import kind_of
 from serve_apps.policies import DynamicPolicy, OffPolicy
 
 FIT_COLUMNS = ("batch_size", "k", "batched_tokens", "kv_tokens", "num_prefill")
+STEP_COLUMNS = ("start_ns", "end_ns", "engine_id")  # every timeline has them
 
 
 @dataclass(frozen=True)
@@ -25,8 +27,8 @@ class ArmSteps:
     arm: str
     speculative: bool
     dynamic: bool
-    unit: np.ndarray  # "shape/r<repeat>" per step
-    engine: np.ndarray  # engine id per step
+    unit: np.ndarray  # the step's unit ("shape/r<repeat>"), as a code: equal codes, same unit
+    engine: np.ndarray  # the step's engine id, as a code
     seconds: np.ndarray
     batch: np.ndarray
     k: np.ndarray
@@ -49,13 +51,13 @@ class ArmSteps:
         return out
 
 
-def arm_steps(inputs: RunInputs, *, repeats: Collection[int] | None = None) -> dict[str, ArmSteps]:
-    """Per arm with a timeline, its steps (complete units; `repeats`: only these repeats). Endpoint runs: {}."""
+def timeline_files(inputs: RunInputs, *, repeats: Collection[int] | None = None) -> dict[str, list[tuple[str, str]]]:
+    """Per arm, its complete units' non-empty step timelines: (unit "shape/r<repeat>", path). Endpoint runs: {}.
+    Footers only: no step is read."""
     if kind_of(inputs.campaign.engine).telemetry != "step_timeline":
         return {}
     store = inputs.store
-    policies = {arm.name: arm.policy for arm in inputs.campaign.arms()}
-    tables: dict[str, list[pa.Table]] = {}
+    out: dict[str, list[tuple[str, str]]] = {}
     for result in inputs.units:
         unit = result.unit
         if repeats is not None and unit.repeat not in repeats:
@@ -67,52 +69,95 @@ def arm_steps(inputs: RunInputs, *, repeats: Collection[int] | None = None) -> d
         if store.fs.get_file_info(path).type != pafs.FileType.File:
             continue
         with store.fs.open_input_file(path) as handle:
-            table = pq.read_table(handle)
-        if not table.num_rows:
-            continue
+            if not pq.ParquetFile(handle).metadata.num_rows:
+                continue
+        out.setdefault(unit.arm, []).append((f"{unit.shape}/r{unit.repeat}", path))
+    return out
+
+
+def missing_fit_columns(inputs: RunInputs, files: list[tuple[str, str]]) -> str | None:
+    """Why these timelines cannot be fitted (batched or KV tokens absent or null in every step), else None.
+    Reads those two columns only: a report that cannot fit an arm learns it without loading its steps."""
+    nulls = {name: 0 for name in ("batched_tokens", "kv_tokens")}
+    rows = 0
+    for _, path in files:
+        with inputs.store.fs.open_input_file(path) as handle:
+            parquet = pq.ParquetFile(handle)
+            present = [name for name in nulls if name in parquet.schema_arrow.names]
+            table = parquet.read(columns=present)
+        rows += table.num_rows
+        for name in nulls:
+            nulls[name] += table[name].null_count if name in present else table.num_rows
+    return _missing_line([name for name, count in nulls.items() if count == rows])
+
+
+def _missing_line(missing: list[str]) -> str | None:
+    if not missing:
+        return None
+    why = "written by an older specdrill, or vLLM without iteration details"
+    return f"its timeline has no {' or '.join(missing)} ({why})"
+
+
+def arm_steps(
+    inputs: RunInputs, *, repeats: Collection[int] | None = None, arms: Collection[str] | None = None
+) -> dict[str, ArmSteps]:
+    """Per arm with a timeline (`arms`: only these), its steps (complete units; `repeats`: only these repeats).
+    Endpoint runs: {}."""
+    policies = {arm.name: arm.policy for arm in inputs.campaign.arms()}
+    out = {}
+    for arm, files in timeline_files(inputs, repeats=repeats).items():
+        if arms is None or arm in arms:
+            out[arm] = _read_arm(inputs, arm, files, policies.get(arm))
+    return out
+
+
+def _read_arm(inputs: RunInputs, arm: str, files: list[tuple[str, str]], policy: object) -> ArmSteps:
+    """One arm's steps. Units and engines are integer codes in the order of their names (sorting by them sorts as
+    by the names) rather than a Python string per step, and only the columns used are read: memory per step is
+    its numbers, not its strings (the report reads every step of a run)."""
+    units = sorted({label for label, _ in files})
+    parts = []
+    for label, path in files:
+        with inputs.store.fs.open_input_file(path) as handle:
+            parquet = pq.ParquetFile(handle)
+            names = parquet.schema_arrow.names
+            table = parquet.read(columns=[c for c in (*STEP_COLUMNS, *FIT_COLUMNS) if c in names])
         n = table.num_rows
         for name in FIT_COLUMNS:  # timelines written before the fit's columns existed read as nulls
             if name not in table.column_names:
                 table = table.append_column(name, pa.nulls(n, pa.int32()))
-        table = table.append_column("unit", pa.array([f"{unit.shape}/r{unit.repeat}"] * n, pa.string()))
-        tables.setdefault(unit.arm, []).append(table)
-    out = {}
-    for arm, parts in tables.items():
-        t = pa.concat_tables(parts, promote_options="permissive")
-        keys = (t["start_ns"].to_numpy(), np.asarray(t["engine_id"].to_pylist()), np.asarray(t["unit"].to_pylist()))
-        order = np.lexsort(keys)
-        t = t.take(pa.array(order))
+        table = table.append_column("unit", pa.array(np.full(n, units.index(label), dtype=np.int32)))
+        parts.append(table)
+    t = pa.concat_tables(parts, promote_options="permissive")
+    del parts
+    engine_names = pa.array(sorted(pc.unique(t["engine_id"]).to_pylist()), pa.string())
+    engines = pc.index_in(t["engine_id"], value_set=engine_names).to_numpy().astype(np.int32)
+    unit_ids = t["unit"].to_numpy()
+    start, end = t["start_ns"].to_numpy(), t["end_ns"].to_numpy()
+    order = np.lexsort((start, engines, unit_ids))
+    unit_ids, engines, start, end = unit_ids[order], engines[order], start[order], end[order]
 
-        def values(name: str, table: pa.Table = t) -> np.ndarray:
-            return np.asarray(table[name].cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=float)
+    def values(name: str) -> np.ndarray:
+        return np.asarray(t[name].cast(pa.float64()).to_numpy(zero_copy_only=False)[order], dtype=float)
 
-        missing = [c for c in ("batched_tokens", "kv_tokens") if t[c].null_count == t.num_rows]
-        unit_ids = np.asarray(t["unit"].to_pylist(), dtype=object)
-        engines = np.asarray(t["engine_id"].to_pylist(), dtype=object)
-        start, end = t["start_ns"].to_numpy(), t["end_ns"].to_numpy()
-        gap = np.full(t.num_rows, np.nan)
-        same = (unit_ids[1:] == unit_ids[:-1]) & (engines[1:] == engines[:-1])
-        gap[1:] = np.where(same, (start[1:] - end[:-1]) / 1e9, np.nan)
-        decodes = values("batch_size") - np.nan_to_num(values("num_prefill"))
-        policy = policies.get(arm)
-        out[arm] = ArmSteps(
-            arm=arm,
-            speculative=not isinstance(policy, OffPolicy),
-            dynamic=isinstance(policy, DynamicPolicy),
-            unit=unit_ids,
-            engine=engines,
-            seconds=(end - start) / 1e9,
-            batch=values("batch_size"),
-            k=values("k"),
-            batched=values("batched_tokens"),
-            kv=values("kv_tokens"),
-            gap=gap,
-            busy=np.asarray(~np.isnan(gap) & (decodes > 0), dtype=bool),
-            missing=(
-                f"its timeline has no {' or '.join(missing)} (written by an older specdrill, or vLLM without "
-                "iteration details)"
-            )
-            if missing
-            else None,
-        )
-    return out
+    missing = [c for c in ("batched_tokens", "kv_tokens") if t[c].null_count == t.num_rows]
+    gap = np.full(t.num_rows, np.nan)
+    same = (unit_ids[1:] == unit_ids[:-1]) & (engines[1:] == engines[:-1])
+    gap[1:] = np.where(same, (start[1:] - end[:-1]) / 1e9, np.nan)
+    batch = values("batch_size")
+    decodes = batch - np.nan_to_num(values("num_prefill"))
+    return ArmSteps(
+        arm=arm,
+        speculative=not isinstance(policy, OffPolicy),
+        dynamic=isinstance(policy, DynamicPolicy),
+        unit=unit_ids,
+        engine=engines,
+        seconds=(end - start) / 1e9,
+        batch=batch,
+        k=values("k"),
+        batched=values("batched_tokens"),
+        kv=values("kv_tokens"),
+        gap=gap,
+        busy=np.asarray(~np.isnan(gap) & (decodes > 0), dtype=bool),
+        missing=_missing_line(missing),
+    )

@@ -4,10 +4,11 @@ calibrate` writes a profile from, one home below both)."""
 
 from __future__ import annotations
 
-from orchestrator.analysis.arm_steps import arm_steps
+from orchestrator.analysis.arm_steps import arm_steps, missing_fit_columns, timeline_files
 from orchestrator.analysis.inputs import RunInputs
 from orchestrator.analysis.kswitch import describe
 from orchestrator.analysis.step_model import CalibrationError, fit_steps
+from serve_apps.policies import DynamicPolicy
 
 MIN_SWITCHES = 2  # one switch gives a value without an interval
 
@@ -15,16 +16,19 @@ MIN_SWITCHES = 2  # one switch gives a value without an interval
 def k_switch_lines(inputs: RunInputs) -> list[str]:
     """One line per dynamic arm with a step timeline; none for runs without (endpoint arms) or without a
     dynamic arm."""
-    steps = arm_steps(inputs)
-    dynamic = sorted(arm for arm, s in steps.items() if s.dynamic)
+    files = timeline_files(inputs)
+    policies = {arm.name: arm.policy for arm in inputs.campaign.arms()}
+    dynamic = sorted(arm for arm in files if isinstance(policies.get(arm), DynamicPolicy))
     if not dynamic:
         return []
-    missing = {arm: s.missing for arm, s in steps.items() if s.missing}
+    # Which arms can be fitted is told from two columns: the steps themselves are read only for a fit (every step
+    # of the run, the report's largest read), never just to say that no fit is possible.
+    missing = {arm: why for arm, found in files.items() if (why := missing_fit_columns(inputs, found)) is not None}
     lines = [f"arm {arm}: k-switch cost not measurable: {missing[arm]}" for arm in dynamic if arm in missing]
-    usable = {arm: s for arm, s in steps.items() if arm not in missing}
-    wanted = [arm for arm in dynamic if arm in usable]
+    wanted = [arm for arm in dynamic if arm not in missing]
     if not wanted:
         return lines
+    usable = arm_steps(inputs, arms=[arm for arm in files if arm not in missing])
     try:
         fitted = fit_steps(usable)
     except CalibrationError as exc:

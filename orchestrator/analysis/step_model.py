@@ -79,20 +79,23 @@ def fit_steps(steps: dict[str, ArmSteps]) -> StepFit:
     data, near = _pooled(list(steps.values()))
     if not len(data.seconds):
         raise CalibrationError("no step with a duration, batched and KV tokens and a known k: nothing to fit")
-    x = design(data)
     fit_rows = ~near  # steps next to a k switch are the switch cost's evidence, not the model's
-    missing = [COEFFICIENTS[j] for j in unidentified(x[fit_rows]) if j != PER_STEP]
+    # The fitted rows' design and times, taken once: every step of the run is in them (the report fits a run's
+    # steps), and each copy of the design is 64 bytes a step.
+    x, seconds = design(data)[fit_rows], data.seconds[fit_rows]
+    missing = [COEFFICIENTS[j] for j in unidentified(x) if j != PER_STEP]
     refused = [c for c in missing if c not in _OPTIONAL]
     if refused:
         why = _WHY.get(refused[0], refused[0])
         raise CalibrationError(f"cannot fit {why} ({', '.join(refused)} not identified)")
     columns = [j for j in range(x.shape[1]) if COEFFICIENTS[j] not in missing]
-    fit = huber_fit(x[fit_rows], data.seconds[fit_rows], columns)
+    fit = huber_fit(x, seconds, columns)
     # Huber follows the typical step; a loaded host's stalls lengthen some steps, and a request's TPOT pays
     # every one: the mean ratio of measured to fitted (Duan's smearing) scales the costs back to the mean step.
-    fitted_s = fit.predict(x[fit_rows])
+    fitted_s = fit.predict(x)
+    del x
     positive = fitted_s > 0
-    smear = float(np.mean(data.seconds[fit_rows][positive] / fitted_s[positive])) if positive.any() else 1.0
+    smear = float(np.mean(seconds[positive] / fitted_s[positive])) if positive.any() else 1.0
     if abs(smear - 1.0) > SMEAR_TOLERANCE:
         fit = fit.scaled(smear)
     notes = [f"{c} not identified (no speculative step with k = 0): written as 0" for c in missing]
