@@ -27,7 +27,7 @@ TRACE_NOTES: dict[str, str] = {
     "step_k": "per step: executed k (0 included)",
     "per_step_drafted": "per drafting step: tokens drafted (vLLM's name)",
     "per_step_accepted": "per drafting step: tokens accepted (vLLM's name)",
-    "schedule_dropped": "the engine dropped the dynamic schedule (vLLM's data-parallel fallback)",
+    "schedule_dropped": "the engine dropped the dynamic schedule (data parallelism; vLLM 0.33's model runner V1)",
     "error_class": "`http_<code>`, `truncated_stream`, `invalid_json`, `missing_usage`, `timeout`, ...",
     "policy": "the arm's policy label, e.g. `fixed-eagle-k3`, `dynamic-eagle-k3[1-4=3,5-12=1,13-512=0]`",
     "topology": "the arm's topology label, e.g. `single`, `data_parallel2`",
