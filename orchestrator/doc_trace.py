@@ -83,6 +83,13 @@ TIMELINE_NOTES: dict[str, str] = {
     "kv_tokens": "KV-cache tokens the step read (vLLM: blocks in use x block size, so up to block_size - 1 per "
     "request above the contexts); null in older timelines, before vLLM reported its block count, and in a vLLM "
     "step where a request finished (its usage is sampled after the blocks were freed)",
+    "drafts_skipped": "vLLM proposed no drafts after the step because no request scheduled in it could use them "
+    "(vLLM's skip_drafts, 0.33 and 0.34 on model runner V2 with a drafter that has its own forward pass: eagle, "
+    "eagle3, mtp, draft_model, dflash); k = 0 there is vLLM's design, and the executed-policy check counts these "
+    "steps apart, never as a mismatch. No stat of vLLM carries the scheduler's flag, so specdrill recomputes its "
+    "condition from the step: every scheduled request was on a non-final prefill chunk or finished in the step for "
+    "length (see docs/verification.md). Present only where an engine could skip drafts; absent (read as false) for "
+    "vLLM 0.32, model runner V1, the n-gram and suffix methods, the simulated engine and older timelines",
     "lag_s": "wall seconds the real-time simulated engine handed the step's tokens out after the model's step end "
     "(its latencies are the host's where this grows); present only where some engine reported it (null for the "
     "others), absent for vLLM and virtual time",
@@ -150,7 +157,9 @@ def timeline_columns() -> list[tuple[str, str]]:
     """(name, Arrow type) of a step timeline file's columns, as unit_files.timeline_table writes them."""
     from orchestrator.unit_files import timeline_table
 
-    schema = timeline_table({"engine": {"start": [0.0], "end": [0.0], "lag_s": [0.0]}}).schema
+    schema = timeline_table(
+        {"engine": {"start": [0.0], "end": [0.0], "lag_s": [0.0], "drafts_skipped": [False]}}
+    ).schema
     return [(f.name, str(f.type)) for f in schema]
 
 

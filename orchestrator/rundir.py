@@ -277,5 +277,12 @@ TIMELINE_INT_COLUMNS = (
 # the others), and absent otherwise (vLLM, virtual time), so files without it stay what they were.
 TIMELINE_FLOAT_COLUMNS = ("lag_s",)
 
+# drafts_skipped (bool): vLLM 0.33+ on model runner V2 proposed no drafts in the step (skip_drafts). Written when
+# some engine reported it, absent otherwise (vLLM 0.32, V1, n-gram methods, the simulated engine): absent reads
+# as no skipped step.
+TIMELINE_BOOL_COLUMNS = ("drafts_skipped",)
 
-TIMELINE_COLUMNS = frozenset({"engine_id", "start_ns", "end_ns", *TIMELINE_INT_COLUMNS, *TIMELINE_FLOAT_COLUMNS})
+
+TIMELINE_COLUMNS = frozenset(
+    {"engine_id", "start_ns", "end_ns", *TIMELINE_INT_COLUMNS, *TIMELINE_FLOAT_COLUMNS, *TIMELINE_BOOL_COLUMNS}
+)

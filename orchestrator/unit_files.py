@@ -17,13 +17,13 @@ from loadshapes.badfile import (
     write_failed,
 )
 from orchestrator.logs import get_logger
-from orchestrator.rundir import TIMELINE_FLOAT_COLUMNS, TIMELINE_INT_COLUMNS, RunStore, Unit
+from orchestrator.rundir import TIMELINE_BOOL_COLUMNS, TIMELINE_FLOAT_COLUMNS, TIMELINE_INT_COLUMNS, RunStore, Unit
 
 log = get_logger(__name__)
 
 
 def timeline_table(timelines: dict[str, dict[str, list[Any]]]) -> pa.Table:
-    names = ("start", "end", *TIMELINE_INT_COLUMNS, *TIMELINE_FLOAT_COLUMNS)
+    names = ("start", "end", *TIMELINE_INT_COLUMNS, *TIMELINE_FLOAT_COLUMNS, *TIMELINE_BOOL_COLUMNS)
     columns: dict[str, list[Any]] = {name: [] for name in ("engine_id", *names)}
     for engine_id, data in timelines.items():
         n = len(data.get("start", []))
@@ -37,6 +37,12 @@ def timeline_table(timelines: dict[str, dict[str, list[Any]]]) -> pa.Table:
         for name in TIMELINE_FLOAT_COLUMNS
         if any(name in data for data in timelines.values())
     }
+    # An engine that cannot skip drafts beside one that can (a mixed arm never happens; a merge might): not skipped.
+    bools = {
+        name: pa.array([bool(v) for v in columns[name]], pa.bool_())
+        for name in TIMELINE_BOOL_COLUMNS
+        if any(name in data for data in timelines.values())
+    }
     return pa.table(
         {
             "engine_id": pa.array(columns["engine_id"], pa.string()),
@@ -44,6 +50,7 @@ def timeline_table(timelines: dict[str, dict[str, list[Any]]]) -> pa.Table:
             "end_ns": pa.array([round(t * 1e9) for t in columns["end"]], pa.int64()),
             **{name: pa.array(columns[name], pa.int32()) for name in TIMELINE_INT_COLUMNS},
             **floats,
+            **bools,
         }
     )
 

@@ -93,15 +93,19 @@ def steps_view(
     con: duckdb.DuckDBPyConnection, run_dir: str, units: Sequence[UnitKey], read: RunFiles | None = None
 ) -> frozenset[str]:
     """`steps`: every engine step of the complete units' timelines (arm, shape, repeat, engine_id, start_ns,
-    end_ns, batch_size, k); the arms that have one."""
+    end_ns, batch_size, k, drafts_skipped); the arms that have one. drafts_skipped is false where a file lacks it
+    (every engine but vLLM 0.33+ on model runner V2, and timelines written before it existed)."""
     fs, base = filesystem(run_dir)
     found = []
+    skip_column = False
     for arm, shape, repeat in units:
         path = f"{base}/timelines/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}/r{repeat}.parquet"
         if fs.get_file_info(path).type == pafs.FileType.NotFound:
             continue
         # empty: no steps (or an endpoint unit of an older specdrill)
-        if parquet_metadata(fs, path, TIMELINE_FILE).num_rows:
+        footer = parquet_metadata(fs, path, TIMELINE_FILE)
+        if footer.num_rows:
+            skip_column = skip_column or "drafts_skipped" in footer.schema.names
             found.append((path, arm, shape, repeat))
             if read is not None:
                 read.files.append((path, TIMELINE_FILE))
@@ -126,12 +130,21 @@ def steps_view(
         for path, *_ in found:
             with fs.open_input_file(path) as handle:
                 part = pq.read_table(handle, columns=["engine_id", "start_ns", "end_ns", "batch_size", "k"])
+                names = pq.read_schema(handle).names
+                if "drafts_skipped" in names:
+                    skipped = pq.read_table(handle, columns=["drafts_skipped"]).column(0)
+                else:
+                    skipped = pa.chunked_array([pa.nulls(part.num_rows, pa.bool_())])
+            part = part.append_column("drafts_skipped", skipped)
             tables.append(part.append_column("filename", pa.array([path] * part.num_rows, pa.string())))
         con.register("timeline_rows", pa.concat_tables(tables))
         source = "timeline_rows"
+        skip_column = True
+    skipped_sql = "coalesce(s.drafts_skipped, false)" if skip_column else "false"
     con.execute(
         "CREATE OR REPLACE TEMP VIEW steps AS SELECT f.arm, f.shape, f.repeat, s.engine_id, s.start_ns, s.end_ns, "
-        f"s.batch_size, s.k FROM {source} s JOIN timeline_files f ON s.filename = f.filename"
+        f"s.batch_size, s.k, {skipped_sql} AS drafts_skipped FROM {source} s JOIN timeline_files f "
+        "ON s.filename = f.filename"
     )
     return frozenset(f[1] for f in found)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -59,6 +59,9 @@ class StepCounts:
     mismatched_requests: int  # step_k and step_batch_size of different lengths: only their common steps count
     steps_without_k: dict[str, int]  # per arm, timeline steps that reported no k (left out)
     steps_without_batch: dict[str, int]  # per endpoint arm, drafting steps with no /metrics sample (left out)
+    # per arm, timeline steps in which vLLM 0.33+ (model runner V2) proposed no drafts because no scheduled
+    # request could use them (the timeline's drafts_skipped): left out, whatever k they report
+    steps_skipped_drafts: dict[str, int] = field(default_factory=dict)
 
 
 def step_counts(
@@ -69,6 +72,7 @@ def step_counts(
     list_arms = [n for n in names if n not in requests.step_arms and n not in endpoint_arms]
     found: list[tuple[str, int, int, int]] = []
     without_k: dict[str, int] = {}
+    skipped: dict[str, int] = {}
     without_batch: dict[str, int] = {}
     if endpoint_arms:
         for arm, batch, k, count in requests.con.execute(
@@ -81,11 +85,14 @@ def step_counts(
                 found.append((arm, int(batch), int(k), int(count)))
     clip = f"least(greatest(batch_size, 0), {batch_limit})"
     if timeline_arms:
-        for arm, batch, k, count in requests.con.execute(
-            f"SELECT arm, {clip}, k, count(*) FROM steps WHERE arm IN (SELECT unnest(?::VARCHAR[])) GROUP BY ALL",
+        for arm, batch, k, drafts_skipped, count in requests.con.execute(
+            f"SELECT arm, {clip}, k, drafts_skipped, count(*) FROM steps WHERE arm IN (SELECT unnest(?::VARCHAR[])) "
+            "GROUP BY ALL",
             [timeline_arms],
         ).fetchall():
-            if k is None:
+            if drafts_skipped:
+                skipped[arm] = skipped.get(arm, 0) + int(count)
+            elif k is None:
                 without_k[arm] = without_k.get(arm, 0) + int(count)
             else:
                 found.append((arm, int(batch), int(k), int(count)))
@@ -109,7 +116,7 @@ def step_counts(
         histogram[names.index(arm), batch, k] += count
     return StepCounts(
         histogram=histogram, mismatched_requests=mismatched, steps_without_k=without_k,
-        steps_without_batch=without_batch,
+        steps_without_batch=without_batch, steps_skipped_drafts=skipped,
     )  # fmt: skip
 
 
@@ -132,7 +139,7 @@ def binned_step_runs(
             """
             SELECT r.run_id, (s.start_ns - r.start_ns) / 1e9 AS time_s, s.batch_size, s.k
             FROM steps s JOIN runs r ON s.arm = r.arm AND s.shape = r.shape AND s.repeat = r.repeat
-            WHERE s.k IS NOT NULL AND s.arm IN (SELECT unnest(?::VARCHAR[]))
+            WHERE s.k IS NOT NULL AND NOT s.drafts_skipped AND s.arm IN (SELECT unnest(?::VARCHAR[]))
               AND s.shape IN (SELECT unnest(?::VARCHAR[]))
             """
         )

@@ -90,6 +90,7 @@ def _verify_arm(
     mismatched_requests: int,
     steps_without_k: int = 0,
     *,
+    steps_skipped_drafts: int = 0,
     endpoint: bool = False,
     extra: Sequence[Finding] = (),
 ) -> ArmVerification:
@@ -137,6 +138,20 @@ def _verify_arm(
                 arm=arm.name,
                 passed=True,
                 message=f"{steps_without_k} engine steps reported no executed k; they were left out",
+            )
+        )
+    if steps_skipped_drafts:
+        # vLLM's design, not a policy that failed to run: never a mismatch, and out of the share so it cannot
+        # dilute one either (the steps left are checked as before).
+        findings.append(
+            Finding(
+                check="telemetry",
+                arm=arm.name,
+                passed=True,
+                message=(
+                    f"{steps_skipped_drafts} steps skipped drafts (vLLM 0.33+ V2: no scheduled request could use "
+                    "them); left out of the executed-k check"
+                ),
             )
         )
     findings += extra
@@ -208,7 +223,8 @@ def _verify(
         results.append(
             _verify_arm(
                 arm, counts.histogram[i], tables[i], telemetry[i], bands, settings, counts.mismatched_requests,
-                counts.steps_without_k.get(arm.name, 0), endpoint=endpoint, extra=extra,
+                counts.steps_without_k.get(arm.name, 0),
+                steps_skipped_drafts=counts.steps_skipped_drafts.get(arm.name, 0), endpoint=endpoint, extra=extra,
             )
         )  # fmt: skip
     # A schedule of one k at every batch size has no switch to time (whether that k ran is executed_k's check)

@@ -45,6 +45,20 @@ class StepStats:
     kv_tokens: int | None
     first_token_latencies: Sequence[float]  # vLLM's TTFT of each request whose first token came in this step
     finished: Sequence[str]  # request ids (as given to generate) that finished in this step
+    finished_at_length: int = 0  # of which vLLM finished for length (max_tokens or max_model_len)
+
+
+def drafts_unused(step: StepStats) -> bool:
+    """vLLM 0.33+'s skip_drafts condition (scheduler.py _drafts_unused, 0.33:502-544), recomputed from what the
+    stat logger reports, since no stat carries the scheduler's flag: every request scheduled in the step was on a
+    non-final prefill chunk (a context request that got no first token) or finished in it for length. vLLM asks
+    "sure to reach max_tokens" before the step; this asks "did" after it, so it also takes a step where accepted
+    drafts (or max_model_len) ended a request: there too no scheduled request verifies the step's drafts, so the
+    k the next step reports was never the step's (see StepTimeline's k)."""
+    if step.scheduled <= 0:
+        return False
+    # Final prefill chunks sample a first token; they and the decoding requests need drafts unless they finished.
+    return len(step.first_token_latencies) + step.decodes <= step.finished_at_length
 
 
 class StepTimeline:
@@ -71,6 +85,9 @@ class StepTimeline:
       it, or the next step held only prefills). A speculation-off engine has k = 0 throughout.
     - drafted/accepted/num_drafts: verified in this step (proposed by the previous one).
     - k_scheduled: the k vLLM's schedule lookup gives for batch_size under the engine's resolved config.
+    - drafts_skipped (only where the engine can skip drafts: vLLM 0.33+, model runner V2, a drafter with its own
+      forward pass): no request scheduled in the step could use the drafts proposed after it (drafts_unused), so
+      vLLM proposed none (k = 0 whatever k_scheduled says). The column is absent for every other engine.
     - batched_tokens / kv_tokens: what the step computed (iteration details) and the KV blocks in use after it
       as tokens (block granularity, so up to block_size - 1 per request above the contexts); None without
       iteration details / before vLLM reported its block count, and kv_tokens None in a step where a request
@@ -82,9 +99,13 @@ class StepTimeline:
         "k_scheduled", "dp_rank", "batched_tokens", "kv_tokens",
     )  # fmt: skip
 
-    def __init__(self, *, speculative: bool = True, async_scheduling: bool = False) -> None:
+    def __init__(
+        self, *, speculative: bool = True, async_scheduling: bool = False, can_skip_drafts: bool = False
+    ) -> None:
         self._lock = threading.Lock()
         self.speculative = speculative
+        # Set by the engine from its finalised config before the first step: adds the drafts_skipped column.
+        self.can_skip_drafts = can_skip_drafts
         # Set by the engine from its finalised config before the first step (see the class doc).
         self.async_scheduling = async_scheduling
         self._busy_until: dict[int, float] = {}  # rank -> end of its last step, while that step left work
@@ -120,6 +141,8 @@ class StepTimeline:
                 ("kv_tokens", step.kv_tokens),
             ):  # fmt: skip
                 rows[name].append(value)
+            if self.can_skip_drafts:
+                rows.setdefault("drafts_skipped", [False] * index).append(drafts_unused(step))
             self._rank_rows.setdefault(step.rank, []).append(index)
             if self.speculative:
                 self._awaiting_k[step.rank] = index
@@ -187,9 +210,12 @@ class StepTimeline:
                 return [], []
             batch: list[int] = []
             ks: list[int] = []
+            skipped = self.rows.get("drafts_skipped")
             for i in mine[lo:hi]:
                 k = self.rows["k"][i]
                 if k is None:  # nobody verified this step's drafts: its k is not known (see the class doc)
+                    continue
+                if skipped is not None and skipped[i]:  # vLLM proposed no drafts there by design (see drafts_unused)
                     continue
                 batch.append(self.rows["batch_size"][i])
                 ks.append(k)

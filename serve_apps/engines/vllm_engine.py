@@ -16,7 +16,12 @@ from serve_apps.arms import ArmSpec
 from serve_apps.engine_kinds.vllm import as_vllm
 from serve_apps.engines.base import EngineDead, GenerationInput, GenerationResult, TextDelta
 from serve_apps.engines.step_timeline import StepTimeline
-from serve_apps.engines.vllm_stats import captured_vllm_warnings, resolved_engine_facts, stat_logger_factory
+from serve_apps.engines.vllm_stats import (
+    can_skip_drafts,
+    captured_vllm_warnings,
+    resolved_engine_facts,
+    stat_logger_factory,
+)
 from timebase import clock
 
 
@@ -102,6 +107,7 @@ class VllmEngine:
         self.schedule_dropped_reason = next((w for w in warnings if "num_speculative_tokens_per_batch_size" in w), None)
         self.attach_placement(vllm_config)
         self.timeline_data.async_scheduling = bool(vllm_config.scheduler_config.async_scheduling)
+        self.timeline_data.can_skip_drafts = can_skip_drafts(vllm_config)
         spec = vllm_config.speculative_config
         max_seqs = vllm_config.scheduler_config.max_num_seqs
         if spec is None:

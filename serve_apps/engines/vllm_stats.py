@@ -33,7 +33,8 @@ def stat_logger_factory(timeline: StepTimeline, k_table: list[int], *, with_deta
         def record(
             self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None, engine_idx: int = 0
         ) -> None:
-            finished = [f.request_id for f in iteration_stats.finished_requests] if iteration_stats else []
+            done = list(iteration_stats.finished_requests) if iteration_stats else []
+            finished = [f.request_id for f in done]
             if scheduler_stats is None:
                 timeline.finish_at_latest(finished, self.engine_index)
                 return
@@ -70,6 +71,8 @@ def stat_logger_factory(timeline: StepTimeline, k_table: list[int], *, with_deta
                     kv_tokens=None if finished else self.kv_tokens(scheduler_stats.kv_cache_usage),
                     first_token_latencies=list(iteration_stats.time_to_first_tokens_iter) if iteration_stats else [],
                     finished=finished,
+                    # FinishReason.LENGTH (v1/engine/__init__.py, 0.32-0.34): max_tokens or max_model_len reached
+                    finished_at_length=sum(getattr(f.finish_reason, "name", "") == "LENGTH" for f in done),
                 )
             )
 
@@ -111,6 +114,20 @@ def captured_vllm_warnings() -> Iterator[list[str]]:
         yield messages
     finally:
         target.removeFilter(collect)
+
+
+def can_skip_drafts(vllm_config: Any) -> bool:
+    """Whether vLLM may skip drafting in a step (skip_drafts): the scheduler's flag exists (0.33+:
+    v1/core/sched/output.py 0.33:325, 0.34:307), the runner is V2 (0.33 scheduler.py 319-321; 0.34 has only V2
+    on GPU and no use_v2_model_runner: 319-321 there), and the drafter has its own forward pass (lookahead KV
+    slots: eagle, eagle3, mtp, draft_model, dflash; not the n-gram or suffix methods)."""
+    from dataclasses import fields
+
+    from vllm.v1.core.sched.output import SchedulerOutput
+
+    if "skip_drafts" not in {f.name for f in fields(SchedulerOutput)}:
+        return False
+    return bool(getattr(vllm_config, "use_v2_model_runner", True)) and int(vllm_config.num_lookahead_tokens) > 0
 
 
 def resolved_engine_facts(vllm_config: Any) -> dict[str, Any]:
