@@ -318,3 +318,21 @@ def test_a_vllm_campaign_warns_at_validation_for_the_vllm_installed_here(monkeyp
                            f"({V2_RUNNER_ENV}=0) with method ngram_gpu")  # fmt: skip
     monkeypatch.setattr(vllm_support, "installed_vllm", lambda env: VllmTarget("0.32.0", env, cpu=True))
     assert Campaign.model_validate(data).warnings() == []
+
+
+def test_the_engine_facts_read_a_034_config_which_has_no_model_runner_switch() -> None:
+    # 0.34's VllmConfig has no use_v2_model_runner (the V1 GPU runner was deleted): every engine runs V2.
+    from serve_apps.engines.vllm_stats import resolved_engine_facts
+
+    def config(**runner: bool) -> SimpleNamespace:
+        return SimpleNamespace(
+            compilation_config=SimpleNamespace(cudagraph_mode=SimpleNamespace(name="FULL_AND_PIECEWISE")),
+            scheduler_config=SimpleNamespace(async_scheduling=True),
+            **runner,
+        )
+
+    assert resolved_engine_facts(config())["model_runner"] == "V2"  # 0.34
+    assert resolved_engine_facts(config(use_v2_model_runner=False))["model_runner"] == "V1"  # 0.32/0.33 on V1
+    assert resolved_engine_facts(config(use_v2_model_runner=True)) == {
+        "cudagraph_mode": "FULL_AND_PIECEWISE", "model_runner": "V2", "async_scheduling": True,
+    }  # fmt: skip

