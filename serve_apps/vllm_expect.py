@@ -27,18 +27,16 @@ def validation_lines(arms: Any, env: Mapping[str, str], installed: VllmTarget | 
     """One line per arm that a vLLM refuses, or whose schedule it drops for a reason other than its own topology:
     on the vLLM installed here, or (none here) on each supported minor's GPU build, naming it."""
     targets = [installed] if installed is not None else [VllmTarget(f"{minor_text(m)}.0", env) for m in SUPPORTED]
+    where = "installed here" if installed is not None else "if the cluster runs it"
     lines: list[str] = []
     for arm in arms:
+        if getattr(arm.policy, "method", None) is None:
+            continue
         for target in targets:
-            version = target.version
-            if getattr(arm.policy, "method", None) is None:
-                continue
             expected = expectation(arm.policy, arm.topology, target)
-            where = "installed here" if installed is not None else "if the cluster runs it"
+            said = f"arm {arm.name}: vLLM {target.version} ({where})"
             if expected["refused"]:
-                lines.append(f"arm {arm.name}: vLLM {version} ({where}) refuses it: {expected['refused']}")
+                lines.append(f"{said} refuses it: {expected['refused']}")
             elif expected["schedule_dropped"] and arm.topology.data_parallel_size == 1:
-                lines.append(
-                    f"arm {arm.name}: vLLM {version} ({where}) drops its schedule: {expected['schedule_dropped']}"
-                )
+                lines.append(f"{said} drops its schedule: {expected['schedule_dropped']}")
     return lines

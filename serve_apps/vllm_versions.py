@@ -28,10 +28,6 @@ class VllmMinor:
     drops_dynamic_on_v1: bool  # _maybe_disable_dynamic_sd_for_v1 exists
     v1_runner_removed: bool  # the V1 GPU runner is gone: every engine runs model runner V2
 
-    @property
-    def text(self) -> str:
-        return f"{self.minor[0]}.{self.minor[1]}"
-
 
 SUPPORTED: dict[tuple[int, int], VllmMinor] = {
     m.minor: m

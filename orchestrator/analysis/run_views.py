@@ -97,7 +97,7 @@ def steps_view(
     (every engine but vLLM 0.33+ on model runner V2, and timelines written before it existed)."""
     fs, base = filesystem(run_dir)
     found = []
-    skip_column = False
+    with_skip: set[str] = set()  # the files whose footer has the column
     for arm, shape, repeat in units:
         path = f"{base}/timelines/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}/r{repeat}.parquet"
         if fs.get_file_info(path).type == pafs.FileType.NotFound:
@@ -105,7 +105,8 @@ def steps_view(
         # empty: no steps (or an endpoint unit of an older specdrill)
         footer = parquet_metadata(fs, path, TIMELINE_FILE)
         if footer.num_rows:
-            skip_column = skip_column or "drafts_skipped" in footer.schema.names
+            if "drafts_skipped" in footer.schema.names:
+                with_skip.add(path)
             found.append((path, arm, shape, repeat))
             if read is not None:
                 read.files.append((path, TIMELINE_FILE))
@@ -127,20 +128,17 @@ def steps_view(
         source = f"read_parquet([{listed}], filename = true, union_by_name = true)"
     else:
         tables = []
+        columns = ["engine_id", "start_ns", "end_ns", "batch_size", "k"]
         for path, *_ in found:
             with fs.open_input_file(path) as handle:
-                part = pq.read_table(handle, columns=["engine_id", "start_ns", "end_ns", "batch_size", "k"])
-                names = pq.read_schema(handle).names
-                if "drafts_skipped" in names:
-                    skipped = pq.read_table(handle, columns=["drafts_skipped"]).column(0)
-                else:
-                    skipped = pa.chunked_array([pa.nulls(part.num_rows, pa.bool_())])
-            part = part.append_column("drafts_skipped", skipped)
+                part = pq.read_table(handle, columns=[*columns, "drafts_skipped"] if path in with_skip else columns)
+            if path not in with_skip:
+                part = part.append_column("drafts_skipped", pa.nulls(part.num_rows, pa.bool_()))
             tables.append(part.append_column("filename", pa.array([path] * part.num_rows, pa.string())))
         con.register("timeline_rows", pa.concat_tables(tables))
         source = "timeline_rows"
-        skip_column = True
-    skipped_sql = "coalesce(s.drafts_skipped, false)" if skip_column else "false"
+    has_column = bool(with_skip) or source == "timeline_rows"
+    skipped_sql = "coalesce(s.drafts_skipped, false)" if has_column else "false"
     con.execute(
         "CREATE OR REPLACE TEMP VIEW steps AS SELECT f.arm, f.shape, f.repeat, s.engine_id, s.start_ns, s.end_ns, "
         f"s.batch_size, s.k, {skipped_sql} AS drafts_skipped FROM {source} s JOIN timeline_files f "

@@ -119,41 +119,16 @@ def _verify_arm(
                 one_k=one_k(arm),
             ),
         ]  # fmt: skip
-    if mismatched_requests:
-        findings.append(
-            Finding(
-                check="telemetry",
-                arm=arm.name,
-                passed=True,
-                message=(
-                    f"{mismatched_requests} requests report step_k and step_batch_size of different lengths; "
-                    "only their common steps were checked"
-                ),
-            )
-        )
-    if steps_without_k:
-        findings.append(
-            Finding(
-                check="telemetry",
-                arm=arm.name,
-                passed=True,
-                message=f"{steps_without_k} engine steps reported no executed k; they were left out",
-            )
-        )
-    if steps_skipped_drafts:
-        # vLLM's design, not a policy that failed to run: never a mismatch, and out of the share so it cannot
-        # dilute one either (the steps left are checked as before).
-        findings.append(
-            Finding(
-                check="telemetry",
-                arm=arm.name,
-                passed=True,
-                message=(
-                    f"{steps_skipped_drafts} steps skipped drafts (vLLM 0.33+ V2: no scheduled request could use "
-                    "them); left out of the executed-k check"
-                ),
-            )
-        )
+    # Notes on what the counts left out, never a failure: skipped drafts are vLLM's design (0.33+ V2), not a policy
+    # that failed to run, and are out of the share so they cannot dilute a mismatch either.
+    notes = (
+        (mismatched_requests, f"{mismatched_requests} requests report step_k and step_batch_size of different "
+                              "lengths; only their common steps were checked"),
+        (steps_without_k, f"{steps_without_k} engine steps reported no executed k; they were left out"),
+        (steps_skipped_drafts, f"{steps_skipped_drafts} steps skipped drafts (vLLM 0.33+ V2: no scheduled request "
+                               "could use them); left out of the executed-k check"),
+    )  # fmt: skip
+    findings += [Finding(check="telemetry", arm=arm.name, passed=True, message=m) for n, m in notes if n]
     findings += extra
     return ArmVerification(
         arm=arm.name,

@@ -262,17 +262,16 @@ def probe(arm: ArmSpec) -> dict[str, Any]:
 def speculation_on_this_node(arm: ArmSpec) -> dict[str, Any]:
     """What the arm's engine would run on the vLLM installed in this replica, with its environment (engine.env):
     the version, model runner and predicted schedule drop; refused in one line as the engine itself would be."""
-    from serve_apps.engines.vllm_support import installed_vllm, untested_vllm
+    from serve_apps.engines.vllm_support import installed_vllm, start_refusal
     from serve_apps.vllm_expect import expectation
 
     target = installed_vllm(dict(os.environ))
     if target is None:
         raise PlacementProbeError("no vLLM is installed in the replica (pip install 'specdrill[vllm]')")
-    expected = expectation(arm.policy, arm.topology, target)
-    refused = untested_vllm(target.version, target.env) or expected["refused"]
+    refused = start_refusal(target, getattr(arm.policy, "method", None))
     if refused:
         raise PlacementProbeError(refused)
-    return expected
+    return expectation(arm.policy, arm.topology, target)
 
 
 class PlacementProbeEngine:

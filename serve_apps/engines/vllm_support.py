@@ -53,13 +53,18 @@ def installed_vllm(environ: Mapping[str, str]) -> VllmTarget | None:
     return None
 
 
+def start_refusal(target: VllmTarget, method: str | None) -> str | None:
+    """Why an engine of this method may not start on this vLLM (one line), or None: an unsupported minor (its
+    private APIs: stat loggers, DP device mapping, the config read back, are only known to hold for the reviewed
+    ones), or a method or runner setting the minor refuses."""
+    return untested_vllm(target.version, target.env) or refusal(target, method)
+
+
 def require_tested_vllm(environ: Mapping[str, str], method: str | None = None) -> None:
-    """Refuse to start an engine on an unsupported vLLM minor (its private APIs: stat loggers, DP device mapping,
-    the config read back, are only known to hold for the reviewed ones), or with a method it does not have."""
+    """Refuse to start an engine where start_refusal says so."""
     import vllm
 
-    version = str(vllm.__version__)
-    reason = untested_vllm(version, environ) or refusal(VllmTarget(version, environ), method)
+    reason = start_refusal(VllmTarget(str(vllm.__version__), environ), method)
     if reason is not None:
         raise UntestedVllmError(reason)
 
