@@ -41,9 +41,12 @@ chromium:
 		  { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends chromium >/dev/null 2>&1; }; }; } || \
 		echo "chromium unavailable: the report's headless-browser test will be skipped"
 
+# Two workers: most of the suite's time is Ray, Serve and vLLM start-ups and real-time units, which leave a core
+# idle; a module runs whole on one worker, longest modules first (tests/conftest.py). TEST_WORKERS=0: serial.
+TEST_WORKERS ?= 2
 test: $(STAMP) chromium
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder,) tests
 
 # The unit tier only (no Ray, Serve, vLLM or other servers; see tests/conftest.py): under two minutes (98 s, 2026-12-05).
 test-fast: $(STAMP)

@@ -172,12 +172,44 @@ def assign_tier(item: pytest.Item) -> str:
 
 COLLECTED = pytest.StashKey[list[pytest.Item]]()
 
+# Under pytest -n (make test: --dist loadfile --no-loadscope-reorder) a module runs whole on one worker (its Ray
+# cluster, Serve apps and vLLM servers shared by its tests as in a serial run), and modules are handed out in
+# collection order: these go first, longest first (module totals of a clean-clone run, docs/testing.md), so that
+# no long module starts when the others are nearly done. Unlisted modules follow in their usual order.
+LONGEST_FIRST = (
+    "tests/test_endpoint_vllm.py",
+    "tests/test_placement.py",
+    "tests/test_vllm_data_parallel.py",
+    "tests/test_search_ray.py",
+    "tests/test_job_submit.py",
+    "tests/test_search_vllm.py",
+    "tests/test_serve_sim.py",
+    "tests/test_serve_vllm.py",
+    "tests/test_engine_kill.py",
+    "tests/test_manifests_start.py",
+    "tests/test_long_runs.py",
+    "tests/test_infra.py",
+    "tests/test_search_endpoint.py",
+    "tests/test_multinode.py",
+    "tests/test_multinode_vllm.py",
+    "tests/test_calibrate.py",
+    "tests/test_campaign_e2e_fuzz.py",
+)
+
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects anything
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         assign_tier(item)
     items.sort(key=lambda item: item.nodeid == LAST)  # stable: only the check of what ran moves, to the end
+    if is_xdist_worker(config):
+        # Every worker collects and orders alike (the controller checks that the collections are equal).
+        last = [item for item in items if item.nodeid == LAST]
+        if last:  # the controller runs its check (pytest_sessionfinish)
+            config.hook.pytest_deselected(items=last)
+            items.remove(last[0])
+        order = {module: rank for rank, module in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: order.get(item.nodeid.split("::", 1)[0], len(order)))
     config.stash[COLLECTED] = list(items)  # every test collected, for tests/test_tiers.py
 
 
@@ -234,6 +266,7 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
 
 # ---- Which specdrill command forms ran (issue 33; tests/cli_record.py, tests/test_docs.py) ----------------------
 CLI_LOG = pytest.StashKey[Path]()
+OWN_LOG = pytest.StashKey[bool]()  # this process created the log (and removes it)
 RAN = pytest.StashKey[dict[str, bool]]()  # node id -> passed (every phase)
 LAST = "tests/test_docs.py::test_every_documented_form_ran_in_this_session"  # reads what the others ran: last
 
@@ -250,9 +283,25 @@ def _recording_main(original: Any) -> Any:
     return main
 
 
+def is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def is_xdist_controller(config: pytest.Config) -> bool:
+    """pytest -n N: this process runs no test; its workers do, and their reports all come back here."""
+    return not is_xdist_worker(config) and bool(getattr(config.option, "numprocesses", None))
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    fd, log = tempfile.mkstemp(prefix="specdrill-cli-", suffix=".jsonl")
-    os.close(fd)
+    # Under pytest -n the controller creates the log before it starts the workers, which inherit the variable and
+    # append to the same file (one short O_APPEND write per call keeps lines whole).
+    inherited = os.environ.get(cli_record.LOG_ENV, "") if is_xdist_worker(config) else ""
+    if inherited:
+        log = inherited
+    else:
+        fd, log = tempfile.mkstemp(prefix="specdrill-cli-", suffix=".jsonl")
+        os.close(fd)
+        config.stash[OWN_LOG] = True
     config.stash[CLI_LOG] = Path(log)
     config.stash[RAN] = _RAN
     os.environ[cli_record.LOG_ENV] = log
@@ -264,8 +313,27 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     log = config.stash.get(CLI_LOG, None)
-    if log is not None:
+    if log is not None and config.stash.get(OWN_LOG, False):
         log.unlink(missing_ok=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under pytest -n, LAST cannot run after the others (each worker sees only its own tests): the controller,
+    which receives every report, runs its check once all workers are done, and fails the session on a finding."""
+    config = session.config
+    if not is_xdist_controller(config) or config.option.collectonly:
+        return
+    from tests.test_docs import documented_forms_problems
+
+    problems = documented_forms_problems(config.stash[RAN], config.stash[CLI_LOG], require_all())
+    if not problems:
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep("=", f"{LAST} (run by the controller under -n)", red=True)
+        for line in problems:
+            reporter.write_line(line)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 _RAN: dict[str, bool] = {}

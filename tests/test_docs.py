@@ -290,8 +290,14 @@ def test_every_documented_form_ran_in_this_session(request: pytest.FixtureReques
     """Runs last (tests/conftest.py): for every form whose test ran and passed in this session, an invocation of
     the form by a test of that module was recorded. Under SPECDRILL_REQUIRE_ALL (CI) every one of those tests
     must have run: a green CI run has run every documented form but NOT_RUN's."""
-    ran = request.config.stash[RAN]
-    log = request.config.stash[CLI_LOG]
+    problems = documented_forms_problems(request.config.stash[RAN], request.config.stash[CLI_LOG], require_all())
+    assert problems == [], "\n".join(problems)
+
+
+def documented_forms_problems(ran: dict[str, bool], log: Path, every_test_ran: bool) -> list[str]:
+    """The check of test_every_documented_form_ran_in_this_session, also run by the controller of pytest -n
+    (tests/conftest.py): a line per documented form that no test of its module ran, and, when every test must have
+    run (every_test_ran), per form whose test did not run or did not pass."""
     recorded = [(inv.module, cli_record.form_of(list(inv.args))) for inv in cli_record.invocations(log)]
     not_run, missing = [], []
     for line, node in sorted(FORMS.items()):
@@ -303,9 +309,10 @@ def test_every_documented_form_ran_in_this_session(request: pytest.FixtureReques
         assert documented is not None
         if not any(form is not None and m == module and documented.covered_by(form) for m, form in recorded):
             missing.append(f"{line}  (no test of {module} ran it)")
-    assert missing == [], "documented forms not run:\n" + "\n".join(missing)
-    if require_all():
-        assert not_run == [], f"{REQUIRE_ALL}: forms whose test did not run:\n" + "\n".join(not_run)
+    problems = ["documented forms not run:", *missing] if missing else []
+    if every_test_ran and not_run:
+        problems += [f"{REQUIRE_ALL}: forms whose test did not run:", *not_run]
+    return problems
 
 
 def test_the_recommended_campaign_tunes(tmp_path: Path) -> None:
