@@ -8,6 +8,7 @@ non-zero when a gate fails.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -98,11 +99,15 @@ def print_answer(summary: Summary, console: Console) -> None:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def print_report(summary: Summary, console: Console) -> None:
+def print_report(summary: Summary, console: Console, engine_lines: Sequence[str] = ()) -> None:
+    """The console report; engine_lines: the arms' engine warnings and confounds (engine_confounds), also in the
+    summary's headline and report.html's notes."""
     if summary.partial_run is not None:
         console.print(summary.partial_run, markup=False, soft_wrap=True)
     if ABSOLUTE_ONLY in summary.headline:
         console.print(ABSOLUTE_ONLY, markup=False)
+    for line in engine_lines:
+        console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
     print_answer(summary, console)
     for operating_map in summary.maps:
         console.print(map_table(operating_map))
@@ -227,7 +232,7 @@ def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
     store.write_text("report.html", html)
     store.write_json(SUMMARY, seal(summary.model_dump(mode="json"), inputs.traces_digest()))
     if console is not None:
-        print_report(summary, console)
+        print_report(summary, console, engine_confounds(inputs.manifest))
         console.print(f"report: {store.root}/report.html  summary: {store.root}/summary.json")
     return summary
 

@@ -1,23 +1,26 @@
-"""What a vLLM arm will run on a given vLLM, said before it runs: its model runner, a refusal, a dropped schedule
-and the drop's cause (the rules are serve_apps/vllm_versions.py's). Used where the vLLM is known: the replica's
-placement probe (`specdrill deploy --check`), campaign validation (the vLLM installed here), the verifier (the
-vLLM the run's replicas reported)."""
+"""What a vLLM arm will run on a given vLLM, said before it runs: its model runner and executor, a refusal, a
+dropped schedule and the drop's cause (the rules are serve_apps/vllm_versions.py's). Used where the vLLM is
+known: the replica's placement probe (`specdrill deploy --check`), campaign validation (the vLLM installed
+here), the verifier (the vLLM the run's replicas reported)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from serve_apps.vllm_versions import SUPPORTED, VllmTarget, minor_text, model_runner, refusal
+from serve_apps.vllm_versions import SUPPORTED, VllmTarget, minor_text, model_runner, predicted_executor, refusal
 
 
-def expectation(policy: Any, topology: Any, target: VllmTarget) -> dict[str, Any]:
-    """vllm, model_runner, refused (one line or None), schedule_dropped (the predicted cause, one line, or None)."""
+def expectation(policy: Any, topology: Any, target: VllmTarget, executor_backend: str | None = None) -> dict[str, Any]:
+    """vllm, model_runner, executor (from the layout's executor_backend, serve_apps/placement.py; None: vLLM's
+    default), refused (one line or None), schedule_dropped (the predicted cause, one line, or None)."""
     method = getattr(policy, "method", None)
     resolved = policy.resolve(topology, target)
+    workers = topology.tensor_parallel_size * topology.data_parallel_size
     return {
         "vllm": target.version,
         "model_runner": model_runner(target, method),
+        "executor": predicted_executor(target, executor_backend, workers),
         "refused": refusal(target, method),
         "schedule_dropped": resolved.dropped_reason if resolved.schedule_dropped else None,
     }

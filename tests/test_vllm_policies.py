@@ -234,5 +234,15 @@ def test_vllm_cpu_runs_no_async_scheduling_even_when_an_arm_asks_for_it(
     (arm,) = campaign.arms()
     args = VllmEngine(arm, engine_id="e").engine_args()
     assert args.async_scheduling is True  # what the arm asked vLLM for
-    facts = resolved_engine_facts(args.create_engine_config())
-    assert facts == {"cudagraph_mode": "NONE", "model_runner": "V1", "async_scheduling": False}
+    from serve_apps.engines.vllm_support import installed_vllm
+    from serve_apps.vllm_expect import expectation
+
+    config = args.create_engine_config()
+    facts = resolved_engine_facts(config, installed_vllm(os.environ))
+    assert facts == {
+        "vllm_version": "0.32.0", "cudagraph_mode": "NONE", "model_runner": "V1", "executor": "mp",
+        "async_scheduling": False,
+    }  # fmt: skip
+    # vllm-cpu runs its multiprocessing executor for one worker (platforms/cpu.py 0.32:334-341), as predicted
+    assert expectation(arm.policy, arm.topology, installed_vllm(os.environ))["executor"] == "mp"
+    assert config.model_config.max_model_len == 256  # 0.32 never lowers it to the drafter's

@@ -255,7 +255,7 @@ def test_the_verifier_names_the_cause_the_engine_warning_names() -> None:
     )
 
 
-def test_deploy_check_reports_the_replicas_vllm_runner_and_drop(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_deploy_check_reports_the_replicas_vllm_runner_executor_and_drop(monkeypatch: pytest.MonkeyPatch) -> None:
     from orchestrator.cli.deploy import speculation_cell
     from serve_apps.engines import placement_probe, vllm_support
 
@@ -270,7 +270,7 @@ def test_deploy_check_reports_the_replicas_vllm_runner_and_drop(monkeypatch: pyt
     installed.append(VllmTarget("0.33.0", {}))
     report = {"speculation": placement_probe.speculation_on_this_node(arms["suffix-single"])}
     assert speculation_cell(report) == (
-        "0.33.0 V1: drops the schedule: model runner V1 (suffix never runs on V2) with method suffix: vLLM 0.33.0 "
+        "0.33.0 V1 uni: drops the schedule: model runner V1 (suffix never runs on V2) with method suffix: vLLM 0.33.0 "
         "disables num_speculative_tokens_per_batch_size and falls back to static num_speculative_tokens=3"
     )
     with pytest.raises(placement_probe.PlacementProbeError, match=r"^method 'medusa' is not in vLLM 0\.33\.0's"):
@@ -280,7 +280,7 @@ def test_deploy_check_reports_the_replicas_vllm_runner_and_drop(monkeypatch: pyt
         placement_probe.speculation_on_this_node(arms["suffix-single"])
     installed[0] = VllmTarget("0.34.0", {})
     assert speculation_cell({"speculation": placement_probe.speculation_on_this_node(arms["suffix-single"])}) == (
-        "0.34.0 V2: as written"
+        "0.34.0 V2 uni: as written"
     )
     assert speculation_cell({}) == "-"
 
@@ -328,11 +328,14 @@ def test_the_engine_facts_read_a_034_config_which_has_no_model_runner_switch() -
         return SimpleNamespace(
             compilation_config=SimpleNamespace(cudagraph_mode=SimpleNamespace(name="FULL_AND_PIECEWISE")),
             scheduler_config=SimpleNamespace(async_scheduling=True),
+            parallel_config=SimpleNamespace(distributed_executor_backend="uni"),
             **runner,
         )
 
-    assert resolved_engine_facts(config())["model_runner"] == "V2"  # 0.34
-    assert resolved_engine_facts(config(use_v2_model_runner=False))["model_runner"] == "V1"  # 0.32/0.33 on V1
-    assert resolved_engine_facts(config(use_v2_model_runner=True)) == {
-        "cudagraph_mode": "FULL_AND_PIECEWISE", "model_runner": "V2", "async_scheduling": True,
+    on_034, on_033 = VllmTarget("0.34.0", {}), VllmTarget("0.33.0", {})
+    assert resolved_engine_facts(config(), on_034)["model_runner"] == "V2"  # 0.34
+    assert resolved_engine_facts(config(use_v2_model_runner=False), on_033)["model_runner"] == "V1"  # 0.32/0.33 V1
+    assert resolved_engine_facts(config(use_v2_model_runner=True), on_033) == {
+        "vllm_version": "0.33.0", "cudagraph_mode": "FULL_AND_PIECEWISE", "model_runner": "V2", "executor": "uni",
+        "async_scheduling": True,
     }  # fmt: skip

@@ -34,20 +34,59 @@ def headline(
 
 
 def engine_confounds(manifest: dict[str, Any]) -> list[str]:
-    """Differences between the arms' engines, beyond k, that their telemetry reveals: CUDA graph mode, model
-    runner, async scheduling. One line each where the arms differ (arms that do not report one are left out)."""
+    """What the arms' telemetry reveals about their engines beyond k: first a warning per arm whose max_model_len
+    vLLM lowered (with vLLM's reason), then one line per fact the arms differ in: vLLM version, CUDA graph mode,
+    model runner, executor, async scheduling, max_model_len (arms that do not report one are left out)."""
     arms: dict[str, dict[str, Any]] = manifest.get("arms", {})
     return [
-        line
-        for line in (
-            graph_mode_confound(arms),
-            _differs(arms, "model_runner", "model runners differ", str, "the model runner"),
-            _differs(
-                arms, "async_scheduling", "async scheduling differs", lambda v: "on" if v else "off", "the scheduling"
-            ),
-        )
-        if line is not None
+        *max_model_len_lowered(arms),
+        *(
+            line
+            for line in (
+                _differs(arms, "vllm_version", "vLLM versions differ", str, "the vLLM version"),
+                graph_mode_confound(arms),
+                _differs(arms, "model_runner", "model runners differ", str, "the model runner"),
+                _differs(arms, "executor", "executors differ", str, "the executor"),
+                _differs(arms, "async_scheduling", "async scheduling differs", _on_off, "the scheduling"),
+                _differs(arms, "max_model_len", "max_model_len differs", str, "the context limit"),
+            )
+            if line is not None
+        ),
     ]
+
+
+def _on_off(value: Any) -> str:
+    return "on" if value else "off"
+
+
+def max_model_len_lowered(arms: dict[str, dict[str, Any]]) -> list[str]:
+    """A warning per arm whose engine runs a shorter max_model_len than it was given (vLLM 0.33+ lowers the
+    target's to the drafter's on model runner V2): longer requests are refused or cut there, not by k."""
+    lines = []
+    for name, entry in sorted(arms.items()):
+        reason = entry.get("max_model_len_lowered_reason")
+        if reason:
+            asked = entry.get("max_model_len_requested")
+            was = f"from {asked} " if asked is not None else ""
+            lines.append(f"arm {name}: vLLM lowered max_model_len {was}to {entry.get('max_model_len')}: {reason}")
+    return lines
+
+
+def engine_facts_text(entry: dict[str, Any]) -> str | None:
+    """An arm's engine facts in one cell: vLLM version, model runner, executor, async scheduling, max_model_len
+    (None: an arm that reports none, such as a simulated one)."""
+    parts = [
+        f"vLLM {entry['vllm_version']}" if entry.get("vllm_version") else None,
+        entry.get("model_runner"),
+        f"executor {entry['executor']}" if entry.get("executor") else None,
+        None if entry.get("async_scheduling") is None else f"async {_on_off(entry['async_scheduling'])}",
+        f"max_model_len {entry['max_model_len']}" if entry.get("max_model_len") is not None else None,
+    ]
+    said = [str(p) for p in parts if p]
+    if said and entry.get("max_model_len_lowered_reason"):
+        asked = entry.get("max_model_len_requested")
+        said[-1] += f" (lowered from {asked})" if asked is not None else " (lowered)"
+    return ", ".join(said) or None
 
 
 def graph_mode_confound(arms: dict[str, dict[str, Any]]) -> str | None:

@@ -43,7 +43,10 @@ def deploy_cmd(campaign_file: str, address: str | None, timeout_s: float | None,
 
 def _print_placement(reports: dict[str, list[dict[str, Any]]]) -> None:
     table = Table(title="placement check: every arm's engine got its devices")
-    columns = ("arm", "layout", "replica node", "replica GPUs", "workers -> device / bundle -> node", "vLLM: schedule")
+    columns = (
+        "arm", "layout", "replica node", "replica GPUs", "workers -> device / bundle -> node",
+        "vLLM runner executor: schedule",
+    )  # fmt: skip
     for column in columns:
         table.add_column(column)
     for arm, replicas in reports.items():
@@ -64,12 +67,13 @@ def _print_placement(reports: dict[str, list[dict[str, Any]]]) -> None:
 
 
 def speculation_cell(report: dict[str, Any]) -> str:
-    """The replica's vLLM and model runner, and the schedule drop it predicts with its cause (or none)."""
+    """The replica's vLLM, model runner and executor, and the schedule drop it predicts with its cause (or none)."""
     spec = report.get("speculation")
     if not spec:
         return "-"
     dropped = spec.get("schedule_dropped")
-    return f"{spec['vllm']} {spec['model_runner']}: " + (f"drops the schedule: {dropped}" if dropped else "as written")
+    said = " ".join(str(spec[k]) for k in ("vllm", "model_runner", "executor") if spec.get(k))
+    return f"{said}: " + (f"drops the schedule: {dropped}" if dropped else "as written")
 
 
 @click.command("teardown")

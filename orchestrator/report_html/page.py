@@ -14,6 +14,7 @@ from loadshapes.shapes import Shape
 from loadshapes.slo import SloConfig
 from orchestrator.analysis.answer import BandAnswer
 from orchestrator.analysis.faults import FaultWindow
+from orchestrator.analysis.headline import engine_facts_text
 from orchestrator.analysis.results import OperatingMap, VerificationReport
 from orchestrator.analysis.serve_path import ServePath
 from orchestrator.analysis.timelines import TimelineSeries, series_of_table
@@ -231,13 +232,17 @@ def _manifest_section(manifest: dict[str, Any]) -> str:
             esc(entry.get("policy_label", NO_DATA)),
             esc(entry.get("topology_label", NO_DATA)),
             esc(entry.get("engine_kind") or NO_DATA),
+            esc(engine_facts_text(entry) or NO_DATA),
             json_code(entry.get("resolved_speculative_config")),
             _dropped(entry.get("schedule_dropped")),
         ]
         for name, entry in _manifest_arms(manifest)
     ]
     arms = (
-        table(["arm", "policy", "topology", "engine", "resolved speculative config", "schedule dropped"], rows)
+        table(
+            ["arm", "policy", "topology", "engine", "engine facts", "resolved speculative config", "schedule dropped"],
+            rows,
+        )
         if rows
         else '<p class="muted">No arms in the manifest.</p>'
     )

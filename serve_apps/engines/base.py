@@ -96,8 +96,8 @@ class RankedEngine(Protocol):
     def live_by_rank(self) -> dict[int, dict[str, float]]: ...
 
     def engine_facts(self) -> dict[str, Any]:
-        """cudagraph_mode, model_runner, async_scheduling, data_parallel_size, engine_ids, schedule_dropped_reason,
-        ..."""
+        """vllm_version, cudagraph_mode, model_runner, executor, async_scheduling, max_model_len (and requested,
+        lowered reason), data_parallel_size, engine_ids, schedule_dropped_reason, ..."""
         ...
 
 
@@ -113,8 +113,9 @@ def engine_facts(engine: Engine) -> dict[str, Any]:
     """Facts every arm reports, with None where an engine has no such thing (the simulated engine has no CUDA
     graphs and drops a schedule by policy, not with a logged warning)."""
     facts: dict[str, Any] = {
-        "cudagraph_mode": None, "model_runner": None, "async_scheduling": None, "data_parallel_size": 1,
-        "schedule_dropped_reason": None,
+        "vllm_version": None, "cudagraph_mode": None, "model_runner": None, "executor": None,
+        "async_scheduling": None, "max_model_len": None, "max_model_len_requested": None,
+        "max_model_len_lowered_reason": None, "data_parallel_size": 1, "schedule_dropped_reason": None,
     }  # fmt: skip
     facts["engine_ids"] = {str(r): e for r, e in rank_engine_ids(engine).items()}
     if isinstance(engine, RankedEngine):

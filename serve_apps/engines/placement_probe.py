@@ -261,7 +261,8 @@ def probe(arm: ArmSpec) -> dict[str, Any]:
 
 def speculation_on_this_node(arm: ArmSpec) -> dict[str, Any]:
     """What the arm's engine would run on the vLLM installed in this replica, with its environment (engine.env):
-    the version, model runner and predicted schedule drop; refused in one line as the engine itself would be."""
+    the version, model runner, executor and predicted schedule drop; refused in one line as the engine itself
+    would be."""
     from serve_apps.engines.vllm_support import installed_vllm, start_refusal
     from serve_apps.vllm_expect import expectation
 
@@ -271,7 +272,7 @@ def speculation_on_this_node(arm: ArmSpec) -> dict[str, Any]:
     refused = start_refusal(target, getattr(arm.policy, "method", None))
     if refused:
         raise PlacementProbeError(refused)
-    return expectation(arm.policy, arm.topology, target)
+    return expectation(arm.policy, arm.topology, target, plan_placement(arm).executor_backend)
 
 
 class PlacementProbeEngine:

@@ -19,9 +19,12 @@ from serve_apps.engines.step_timeline import StepTimeline
 from serve_apps.engines.vllm_stats import (
     can_skip_drafts,
     captured_vllm_warnings,
+    draft_limit_warning,
+    max_model_len_facts,
     resolved_engine_facts,
     stat_logger_factory,
 )
+from serve_apps.vllm_versions import VllmTarget
 from timebase import clock
 
 
@@ -40,7 +43,9 @@ class VllmEngine:
         self.data_parallel_size = arm.topology.data_parallel_size
         self.timeline_data = StepTimeline(speculative=arm.policy.to_vllm_speculative_config() is not None)
         self.schedule_dropped_reason: str | None = None
+        self.max_model_len_warning: str | None = None  # vLLM's, when it lowered max_model_len to the drafter's
         self._llm: Any = None
+        self._target: VllmTarget | None = None  # the vLLM the engine started on
 
     def rank_engine_ids(self) -> dict[int, str]:
         return {r: rank_engine_id(self.engine_id, r, self.data_parallel_size) for r in range(self.data_parallel_size)}
@@ -95,7 +100,7 @@ class VllmEngine:
         # No forced offline mode: a fresh cluster downloads (or finds in HF_HOME) its models; tests set it in env.
         from serve_apps.engines.vllm_support import require_tested_vllm
 
-        require_tested_vllm(os.environ, getattr(self.arm.policy, "method", None))
+        self._target = require_tested_vllm(os.environ, getattr(self.arm.policy, "method", None))
         from vllm.v1.engine.async_llm import AsyncLLM
 
         args = self.engine_args()
@@ -105,6 +110,7 @@ class VllmEngine:
             vllm_config = args.create_engine_config()
         # Either drop's warning (data parallelism; 0.33's model runner V1) names that key: serve_apps/vllm_versions.py
         self.schedule_dropped_reason = next((w for w in warnings if "num_speculative_tokens_per_batch_size" in w), None)
+        self.max_model_len_warning = draft_limit_warning(warnings)
         self.attach_placement(vllm_config)
         self.timeline_data.async_scheduling = bool(vllm_config.scheduler_config.async_scheduling)
         self.timeline_data.can_skip_drafts = can_skip_drafts(vllm_config)
@@ -229,13 +235,21 @@ class VllmEngine:
             "num_speculative_tokens_per_batch_size": [list(e) for e in schedule] if schedule else None,
         }
 
+    def requested_max_model_len(self) -> int | None:
+        """What the arm asked vLLM for (its engine_kwargs win, as in engine_args), None: the model's own."""
+        value = self.config.engine_kwargs.get("max_model_len", self.config.max_model_len)
+        return None if value is None else int(value)
+
     def engine_facts(self) -> dict[str, Any]:
-        """What the running engine's finalised config says beyond speculation: the CUDA-graph mode, the model
-        runner and whether async scheduling is on (each can differ between arms and confound them with k:
-        orchestrator/report.py says where), the data-parallel size and each rank's engine id, and vLLM's own
-        words when it dropped the schedule."""
+        """What the running engine's finalised config says beyond speculation: the vLLM version, CUDA-graph mode,
+        model runner, executor, whether async scheduling is on and max_model_len (each can differ between arms and
+        confound them with k: orchestrator/analysis/headline.py says where), the data-parallel size and each
+        rank's engine id, and vLLM's own words when it dropped the schedule or lowered max_model_len."""
+        config = self._llm.vllm_config if self._llm is not None else None
+        final = int(config.model_config.max_model_len) if config is not None else None
         return {
-            **resolved_engine_facts(self._llm.vllm_config if self._llm is not None else None),
+            **resolved_engine_facts(config, self._target),
+            **max_model_len_facts(final, self.requested_max_model_len(), self.max_model_len_warning),
             "data_parallel_size": self.data_parallel_size,
             "engine_ids": {str(r): e for r, e in self.rank_engine_ids().items()},
             "schedule_dropped_reason": self.schedule_dropped_reason,

