@@ -18,7 +18,7 @@ from orchestrator.calibrate.engines import compare_engines
 from orchestrator.calibrate.predict import PredictionCheck, predict
 from orchestrator.calibrate.writer import fitted_profile, now_iso, write_profile
 from serve_apps.engine_kinds.registry import kind_of
-from serve_apps.policies import OffPolicy
+from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy
 from serve_apps.sim.profile import Profile, Provenance, load_profile
 
 
@@ -42,11 +42,12 @@ def _acceptance(inputs: Sequence[RunInputs], repeats: Collection[int] | None) ->
         raise CalibrationError("no speculative arm (only off): no draft cost or acceptance to fit")
     acceptance: list[CategoryFit] = []
     for run in inputs:
+        fixed_k = {a.name: a.policy.k for a in run.campaign.arms() if isinstance(a.policy, FixedPolicy)}
         units = [(u.unit.arm, u.unit.shape, u.unit.repeat) for u in run.units
                  if repeats is None or u.unit.repeat in repeats]  # fmt: skip
         requests = run_requests(run.store.root, units)
         try:
-            acceptance.extend(fit_acceptance(requests.con, speculative_arms, max_k=max_k))
+            acceptance.extend(fit_acceptance(requests.con, speculative_arms, max_k=max_k, fixed_k=fixed_k))
         finally:
             requests.close()
     return acceptance
@@ -137,14 +138,14 @@ def calibrate(
                 run_id = str(run.manifest["run"])
                 own = fits.get(run_id)
                 mine = _acceptance([run], repeats)
-                notes = [*(own.notes if own else []), "fitted alone: the runs' engines differ beyond their intervals"]
+                notes = [*(own.notes if own else []), "fitted alone: the runs' engines differ beyond their intervals",
+                         *_acceptance_notes([run], mine)]
                 separate[run_id] = _profile_of([run], base, f"{name}.{run_id}", own, mine, notes)
                 lines.append(f"run {run_id}:")
                 lines.extend(render(own.fit if own else None, own.arms if own else [], mine, notes))
     pooled = fit_steps(steps) if steps and not separate else None
     notes = [*(pooled.notes if pooled else [])]
-    if any(not a.from_lists for a in acceptance):
-        notes.append("acceptance from per-request totals (no per-step lists): one p for every position")
+    notes.extend(_acceptance_notes(inputs, acceptance))
     profile = _profile_of(inputs, base, name, pooled, acceptance, notes)
     if not separate:
         lines.extend(render(pooled.fit if pooled else None, pooled.arms if pooled else [], acceptance, notes))
@@ -159,6 +160,21 @@ def calibrate(
             lines.extend(c.lines())
     return Calibration(profile=profile, fit=pooled.fit if pooled else None, arms=pooled.arms if pooled else [],
                        acceptance=acceptance, lines=lines, separate=separate, checks=checks)  # fmt: skip
+
+
+def _acceptance_notes(inputs: Sequence[RunInputs], acceptance: list[CategoryFit]) -> list[str]:
+    totals = [a for a in acceptance if not a.from_lists]
+    if not totals:
+        return []
+    notes = ["acceptance from per-request totals (no per-step lists): " + ("per position from the fixed-k arms' "
+             "mean accepted per verify step at each k (95% bootstrap intervals over requests)" if any(a.basis for a in
+             totals) else "one p for every position")]  # fmt: skip
+    dynamic = sorted({a.name for r in inputs for a in r.campaign.arms() if isinstance(a.policy, DynamicPolicy)})
+    if dynamic and any(a.basis for a in totals):
+        notes.append(f"acceptance: dynamic arms {', '.join(dynamic)} left out (their requests' totals mix k from "
+                     "step to step, and without per-step lists no step's k can be attributed)")  # fmt: skip
+    notes.extend(f"acceptance {a.how}" for a in totals if a.how)
+    return notes
 
 
 def render(fit: Fit | None, arms: list[ArmReport], acceptance: list[CategoryFit], notes: list[str]) -> list[str]:
@@ -177,9 +193,16 @@ def render(fit: Fit | None, arms: list[ArmReport], acceptance: list[CategoryFit]
             s = a.k_switch
             out.append(f"arm {a.arm}: {describe(s)}")
     for c in acceptance:
-        positions = ", ".join(f"{p:.3f} [{lo:.3f}, {hi:.3f}]" for p, lo, hi in zip(c.per_position, c.low, c.high,
-                                                                                    strict=True))  # fmt: skip
-        how = "per position" if c.from_lists else "one p for all positions (per-request totals)"
+        basis = c.basis or [""] * len(c.per_position)
+        positions = ", ".join(f"{p:.3f} [{lo:.3f}, {hi:.3f}]{' ' + b if b else ''}"
+                              for p, lo, hi, b in zip(c.per_position, c.low, c.high, basis, strict=True))  # fmt: skip
+        if c.from_lists:
+            how = "per position"
+        elif c.basis:
+            how = "per position from the fixed-k arms' per-request totals"
+            positions += f"; past position {len(c.basis)}: extrapolated (position {len(c.basis)}'s value)"
+        else:
+            how = "one p for all positions (per-request totals)"
         out.append(f"acceptance {c.category}, {how}: {positions}")
     out.extend(f"note: {n}" for n in notes)
     return out
