@@ -1,4 +1,5 @@
-"""The analysis against the simulator's ground truth on larger runs than tests/test_ground_truth.py (issue 15).
+"""The analysis against the simulator's ground truth on larger runs than
+tests/orchestrator/decide/test_ground_truth.py (issue 15).
 
 1. `off` and fixed k = 1..4 over a ramp: the recommended schedule (`specdrill recommend`) against the oracle's
    best k at every batch size the campaign covered (exact, tied within the margin, one band of slack, or miss).

@@ -29,7 +29,7 @@ class Limits(BaseModel):
     more rows is one line naming the file (and line). Raise a limit per command (`run`, `simulate`, `search`,
     `tune`): `specdrill simulate CAMPAIGN.yaml --limit requests=2e7 --limit memory_gib=16`. The defaults keep any
     campaign within a few GiB on a 24 GiB machine; the memory estimate is an upper bound of the measured peak RSS
-    (tests/test_bounded_inputs.py).
+    (tests/loadshapes/test_bounded_inputs.py).
     Valid settings that cannot mean what they say are run with a one-line warning: an SLO deadline below the
     simulated engine's fastest step (TTFT, end-to-end) or its fastest token (TPOT, every draft accepted)."""
 

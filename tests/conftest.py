@@ -65,33 +65,39 @@ INTEGRATION_NAMES = frozenset({
 # --durations`, other work sharing the cores; a module's Ray start, paid by whichever of its tests runs first, is
 # not counted). Node id prefixes.
 SLOW = (
-    "tests/test_long_runs.py::",  # 100k requests in virtual time (~45 s); ten minutes of real time on Ray
+    "tests/orchestrator/test_long_runs.py::",  # 100k requests in virtual time (~45 s); ten minutes of real time on Ray
     "tests/test_campaign_e2e_fuzz.py::test_every_valid_campaign_runs_to_a_report",  # ~14 s
-    "tests/test_campaign_fuzz.py::test_fuzzed_campaigns_are_accepted_or_refused_in_one_line",  # ~12 s
-    "tests/test_ground_truth.py::test_the_reports_crossover_for_k3_is_the_dense_sweeps",  # ~10 s
-    "tests/test_tune.py::test_local_search_equals_exhaustive_on_a_small_grid",  # ~11 s
+    "tests/orchestrator/test_campaign_fuzz.py::test_fuzzed_campaigns_are_accepted_or_refused_in_one_line",  # ~12 s
+    "tests/orchestrator/decide/test_ground_truth.py::test_the_reports_crossover_for_k3_is_the_dense_sweeps",  # ~10 s
+    "tests/orchestrator/decide/test_tune.py::test_local_search_equals_exhaustive_on_a_small_grid",  # ~11 s
     "tests/test_docs.py::test_the_recommended_campaign_tunes",  # ~12 s: tune's oracle, even for one candidate
     # the module's tune and comparison arms (~15 s, in its first test), exhaustive search of 65 candidates (~10 s)
-    "tests/test_tune_proof.py::test_the_tuned_schedule_is_no_worse_than_the_best_fixed_k_or_vllms_example_in_any_band",
-    "tests/test_tune_proof.py::test_the_tuned_schedule_is_within_the_margin_of_exhaustive_search_on_a_coarser_space",
-    "tests/test_job_submit.py::",  # `ray job submit` runs and reruns: 1.5-2 min each
-    "tests/test_multinode.py::test_a_campaign_runs_across_nodes",  # ~50 s
-    "tests/test_multinode_vllm.py::",  # a bed's Ray and a job: ~1.5 min
-    "tests/test_serve_sim.py::test_a_serve_replica_killed_mid_run_becomes_error_rows_and_a_marked_window",  # ~40 s
-    "tests/test_serve_sim.py::test_a_load_worker_killed_mid_run_loses_only_its_unflushed_rows",  # ~40 s
-    "tests/test_serve_sim.py::test_load_workers_on_ray_write_one_row_per_request",  # ~25 s
-    "tests/test_serve_sim.py::test_cli_deploy_and_teardown",  # ~10 s
-    "tests/test_placement.py::test_replicas_ray_cannot_place_fail_the_deploy_with_rays_message",  # ~35 s
-    "tests/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",  # ~20 s: fit and replay
-    "tests/test_calibrate.py::test_a_planted_k_switch_cost_is_found",  # ~20 s: simulate, calibrate, report
-    "tests/test_calibrate.py::test_engines_that_differ_get_separate_fits_and_alike_ones_one_pooled_fit",  # ~30 s
+    "tests/orchestrator/decide/test_tune_proof.py::test_the_tuned_schedule_is_no_worse_than_the_best_fixed_k_or_vllms_example_in_any_band",
+    "tests/orchestrator/decide/test_tune_proof.py::test_the_tuned_schedule_is_within_the_margin_of_exhaustive_search_on_a_coarser_space",
+    "tests/orchestrator/test_job_submit.py::",  # `ray job submit` runs and reruns: 1.5-2 min each
+    "tests/orchestrator/test_multinode.py::test_a_campaign_runs_across_nodes",  # ~50 s
+    "tests/serve_apps/test_multinode_vllm.py::",  # a bed's Ray and a job: ~1.5 min
+    # ~40 s
+    "tests/serve_apps/test_serve_sim.py::test_a_serve_replica_killed_mid_run_becomes_error_rows_and_a_marked_window",
+    "tests/serve_apps/test_serve_sim.py::test_a_load_worker_killed_mid_run_loses_only_its_unflushed_rows",  # ~40 s
+    "tests/serve_apps/test_serve_sim.py::test_load_workers_on_ray_write_one_row_per_request",  # ~25 s
+    "tests/serve_apps/test_serve_sim.py::test_cli_deploy_and_teardown",  # ~10 s
+    "tests/serve_apps/test_placement.py::test_replicas_ray_cannot_place_fail_the_deploy_with_rays_message",  # ~35 s
+    # ~20 s: fit and replay
+    "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
+    # ~20 s: simulate, calibrate, report
+    "tests/orchestrator/calibrate/test_calibrate.py::test_a_planted_k_switch_cost_is_found",
+    # ~30 s
+    "tests/orchestrator/calibrate/test_calibrate.py::test_engines_that_differ_get_separate_fits_and_alike_ones_one_pooled_fit",
     # vLLM tier
-    "tests/test_serve_vllm.py::",  # its arms (vLLM on Serve) take ~2 min to start: any test of it pays that
-    "tests/test_placement.py::test_the_old_layout_is_caught_by_the_probe_within_seconds",  # ~65 s
-    "tests/test_placement.py::test_vllm_data_and_tensor_parallel_engines_get_every_device_from_their_replica",  # 40 s
-    "tests/test_placement.py::test_cli_deploy_check_prints_each_workers_device_and_refuses_in_one_line",  # ~40 s
-    "tests/test_placement.py::test_a_tensor_parallel_engine_larger_than_a_node_spans_nodes",  # ~10 s
-    "tests/test_infra.py::test_the_hf_token_reaches_every_replica_from_the_cluster_env_and_no_file",  # ~40 s
+    "tests/serve_apps/test_serve_vllm.py::",  # its arms (vLLM on Serve) take ~2 min to start: any test of it pays that
+    "tests/serve_apps/test_placement.py::test_the_old_layout_is_caught_by_the_probe_within_seconds",  # ~65 s
+    # 40 s
+    "tests/serve_apps/test_placement.py::test_vllm_data_and_tensor_parallel_engines_get_every_device_from_their_replica",
+    # ~40 s
+    "tests/serve_apps/test_placement.py::test_cli_deploy_check_prints_each_workers_device_and_refuses_in_one_line",
+    "tests/serve_apps/test_placement.py::test_a_tensor_parallel_engine_larger_than_a_node_spans_nodes",  # ~10 s
+    "tests/infra/test_infra.py::test_the_hf_token_reaches_every_replica_from_the_cluster_env_and_no_file",  # ~40 s
 )
 
 
@@ -177,25 +183,25 @@ COLLECTED = pytest.StashKey[list[pytest.Item]]()
 # collection order: these go first, longest first (module totals of a clean-clone run, docs/testing.md), so that
 # no long module starts when the others are nearly done. Unlisted modules follow in their usual order.
 LONGEST_FIRST = (  # seconds: module totals under -n 2, 2026-12-05 12:12 (a clean clone, helpers' work beside it)
-    "tests/test_endpoint_vllm.py",  # 291
-    "tests/test_placement.py",  # 278
-    "tests/test_job_submit.py",  # 264
-    "tests/test_search_ray.py",  # 212
-    "tests/test_vllm_data_parallel.py",  # 212
-    "tests/test_search_vllm.py",  # 186
-    "tests/test_serve_sim.py",  # 182
-    "tests/test_manifests_start.py",  # 133
-    "tests/test_engine_kill.py",  # 119
-    "tests/test_serve_vllm.py",  # 113
-    "tests/test_long_runs.py",  # 97
-    "tests/test_multinode.py",  # 90
-    "tests/test_infra.py",  # 75
-    "tests/test_search_endpoint.py",  # 70
+    "tests/orchestrator/test_endpoint_vllm.py",  # 291
+    "tests/serve_apps/test_placement.py",  # 278
+    "tests/orchestrator/test_job_submit.py",  # 264
+    "tests/orchestrator/decide/test_search_ray.py",  # 212
+    "tests/serve_apps/engines/test_vllm_data_parallel.py",  # 212
+    "tests/orchestrator/decide/test_search_vllm.py",  # 186
+    "tests/serve_apps/test_serve_sim.py",  # 182
+    "tests/infra/test_manifests_start.py",  # 133
+    "tests/serve_apps/engines/test_engine_kill.py",  # 119
+    "tests/serve_apps/test_serve_vllm.py",  # 113
+    "tests/orchestrator/test_long_runs.py",  # 97
+    "tests/orchestrator/test_multinode.py",  # 90
+    "tests/infra/test_infra.py",  # 75
+    "tests/orchestrator/decide/test_search_endpoint.py",  # 70
     "tests/test_campaign_e2e_fuzz.py",  # 69
-    "tests/test_multinode_vllm.py",  # 63
-    "tests/test_load_worker.py",  # 46
-    "tests/test_campaign_run.py",  # 45
-    "tests/test_calibrate.py",  # 44
+    "tests/serve_apps/test_multinode_vllm.py",  # 63
+    "tests/loadshapes/worker/test_load_worker.py",  # 46
+    "tests/orchestrator/test_campaign_run.py",  # 45
+    "tests/orchestrator/calibrate/test_calibrate.py",  # 44
 )
 
 

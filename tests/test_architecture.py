@@ -8,7 +8,7 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import REPO as ROOT
 
 # Which of our packages each may import. Acyclic by construction: every package only lists those below it.
 MAY_IMPORT: dict[str, frozenset[str]] = {

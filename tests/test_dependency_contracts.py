@@ -8,13 +8,14 @@ import inspect
 import re
 import tomllib
 from importlib.metadata import version
-from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-PYPROJECT = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+from tests import REPO
+
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 # distribution -> why its range is pinned (the private API specdrill uses)
 PINNED = {
     "ray": "Serve's replica module (serve_apps/deployment.py) and serve.context._get_global_client (deploy.py)",

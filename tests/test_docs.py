@@ -18,11 +18,10 @@ import yaml
 
 from orchestrator import doc_trace, docgen
 from orchestrator.cli import main as cli_main
-from tests import cli_record
+from tests import REPO, cli_record
 from tests.conftest import CLI_LOG, RAN, REQUIRE_ALL, require_all
-from tests.test_cli_forms import documented_commands
+from tests.orchestrator.cli.test_cli_forms import documented_commands
 
-REPO = Path(__file__).resolve().parent.parent
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SPECDRILL = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 
@@ -33,7 +32,7 @@ RUN_HERE: dict[str, tuple[str, str]] = {
     "make test": ("Makefile", "\ntest:"),
     "make test-fast": ("Makefile", "\ntest-fast:"),
     "ray job submit --address http://127.0.0.1:8265 --working-dir . -- specdrill run CAMPAIGN.yaml": (
-        "tests/test_job_submit.py", '"job", "submit"',
+        "tests/orchestrator/test_job_submit.py", '"job", "submit"',
     ),
     "infra/ray-up.sh": ("infra/demo.sh", "infra/ray-up.sh"),
     "infra/ray-down.sh": ("infra/demo.sh", "infra/ray-down.sh"),
@@ -44,37 +43,37 @@ RUN_HERE: dict[str, tuple[str, str]] = {
 # options shown, the same literal files). Bare mentions (`specdrill report`) are not forms.
 FORMS: dict[str, str] = {
     "specdrill simulate CAMPAIGN.yaml --limit requests=2e7 --limit memory_gib=16":
-        "tests/test_bounded_inputs.py::test_an_slo_no_request_can_meet_runs_with_a_warning_and_a_raised_limit_runs",
+        "tests/loadshapes/test_bounded_inputs.py::test_an_slo_no_request_can_meet_runs_with_a_warning_and_a_raised_limit_runs",
     "specdrill calibrate":
-        "tests/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
+        "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
     "specdrill calibrate RUN_DIR -o fitted.yaml":
-        "tests/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
+        "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
     "specdrill calibrate RUN_DIR -o profile.yaml":
-        "tests/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
+        "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
     "specdrill deploy --check":
-        "tests/test_placement.py::test_cli_deploy_check_prints_each_workers_device_and_refuses_in_one_line",
+        "tests/serve_apps/test_placement.py::test_cli_deploy_check_prints_each_workers_device_and_refuses_in_one_line",
     "specdrill deploy --check CAMPAIGN.yaml":
-        "tests/test_placement.py::test_cli_deploy_check_prints_each_workers_device_and_refuses_in_one_line",
+        "tests/serve_apps/test_placement.py::test_cli_deploy_check_prints_each_workers_device_and_refuses_in_one_line",
     "specdrill deploy CAMPAIGN.yaml":
-        "tests/test_serve_sim.py::test_cli_deploy_and_teardown",
+        "tests/serve_apps/test_serve_sim.py::test_cli_deploy_and_teardown",
     "specdrill teardown CAMPAIGN.yaml":
-        "tests/test_serve_sim.py::test_cli_deploy_and_teardown",
+        "tests/serve_apps/test_serve_sim.py::test_cli_deploy_and_teardown",
     "specdrill models pull --here CAMPAIGN.yaml":
-        "tests/test_infra.py::test_models_pull_lists_target_and_drafters_and_skips_local_directories",
+        "tests/infra/test_infra.py::test_models_pull_lists_target_and_drafters_and_skips_local_directories",
     "specdrill models pull CAMPAIGN --here":
-        "tests/test_infra.py::test_models_pull_lists_target_and_drafters_and_skips_local_directories",
+        "tests/infra/test_infra.py::test_models_pull_lists_target_and_drafters_and_skips_local_directories",
     "specdrill recommend RUN_DIR":
-        "tests/test_campaign_run.py::test_recommend_builds_a_valid_vllm_schedule_and_a_rehearsal",
+        "tests/orchestrator/test_campaign_run.py::test_recommend_builds_a_valid_vllm_schedule_and_a_rehearsal",
     "specdrill recommend RUN_DIR RUN_DIR-followup":
-        "tests/test_recommend.py::test_runs_of_the_same_traffic_combine",
+        "tests/orchestrator/decide/test_recommend.py::test_runs_of_the_same_traffic_combine",
     "specdrill report RUN_DIR":
-        "tests/test_campaign_run.py::test_report_fails_the_gate_on_the_data_parallel_fallback",
+        "tests/orchestrator/test_campaign_run.py::test_report_fails_the_gate_on_the_data_parallel_fallback",
     "specdrill report --no-gate-exit":
-        "tests/test_campaign_run.py::test_report_fails_the_gate_on_the_data_parallel_fallback",
+        "tests/orchestrator/test_campaign_run.py::test_report_fails_the_gate_on_the_data_parallel_fallback",
     "specdrill run CAMPAIGN.yaml":
-        "tests/test_job_submit.py::test_job_submit_runs_the_campaign_and_a_rerun_resumes",
+        "tests/orchestrator/test_job_submit.py::test_job_submit_runs_the_campaign_and_a_rerun_resumes",
     "specdrill search CAMPAIGN.yaml --arm A":
-        "tests/test_search.py::test_search_finds_the_crossover_and_leaves_a_run_the_report_reads",
+        "tests/orchestrator/decide/test_search.py::test_search_finds_the_crossover_and_leaves_a_run_the_report_reads",
     "specdrill simulate CAMPAIGN.yaml":
         "tests/test_docs.py::test_the_readme_campaign_runs_and_its_dp_arm_fails_the_gate",
     "specdrill simulate campaigns/quickstart.yaml":
@@ -82,20 +81,20 @@ FORMS: dict[str, str] = {
     "specdrill simulate first.yaml":
         "tests/test_docs.py::test_the_readme_campaign_runs_and_its_dp_arm_fails_the_gate",
     "specdrill simulate campaigns/replay-burstgpt-example.yaml":
-        "tests/test_replay_example.py::test_the_example_replays_its_bursts_with_recorded_lengths",
+        "tests/loadshapes/test_replay_example.py::test_the_example_replays_its_bursts_with_recorded_lengths",
     "specdrill simulate fixed-batch":
-        "tests/test_cli.py::test_fixed_batch_json",
+        "tests/orchestrator/cli/test_cli.py::test_fixed_batch_json",
     "specdrill simulate fixed-batch --policy fixed:3 --batch-sizes 1,8 --workload reasoning --json":
-        "tests/test_cli.py::test_fixed_batch_json",
+        "tests/orchestrator/cli/test_cli.py::test_fixed_batch_json",
     "specdrill simulate sweep":
-        "tests/test_cli.py::test_sweep_shows_the_crossover",
+        "tests/orchestrator/cli/test_cli.py::test_sweep_shows_the_crossover",
     "specdrill simulate sweep --workload chat --rates 10,60 --duration 30"
     " --policies off,fixed:3,dynamic:3:1-64=3,65-128=1,129-512=0 --json":
-        "tests/test_cli.py::test_sweep_shows_the_crossover",
+        "tests/orchestrator/cli/test_cli.py::test_sweep_shows_the_crossover",
     "specdrill simulate oracle":
-        "tests/test_oracle.py::test_cli_oracle_json",
+        "tests/orchestrator/decide/test_oracle.py::test_cli_oracle_json",
     "specdrill tune CAMPAIGN.yaml":
-        "tests/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
+        "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
     "specdrill tune RUN_DIR/recommended-campaign.yaml":
         "tests/test_docs.py::test_the_recommended_campaign_tunes",
 }  # fmt: skip
@@ -117,31 +116,34 @@ NOT_RUN: dict[str, str] = {
 # Commands that need a real (GPU) cluster: what they act on is checked by the named test.
 NEEDS_A_CLUSTER: dict[str, tuple[str, str]] = {
     'kubectl create secret generic hf-token --from-literal=token="$HF_TOKEN"': (
-        "tests/test_infra.py", "def test_the_hf_token_comes_only_from_an_optional_secret",
+        "tests/infra/test_infra.py", "def test_the_hf_token_comes_only_from_an_optional_secret",
     ),
-    "mkdir -m 700 ~/.specdrill-secrets": ("tests/test_infra.py", "def test_the_launchers_token_lines_validate"),
+    "mkdir -m 700 ~/.specdrill-secrets": ("tests/infra/test_infra.py", "def test_the_launchers_token_lines_validate"),
     'printf %s "$HF_TOKEN" > ~/.specdrill-secrets/hf-token': (
-        "tests/test_infra.py", "def test_the_launchers_token_lines_validate",
+        "tests/infra/test_infra.py", "def test_the_launchers_token_lines_validate",
     ),
     "ray up infra/cluster-launcher.yaml": (
-        "tests/test_infra.py", "def test_cluster_launcher_config_follows_rays_schema",
+        "tests/infra/test_infra.py", "def test_cluster_launcher_config_follows_rays_schema",
     ),
-    "specdrill models pull campaigns/gpu-llama3.1-8b-eagle.yaml": ("tests/test_infra.py", '"models", "pull"'),
+    "specdrill models pull campaigns/gpu-llama3.1-8b-eagle.yaml": ("tests/infra/test_infra.py", '"models", "pull"'),
     "kubectl port-forward svc/specdrill-head-svc 8265:8265": (
-        "tests/test_infra.py", "def test_kuberay_manifests_follow_the_crd",
+        "tests/infra/test_infra.py", "def test_kuberay_manifests_follow_the_crd",
     ),
     "RAY_AUTH_MODE=token ray job submit --address http://127.0.0.1:8265 -- specdrill models pull "
-    "campaigns/gpu-llama3.1-8b-eagle.yaml": ("tests/test_infra.py", "def test_models_pull_runs_one_task_per_gpu_node"),
+    "campaigns/gpu-llama3.1-8b-eagle.yaml": (
+        "tests/infra/test_infra.py", "def test_models_pull_runs_one_task_per_gpu_node",
+    ),
     "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=\"$(kubectl get secret specdrill -o jsonpath='{.data.auth_token}' "
     "| base64 -d)\"": ("tests/podbed.py", "def kuberay_secrets"),
     "ray job submit --address http://127.0.0.1:8265 -- specdrill run campaigns/gpu-llama3.1-8b-eagle.yaml": (
-        "tests/test_manifests_start.py", "def test_the_rayclusters_pods_start_and_take_jobs_only_with_kuberays_token",
+        "tests/infra/test_manifests_start.py",
+        "def test_the_rayclusters_pods_start_and_take_jobs_only_with_kuberays_token",
     ),
     "RAY_ADDRESS=... specdrill deploy --check campaigns/gpu-llama3.1-8b-eagle.yaml": (
-        "tests/test_placement.py", '"deploy", "--check"',
+        "tests/serve_apps/test_placement.py", '"deploy", "--check"',
     ),
     "RAY_ADDRESS=... specdrill deploy --check campaigns/gpu-llama3.1-8b-eagle.yaml --json": (
-        "tests/test_placement.py", '"deploy", "--check"',
+        "tests/serve_apps/test_placement.py", '"deploy", "--check"',
     ),
 }  # fmt: skip
 
@@ -224,8 +226,8 @@ def test_every_command_shown_runs_somewhere() -> None:
 
 
 def documented_forms() -> dict[str, list[str]]:
-    """Every `specdrill` command form the pages show (tests/test_cli_forms.py's scan, and code lines that set
-    environment variables before specdrill) -> the pages. Mentions (`specdrill report`) are left out."""
+    """Every `specdrill` command form the pages show (tests/orchestrator/cli/test_cli_forms.py's scan, and code
+    lines that set environment variables before specdrill) -> the pages. Mentions (`specdrill report`) are left out."""
     lines = documented_commands()
     for command, pages in _shown_commands().items():
         if _ENV_PREFIX.match(command):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import REPO as ROOT
+
 PRODUCT = ("orchestrator", "serve_apps", "loadshapes", "timebase", "infra")
 MAX_LINES = 450
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests import TESTS
 from tests.conftest import (
     COLLECTED,
     INTEGRATION_NAMES,
@@ -26,8 +27,6 @@ from tests.conftest import (
     reached_names,
 )
 
-TESTS = Path(__file__).resolve().parent
-
 # Modules whose every test starts Ray, Serve or vLLM: the detector has to see it (a check of the detector).
 ALL_NON_UNIT = ("test_serve_sim.py", "test_job_submit.py", "test_multinode.py", "test_serve_vllm.py",
                 "test_vllm_data_parallel.py", "test_endpoint_vllm.py", "test_engine_kill.py", "test_multinode_vllm.py",
@@ -37,7 +36,7 @@ ALL_NON_UNIT = ("test_serve_sim.py", "test_job_submit.py", "test_multinode.py", 
 def _suite(request: pytest.FixtureRequest) -> list[pytest.Item]:
     items = request.config.stash.get(COLLECTED, [])
     collected = {Path(str(item.path)).name for item in items}
-    missing = sorted({path.name for path in TESTS.glob("test_*.py")} - collected)
+    missing = sorted({path.name for path in TESTS.rglob("test_*.py")} - collected)
     if missing:
         pytest.skip(f"the whole of tests/ was not collected (missing {', '.join(missing[:3])}...): make test-fast")
     return items

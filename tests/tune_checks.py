@@ -1,6 +1,7 @@
 """Checks of `specdrill tune`'s decisions computed in the tests, independently of tune's own scoring: whole-run
 merges of a schedule, per-band p50 ratios of two played policies, and the speedup a schedule gives up against an
-oracle the test called itself. Shared by tests/test_tune_proof.py and tests/test_tune_shipped.py."""
+oracle the test called itself. Shared by tests/orchestrator/decide/test_tune_proof.py and
+tests/orchestrator/decide/test_tune_shipped.py."""
 
 from __future__ import annotations
 

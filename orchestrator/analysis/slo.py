@@ -1,6 +1,6 @@
 """Goodput in SQL: loadshapes.slo's rule (`Deadlines.met`) over the request view's columns (ok, ttft, tpot, e2e,
-category), so DuckDB judges every request as the live counter and the simulator do. tests/test_slo.py holds the
-two forms to the same answers."""
+category), so DuckDB judges every request as the live counter and the simulator do.
+tests/orchestrator/analysis/test_slo.py holds the two forms to the same answers."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The analysis held to the simulator's ground truth (issue 15): shared by tests/test_ground_truth.py and
-benchmarks/bench_oracle.py so that the test and the benchmark make the same comparisons at different sizes.
+"""The analysis held to the simulator's ground truth (issue 15): shared by
+tests/orchestrator/decide/test_ground_truth.py and benchmarks/bench_oracle.py so that the test and the benchmark make
+the same comparisons at different sizes.
 
 1. The recommended schedule against the oracle's best k per batch size (`schedule_agreement`).
 2. The rehearsed recommendation against the fixed-k arms per offered-rate band, paired (`rehearsal_vs_fixed`).

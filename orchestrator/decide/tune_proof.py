@@ -1,5 +1,5 @@
-"""`specdrill tune` held to its claims (issue 27): shared by tests/test_tune_proof.py and benchmarks/bench_tune.py so
-that the test and the benchmark make the same comparisons at different sizes.
+"""`specdrill tune` held to its claims (issue 27): shared by tests/orchestrator/decide/test_tune_proof.py and
+benchmarks/bench_tune.py so that the test and the benchmark make the same comparisons at different sizes.
 
 1. The tuned schedule against every fixed k and against vLLM's documented example schedule, per offered-rate band
    of the campaign's own traffic, paired over seeds (`versus`): no worse than the band's best fixed k, better

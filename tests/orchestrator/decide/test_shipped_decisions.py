@@ -1,0 +1,260 @@
+"""The decisions on the campaigns specdrill ships (issue 33): the quickstart, the README's `first.yaml` and the GPU
+example (on the simulated engine of its model and GPU kind), in virtual time. answer and recommend agree with the
+simulator's oracle (fixed-batch runs of every k, computed here apart from the run), do not depend on what the arms
+or topologies are called (the baseline is chosen by hardware), and recommend -> follow-up -> recommend ends with a
+schedule and no further follow-up."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from orchestrator.analysis.summary import Summary
+from orchestrator.campaign import Campaign
+from orchestrator.cli import cli
+from orchestrator.decide.oracle import Oracle, oracle
+from orchestrator.report import write_report
+from orchestrator.simulate_campaign import simulate_campaign
+from serve_apps.sim.profile import load_profile
+from tests import REPO as ROOT
+
+QUICKSTART = ROOT / "campaigns" / "quickstart.yaml"
+EXIT_INSUFFICIENT = 4
+MARGIN = 0.02  # the map's default margin: within it two k are equal
+
+
+def _readme_first_yaml() -> dict[str, Any]:
+    """The campaign the README's "A campaign" section shows, as an operator would save it."""
+    text = (ROOT / "README.md").read_text()
+    found = re.search(r"```yaml\n(name: first\n.*?)```", text, re.S)
+    assert found, "README.md has no `name: first` campaign block"
+    data: dict[str, Any] = yaml.safe_load(found.group(1))
+    return data
+
+
+def _simulate(data: dict[str, Any], output: Path) -> Summary:
+    store, _ = simulate_campaign(Campaign.model_validate({**data, "output": str(output)}))
+    return write_report(store.root)
+
+
+def _recommend(*runs: Path) -> tuple[int, dict[str, Any]]:
+    # The command itself, in this process (CliRunner turns its exit into an exit code)
+    result = CliRunner().invoke(cli, ["recommend", *map(str, runs)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert result.exit_code in (0, EXIT_INSUFFICIENT), result.output
+    data: dict[str, Any] = json.loads((runs[0] / "recommendation.json").read_text())
+    return result.exit_code, data
+
+
+def _renamed(data: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """The same campaign with its topologies renamed (their arms' names follow): e.g. dp2 -> aa sorts the
+    data-parallel `off` arm first, the order the issue's report read the arms in."""
+    out: dict[str, Any] = json.loads(json.dumps(data))
+    out["topologies"] = {names.get(k, k): v for k, v in data["topologies"].items()}
+    out["arms"] = [{**a, "topology": names.get(a["topology"], a["topology"])} for a in data["arms"]]
+    exempt = data.get("gates", {}).get("exempt_arms")
+    if exempt:
+        out["gates"]["exempt_arms"] = [
+            "-".join([a.rsplit("-", 1)[0], names.get(a.rsplit("-", 1)[1], a.rsplit("-", 1)[1])]) for a in exempt
+        ]
+    return out
+
+
+@pytest.fixture(scope="module")
+def quickstart_data() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(QUICKSTART.read_text())
+    return data
+
+
+@pytest.fixture(scope="module")
+def quickstart(quickstart_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Summary]:
+    run = tmp_path_factory.mktemp("shipped") / "quickstart"
+    return run, _simulate(quickstart_data, run)
+
+
+@pytest.fixture(scope="module")
+def quickstart_oracle(quickstart_data: dict[str, Any]) -> Oracle:
+    """Independent of the run: closed batches of every k on the quickstart's profile and its heaviest workload."""
+    campaign = Campaign.model_validate(quickstart_data)
+    entry = max(campaign.mix.entries, key=lambda e: e.weight)
+    profile = load_profile(quickstart_data["engine"]["profile"])
+    return oracle(profile, workload=entry.resolved(), max_k=3, batch_sizes=(1, 2, 4, 6, 8, 12, 13, 16, 24, 32))
+
+
+def _oracle_of(data: dict[str, Any], batch_sizes: tuple[int, ...]) -> Oracle:
+    """Closed batches of every k on the campaign's profile and its heaviest workload: apart from any run."""
+    campaign = Campaign.model_validate(data)
+    entry = max(campaign.mix.entries, key=lambda e: e.weight)
+    return oracle(load_profile(data["engine"]["profile"]), workload=entry.resolved(), max_k=3, batch_sizes=batch_sizes)
+
+
+def _consistent_with_oracle(recommendation: dict[str, Any], truth: Oracle) -> None:
+    """Every band whose k was measured runs a k within the margin of the oracle's best at every oracle batch size
+    inside the band (the band's n is the `off` arm's batch, the oracle's frame too)."""
+    measured = [b for b in recommendation["bands"] if b["basis"] == "measured"]
+    assert measured, recommendation["message"]
+    for band in measured:
+        inside = [p for p in truth.points if band["low"] <= p.batch_size <= band["high"]]
+        assert inside, band["band"]
+        for point in inside:
+            k = band["schedule_k"]
+            best = point.tpot_p50_s[point.best_k]
+            assert point.tpot_p50_s[k] <= best * (1 + MARGIN + truth.tolerance), (band["band"], point, k)
+
+
+def test_quickstart_recommends_the_oracles_schedule(
+    quickstart: tuple[Path, Summary], quickstart_oracle: Oracle
+) -> None:
+    run, _ = quickstart
+    code, recommendation = _recommend(run)
+    # The single-engine bands have 87-280 requests: a schedule, not "insufficient data" (the issue's exit 4)
+    assert code == 0 and recommendation["status"] == "schedule", recommendation["message"]
+    assert recommendation["off_arm"] == "off-single"
+    _consistent_with_oracle(recommendation, quickstart_oracle)
+    for start, end, k in recommendation["schedule"]:  # inherited bands too: what vLLM would run
+        for point in (p for p in quickstart_oracle.points if start <= p.batch_size <= end):
+            assert point.tpot_p50_s[k] <= point.tpot_p50_s[point.best_k] * (1 + MARGIN + quickstart_oracle.tolerance)
+
+
+def test_quickstart_answer_agrees_with_the_oracle(quickstart: tuple[Path, Summary], quickstart_oracle: Oracle) -> None:
+    """Per batch band on one engine, the best arms include one that ran the oracle's best k there, and plain
+    decoding is never best (the oracle has speculation faster at every batch size the quickstart reaches)."""
+    _, summary = quickstart
+    assert summary.answer is not None
+    batch = summary.maps[0]
+    configured = {"fixed3-single": {"1-4": 3, "5-12": 3, "13-512": 3}, "dyn-single": {"1-4": 3, "5-12": 1, "13-512": 0}}
+    decided = [b for b in summary.answer.bands if b.measure == "batch_size" and b.hardware == "single"]
+    assert [b.status for b in decided] and all(b.status in ("best", "tie") for b in decided), decided
+    for band in decided:
+        low = int(band.band.split("-")[0])
+        assert "off-single" not in band.best
+        assert any(configured[a][band.band] == quickstart_oracle.best_k(low) for a in band.best), band.message
+    assert not batch.baselines or batch.baselines["dyn-dp2"] == "off-dp2"  # dp2 against off on dp2
+
+
+def test_renaming_topologies_changes_no_decision(
+    quickstart: tuple[Path, Summary], quickstart_data: dict[str, Any], tmp_path: Path
+) -> None:
+    run, summary = quickstart
+    renamed = _renamed(quickstart_data, {"dp2": "aa", "single": "zz"})
+    other = tmp_path / "renamed"
+    other_summary = _simulate(renamed, other)
+    _, first = _recommend(run)
+    code, second = _recommend(other)
+    assert code == 0 and second["schedule"] == first["schedule"], second["message"]
+    assert second["off_arm"] == "off-zz"
+    assert [(b["band"], b["schedule_k"], b["status"]) for b in second["bands"]] == [
+        (b["band"], b["schedule_k"], b["status"]) for b in first["bands"]
+    ]
+    assert summary.answer is not None and other_summary.answer is not None
+    statuses = [(b.measure, b.band, b.status, len(b.best)) for b in summary.answer.bands]
+    assert [(b.measure, b.band, b.status, len(b.best)) for b in other_summary.answer.bands] == statuses
+
+
+def test_recommend_followup_recommend_ends_with_a_schedule(quickstart: tuple[Path, Summary], tmp_path: Path) -> None:
+    run, _ = quickstart
+    copy = tmp_path / "quickstart"
+    shutil.copytree(run, copy)
+    _recommend(copy)
+    followup = copy / "followup-campaign.yaml"
+    assert followup.exists()  # k = 1 and 2 were never measured
+    data = yaml.safe_load(followup.read_text())
+    assert {t["kind"] for t in data["topologies"].values()} == {"single"}  # arms recommend counts
+    _simulate({**data}, tmp_path / "quickstart-followup")
+    code, recommendation = _recommend(copy, tmp_path / "quickstart-followup")
+    assert code == 0 and recommendation["status"] == "schedule", recommendation["message"]
+    assert not (copy / "followup-campaign.yaml").exists(), "the loop did not end"
+    measured = {c["k"] for b in recommendation["bands"] for c in b["candidates"] if c["speculative"]}
+    assert {1, 2, 3} <= measured
+
+
+def test_a_data_parallel_only_campaign_is_followed_up_on_one_engine(tmp_path: Path) -> None:
+    """No `off` on one engine: recommend says why it cannot decide, and its follow-up (on one engine) is what
+    ends the loop, not another follow-up on data parallelism."""
+    data = _readme_first_yaml()
+    data.update(
+        name="dponly", topologies={"dp2": "data_parallel:2"}, arms=[{"policy": "off", "topology": "dp2"},
+        {"policy": "dyn", "topology": "dp2"}], gates={"exempt_arms": ["dyn-dp2"]},
+    )  # fmt: skip
+    runs = [tmp_path / "dponly"]
+    _simulate(data, runs[0])
+    code, recommendation = _recommend(*runs)
+    assert code == EXIT_INSUFFICIENT and "which runs more than one engine" in recommendation["message"]
+    for round_ in range(1, 4):
+        followup = runs[0] / "followup-campaign.yaml"
+        if not followup.exists():
+            break
+        campaign = yaml.safe_load(followup.read_text())
+        assert {t["kind"] for t in campaign["topologies"].values()} == {"single"}
+        runs.append(tmp_path / f"followup{round_}")
+        _simulate(campaign, runs[-1])
+        code, recommendation = _recommend(*runs)
+    assert code == 0 and recommendation["status"] == "schedule", recommendation["message"]
+    assert not (runs[0] / "followup-campaign.yaml").exists(), "the loop did not end in 3 follow-ups"
+
+
+def test_first_yaml_compares_the_dp_arm_per_engine_and_says_so(tmp_path: Path) -> None:
+    data = _readme_first_yaml()
+    truth = _oracle_of(data, (1, 2, 4, 6, 8, 12, 13, 16, 24, 32))
+    run = tmp_path / "first"
+    summary = _simulate(data, run)
+    assert summary.answer is not None
+    crossovers = [c for c in summary.answer.crossovers if "dyn-dp2" in c]
+    assert crossovers and all("per engine against off-single, not on equal hardware" in c for c in crossovers)
+    code, recommendation = _recommend(run)
+    assert code == 0 and recommendation["status"] == "schedule", recommendation["message"]
+    _consistent_with_oracle(recommendation, truth)
+
+
+def _gpu_example_in_virtual_time() -> dict[str, Any]:
+    """campaigns/gpu-llama3.1-8b-eagle.yaml on the simulated engine of the same target, drafter and GPU kind (the
+    shipped H100 EAGLE profile): its policies, topologies, shapes, mix and SLO, one repeat, every shape a quarter
+    as long (the same rates: the same batches, ~37k requests instead of ~300k)."""
+    data: dict[str, Any] = yaml.safe_load((ROOT / "campaigns" / "gpu-llama3.1-8b-eagle.yaml").read_text())
+    schedule = ",".join(f"{lo}-{hi}={k}" for lo, hi, k in data["policies"]["dyn"]["schedule"])
+    data["engine"] = {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"}
+    max_k = data["policies"]["dyn"]["max_k"]
+    data["policies"] = {"off": "off", "fixed3": "fixed:3", "dyn": f"dynamic:{max_k}:{schedule}"}
+    data.pop("resources")
+    for shape in data["shapes"].values():
+        shape.update({key: value / 4 for key, value in shape.items() if key.endswith("_s")})
+    data["repeats"] = 1
+    return data
+
+
+@pytest.mark.slow  # ~30 s of virtual time here
+def test_the_gpu_example_decides_as_the_oracle_does(tmp_path: Path) -> None:
+    data = _gpu_example_in_virtual_time()
+    truth = _oracle_of(data, (1, 8, 32, 64, 96, 128, 192, 256, 384, 512))
+    run = tmp_path / "gpu-example"
+    summary = _simulate(data, run)
+    assert summary.answer is not None
+    # The oracle has k = 3 faster than plain decoding at every batch size: fixed3 is best on one engine in every
+    # band, and plain decoding nowhere.
+    single = [b for b in summary.answer.bands if b.hardware == "single"]
+    assert single and all(b.status in ("best", "tie") and "fixed3-single" in b.best for b in single), single
+    assert all(truth.points[i].tpot_p50_s[3] < truth.points[i].tpot_p50_s[0] for i in range(len(truth.points)))
+    # The DP arm has no `off` on its hardware: compared per engine, and said so in every crossover naming it
+    crossovers = [c for c in summary.answer.crossovers if "dyn-dp2" in c]
+    assert crossovers and all("not on equal hardware" in c for c in crossovers)
+    code, recommendation = _recommend(run)
+    assert code == 0 and recommendation["status"] == "schedule", recommendation["message"]
+    for band in (b for b in recommendation["bands"] if b["basis"] == "measured"):
+        measured = {c["k"] for c in band["candidates"]}
+        for point in (p for p in truth.points if band["low"] <= p.batch_size <= band["high"]):
+            # the best of the k this run measured, by the oracle, within the margin
+            best_measured = min(point.tpot_p50_s[k] for k in measured)
+            assert point.tpot_p50_s[band["schedule_k"]] <= best_measured * (1 + MARGIN + truth.tolerance), band
+    # k = 2 is the oracle's best from batch 64 on and was never measured: the follow-up measures it
+    assert any(p.best_k == 2 for p in truth.points)
+    followup = yaml.safe_load((run / "followup-campaign.yaml").read_text())
+    assert {"fixed:2"} <= {
+        f"{p['kind']}:{p['k']}" if isinstance(p, dict) else p for p in followup["policies"].values()
+    }, followup["policies"]

@@ -1,0 +1,70 @@
+"""`specdrill tune` on the campaign specdrill ships (issue 33), graded against the fixed-batch oracle called here.
+
+The quickstart (campaigns/quickstart.yaml, its own profile and traffic, 2 seeds) on a space of two edges, 1 and
+16: the second is where the tuned schedule used to change k (k = 2 at batch 16-22, predictions equal to fixed
+k = 3 in every band). The GPU example (campaigns/gpu-llama3.1-8b-eagle.yaml) is not tuned here: its shapes offer
+~110,000 requests per candidate and seed (minutes each in virtual time), and `tune` takes simulated engines only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from orchestrator.analysis.results import MapSettings
+from orchestrator.campaign import load_campaign
+from orchestrator.decide.oracle import Oracle, oracle
+from orchestrator.decide.tune import Tuned, tune
+from orchestrator.decide.tune_outputs import with_profile
+from orchestrator.decide.tune_proof import GAP_LIMIT, k_at
+from serve_apps.sim.profile import Profile
+from tests import REPO
+from tests.tune_checks import without_effect
+
+pytestmark = pytest.mark.slow  # ~20 s: the search (13 candidates) and the two oracles
+
+MARGIN = MapSettings().margin
+REFERENCE_SIZES = (1, 2, 4, 8, 12, 16, 20, 24, 32, 48, 64)
+
+
+@dataclass
+class Shipped:
+    profile: Profile
+    tuned: Tuned
+    reference: Oracle
+
+
+@pytest.fixture(scope="module")
+def quickstart() -> Shipped:
+    campaign, profile, _ = with_profile(
+        load_campaign(str(REPO / "campaigns" / "quickstart.yaml")), None
+    )
+    tuned = tune(campaign, profile, seeds=2, edges=(1, 16))
+    workload = max(campaign.mix.entries, key=lambda e: e.weight).resolved()  # the quickstart's short-chat
+    reference = oracle(profile, workload=workload, max_k=tuned.evaluator.space.max_k, batch_sizes=REFERENCE_SIZES,
+                       tolerance=MARGIN)  # fmt: skip
+    return Shipped(profile, tuned, reference)
+
+
+def test_the_quickstarts_schedule_is_the_oracles_best_k_where_its_traffic_runs(quickstart: Shipped) -> None:
+    result, top = quickstart.tuned.result, quickstart.profile.limits.max_num_seqs
+    assert not result.stopped_by_budget and result.schedule is not None
+    assert 16 < result.reach <= 64  # the edge at 16 lies within what the traffic reached
+    for point in quickstart.reference.points:
+        k = min(k_at(result.schedule, point.batch_size, top), quickstart.reference.max_k)
+        off = point.tpot_p50_s[0]
+        given_up = off / point.tpot_p50_s[point.best_k] - off / point.tpot_p50_s[k]
+        assert k in point.near_best or given_up <= GAP_LIMIT, (point.batch_size, k, point.near_best, given_up)
+        if point.batch_size <= result.reach:  # where the traffic runs, the reference's best itself (k = 3)
+            assert k == point.best_k, (point.batch_size, k, point.best_k)
+
+
+def test_the_quickstarts_schedule_changes_k_nowhere_its_traffic_cannot_tell(quickstart: Shipped) -> None:
+    result, ev = quickstart.tuned.result, quickstart.tuned.evaluator
+    assert result.schedule is not None
+    reached = {k_at(result.schedule, b, quickstart.profile.limits.max_num_seqs) for b in range(1, result.reach + 1)}
+    assert len(reached) == 1, result.schedule  # one k over every batch the traffic reached: no change at 16-22
+    found = without_effect(ev.traffic, ev.method, ev.model, result.schedule, ev.played[result.winner], result.reach,
+                           ev.bands, quickstart.reference, quickstart.profile.limits.max_num_seqs, MARGIN)  # fmt: skip
+    assert [merged for merged, by in found if not by] == []
