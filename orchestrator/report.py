@@ -65,7 +65,7 @@ def map_table(operating_map: OperatingMap) -> Table:
         # A ratio over a baseline on other hardware is per engine: said where the arm's column starts
         base = operating_map.baselines.get(arm, operating_map.baseline)
         unequal = f"\n(per engine vs {base}: not equal hardware)" if per_engine(operating_map, arm) else ""
-        table.add_column(arm + unequal)
+        table.add_column(operating_map.arm_label(arm, "\n") + unequal)
     cells = {(c.band_index, c.arm): c for c in operating_map.cells}
     for i, band in enumerate(operating_map.bands):
         row = [band.label]

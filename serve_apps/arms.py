@@ -55,6 +55,7 @@ class ArmSpec(_Strict):
     @model_validator(mode="after")
     def _placement_is_runnable(self) -> ArmSpec:
         plan_placement(self)  # raises PlacementError (a ValueError) naming the limitation
+        kind_of(self.engine).check_arm(self)  # a knob the kind cannot run, in one line
         return self
 
     @property

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from serve_apps.spec_knobs import KnobFields, check_knobs, knob_config, knob_label
 from serve_apps.vllm_versions import VllmTarget, v1_drop
 
 # A subset of vLLM 0.32's SpeculativeMethod literal (vllm/config/speculative.py); a test checks it stays a subset.
@@ -59,11 +60,27 @@ class Topology(_Strict):
     )
     size: int = Field(default=1, ge=1, description="engines (`replicas`) or data-parallel ranks (`data_parallel`)")
     tensor_parallel_size: int = Field(default=1, ge=1, description="passed to vLLM")
+    # A topology's, not a policy's: vLLM reads it only in its data-parallel engine core (DPEngineCoreProc, MoE
+    # models; v1/engine/core.py 0.32:2162, 2318-2326), where it admits new prefills once every N steps, aligned
+    # across the ranks. It balances the ranks' step times; it does nothing to a single engine or to replicas.
+    prefill_schedule_interval: int = Field(
+        default=1,
+        ge=1,
+        description=(
+            "vLLM's `prefill_schedule_interval` (`data_parallel` only; MoE models): new prefills admitted once "
+            "every N engine steps, aligned across the ranks"
+        ),
+    )
 
     @model_validator(mode="after")
     def _single_is_one(self) -> Self:
         if self.kind == "single" and self.size != 1:
             raise ValueError(f"topology 'single' has exactly one engine, got size {self.size}")
+        if self.prefill_schedule_interval != 1 and self.kind != "data_parallel":
+            raise ValueError(
+                f"prefill_schedule_interval {self.prefill_schedule_interval}: vLLM reads it only in a data-parallel "
+                f"engine (kind data_parallel), not {self.kind}"
+            )
         return self
 
     @property
@@ -73,7 +90,9 @@ class Topology(_Strict):
     @property
     def label(self) -> str:
         base = "single" if self.kind == "single" else f"{self.kind}{self.size}"
-        return base if self.tensor_parallel_size == 1 else f"{base}-tp{self.tensor_parallel_size}"
+        if self.tensor_parallel_size != 1:
+            base = f"{base}-tp{self.tensor_parallel_size}"
+        return base if self.prefill_schedule_interval == 1 else f"{base}-prefill-every{self.prefill_schedule_interval}"
 
 
 SINGLE = Topology()
@@ -207,7 +226,7 @@ class OffPolicy(_Strict):
         return ResolvedSpeculation(method=None, num_speculative_tokens=0, schedule=None)
 
 
-class _Speculative(_Strict):
+class _Speculative(KnobFields, _Strict):
     method: SpecMethod = Field(description="vLLM's speculative method")
     model: str | None = Field(
         default=None, description="the drafter (required by methods with a drafter network; none for n-gram and suffix)"
@@ -218,6 +237,15 @@ class _Speculative(_Strict):
     prompt_lookup_min: int | None = Field(
         default=None, ge=1, description="n-gram: shortest n-gram to match (vLLM's name)"
     )
+    @property
+    def draft_window(self) -> int:
+        """vLLM's num_speculative_tokens: what the knobs' rules measure their lengths against."""
+        raise NotImplementedError
+
+    @model_validator(mode="after")
+    def _knobs_as_vllm(self) -> Self:
+        check_knobs(self, self.draft_window)
+        return self
 
     @model_validator(mode="after")
     def _drafter_matches_method(self) -> Self:
@@ -239,7 +267,7 @@ class _Speculative(_Strict):
         return self
 
     def _base_config(self, k: int) -> dict[str, Any]:
-        config: dict[str, Any] = {"method": self.method, "num_speculative_tokens": k}
+        config: dict[str, Any] = {"method": self.method, "num_speculative_tokens": k, **knob_config(self, k)}
         if self.model is not None:
             config["model"] = self.model
         if self.prompt_lookup_max is not None:
@@ -254,8 +282,12 @@ class FixedPolicy(_Speculative):
     k: int = Field(ge=1, description="vLLM's `num_speculative_tokens`: tokens drafted every step")
 
     @property
+    def draft_window(self) -> int:
+        return self.k
+
+    @property
     def label(self) -> str:
-        return f"fixed-{self.method}-k{self.k}"
+        return f"fixed-{self.method}-k{self.k}{knob_label(self)}"
 
     def to_vllm_speculative_config(self) -> dict[str, Any]:
         return self._base_config(self.k)
@@ -286,9 +318,13 @@ class DynamicPolicy(_Speculative):
         return data
 
     @property
+    def draft_window(self) -> int:
+        return self.max_k
+
+    @property
     def label(self) -> str:
         ranges = ",".join(f"{s}-{e}={k}" for s, e, k in self.schedule)
-        return f"dynamic-{self.method}-k{self.max_k}[{ranges}]"
+        return f"dynamic-{self.method}-k{self.max_k}[{ranges}]{knob_label(self)}"
 
     def to_vllm_speculative_config(self) -> dict[str, Any]:
         return {

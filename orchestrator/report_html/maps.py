@@ -53,8 +53,18 @@ def _cell_html(cell: MapCell | None, baseline: bool) -> str:
     )
 
 
+def _knobs_html(opmap: OperatingMap, arm: str) -> str:
+    """The arm's speculation knobs not at vLLM's defaults (rejection sampling, lm_head quantization, prefill
+    interval), under its name."""
+    knobs = opmap.knobs.get(arm)
+    return f'<div class="muted">{esc(knobs)}</div>' if knobs else ""
+
+
 def _map_table(opmap: OperatingMap) -> str:
-    head = "".join(f"<th>{esc(arm)}{' (baseline)' if opmap.is_baseline(arm) else ''}</th>" for arm in opmap.arms)
+    head = "".join(
+        f"<th>{esc(arm)}{' (baseline)' if opmap.is_baseline(arm) else ''}{_knobs_html(opmap, arm)}</th>"
+        for arm in opmap.arms
+    )
     rows = []
     for band in opmap.bands:
         cells = "".join(

@@ -16,6 +16,7 @@ from serve_apps.engines.simulated import SimulatedEngine
 from serve_apps.service import ArmService, Placement
 from serve_apps.sim.engine import EngineCore
 from serve_apps.sim.profile import Profile
+from serve_apps.sim.synthetic import arm_profile
 
 NODE_ID = "virtual"
 
@@ -60,7 +61,7 @@ def arm_model(arm: ArmSpec) -> ArmModel:
     """The arm's engines, each with the telemetry its real-time twin (serve_apps.engines.simulated) reports."""
     config = kind_of(arm.engine).simulation(arm.engine)
     assert config is not None, "virtual time runs kinds with a simulation (require_simulated)"
-    profile = config.profile
+    profile = arm_profile(config.profile, arm.policy)  # a synthetic-acceptance arm's rates replace the profile's
     resolved = arm.policy.resolve(arm.topology)  # DP > 1 drops the schedule, as vLLM does
     engines = []
     for rank in range(engines_of(arm)):

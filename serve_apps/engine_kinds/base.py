@@ -114,6 +114,9 @@ class EngineKind:
     def check_arm_names(self, config: EngineConfigBase, names: set[str]) -> None:
         """Raises ValueError when the config does not fit the campaign's arms."""
 
+    def check_arm(self, arm: ServedArm) -> None:
+        """Raises ValueError (one line) when this kind cannot run the arm as written (a knob it cannot model)."""
+
     def replica_env(self, config: EngineConfigBase) -> dict[str, str]:
         return {}
 
@@ -131,9 +134,10 @@ class EngineKind:
         if setup is None:
             raise NotImplementedError(f"engine kind {self.name} has no engine to run in a Serve replica")
         from serve_apps.engines.simulated import SimulatedEngine
+        from serve_apps.sim.synthetic import arm_profile
 
         return SimulatedEngine(
-            setup.profile,
+            arm_profile(setup.profile, arm.policy),
             arm.policy.resolve(arm.topology),
             seed=setup.seed + seed_offset,
             time_scale=setup.time_scale,

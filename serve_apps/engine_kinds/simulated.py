@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from serve_apps.engine_kinds.base import EngineConfigBase, EngineKind, Simulation
+from serve_apps.engine_kinds.base import EngineConfigBase, EngineKind, ServedArm, Simulation
 from serve_apps.engine_kinds.registry import register
 from serve_apps.sim.profile import load_profile
 
@@ -41,6 +41,28 @@ class SimulatedKind(EngineKind):
 
     def served_model_name(self, config: EngineConfigBase) -> str:
         return f"sim-{as_simulated(config).profile}"
+
+    def check_arm(self, arm: ServedArm) -> None:
+        # Synthetic acceptance is modelled exactly (serve_apps/sim/synthetic.py). What the others change is not in
+        # a profile: block verification's and FLy's acceptance depend on the models' distributions, a quantized
+        # drafter head on the weights, and the simulator has no data-parallel wave to throttle prefills in.
+        policy = arm.policy
+        method = getattr(policy, "rejection_sample_method", "standard")
+        if method in {"block", "fly"}:
+            raise ValueError(
+                f"rejection_sample_method {method!r}: the simulator cannot model its acceptance (it depends on the "
+                "models' distributions); use a vLLM arm, or 'synthetic' to set rates"
+            )
+        if getattr(policy, "draft_lm_head_quantization", None) is not None:
+            raise ValueError(
+                "draft_lm_head_quantization: the simulator cannot model a quantized drafter head's acceptance (no "
+                "weights); use a vLLM arm"
+            )
+        if arm.topology.prefill_schedule_interval != 1:
+            raise ValueError(
+                "prefill_schedule_interval: the simulator has no data-parallel engine core whose prefills it would "
+                "throttle; use a vLLM arm"
+            )
 
     def max_model_len(self, config: EngineConfigBase) -> int | None:
         return as_simulated(config).max_model_len

@@ -15,7 +15,9 @@ from serve_apps.engines.base import Engine
 
 # AsyncEngineArgs fields (vLLM 0.32, vllm/engine/arg_utils.py) that engine_kwargs may not set. The arm's policy
 # and topology decide these:
-ARM_OWNED_ENGINE_ARGS = frozenset({"model", "speculative_config", "data_parallel_size", "tensor_parallel_size"})
+ARM_OWNED_ENGINE_ARGS = frozenset(
+    {"model", "speculative_config", "data_parallel_size", "tensor_parallel_size", "prefill_schedule_interval"}
+)
 # and the layout (serve_apps/placement.py) these: each changes how many devices the engine uses, where its ranks
 # and workers run or how they find each other, so set behind placement's back the engine would start with too
 # few GPUs, or wait for ranks nobody starts.

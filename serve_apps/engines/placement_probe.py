@@ -269,7 +269,7 @@ def speculation_on_this_node(arm: ArmSpec) -> dict[str, Any]:
     target = installed_vllm(dict(os.environ))
     if target is None:
         raise PlacementProbeError("no vLLM is installed in the replica (pip install 'specdrill[vllm]')")
-    refused = start_refusal(target, getattr(arm.policy, "method", None))
+    refused = start_refusal(target, getattr(arm.policy, "method", None), arm.policy)
     if refused:
         raise PlacementProbeError(refused)
     return expectation(arm.policy, arm.topology, target, plan_placement(arm).executor_backend)

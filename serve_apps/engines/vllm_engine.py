@@ -69,6 +69,8 @@ class VllmEngine:
         }
         if speculative is not None:  # vLLM refuses per-request spec metrics without speculation
             kwargs["per_request_spec_decode_metrics"] = "detailed"
+        if self.arm.topology.prefill_schedule_interval != 1:  # the topology's (serve_apps/policies.py)
+            kwargs["prefill_schedule_interval"] = self.arm.topology.prefill_schedule_interval
         if cfg.served_model_name:
             kwargs["served_model_name"] = cfg.served_model_name
         if cfg.max_model_len is not None:
@@ -100,7 +102,7 @@ class VllmEngine:
         # No forced offline mode: a fresh cluster downloads (or finds in HF_HOME) its models; tests set it in env.
         from serve_apps.engines.vllm_support import require_tested_vllm
 
-        self._target = require_tested_vllm(os.environ, getattr(self.arm.policy, "method", None))
+        self._target = require_tested_vllm(os.environ, getattr(self.arm.policy, "method", None), self.arm.policy)
         from vllm.v1.engine.async_llm import AsyncLLM
 
         args = self.engine_args()

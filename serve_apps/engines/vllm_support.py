@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from serve_apps.spec_knobs import knob_refusal
 from serve_apps.vllm_versions import NEWEST, SUPPORTED, VllmTarget, minor_of, minor_text, refusal, supported_text
 
 # Set (to 1) in engine.env or the node's environment to start an unsupported vLLM minor anyway.
@@ -53,20 +54,25 @@ def installed_vllm(environ: Mapping[str, str]) -> VllmTarget | None:
     return None
 
 
-def start_refusal(target: VllmTarget, method: str | None) -> str | None:
+def start_refusal(target: VllmTarget, method: str | None, policy: object = None) -> str | None:
     """Why an engine of this method may not start on this vLLM (one line), or None: an unsupported minor (its
     private APIs: stat loggers, DP device mapping, the config read back, are only known to hold for the reviewed
-    ones), or a method or runner setting the minor refuses."""
-    return untested_vllm(target.version, target.env) or refusal(target, method)
+    ones), or a method, runner setting or speculation knob (the policy's, serve_apps/spec_knobs.py) the minor
+    refuses."""
+    return (
+        untested_vllm(target.version, target.env)
+        or refusal(target, method)
+        or (knob_refusal(target, policy) if policy is not None else None)
+    )
 
 
-def require_tested_vllm(environ: Mapping[str, str], method: str | None = None) -> VllmTarget:
+def require_tested_vllm(environ: Mapping[str, str], method: str | None = None, policy: object = None) -> VllmTarget:
     """Refuse to start an engine where start_refusal says so; else the vLLM it starts on (its __version__ as
     imported, the engine's environment)."""
     import vllm
 
     target = VllmTarget(str(vllm.__version__), environ)
-    reason = start_refusal(target, method)
+    reason = start_refusal(target, method, policy)
     if reason is not None:
         raise UntestedVllmError(reason)
     return target
