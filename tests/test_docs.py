@@ -50,6 +50,12 @@ FORMS: dict[str, str] = {
         "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
     "specdrill calibrate RUN_DIR -o profile.yaml":
         "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
+    "specdrill compare BASELINE_RUN CANDIDATE_RUN":
+        "tests/orchestrator/compare/test_compare.py::test_a_run_compared_with_itself_and_its_rerun_shows_no_change_and_passes_the_gate",
+    "specdrill compare BASELINE_RUN CANDIDATE_RUN --fail-on worse --margin 0.05 -o release-check":
+        "tests/orchestrator/compare/test_compare.py::test_a_run_compared_with_itself_and_its_rerun_shows_no_change_and_passes_the_gate",
+    "specdrill compare BASELINE_RUN CANDIDATE_RUN --fail-on worse --fail-on policy-change -o release-check":
+        "tests/orchestrator/compare/test_compare.py::test_a_run_compared_with_itself_and_its_rerun_shows_no_change_and_passes_the_gate",
     "specdrill deploy --check":
         "tests/serve_apps/test_placement.py::test_cli_deploy_check_prints_each_workers_device_and_refuses_in_one_line",
     "specdrill deploy --check CAMPAIGN.yaml":

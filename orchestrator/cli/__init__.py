@@ -11,6 +11,7 @@ import click
 from loadshapes.badfile import BadFileError
 from orchestrator.cli.calibrate import calibrate_cmd
 from orchestrator.cli.common import EXIT_USAGE
+from orchestrator.cli.compare import compare_cmd
 from orchestrator.cli.decide import recommend_cmd, search_cmd, tune_cmd
 from orchestrator.cli.deploy import deploy_cmd, models, teardown_cmd
 from orchestrator.cli.report import report_cmd
@@ -28,7 +29,7 @@ def cli(log_level: str) -> None:
 
 
 for _command in (simulate, deploy_cmd, teardown_cmd, run_cmd, report_cmd, recommend_cmd, tune_cmd, search_cmd,
-                 models, calibrate_cmd):  # fmt: skip
+                 models, calibrate_cmd, compare_cmd):  # fmt: skip
     cli.add_command(_command)
 
 

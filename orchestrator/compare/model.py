@@ -1,0 +1,104 @@
+"""compare.json: what moved between a baseline run and a candidate run, and whether the release gate failed."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.analysis import RatioCI
+
+ChangeVerdict = Literal["better", "no_change", "worse", "not_comparable"]
+Direction = Literal["lower", "higher", "outside_data"]
+FailOn = Literal["worse", "verdict-change", "policy-change", "any"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SetupDifference(_Model):
+    what: str = Field(description="the fact that differs: model, engine version, topology, campaign fingerprint...")
+    arm: str | None = Field(default=None, description="the arm whose engine fact differs; None: the whole run's")
+    baseline: str
+    candidate: str
+
+
+class RunCell(_Model):
+    """One run's own cell: the arm against its `off` arm in that run, as its report shows it."""
+
+    requests: int
+    verdict: str | None = Field(description="the report's verdict against the run's `off` arm; None: a baseline arm")
+    decided_by: str | None = Field(description="the measure whose interval decided the verdict")
+    deciding: RatioCI | None = Field(description="that measure's ratio over the run's `off` arm, > 1 favours the arm")
+    goodput_rps: float | None = Field(description="SLO-meeting completions per second of the band's clock")
+    tpot_p50_s: float | None
+
+
+class CellChange(_Model):
+    """One band and arm: the candidate run's requests against the baseline run's, ratios > 1 favour the candidate."""
+
+    measure: Literal["batch_size", "offered_rate"]
+    band: str
+    band_index: int
+    arm: str
+    baseline: RunCell
+    candidate: RunCell
+    verdict: ChangeVerdict
+    paired: bool = Field(description="compared request by request (the same traffic); false: unpaired bootstrap")
+    pairs: int
+    decided_by: str = Field(description="per-token latency, goodput, both or neither (the map's rule)")
+    tpot: RatioCI = Field(description="baseline run's per-token latency / candidate's (geometric means)")
+    goodput: RatioCI = Field(description="candidate run's goodput / baseline's")
+    message: str
+
+
+class VerdictChange(_Model):
+    measure: Literal["batch_size", "offered_rate"]
+    band: str
+    arm: str
+    baseline: str
+    candidate: str
+    beyond_intervals: bool = Field(
+        description="the two runs' intervals of the deciding ratio do not overlap: noise does not explain it"
+    )
+    message: str
+
+
+class CrossoverMove(_Model):
+    measure: Literal["batch_size", "offered_rate"]
+    arm: str
+    baseline_band: str | None = Field(description="where the arm stopped helping in the baseline; None: never")
+    candidate_band: str | None
+    direction: Direction = Field(
+        description="lower: it stops helping at a lower load; outside_data: the "
+        "crossover lies where the other run has no verdict"
+    )
+    message: str
+
+
+class PolicyChange(_Model):
+    arm: str
+    message: str
+
+
+class Comparison(_Model):
+    """compare.json."""
+
+    baseline_run: str
+    candidate_run: str
+    baseline_dir: str
+    candidate_dir: str
+    arms: list[str] = Field(description="the arms compared (both runs ran them)")
+    paired: bool = Field(description="the traffic fingerprints match: cells are compared request by request")
+    traffic: str = Field(description="one line: same traffic or not, and how the cells are compared")
+    setup: list[SetupDifference]
+    cells: list[CellChange]
+    verdict_changes: list[VerdictChange]
+    crossover_moves: list[CrossoverMove]
+    policy_changes: list[PolicyChange]
+    recommended: list[str] = Field(default_factory=list, description="each run's supported k per batch band")
+    answer: str = Field(description="the paragraph for a release review")
+    margin: float
+    fail_on: list[FailOn]
+    gate_failures: list[str] = Field(description="why the gate failed, one line each; empty: passed or no gate")
