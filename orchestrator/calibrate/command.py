@@ -40,9 +40,16 @@ def _acceptance(inputs: Sequence[RunInputs], repeats: Collection[int] | None) ->
     max_k = max((a.policy.resolve().num_speculative_tokens for r in inputs for a in r.campaign.arms()), default=0)
     if not speculative_arms or max_k == 0:
         raise CalibrationError("no speculative arm (only off): no draft cost or acceptance to fit")
+    # An arm that does not sample as vLLM's standard rejection sampler (synthetic rates, fly, block) measures no
+    # acceptance of the models: its steps still fit the cost, its acceptance is left out (_acceptance_notes).
+    other = _not_standard(inputs)
+    speculative_arms = [name for name in speculative_arms if name not in other]
+    if not speculative_arms:
+        return []  # the base profile's acceptance is kept
     acceptance: list[CategoryFit] = []
     for run in inputs:
-        fixed_k = {a.name: a.policy.k for a in run.campaign.arms() if isinstance(a.policy, FixedPolicy)}
+        fixed_k = {a.name: a.policy.k for a in run.campaign.arms()
+                   if isinstance(a.policy, FixedPolicy) and a.name not in other}  # fmt: skip
         units = [(u.unit.arm, u.unit.shape, u.unit.repeat) for u in run.units
                  if repeats is None or u.unit.repeat in repeats]  # fmt: skip
         requests = run_requests(run.store.root, units)
@@ -162,13 +169,23 @@ def calibrate(
                        acceptance=acceptance, lines=lines, separate=separate, checks=checks)  # fmt: skip
 
 
+def _not_standard(inputs: Sequence[RunInputs]) -> set[str]:
+    return {a.name for r in inputs for a in r.campaign.arms()
+            if getattr(a.policy, "rejection_sample_method", "standard") != "standard"}  # fmt: skip
+
+
 def _acceptance_notes(inputs: Sequence[RunInputs], acceptance: list[CategoryFit]) -> list[str]:
+    other = sorted(_not_standard(inputs))
+    left_out = [f"acceptance: arms {', '.join(other)} left out (synthetic, fly or block rejection sampling: not the "
+                "models' own acceptance; their steps fit the cost)" + ("; no arm left: the base profile's "
+                "acceptance kept" if not acceptance else "")] if other else []  # fmt: skip
     totals = [a for a in acceptance if not a.from_lists]
     if not totals:
-        return []
+        return left_out
     notes = ["acceptance from per-request totals (no per-step lists): " + ("per position from the fixed-k arms' "
              "mean accepted per verify step at each k (95% bootstrap intervals over requests)" if any(a.basis for a in
              totals) else "one p for every position")]  # fmt: skip
+    notes = [*left_out, *notes]
     dynamic = sorted({a.name for r in inputs for a in r.campaign.arms() if isinstance(a.policy, DynamicPolicy)})
     if dynamic and any(a.basis for a in totals):
         notes.append(f"acceptance: dynamic arms {', '.join(dynamic)} left out (their requests' totals mix k from "

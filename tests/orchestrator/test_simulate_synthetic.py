@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.compute as pc
+import pytest
 
 from loadshapes.trace import read_traces
 from orchestrator.campaign import Campaign
@@ -62,3 +63,23 @@ def test_synthetic_arm_measures_its_rates_and_the_standard_arm_its_profile(tmp_p
     labels = {a.name: a.policy.label for a in campaign.arms()}
     assert labels["syn3-single"] == "fixed-eagle-k3-synthetic[0.9,0.6,0.3]"
     assert labels["fixed3-single"] == "fixed-eagle-k3"
+
+
+def test_calibrate_fits_the_models_acceptance_without_the_synthetic_arm(tmp_path: Path) -> None:
+    """A synthetic arm accepts at the rates it was given: calibrate fits the cost from its steps but leaves its
+    acceptance out, so the fitted acceptance is the standard arms' (the profile's), and says so."""
+    from orchestrator.calibrate.command import calibrate
+
+    syn = {"kind": "fixed", "method": "eagle", "model": "drafter", "k": 3, "rejection_sample_method": "synthetic",
+           "synthetic_acceptance_rates": RATES}  # fmt: skip
+    campaign = Campaign.model_validate(sim_campaign(
+        "synthetic-cal", policies={"off": "off", "fixed1": "fixed:1", "fixed3": "fixed:3", "syn3": syn},
+        shapes={"calm": {"kind": "quiet", "rate": 4, "duration_s": 60}},
+        mix={"entries": [CHAT]}, load={"store_step_lists": True, "drain_s": 30}, output=str(tmp_path / "run"),
+    ))  # fmt: skip
+    store, _ = simulate_campaign(campaign)
+    result = calibrate([store.root], name="fitted", check=False)
+    (chat,) = [a for a in result.acceptance if a.category == "chat"]
+    profile = load_profile("llama3.1-8b-h100-eagle").acceptance["chat"].per_position
+    assert chat.per_position == pytest.approx(profile, abs=0.03)
+    assert any("arms syn3-single left out" in line for line in result.lines)
