@@ -71,6 +71,8 @@ SLOW = (
     "tests/orchestrator/decide/test_ground_truth.py::test_the_reports_crossover_for_k3_is_the_dense_sweeps",  # ~10 s
     "tests/orchestrator/decide/test_tune.py::test_local_search_equals_exhaustive_on_a_small_grid",  # ~11 s
     "tests/test_docs.py::test_the_recommended_campaign_tunes",  # ~12 s: tune's oracle, even for one candidate
+    # ten simulated runs and their comparisons: ~12 s
+    "tests/orchestrator/compare/test_compare.py::test_ten_other_traffic_seeds_raise_the_gate_no_more_often_than_the_nominal_rate",
     # the module's tune and comparison arms (~15 s, in its first test), exhaustive search of 65 candidates (~10 s)
     "tests/orchestrator/decide/test_tune_proof.py::test_the_tuned_schedule_is_no_worse_than_the_best_fixed_k_or_vllms_example_in_any_band",
     "tests/orchestrator/decide/test_tune_proof.py::test_the_tuned_schedule_is_within_the_margin_of_exhaustive_search_on_a_coarser_space",

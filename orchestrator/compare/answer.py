@@ -72,6 +72,8 @@ def answer_paragraph(c: Comparison) -> str:
         parts.append(f"{noise} verdict change{'s' if noise > 1 else ''} within the intervals (noise can explain it).")
     parts += [m.message + "." for m in c.crossover_moves]
     parts += [p.message + "." for p in c.policy_changes]
+    if c.recommended[2:] == ["the recommended schedule changed"]:
+        parts.append(f"The recommended schedule changed: {c.recommended[0]}; {c.recommended[1]}.")
     if not c.verdict_changes and not c.crossover_moves and not c.policy_changes:
         parts.append("No verdict, crossover or executed policy changed.")
     if c.fail_on:

@@ -16,6 +16,7 @@ from orchestrator.analysis.summary import SUMMARY, Summary, summary_for
 from orchestrator.compare.answer import answer_paragraph, gate_failures
 from orchestrator.compare.model import CellChange, ChangeVerdict, Comparison, FailOn, RunCell
 from orchestrator.compare.moves import crossover_moves, policy_changes, verdict_changes
+from orchestrator.compare.schedules import schedule_lines
 from orchestrator.compare.setup import setup_differences, traffic_fingerprint
 from serve_apps.config_io import first_error
 
@@ -152,11 +153,16 @@ def compare(
     names = ([a.name for a in baseline.inputs.arms], [a.name for a in candidate.inputs.arms])
     policies = policy_changes(baseline.summary, candidate.summary, *names)
     setup = setup_differences(baseline.inputs.manifest, candidate.inputs.manifest, shared)
+    recommended = schedule_lines(
+        (baseline.summary, baseline.inputs.campaign, baseline.inputs.store.root),
+        (candidate.summary, candidate.inputs.campaign, candidate.inputs.store.root),
+    )
     failures = gate_failures(fail_on, cells, changes, policies)
     comparison = Comparison(
         baseline_run=baseline.summary.run, candidate_run=candidate.summary.run,
         baseline_dir=baseline.inputs.store.root, candidate_dir=candidate.inputs.store.root, arms=shared,
         paired=paired, traffic=traffic, setup=setup, cells=cells, verdict_changes=changes, crossover_moves=moves,
-        policy_changes=policies, answer="", margin=settings.margin, fail_on=list(fail_on), gate_failures=failures,
+        policy_changes=policies, recommended=recommended, answer="", margin=settings.margin,
+        fail_on=list(fail_on), gate_failures=failures,
     )  # fmt: skip
     return comparison.model_copy(update={"answer": answer_paragraph(comparison)})

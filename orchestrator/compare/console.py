@@ -40,6 +40,7 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
         ("verdict changes", [v.message for v in comparison.verdict_changes]),
         ("crossover moves", [m.message for m in comparison.crossover_moves]),
         ("executed-policy changes", [p.message for p in comparison.policy_changes]),
+        ("recommended schedule (specdrill recommend)", comparison.recommended),
     ):
         console.print(f"[bold]{title}[/bold]: {'none' if not lines else ''}")
         for line in lines:

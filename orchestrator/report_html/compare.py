@@ -78,6 +78,7 @@ def render_compare_html(comparison: Comparison) -> str:
         f"<h2>Verdict changes</h2>{_items([v.message for v in comparison.verdict_changes], 'none')}"
         f"<h2>Crossover moves</h2>{_items([m.message for m in comparison.crossover_moves], 'none')}"
         f"<h2>Executed-policy changes</h2>{_items([p.message for p in comparison.policy_changes], 'none')}"
+        f"<h2>Recommended schedule</h2>{_items(comparison.recommended, 'none')}"
         f"<h2>Bands and arms</h2>{_cells(comparison)}"
     )
     return (
