@@ -158,6 +158,8 @@ def test_a_costlier_verify_step_is_worse_exactly_where_the_oracle_says(
     # every cell said worse is one the oracle says is slower (graded worse, or between: never no change)
     assert all(graded.get(key) != "no_change" for key, verdict in said.items() if verdict == "worse")
     assert "worse: " in found.gate_failures[0]
+    page = (out / "compare.html").read_text()
+    assert "gate failed" in page and "<h2>Answer</h2>" in page and "v-hurts" in page and "<script" not in page
     assert compare(capsys, str(base), str(candidate), "-o", str(out), "--fail-on", "policy-change")[0] == 0
 
 
@@ -233,6 +235,11 @@ def test_what_cannot_be_compared_is_one_line_and_exit_2(
     no_summary = tmp_path / "no-summary"
     shutil.copytree(base, no_summary)
     (no_summary / "summary.json").unlink()
+    foreign = tmp_path / "foreign-summary"  # a summary.json another specdrill wrote, without a field this one needs
+    shutil.copytree(base, foreign)
+    summary = json.loads((foreign / "summary.json").read_text())
+    del summary["maps"]
+    (foreign / "summary.json").write_text(json.dumps(summary))
     truncated = tmp_path / "truncated"
     shutil.copytree(base, truncated)
     part = next((truncated / "traces" / "arm=off-single" / "shape=hold").glob("part-*.parquet"))
@@ -244,6 +251,7 @@ def test_what_cannot_be_compared_is_one_line_and_exit_2(
         "no summary": ([str(base), str(no_summary)], "summary.json"),
         "unrelated": ([str(base), str(tmp_path / "other")], "not runs of one campaign"),
         "truncated": ([str(base), str(truncated)], "part-"),
+        "foreign summary": ([str(foreign), str(base)], "written by specdrill"),
         "unknown arm": ([str(base), str(base), "--arm", "nope-single"], "nope-single"),
     }
     for name, (args, named) in cases.items():
