@@ -94,15 +94,26 @@ def _cell_change(pair: RunPair, j: int, b: int, arm: str, settings: MapSettings)
     band = base_map.bands[b].label
     s: Speedup = pair.changes[(j, b, arm)]
     n_base, n_cand = pair.requests[(j, b, arm)]
-    thin = min(n_base, n_cand) < settings.min_requests
+    # Paired, the cell is the baseline's band and its pairs the same requests in both runs (the candidate may have
+    # banded fewer of them there by its own batch); unpaired, each run's own requests in the band.
+    thin = s.pairs < settings.min_requests if s.paired else min(n_base, n_cand) < settings.min_requests
     verdict: ChangeVerdict = "not_comparable" if thin else _CHANGE.get(s.verdict, "not_comparable")
     where = f"batch {band}" if base_map.measure == "batch_size" else f"{band} req/s"
     if verdict == "not_comparable":
-        said = f"not comparable: n = {n_base} baseline, {n_cand} candidate ({settings.min_requests} needed in each)"
+        said = (
+            f"not comparable: {s.pairs} pairs ({settings.min_requests} needed)"
+            if s.paired
+            else f"not comparable: n = {n_base} baseline, {n_cand} candidate ({settings.min_requests} needed in each)"
+        )
     else:
         said = s.message.split(": ", 1)[1] if ": " in s.message else s.message
-        said = said.replace("helps", "better").replace("hurts", "worse").replace("no difference", "no change")
-        said = f"{said} (n = {n_base} / {n_cand}, {'paired' if s.paired else 'unpaired'})"
+        said = (
+            said.replace("per-token speedup", "per-token")
+            .replace("helps", "better")
+            .replace("hurts", "worse")
+            .replace("no difference", "no change")
+        )
+        said = f"{said} ({f'{s.pairs} pairs' if s.paired else f'unpaired, n = {n_base} / {n_cand}'})"
     return CellChange(
         measure=base_map.measure, band=band, band_index=b, arm=arm,
         baseline=_run_cell(base_map, band, arm), candidate=_run_cell(cand_map, band, arm), verdict=verdict,

@@ -21,7 +21,7 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
             table.add_row(d.what, d.arm or "run", d.baseline, d.candidate)
         console.print(table)
     table = Table(title=f"bands and arms (candidate / baseline, > 1 favours the candidate; {comparison.traffic})")
-    for column in ("band", "arm", "n", "per-token", "goodput", "verdict"):
+    for column in ("band", "arm", "n (baseline/candidate)", "per-token", "goodput", "verdict"):
         table.add_column(column)
     for c in comparison.cells:
 
@@ -33,8 +33,9 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
 
         band = f"batch {c.band}" if c.measure == "batch_size" else f"{c.band} req/s"
         colour = _COLOUR[c.verdict]
-        table.add_row(band, c.arm, f"{c.baseline.requests}/{c.candidate.requests}", text(c.tpot), text(c.goodput),
-                      f"[{colour}]{c.verdict.replace('_', ' ')}[/{colour}]")  # fmt: skip
+        n = f"{c.pairs} pairs" if c.paired else f"{c.baseline.requests}/{c.candidate.requests}"
+        said = f"[{colour}]{c.verdict.replace('_', ' ')}[/{colour}]"
+        table.add_row(band, c.arm, n, text(c.tpot), text(c.goodput), said)
     console.print(table)
     for title, lines in (
         ("verdict changes", [v.message for v in comparison.verdict_changes]),
