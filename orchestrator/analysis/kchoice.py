@@ -270,9 +270,9 @@ def _evidence(
     )  # fmt: skip
 
 
-def ratio_text(ratio: RatioCI) -> str:
+def ratio_text(ratio: RatioCI, digits: int = 3) -> str:
     if ratio.point is None:
         return "n/a"
     if ratio.low is None or ratio.high is None:
-        return f"{ratio.point:.3f}x (no interval)"
-    return f"{ratio.point:.3f}x [{ratio.low:.3f}, {ratio.high:.3f}]"
+        return f"{ratio.point:.{digits}f}x (no interval)"
+    return f"{ratio.point:.{digits}f}x [{ratio.low:.{digits}f}, {ratio.high:.{digits}f}]"

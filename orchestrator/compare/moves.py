@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from orchestrator.analysis import MapCell, OperatingMap, RatioCI, Verdict
 from orchestrator.analysis.answer import CHANGES_WHAT_RAN
 from orchestrator.analysis.compare_runs import RunPair
+from orchestrator.analysis.kchoice import ratio_text
 from orchestrator.analysis.summary import Summary
 from orchestrator.compare.model import CrossoverMove, Direction, PolicyChange, VerdictChange
 
@@ -25,14 +26,6 @@ def _cell(operating_map: OperatingMap, band: str, arm: str) -> MapCell | None:
 
 def _judged(cell: MapCell | None) -> bool:
     return cell is not None and cell.speedup is not None and cell.speedup.verdict in _SAID
-
-
-def _interval(ratio: RatioCI) -> str:
-    if ratio.point is None:
-        return "n/a"
-    if ratio.low is None or ratio.high is None:
-        return f"{ratio.point:.2f}x"
-    return f"{ratio.point:.2f}x [{ratio.low:.2f}, {ratio.high:.2f}]"
 
 
 def _overlap(a: RatioCI, b: RatioCI) -> bool:
@@ -59,12 +52,13 @@ def verdict_changes(pair: RunPair, arms: Sequence[str]) -> list[VerdictChange]:
                 same = after.speedup.goodput if measure == "goodput" else after.speedup.tpot
                 beyond = not _overlap(before.speedup.deciding, same)
                 what = "goodput" if measure == "goodput" else "per-token"
+                noise = "" if beyond else ": within the intervals, noise can explain it"
                 found.append(VerdictChange(
                     measure=base_map.measure, band=band.label, arm=arm, baseline=before.speedup.verdict.value,
                     candidate=after.speedup.verdict.value, beyond_intervals=beyond,
                     message=f"{arm} {_SAID[before.speedup.verdict]} at {_where(base_map, band.label)} ({what} "
-                            f"{_interval(before.speedup.deciding)}), {_NOW[after.speedup.verdict]} ({what} "
-                            f"{_interval(same)})" + ("" if beyond else ": within the intervals, noise can explain it"),
+                            f"{ratio_text(before.speedup.deciding, 2)}), {_NOW[after.speedup.verdict]} ({what} "
+                            f"{ratio_text(same, 2)}){noise}",
                 ))  # fmt: skip
     return found
 
