@@ -63,7 +63,8 @@ def answer_paragraph(c: Comparison) -> str:
         parts.append(f"No change in any of the {len(judged)} comparable cells.")
     thin = len(c.cells) - len(judged)
     if thin:
-        parts.append(f"{thin} cells have too few requests in one run to compare.")
+        cells = "1 cell has" if thin == 1 else f"{thin} cells have"
+        parts.append(f"{cells} too few requests in one run or both to compare.")
     real = [v for v in c.verdict_changes if v.beyond_intervals]
     if real:
         parts.append("Verdicts against plain decoding changed: " + "; ".join(v.message for v in real) + ".")
