@@ -112,10 +112,8 @@ def point_of(rate: float, speedup: Speedup | None, units: int, requests: int,
 
 
 def left_after(config: SearchConfig, discarded: int) -> SearchConfig:
-    """The configuration the pure search sees: its budget less the requests of units that were not counted."""
-    if config.budget_requests is None or not discarded:
-        return config
-    return config.model_copy(update={"budget_requests": config.budget_requests - discarded})
+    """The configuration the pure search sees: the requests of units that were not counted spent from its budget."""
+    return config.model_copy(update={"not_counted_requests": discarded}) if discarded else config
 
 
 def discarded_line(n: int, alone: SearchPoint, step: Step, why: str) -> str:

@@ -55,6 +55,9 @@ class SearchConfig(_Model):
     # Real time: a unit whose simulated engine lagged behind its model (load.engine_lag_bound) measured the
     # host, not the arms; it is not counted and the step runs again, at most this many times in a search.
     max_lagged_units: int = Field(default=2, ge=0)
+    # Requests already spent on units that were not counted (real time: the engine lagged); they come out of the
+    # budget, and the budget's words still name the operator's own figure.
+    not_counted_requests: int = Field(default=0, ge=0)
     max_rates: int = Field(default=40, ge=2)  # distinct rates at most: a bound on a search that cannot settle
 
     @model_validator(mode="after")
@@ -314,9 +317,12 @@ def next_step(points: Sequence[SearchPoint], config: SearchConfig, *, arm: str, 
 def _affordable(points: Sequence[SearchPoint], config: SearchConfig, step: Step, arm: str,
                 against: str) -> Step | Outcome:  # fmt: skip
     """The step, or the budget's outcome when its unit would not fit in what is left."""
-    if config.budget_requests is None or spent(points) + config.unit_cost <= config.budget_requests:
+    used_total = spent(points) + config.not_counted_requests
+    if config.budget_requests is None or used_total + config.unit_cost <= config.budget_requests:
         return step
-    used = f"{spent(points)} of {config.budget_requests} requests"
+    used = f"{used_total} of {config.budget_requests} requests"
+    if config.not_counted_requests:
+        used += f", {config.not_counted_requests} of them in units not counted"
     return conclude(points, config, arm=arm, against=against, stopped=f"budget spent ({used})")
 
 

@@ -94,6 +94,16 @@ def test_the_budget_ends_the_search_with_the_bracket_it_has() -> None:
                                       f"{outcome.hi:.3g} req/s, a bracket of {width:.0%}, not the 10% asked")
 
 
+def test_units_not_counted_come_out_of_the_budget_and_its_words_keep_the_operators_figure() -> None:
+    # A real-time search spent 300 requests on units whose engine lagged: the operator asked 900, and the words
+    # say 900 (the CI run once printed "358 of 428", the pure search's own remainder).
+    config = CONFIG.model_copy(update={"budget_requests": 3 * CONFIG.unit_cost, "not_counted_requests": 300})
+    outcome, steps = _drive(lambda r, _n: (1.5 - r / 40, 0.02), config)
+    assert len(steps) == 2  # 2 x 300 counted + 300 not counted leaves no room for a third unit
+    assert outcome.kind == "budget"
+    assert outcome.message.startswith("budget spent (900 of 900 requests, 300 of them in units not counted): ")
+
+
 def test_an_arm_that_helps_everywhere_or_nowhere_says_so_at_the_limits() -> None:
     helps, steps = _drive(lambda r, _n: (1.3, 0.02), CONFIG)
     assert (
