@@ -271,6 +271,10 @@ def timeline(arm: Any, shape: Any, start_ns: int, seed: int) -> pa.Table:
                     "drafted": pa.array(drafted.astype(np.int32)),
                     "accepted": pa.array(rng.binomial(drafted, 0.6).astype(np.int32)),
                     "waiting": pa.array(rng.integers(0, 5, n).astype(np.int32)),
+                    # What every simulated run's timeline carries (and vLLM's with iteration details): the report
+                    # then fits the step time, its largest hold of memory (the k-switch cost).
+                    "batched_tokens": pa.array((batch * (1 + k) + rng.integers(0, 3, n) * 256).astype(np.int32)),
+                    "kv_tokens": pa.array((batch * rng.integers(300, 1200, n)).astype(np.int32)),
                 }
             )
         )

@@ -98,54 +98,93 @@ def _missing_line(missing: list[str]) -> str | None:
     return f"its timeline has no {' or '.join(missing)} ({why})"
 
 
+BLOCK_STEPS = 1000  # a sampled fit keeps runs of this many consecutive steps of one engine (switches intact inside)
+
+
+def timeline_steps(inputs: RunInputs, files: list[tuple[str, str]]) -> int:
+    """How many steps these timelines hold, from their footers."""
+    total = 0
+    for _, path in files:
+        with inputs.store.fs.open_input_file(path) as handle:
+            total += pq.ParquetFile(handle).metadata.num_rows
+    return total
+
+
 def arm_steps(
-    inputs: RunInputs, *, repeats: Collection[int] | None = None, arms: Collection[str] | None = None
+    inputs: RunInputs, *, repeats: Collection[int] | None = None, arms: Collection[str] | None = None, every: int = 1
 ) -> dict[str, ArmSteps]:
     """Per arm with a timeline (`arms`: only these), its steps (complete units; `repeats`: only these repeats).
-    Endpoint runs: {}."""
+    `every` > 1: one block of BLOCK_STEPS consecutive steps of an engine in `every`, evenly over the run, so that
+    the memory a fit holds is bounded however long the run. Endpoint runs: {}."""
     policies = {arm.name: arm.policy for arm in inputs.campaign.arms()}
     out = {}
     for arm, files in timeline_files(inputs, repeats=repeats).items():
         if arms is None or arm in arms:
-            out[arm] = _read_arm(inputs, arm, files, policies.get(arm))
+            out[arm] = _read_arm(inputs, arm, files, policies.get(arm), every)
     return out
 
 
-def _read_arm(inputs: RunInputs, arm: str, files: list[tuple[str, str]], policy: object) -> ArmSteps:
-    """One arm's steps. Units and engines are integer codes in the order of their names (sorting by them sorts as
-    by the names) rather than a Python string per step, and only the columns used are read: memory per step is
-    its numbers, not its strings (the report reads every step of a run)."""
-    units = sorted({label for label, _ in files})
-    parts = []
-    for label, path in files:
-        with inputs.store.fs.open_input_file(path) as handle:
-            parquet = pq.ParquetFile(handle)
-            names = parquet.schema_arrow.names
-            table = parquet.read(columns=[c for c in (*STEP_COLUMNS, *FIT_COLUMNS) if c in names])
-        n = table.num_rows
-        for name in FIT_COLUMNS:  # timelines written before the fit's columns existed read as nulls
-            if name not in table.column_names:
-                table = table.append_column(name, pa.nulls(n, pa.int32()))
-        table = table.append_column("unit", pa.array(np.full(n, units.index(label), dtype=np.int32)))
-        parts.append(table)
-    t = pa.concat_tables(parts, promote_options="permissive")
-    del parts
+def _read_unit(inputs: RunInputs, path: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """One unit's timeline: its columns as float arrays, its engines as codes, its start and end, in order of
+    (engine, start). Only the columns used are read, and no Python string per step is kept (the report reads
+    every step of a run)."""
+    with inputs.store.fs.open_input_file(path) as handle:
+        parquet = pq.ParquetFile(handle)
+        names = parquet.schema_arrow.names
+        t = parquet.read(columns=[c for c in (*STEP_COLUMNS, *FIT_COLUMNS) if c in names])
     engine_names = pa.array(sorted(pc.unique(t["engine_id"]).to_pylist()), pa.string())
     engines = pc.index_in(t["engine_id"], value_set=engine_names).to_numpy().astype(np.int32)
-    unit_ids = t["unit"].to_numpy()
     start, end = t["start_ns"].to_numpy(), t["end_ns"].to_numpy()
-    order = np.lexsort((start, engines, unit_ids))
-    unit_ids, engines, start, end = unit_ids[order], engines[order], start[order], end[order]
+    order = np.lexsort((start, engines))
+    # timelines written before the fit's columns existed read as NaN
+    columns = {
+        name: np.asarray(t[name].cast(pa.float64()).to_numpy(zero_copy_only=False)[order], dtype=float)
+        if name in t.column_names else np.full(t.num_rows, np.nan)
+        for name in FIT_COLUMNS
+    }  # fmt: skip
+    columns["start"], columns["end"] = start[order], end[order]  # integer nanoseconds: a float loses ~256 ns
+    return columns, engines[order]
 
-    def values(name: str) -> np.ndarray:
-        return np.asarray(t[name].cast(pa.float64()).to_numpy(zero_copy_only=False)[order], dtype=float)
 
-    missing = [c for c in ("batched_tokens", "kv_tokens") if t[c].null_count == t.num_rows]
-    gap = np.full(t.num_rows, np.nan)
+def _blocks(engines: np.ndarray) -> np.ndarray:
+    """Each step's block: BLOCK_STEPS consecutive steps of one engine, numbered from 0 in order."""
+    n = len(engines)
+    first = np.r_[True, engines[1:] != engines[:-1]] if n else np.zeros(0, bool)
+    run_start = np.maximum.accumulate(np.where(first, np.arange(n), 0)) if n else np.zeros(0, int)
+    new_block = first | ((np.arange(n) - run_start) % BLOCK_STEPS == 0)
+    return np.cumsum(new_block) - 1
+
+
+def _read_arm(inputs: RunInputs, arm: str, files: list[tuple[str, str]], policy: object, every: int) -> ArmSteps:
+    """One arm's steps, units in the order of their names. Each kept stretch of consecutive steps (a unit, or a
+    block of one when `every` > 1) gets its own code, so that no step follows one it did not follow."""
+    parts: list[dict[str, np.ndarray]] = []
+    stretch = blocks_seen = 0
+    for _, path in sorted(files):
+        columns, engines = _read_unit(inputs, path)
+        if every == 1:
+            codes = np.full(len(engines), stretch)
+            stretch += 1
+        else:
+            block = _blocks(engines)
+            keep = (block + blocks_seen) % every == 0
+            blocks_seen += int(block[-1]) + 1 if len(block) else 0
+            columns = {name: values[keep] for name, values in columns.items()}
+            engines, block = engines[keep], block[keep]
+            kept, index = np.unique(block, return_inverse=True)
+            codes = stretch + index
+            stretch += len(kept)
+        columns["unit"], columns["engine"] = codes.astype(np.int32), engines
+        parts.append(columns)
+    joined = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]} if parts else {}
+    unit_ids, engines = joined["unit"], joined["engine"]
+    start, end = joined["start"], joined["end"]
+    missing = [c for c in ("batched_tokens", "kv_tokens") if np.isnan(joined[c]).all()]
+    gap = np.full(len(start), np.nan)
     same = (unit_ids[1:] == unit_ids[:-1]) & (engines[1:] == engines[:-1])
     gap[1:] = np.where(same, (start[1:] - end[:-1]) / 1e9, np.nan)
-    batch = values("batch_size")
-    decodes = batch - np.nan_to_num(values("num_prefill"))
+    batch = joined["batch_size"]
+    decodes = batch - np.nan_to_num(joined["num_prefill"])
     return ArmSteps(
         arm=arm,
         speculative=not isinstance(policy, OffPolicy),
@@ -154,9 +193,9 @@ def _read_arm(inputs: RunInputs, arm: str, files: list[tuple[str, str]], policy:
         engine=engines,
         seconds=(end - start) / 1e9,
         batch=batch,
-        k=values("k"),
-        batched=values("batched_tokens"),
-        kv=values("kv_tokens"),
+        k=joined["k"],
+        batched=joined["batched_tokens"],
+        kv=joined["kv_tokens"],
         gap=gap,
         busy=np.asarray(~np.isnan(gap) & (decodes > 0), dtype=bool),
         missing=_missing_line(missing),

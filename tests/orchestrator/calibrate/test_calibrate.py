@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.analysis.arm_steps import BLOCK_STEPS, timeline_files, timeline_steps
+from orchestrator.analysis.inputs import load_run
+from orchestrator.analysis.kswitch_cost import k_switch_lines
 from serve_apps.sim.profile import load_profile
 from tests import REPO
 
@@ -142,6 +145,21 @@ def test_a_planted_k_switch_cost_is_found(tmp_path: Path) -> None:
     summary = json.loads((run / "summary.json").read_text())
     assert summary["verification"]["k_switch_costs"] == [line]
     assert "<h3>k-switch cost</h3>" in (run / "report.html").read_text()
+
+    # A run longer than the report's fit holds is fitted on an even sample of blocks of its steps (the memory stays
+    # flat): the planted cost is still found, and the line says on how many steps.
+    inputs = load_run(str(run))
+    total = sum(timeline_steps(inputs, files) for files in timeline_files(inputs).values())
+    budget = total // 3
+    every = -(-total // budget)  # 3 or 4: the budget rounds down
+    sampled = k_switch_lines(inputs, max_steps=budget)
+    assert len(sampled) == 1, sampled
+    value, low, high, n = _k_switch(sampled[0])
+    assert value == pytest.approx(4.0, rel=0.25) and low <= value <= high and 2 <= n < _k_switch(line)[3]
+    held = int(sampled[0].split("fitted on ")[1].split(" of ")[0].replace(",", ""))
+    assert total // (every + 1) < held <= budget + 2 * BLOCK_STEPS
+    assert sampled[0].endswith(f"fitted on {held:,} of its {total:,} steps, one block of 1,000 consecutive steps "
+                               f"in {every})")  # fmt: skip
 
 
 def _k_switch(line: str) -> tuple[float, float, float, int]:
