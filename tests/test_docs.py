@@ -46,6 +46,13 @@ FORMS: dict[str, str] = {
         "tests/loadshapes/test_bounded_inputs.py::test_an_slo_no_request_can_meet_runs_with_a_warning_and_a_raised_limit_runs",
     "specdrill calibrate":
         "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
+    "specdrill calibrate --from-vllm-bench-forward":
+        "tests/orchestrator/calibrate/test_bench_forward.py::"
+        "test_bench_forward_timings_fit_a_profile_that_simulate_reproduces",
+    "specdrill calibrate --from-vllm-bench-forward verify.json --from-vllm-bench-forward drafter-k1.json "
+    "--from-vllm-bench-forward drafter-k4.json --base llama3.1-8b-h100-eagle -o fitted.yaml":
+        "tests/orchestrator/calibrate/test_bench_forward.py::"
+        "test_bench_forward_timings_fit_a_profile_that_simulate_reproduces",
     "specdrill calibrate RUN_DIR -o fitted.yaml":
         "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
     "specdrill calibrate RUN_DIR -o profile.yaml":
@@ -120,7 +127,18 @@ NOT_RUN: dict[str, str] = {
     "test_multinode_vllm",
 }
 # Commands that need a real (GPU) cluster: what they act on is checked by the named test.
+_BENCH_FORWARD = (
+    "vllm bench forward --model meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192 --speculative-config "
+    '\'{{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": {k}}}\' '
+    "{exclude}--shapes examples/bench-forward/{stem}.yaml --output-json {stem}.json"
+)
 NEEDS_A_CLUSTER: dict[str, tuple[str, str]] = {
+    # a GPU and vLLM 0.33+ (docs/simulator.md's recipe): what they would write from these shapes is the fixtures'
+    # format, and the fixtures are written from these shapes
+    **{_BENCH_FORWARD.format(k=k, exclude=exclude, stem=stem): (
+        "tests/orchestrator/calibrate/test_bench_forward.py",
+        "def test_the_fixtures_are_the_shipped_profiles_forward_in_vllms_format",
+    ) for k, exclude, stem in ((4, "--exclude-drafter ", "verify"), (1, "", "drafter-k1"), (4, "", "drafter-k4"))},
     'kubectl create secret generic hf-token --from-literal=token="$HF_TOKEN"': (
         "tests/infra/test_infra.py", "def test_the_hf_token_comes_only_from_an_optional_secret",
     ),

@@ -84,8 +84,8 @@ class CategoryAcceptance(_Strict):
 class Provenance(_Strict):
     """What a fitted profile was fitted from (`specdrill calibrate`): shipped profiles have none."""
 
-    source: Literal["timelines", "vllm-profile"]
-    runs: list[str] = Field(default_factory=list)  # run ids, or the profiler file
+    source: Literal["timelines", "vllm-profile", "vllm-bench-forward"]
+    runs: list[str] = Field(default_factory=list)  # run ids, or the profiler / bench files
     arms: list[str] = Field(default_factory=list)
     steps: int = Field(default=0, ge=0)  # engine steps the cost model was fitted over
     fitted: str  # ISO date-time, UTC
