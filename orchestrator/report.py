@@ -21,7 +21,7 @@ from orchestrator.analysis.gates import GateResult
 from orchestrator.analysis.headline import ABSOLUTE_ONLY, EXEMPT_MARK, engine_confounds
 from orchestrator.analysis.inputs import RunInputs, load_run
 from orchestrator.analysis.measures import console_measures
-from orchestrator.analysis.results import Verdict
+from orchestrator.analysis.results import ArmVerification, Verdict
 from orchestrator.analysis.summary import SUMMARY, Summary, build_summary
 from orchestrator.numfmt import fixed
 from orchestrator.report_html import ReportData, render_report_html
@@ -99,6 +99,15 @@ def print_answer(summary: Summary, console: Console) -> None:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
+def finding_lines(checked: ArmVerification) -> list[str]:
+    """Under an arm's verdict: each finding that failed, with its status, then each note on what the executed-k
+    count left out (steps that skipped drafts, steps without k): true either way, and a reader of the console
+    must see that the share was taken over fewer steps."""
+    failed = [f"[{(f.status or 'fail').replace('_', ' ')}] {f.message}" for f in checked.findings if not f.passed]
+    notes = [f"[note] {f.message}" for f in checked.findings if f.passed and f.check == "telemetry"]
+    return [*failed, *notes]
+
+
 def print_report(summary: Summary, console: Console, engine_lines: Sequence[str] = ()) -> None:
     """The console report; engine_lines: the arms' engine warnings and confounds (engine_confounds), also in the
     summary's headline and report.html's notes."""
@@ -117,10 +126,8 @@ def print_report(summary: Summary, console: Console, engine_lines: Sequence[str]
         mark = _STATUS_MARKS[checked.status]
         marked = EXEMPT_MARK if checked.arm in exempt and checked.status == "fail" else ""
         console.print(f"  {mark} {checked.arm}{marked} ({checked.kind}, {checked.topology}): {as_configured(checked)}")
-        for finding in checked.findings:
-            if not finding.passed:
-                status = (finding.status or "fail").replace("_", " ")
-                console.print(f"       [{status}] {finding.message}", markup=False)
+        for line in finding_lines(checked):
+            console.print(f"       {line}", markup=False)
     for timing in summary.verification.switch_timings:
         marked = EXEMPT_MARK if timing.arm in exempt and timing.status == "fail" else ""
         console.print(f"  {_STATUS_MARKS[timing.status or 'fail']}{marked} {timing.message}")

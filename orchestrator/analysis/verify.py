@@ -124,7 +124,8 @@ def _verify_arm(
     notes = (
         (mismatched_requests, f"{mismatched_requests} requests report step_k and step_batch_size of different "
                               "lengths; only their common steps were checked"),
-        (steps_without_k, f"{steps_without_k} engine steps reported no executed k; they were left out"),
+        (steps_without_k, f"{steps_without_k} engine step{'s' * (steps_without_k != 1)} reported no executed k; "
+                          "left out"),
         (steps_skipped_drafts, f"{steps_skipped_drafts} steps skipped drafts (vLLM 0.33+ V2: no scheduled request "
                                "could use them); left out of the executed-k check"),
     )  # fmt: skip

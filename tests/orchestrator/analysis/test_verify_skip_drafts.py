@@ -16,6 +16,7 @@ import pytest
 
 from loadshapes.trace import TraceWriter
 from orchestrator.analysis import ArmInfo, ArmVerification, run_requests, verify_executed_policy
+from orchestrator.report import finding_lines
 from orchestrator.unit_files import timeline_table
 from serve_apps.engines.step_timeline import StepStats, StepTimeline, drafts_unused
 from serve_apps.policies import DynamicPolicy
@@ -146,8 +147,11 @@ def test_skip_steps_are_counted_apart_and_never_a_mismatch(tmp_path: Path) -> No
     result = _verify(tmp_path / "v2", {"s": _timeline(steps, can_skip_drafts=True)})
     assert result.passed and result.steps == 400 - skips - 1  # the last step's k is never told
     assert result.match_fraction == 1.0
-    assert f"{skips} steps skipped drafts (vLLM 0.33+ V2: no scheduled request could use them); left out of the " \
-        "executed-k check" in _messages(result, "telemetry")  # fmt: skip
+    said = f"{skips} steps skipped drafts (vLLM 0.33+ V2: no scheduled request could use them); left out of the " \
+        "executed-k check"  # fmt: skip
+    assert said in _messages(result, "telemetry")
+    # the console says it under the arm's verdict too, beside the last step's k, which no later step tells
+    assert finding_lines(result) == ["[note] 1 engine step reported no executed k; left out", f"[note] {said}"]
     # The same steps without the column (as the verifier saw them before): the skip steps' k = 0 is a mismatch.
     blind = _verify(tmp_path / "blind", {"s": _timeline(steps, can_skip_drafts=False)})
     assert not blind.passed and blind.match_fraction == pytest.approx(1 - skips / 399)
