@@ -82,7 +82,8 @@ class StepTimeline:
       verified per drafting request there; 0 when decoding requests verified none). vLLM reports drafts when
       they are verified, one step after the lookup chose k, so a step's k is filled in when its successor
       arrives; it stays None (unknown) when no request carried the step's drafts on (every request finished in
-      it, or the next step held only prefills). A speculation-off engine has k = 0 throughout.
+      it, or the next step held only prefills, or, under async scheduling, only prefills and requests that had
+      finished in this step). A speculation-off engine has k = 0 throughout.
     - drafted/accepted/num_drafts: verified in this step (proposed by the previous one).
     - k_scheduled: the k vLLM's schedule lookup gives for batch_size under the engine's resolved config.
     - drafts_skipped (only where the engine can skip drafts: vLLM 0.33+, model runner V2, a drafter with its own
@@ -112,6 +113,7 @@ class StepTimeline:
         self.rows: dict[str, list[Any]] = {c: [] for c in self.COLUMNS}
         self._rank_rows: dict[int, list[int]] = {}  # rank -> its row indices, ascending
         self._awaiting_k: dict[int, int] = {}  # rank -> its last row, whose k the next step will tell
+        self._finished_last: dict[int, int] = {}  # rank -> requests reported finished in its latest step
         self._first_token: dict[tuple[int, float], int] = {}  # (rank, vLLM TTFT) -> row of the first token
         self._finished: dict[str, tuple[int, int]] = {}  # request id -> (rank, row of its last step)
         self._waiters: dict[str, asyncio.Future[tuple[int, int]]] = {}
@@ -122,10 +124,17 @@ class StepTimeline:
         with self._lock:
             rows = self.rows
             previous = self._awaiting_k.pop(step.rank, None)
+            # Under async scheduling this step was scheduled before the previous one's output was processed, so
+            # the requests that finished there (by a stop token, or by max_tokens reached through accepted drafts)
+            # ran in it again: vLLM counts them among its decoding requests and discards their output, drafts
+            # included (scheduler.py update_from_output skips finished requests; docs/gpu-runbook.md). At most that
+            # many of its decodes are such leftovers.
+            leftovers = self._finished_last.get(step.rank, 0) if self.async_scheduling else 0
+            self._finished_last[step.rank] = len(step.finished)
             if previous is not None:
                 if step.num_drafts:
                     rows["k"][previous] = round(step.drafted / step.num_drafts)
-                elif step.decodes:
+                elif step.decodes > leftovers:
                     rows["k"][previous] = 0  # decoding requests came on and verified nothing: k was 0
             index = len(rows["end"])
             start = step_start(step, self._busy_until.get(step.rank), async_scheduling=self.async_scheduling)
@@ -157,6 +166,7 @@ class StepTimeline:
             mine = self._rank_rows.get(rank)
             if mine:
                 self._finish(request_ids, rank, mine[-1])
+                self._finished_last[rank] = self._finished_last.get(rank, 0) + len(request_ids)
 
     def _finish(self, request_ids: Sequence[str], rank: int, row: int) -> None:
         for request_id in request_ids:
@@ -192,7 +202,9 @@ class StepTimeline:
         found by vLLM's TTFT of the request (the value its iteration stats carried in that step); without it, by
         counting back `decode_steps` of the rank's steps from the last (where the caller knows that count: one
         token a step without speculation). Never by time: under async scheduling a step's start is not vLLM's
-        measure (see the class doc). Neither known: no steps, counted in fallbacks."""
+        measure (see the class doc). Neither known: no steps, counted in fallbacks. Async scheduling moves
+        neither end: vLLM 0.32-0.34 deliver a step's first tokens and finishes with that step's own stats
+        (docs/gpu-runbook.md, "Async scheduling and the step timeline")."""
         with self._lock:
             mine = self._rank_rows.get(rank, [])
             hi = bisect.bisect_left(mine, last_row)

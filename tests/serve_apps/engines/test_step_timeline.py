@@ -3,8 +3,13 @@ step started, with and without async scheduling, and which steps a request was i
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import importlib.util
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -99,3 +104,123 @@ def test_without_vllms_ttft_the_first_step_is_counted_back_or_left_unknown_never
     assert timeline.request_steps(0, last, first_token_latency=None, decode_steps=3) == ([3, 1, 1], [0, 0, 0])
     assert timeline.request_steps(0, last, first_token_latency=9.9, decode_steps=None) == ([], [])
     assert timeline.fallbacks == {"first_step_by_count": 1, "first_step_unknown": 1, "finish_not_reported": 0}
+
+
+# --- Async scheduling: the order vLLM 0.32-0.34 deliver a step's stats (docs/gpu-runbook.md, "Async scheduling
+# and the step timeline"). With a batch queue of two, EngineCore.step_with_batch_queue schedules step N+1 before it
+# pops step N and hands N's own SchedulerOutput to capture_iteration_details and update_from_output; the latter
+# puts N's finishes and N's stats (make_stats, spec-decode stats of N's verified drafts) in one EngineCoreOutputs,
+# and AsyncLLM's output handler builds one IterationStats (TTFTs, finished requests) from those outputs and
+# records it with those stats. So a step's first tokens and finishes come with that step's own stats, in both
+# modes. What differs: step N+1 was scheduled before N's finishes were known, so a request that finished in N runs
+# in N+1 again, counted among its decodes (generation requests by its placeholders), its output and drafts
+# discarded (update_from_output skips finished requests). Read at these lines, the same order in each version:
+DELIVERY_READ = {
+    "0.32": "core.py:753-759,768-786 scheduler.py:2091,2116-2129,2227,2409-2422 async_llm.py:853-902",
+    "0.33": "core.py:763-769,778-796 scheduler.py:2327,2352-2365,2473,2661-2674 async_llm.py:884-933",
+    "0.34": "core.py:813-819,828-846 scheduler.py:2373,2398-2411,2538,2728-2741 async_llm.py:898-947",
+}
+
+
+def _two_requests_under_async_scheduling() -> list[StepStats]:
+    """The records one rank's stat logger gets, in delivery order, for: S0 prefills "a" (its first token); S1
+    decodes "a" (2 drafts) and prefills "b" (its first token); S2 decodes both (2 drafts each), "a" samples a stop
+    token; S3 runs "a" again (scheduled before S2's output was processed) and "b", which samples its stop token;
+    S4 runs only "b" again. `running` is read after the next step was scheduled (make_stats in update_from_output)."""
+
+    def step(end: float, scheduled: int, prefills: int, running: int, drafted: int, num_drafts: int,
+             ttft: Sequence[float] = (), finished: Sequence[str] = ()) -> StepStats:  # fmt: skip
+        return StepStats(
+            rank=0, end=end, elapsed_s=0.001, scheduled=scheduled, prefills=prefills, decodes=scheduled - prefills,
+            waiting=0, running=running, num_drafts=num_drafts, drafted=drafted, accepted=0, k_scheduled=2,
+            batched_tokens=None, kv_tokens=None, first_token_latencies=list(ttft), finished=list(finished),
+        )  # fmt: skip
+
+    return [
+        step(1.00, 1, 1, running=2, drafted=0, num_drafts=0, ttft=[0.25]),  # S0
+        step(1.01, 2, 1, running=2, drafted=2, num_drafts=1, ttft=[0.125]),  # S1
+        step(1.02, 2, 0, running=1, drafted=4, num_drafts=2, finished=["a"]),  # S2: "a" is in S3 already
+        step(1.03, 2, 0, running=0, drafted=2, num_drafts=1, finished=["b"]),  # S3: "a"'s rerun verified nothing
+        step(1.04, 1, 0, running=0, drafted=0, num_drafts=0),  # S4: only "b"'s rerun
+    ]
+
+
+@pytest.mark.parametrize("version", sorted(DELIVERY_READ))
+def test_under_async_scheduling_a_request_gets_the_steps_that_computed_its_first_and_last_tokens(version: str) -> None:
+    timeline = StepTimeline(speculative=True, async_scheduling=True)
+    for step in _two_requests_under_async_scheduling():
+        timeline.record(step)
+    # "a": first token in S0 (row 0), last in S2 (row 2), whose row is the batch of two that computed it, not S3.
+    _, last_a = _finished(timeline, "a")
+    assert last_a == 2 and timeline.rows["batch_size"][last_a] == 2
+    assert timeline.request_steps(0, last_a, first_token_latency=0.25, decode_steps=None) == ([1, 2], [2, 2])
+    _, last_b = _finished(timeline, "b")
+    assert last_b == 3
+    assert timeline.request_steps(0, last_b, first_token_latency=0.125, decode_steps=None) == ([2, 2], [2, 2])
+    # S3's drafts were verified only by "b"'s discarded rerun in S4: unknown, not 0 (S4's one decode is that rerun).
+    assert timeline.rows["k"] == [2, 2, 2, None, None]
+    assert timeline.fallbacks == {"first_step_by_count": 0, "first_step_unknown": 0, "finish_not_reported": 0}
+
+
+def test_under_async_scheduling_decodes_beyond_the_reruns_that_verified_nothing_still_mean_k_0() -> None:
+    steps = _two_requests_under_async_scheduling()
+    # S4 also decodes "c" (say, a request S3 had in prefill), and no request verified drafts: S3 proposed none.
+    steps[-1] = replace(steps[-1], scheduled=2, decodes=2, running=1)
+    timeline = StepTimeline(speculative=True, async_scheduling=True)
+    for step in steps:
+        timeline.record(step)
+    assert timeline.rows["k"][3] == 0
+
+
+def test_without_async_scheduling_a_decode_that_verified_nothing_means_k_0() -> None:
+    # vLLM's EngineCore.step schedules a step after the previous one's output was processed (core.py 0.32:657-687,
+    # 0.33:667-697, 0.34:713-743): the next step holds no finished request, so its decodes came on with no drafts.
+    timeline = StepTimeline(speculative=True, async_scheduling=False)
+    for step in _two_requests_under_async_scheduling():
+        timeline.record(step)
+    assert timeline.rows["k"] == [2, 2, 2, 0, None]
+
+
+def _function(path: Path, name: str) -> ast.FunctionDef:
+    tree = ast.parse(path.read_text())
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name]
+    assert found, f"{path}: no function {name}"
+    return cast(ast.FunctionDef, found[0])
+
+
+def _calls(node: ast.AST, attribute: str) -> list[ast.Call]:
+    return [
+        n for n in ast.walk(node)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == attribute
+    ]  # fmt: skip
+
+
+@pytest.mark.vllm
+def test_the_installed_vllm_delivers_a_step_with_its_own_stats_under_async_scheduling() -> None:
+    """The order DELIVERY_READ pins, read off the installed vLLM's source (not imported): fails the day a version
+    hands a step's outputs to the stats of another step."""
+    spec = importlib.util.find_spec("vllm")
+    assert spec is not None and spec.origin is not None
+    root = Path(spec.origin).parent / "v1"
+    queue = _function(root / "engine" / "core.py", "step_with_batch_queue")
+    popped = [
+        n.targets[0].elts[1].id for n in ast.walk(queue)
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Attribute)
+        and n.value.func.attr == "pop" and isinstance(n.targets[0], ast.Tuple)
+        and isinstance(n.targets[0].elts[1], ast.Name)
+    ]  # fmt: skip
+    assert len(popped) == 1, "step_with_batch_queue no longer pops (future, scheduler_output, ...) once"
+    for attribute in ("capture_iteration_details", "update_from_output"):
+        args = [c.args[0] for c in _calls(queue, attribute)]
+        assert [a.id for a in args if isinstance(a, ast.Name)] == popped, f"{attribute} is not given the popped step"
+    update = _function(root / "core" / "sched" / "scheduler.py", "update_from_output")
+    assert _calls(update, "make_stats"), "update_from_output no longer makes the stats it returns"
+    assert any(
+        isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Attribute) and n.targets[0].attr == "scheduler_stats"
+        for n in ast.walk(update)
+    ), "update_from_output no longer attaches its stats to the outputs it returns"  # fmt: skip
+    handler = _function(root / "engine" / "async_llm.py", "output_handler")
+    (record,) = _calls(handler, "record")
+    given = {k.arg: ast.unparse(k.value) for k in record.keywords}
+    assert given["scheduler_stats"] == "outputs.scheduler_stats" and given["iteration_stats"] == "iteration_stats"
+    assert all("iteration_stats" in map(ast.unparse, c.args) for c in _calls(handler, "process_outputs"))
