@@ -7,7 +7,18 @@ run's), which leaves its `scored` view: one row per request with its band in eac
 the same traffic (`paired`), the baseline's requests are written once to a Parquet file beside the candidate's
 connection and joined to their twins by (arm, shape, repeat, request_index): a pair counts in the baseline
 copy's band, so a band holds the same requests in both runs whichever run is faster. Elsewhere the cells are
-compared side against side (each run's own blocks resampled). ratio > 1 favours the candidate.
+compared side against side, each run's blocks resampled on their own (speedup's between_runs). ratio > 1
+favours the candidate.
+
+Side against side, a run's blocks are stretches of DEPENDENCE_LIFETIMES median request lifetimes (e2e) of its
+unit, not the map's 1/200 of its clock: requests that share the engine while they run share its state (batch,
+queue), so two runs of other requests differ by more than the requests within one run do. On 41 seeds of
+tests/orchestrator/compare's campaign the `off` arm's per-token latency at 19-22 req/s varied 3.1x as much
+between runs as the map's blocks said, its goodput at batch 9-20 2.0x (where a batch band ends is one draw per
+run); the residual log tpot of requests stays correlated for about two median lifetimes (0.57 at 0.24 s apart,
+0.11 at 0.72 s, 0.02 at 0.96 s; median e2e 0.38 s). A band a few seconds long then holds a handful of stretches,
+hence speedup's between_runs interval (Welch's t). On 135 pairs of those seeds, cells falsely better went from
+3.7% to 0.8% and falsely worse from 6.5% to 1.2% (of 3192).
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from orchestrator.analysis.inputs import RunInputs
 from orchestrator.analysis.speedup import CLOCK, PAIR_COLUMNS, CellBlocks, speedup
 
 Cell = tuple[int, int, str]  # band set, band, arm
+DEPENDENCE_LIFETIMES = 2  # a side's block: this many median request lifetimes of its unit (see above)
 
 
 @dataclass(frozen=True)
@@ -62,17 +74,36 @@ def _order(key: str, run: str) -> str:
     return f"GROUP BY {key}, {run}arm, {run}run_id, {run}block ORDER BY {key}, {run}arm, {run}run_id, {run}block"
 
 
+def _stretch_blocks(con: duckdb.DuckDBPyConnection) -> None:
+    """`stretch` per request: its block side against side, DEPENDENCE_LIFETIMES median lifetimes of its unit
+    long (the map's block where the unit has no finished request to time)."""
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE lifetimes AS
+        SELECT run_id, {DEPENDENCE_LIFETIMES} * median(e2e) FILTER (WHERE ok AND e2e > 0) AS stretch_s
+        FROM scored GROUP BY run_id
+        """
+    )
+    con.execute(
+        "CREATE OR REPLACE TEMP VIEW stretched AS SELECT s.*, CASE WHEN l.stretch_s > 0 AND s.offset_s IS NOT NULL "
+        "THEN CAST(floor(s.offset_s / l.stretch_s) AS BIGINT) ELSE s.block END AS stretch "
+        "FROM scored s LEFT JOIN lifetimes l USING (run_id)"
+    )
+
+
 def _side_blocks(
     con: duckdb.DuckDBPyConnection, band_set: int, arms: Sequence[str]
 ) -> dict[tuple[int, str], CellBlocks]:
-    """A run's own blocks in speedup's LOG_TPOT, TPOT_USABLE, MET, CLOCK layout, from the map's `scored` view."""
+    """A run's own blocks (its stretches) in speedup's LOG_TPOT, TPOT_USABLE, MET, CLOCK layout, from the map's
+    `scored` view."""
     key = f"band_{band_set}"
     listed = ", ".join(sql_string(a) for a in arms) or "NULL"
     rows = con.execute(
         f"""
         SELECT {key}, arm, count(*), sum(log_tpot), count(*) FILTER (WHERE usable),
                count(*) FILTER (WHERE coalesce(met, false)), sum(clock_s)
-        FROM scored WHERE {key} >= 0 AND arm IN ({listed}) {_order(key, "")}
+        FROM stretched WHERE {key} >= 0 AND arm IN ({listed})
+        GROUP BY {key}, arm, run_id, stretch ORDER BY {key}, arm, run_id, stretch
         """
     ).fetchall()
     return _group_blocks(rows, CLOCK + 1)
@@ -136,6 +167,7 @@ def compare_runs(
                     # Each run's own baselines and settings: its cells as its report shows them, on common bands.
                     found = operating_maps(requests, inputs.arms, inputs.campaign.slo, band_sets)
                     maps.append(found)
+                    _stretch_blocks(requests.con)
                     sides.append([_side_blocks(requests.con, j, arms) for j in range(len(band_sets))])
                     if paired and position == 0:
                         _export_twins(requests.con, len(band_sets), arms, twins)
@@ -164,5 +196,6 @@ def compare_runs(
                     baseline=f"{arm} in the baseline run",
                     settings=settings,
                     rng=np.random.default_rng([settings.seed, j, b, position]),
+                    between_runs=True,
                 )
     return RunPair(baseline_maps=maps[0], candidate_maps=maps[1], changes=changes, requests=counts)

@@ -84,7 +84,7 @@ def scored_sql(slos: SloConfig, band_sets: Sequence[BandSet], blocks: int) -> st
     SELECT *, {pairs}
     FROM (
         SELECT r.arm, r.arm_id, r.run_id, r.pair_unit, r.shape, r.run, r.repeat, r.request_index, r.category, r.ok,
-               r.ttft, r.tpot, r.e2e, r.queue_wait, r.steps, r.k_sum, r.spec_steps, r.accepted,
+               r.ttft, r.tpot, r.e2e, r.queue_wait, r.steps, r.k_sum, r.spec_steps, r.accepted, r.offset_s,
                (t.baseline_id IS NULL) AS own_band,
                {met_sql(slos)} AS met,
                coalesce(r.ok AND r.tpot > 0, false) AS usable,

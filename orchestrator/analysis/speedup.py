@@ -7,11 +7,12 @@ Every ratio is a function of column totals, so it is computed from per-block tot
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.analysis.bootstrap import interval, merge_blocks, resampled_totals
+from orchestrator.analysis.bootstrap import between_runs_interval, interval, merge_blocks, resampled_totals
 from orchestrator.analysis.results import MapSettings, Measure, RatioCI, Speedup, Verdict
 
 # Columns of a cell's per-block totals (sums of log tpot over usable requests, usable requests, SLO-meeting
@@ -64,13 +65,23 @@ def _divide(a: np.ndarray | float, b: np.ndarray | float) -> np.ndarray:
     return quotient
 
 
-def _ratio(point: np.ndarray, draws: np.ndarray, settings: MapSettings, enough: bool) -> RatioCI:
+def _ratio(
+    point: np.ndarray,
+    draws: np.ndarray,
+    settings: MapSettings,
+    enough: bool,
+    sides: list[tuple[np.ndarray, int]] | None = None,
+) -> RatioCI:
+    """The draws' percentile interval, or with `sides` (two runs', each resampled alone) between_runs_interval."""
     value = float(point)
     if not enough or not np.isfinite(value):
         return RatioCI(
             point=value if np.isfinite(value) else None, low=None, high=None, verdict=Verdict.INSUFFICIENT_DATA
         )
-    bounds = interval(draws, settings.confidence)
+    if sides is None:
+        bounds = interval(draws, settings.confidence)
+    else:
+        bounds = between_runs_interval(value, sides, settings.confidence)
     low, high = bounds if bounds else (None, None)
     return RatioCI(point=value, low=low, high=high, verdict=verdict_for(low, high, settings.margin))
 
@@ -94,11 +105,17 @@ def paired_ratios(
 
 
 def _unpaired(
-    arm: CellBlocks, base: CellBlocks, settings: MapSettings, rng: np.random.Generator, engines: float
+    arm: CellBlocks,
+    base: CellBlocks,
+    settings: MapSettings,
+    rng: np.random.Generator,
+    engines: float,
+    between_runs: bool,
 ) -> tuple[RatioCI, RatioCI]:
     a, b = arm.totals.sum(axis=0), base.totals.sum(axis=0)
-    a_draws = resampled_totals(merge_blocks(arm.totals, settings.blocks), settings.bootstrap_samples, rng)
-    b_draws = resampled_totals(merge_blocks(base.totals, settings.blocks), settings.bootstrap_samples, rng)
+    a_blocks, b_blocks = merge_blocks(arm.totals, settings.blocks), merge_blocks(base.totals, settings.blocks)
+    a_draws = resampled_totals(a_blocks, settings.bootstrap_samples, rng)
+    b_draws = resampled_totals(b_blocks, settings.bootstrap_samples, rng)
 
     def tpot(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         ratio: np.ndarray = np.exp(
@@ -109,11 +126,17 @@ def _unpaired(
     def goodput(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return _divide(_divide(x[..., MET], x[..., CLOCK]), _divide(y[..., MET], y[..., CLOCK])) / engines
 
+    def sides(ratio: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> list[tuple[np.ndarray, int]] | None:
+        """Each run resampled alone, the other held at its totals: between_runs_interval's input."""
+        if not between_runs:
+            return None
+        return [(ratio(a_draws, b), len(a_blocks)), (ratio(a, b_draws), len(b_blocks))]
+
     enough = min(a[TPOT_USABLE], b[TPOT_USABLE]) >= settings.min_requests
     enough_rows = min(arm.rows, base.rows) >= settings.min_requests
     return (
-        _ratio(tpot(a, b), tpot(a_draws, b_draws), settings, bool(enough)),
-        _ratio(goodput(a, b), goodput(a_draws, b_draws), settings, enough_rows),
+        _ratio(tpot(a, b), tpot(a_draws, b_draws), settings, bool(enough), sides(tpot)),
+        _ratio(goodput(a, b), goodput(a_draws, b_draws), settings, enough_rows, sides(goodput)),
     )
 
 
@@ -145,15 +168,18 @@ def speedup(
     settings: MapSettings,
     rng: np.random.Generator,
     engines_ratio: float = 1.0,
+    between_runs: bool = False,
 ) -> Speedup:
     """Pair by pair when enough of the smaller side has its partner in the band, else side against side. With
-    engines_ratio N (the arm runs N engines, its baseline one), goodput is compared per engine."""
+    engines_ratio N (the arm runs N engines, its baseline one), goodput is compared per engine. between_runs:
+    `arm` and `base` are two runs' (compare), in blocks as long as the dependence between requests, and side
+    against side gets between_runs_interval instead of the percentiles."""
     smaller = min(arm.rows, base.rows)
     paired = pairs.rows >= 2 and pairs.rows >= settings.min_paired_share * smaller
     if paired:
         tpot, goodput = paired_ratios(pairs, settings, rng, engines_ratio)
     elif smaller:
-        tpot, goodput = _unpaired(arm, base, settings, rng, engines_ratio)
+        tpot, goodput = _unpaired(arm, base, settings, rng, engines_ratio, between_runs)
     else:
         missing = RatioCI(point=None, low=None, high=None, verdict=Verdict.INSUFFICIENT_DATA)
         tpot, goodput = missing, missing

@@ -270,10 +270,13 @@ def test_ten_other_traffic_seeds_raise_the_gate_no_more_often_than_the_nominal_r
     base: Path, runs: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The same profile on ten other seeds against seed 0 (unpaired): the gates on worse and on verdict changes
-    (beyond the intervals) fail at most at the nominal rate. A cell's interval is 95% two-sided, so a cell
-    falsely worse is 2.5% of cells at most; measured 2026-12-05: 0 of 240 cells worse, 0 verdict changes beyond
-    the intervals; 15 of 240 (6%) better, 7 of them in one seed whose traffic was lighter at batch 1-8 (unpaired
-    runs are other requests: the time-block bootstrap of each run does not see the sample of requests itself)."""
+    (beyond the intervals) fail at most at the nominal rate, and so does a cell falsely better. A cell's interval
+    is 95% two-sided, so a cell falsely worse (or better) is 2.5% of cells at most (the margin makes it fewer).
+    Measured 2026-12-05: 0 of 240 cells worse, 1 better (batch 3-8, fixed3's goodput), 0 verdict changes beyond
+    the intervals. Before each run's blocks were stretches of two request lifetimes with a Welch t interval
+    (orchestrator/analysis/compare_runs.py), 15 of 240 were better (6%): the map's blocks (1/200 of a unit's
+    clock) treat requests that shared the engine as independent. On 135 other seed pairs the same change took
+    falsely better cells from 3.7% to 0.8% and falsely worse ones from 6.5% to 1.2% (of 3192)."""
     judged = worse = better = gate_failed = 0
     for seed in range(1, 11):
         candidate = simulate(capsys, runs, f"seed-{seed}", campaign(SHIPPED, seed=seed))
@@ -287,5 +290,5 @@ def test_ten_other_traffic_seeds_raise_the_gate_no_more_often_than_the_nominal_r
         gate_failed += code == 3
     assert judged >= 200
     assert worse <= 0.025 * judged, (worse, judged)
+    assert better <= 0.025 * judged, (better, judged)
     assert gate_failed <= 1, gate_failed  # 10 runs: a 5% gate would fail in 0.5 of them
-    assert better <= 0.1 * judged, (better, judged)
