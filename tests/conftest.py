@@ -194,6 +194,7 @@ LONGEST_FIRST = (  # seconds: module totals under -n 2, 2026-12-05 12:12 (a clea
     "tests/serve_apps/test_serve_sim.py",  # 182
     "tests/infra/test_manifests_start.py",  # 133
     "tests/serve_apps/engines/test_engine_kill.py",  # 119
+    "tests/orchestrator/compare/test_compare_real_time.py",  # 109 (2026-12-05 18:34, its one test's setup)
     "tests/serve_apps/test_serve_vllm.py",  # 113
     "tests/orchestrator/test_long_runs.py",  # 97
     "tests/orchestrator/test_multinode.py",  # 90
