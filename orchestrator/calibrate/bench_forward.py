@@ -23,7 +23,6 @@ the forward's alone and `step_overhead` is kept from the base profile.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +31,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from orchestrator.analysis.stepfit import COEFFICIENTS, StepData, design, huber_fit, quality, unidentified
+from orchestrator.calibrate.json_input import read_json_file
 from orchestrator.calibrate.writer import fitted_profile, now_iso
 from serve_apps.sim.profile import Profile, Provenance
 
@@ -121,15 +121,9 @@ def _where(data: Any, loc: tuple[int | str, ...]) -> str:
 
 
 def read_bench_forward(path: str) -> list[BenchCase]:
+    data = read_json_file(path, BenchForwardError)
     try:
-        data = json.loads(Path(path).read_text())
         cases = _CASES.validate_python(data)
-    except FileNotFoundError:
-        raise BenchForwardError(f"{path}: no such file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise BenchForwardError(f"{path}: cannot be read ({exc.__class__.__name__})") from None
-    except json.JSONDecodeError as exc:
-        raise BenchForwardError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         message = first["msg"].removeprefix("Value error, ")

@@ -13,14 +13,12 @@ off (the verify pass alone), so the drafter's idle cost is not in the file.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.analysis.stepfit import COEFFICIENTS, StepData, design, huber_fit, unidentified
 from orchestrator.calibrate.acceptance import CategoryFit
+from orchestrator.calibrate.json_input import read_json_file
 from orchestrator.calibrate.writer import fitted_profile, now_iso
 from serve_apps.sim.profile import Profile, Provenance
 
@@ -37,13 +35,9 @@ class VllmDynamicProfile(BaseModel):
 
 
 def read_vllm_profile(path: str) -> VllmDynamicProfile:
+    data = read_json_file(path, VllmProfileError)
     try:
-        data = json.loads(Path(path).read_text())
         return VllmDynamicProfile.model_validate(data)
-    except FileNotFoundError:
-        raise VllmProfileError(f"{path}: no such file") from None
-    except json.JSONDecodeError as exc:
-        raise VllmProfileError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

@@ -213,6 +213,11 @@ def test_vllms_dynamic_profile_is_imported(tmp_path: Path) -> None:
     broken.write_text("{")
     bad = _calibrate("--from-vllm-profile", str(broken), "--base", SHIPPED, "-o", str(tmp_path / "x.yaml"))
     assert bad.returncode == 2 and str(broken) in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    # a directory given for the file: one line too (it was a traceback until 2026-12-05)
+    folder = _calibrate("--from-vllm-profile", str(tmp_path), "--base", SHIPPED, "-o", str(tmp_path / "x.yaml"))
+    assert folder.returncode == 2 and folder.stderr.strip() == f"specdrill: error: {tmp_path}: cannot be read " \
+        "(IsADirectoryError)"  # fmt: skip
+    assert not (tmp_path / "x.yaml").exists()
 
 
 def _profile_with(tmp_path: Path, name: str, **verify: float) -> Path:
