@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dis
 import inspect
 import os
 import tempfile
@@ -103,9 +104,22 @@ SLOW = (
 )
 
 
+# Calls that import the module named by their first argument: `importlib.import_module("vllm.x")`,
+# `pytest.importorskip("vllm")`, `__import__("vllm")`, `importlib.util.find_spec("vllm")`.
+IMPORTING_CALLS = frozenset({"import_module", "importorskip", "__import__", "find_spec"})
+
+
 def _code_names(code: Any) -> set[str]:
-    """The global, attribute and imported-module names a code object uses, nested functions and lambdas included."""
+    """The global, attribute and imported-module names a code object uses, nested functions and lambdas included.
+    A module imported by a dotted name (`import vllm.x`, `from vllm.x import y`) or by a string given to an
+    importing call counts with its top-level package: `from vllm.x import y` names only "vllm.x" and "y"."""
     names = set(code.co_names)
+    loaded = None
+    for instruction in dis.get_instructions(code):
+        if instruction.opname == "LOAD_CONST" and loaded in IMPORTING_CALLS and isinstance(instruction.argval, str):
+            names.add(instruction.argval)
+        loaded = instruction.argval if instruction.opname.startswith("LOAD_") else None
+    names |= {name.split(".")[0] for name in names if "." in name}
     for const in code.co_consts:
         if hasattr(const, "co_names"):
             names |= _code_names(const)

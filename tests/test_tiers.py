@@ -142,3 +142,69 @@ def test_the_detector_follows_helpers_classes_and_imports() -> None:
     assert "local_ray" in reached_names([SAMPLES["class"]])
     assert "vllm" in reached_names([SAMPLES["vllm"]])
     assert not reached_names([SAMPLES["pure"]]) & (INTEGRATION_NAMES | VLLM_NAMES)
+
+
+# Every way a test function imports vLLM (issue 40: `from vllm.x import y` names only "vllm.x" and "y", so a test
+# importing that way counted as unit and skipped under `make test-fast`). Never called: vLLM is not installed here.
+def _import_vllm_submodule() -> Any:
+    import vllm.engine.arg_utils
+
+    return vllm.engine.arg_utils
+
+
+def _from_vllm_import() -> Any:
+    from vllm import SamplingParams
+
+    return SamplingParams
+
+
+def _from_vllm_submodule_import() -> Any:
+    from vllm.engine.arg_utils import EngineArgs
+
+    return EngineArgs
+
+
+def _import_module_vllm() -> Any:
+    import importlib
+
+    return importlib.import_module("vllm.config")
+
+
+def _importorskip_vllm() -> Any:
+    return pytest.importorskip("vllm")
+
+
+def _dunder_import_vllm() -> Any:
+    return __import__("vllm.v1.engine")
+
+
+def _names_vllm_in_data() -> dict[str, str]:
+    # The string alone is no import: a campaign of kind vllm is built and validated without vLLM.
+    return {"kind": "vllm", "model": "m"}
+
+
+VLLM_IMPORTS = {"import vllm": _imports_vllm, "import vllm.x": _import_vllm_submodule,
+                "from vllm import": _from_vllm_import, "from vllm.x import": _from_vllm_submodule_import,
+                "importlib.import_module": _import_module_vllm, "pytest.importorskip": _importorskip_vllm,
+                "__import__": _dunder_import_vllm}  # fmt: skip
+
+
+@pytest.mark.parametrize("form", sorted(VLLM_IMPORTS))
+def test_every_form_of_vllm_import_makes_a_vllm_test(form: str) -> None:
+    assert "vllm" in reached_names([VLLM_IMPORTS[form]]) & VLLM_NAMES
+
+
+SAMPLES_DATA = {"data": _names_vllm_in_data}
+
+
+def test_the_string_vllm_outside_an_import_is_no_import() -> None:
+    assert not reached_names([SAMPLES_DATA["data"]]) & VLLM_NAMES
+
+
+def test_a_test_that_imports_from_a_vllm_submodule_is_in_the_vllm_tier() -> None:
+    """tests/serve_apps/test_placement_plan.py reads vLLM's EngineArgs (`from vllm.engine.arg_utils import`): unit
+    until issue 40, so `make test-fast` skipped it and `make test`'s vLLM tier never ran it."""
+    from tests.serve_apps import test_placement_plan
+
+    function = test_placement_plan.test_owned_engine_kwargs_are_fields_of_vllms_engine_args
+    assert "vllm" in reached_names([function])
