@@ -115,6 +115,8 @@ def print_report(summary: Summary, console: Console, engine_lines: Sequence[str]
         console.print(summary.partial_run, markup=False, soft_wrap=True)
     if ABSOLUTE_ONLY in summary.headline:
         console.print(ABSOLUTE_ONLY, markup=False)
+    if summary.time_scale is not None:  # before any number: each is the slowed engine's, not the modelled GPU's
+        console.print(summary.time_scale.line, style="yellow", markup=False, highlight=False, soft_wrap=True)
     for line in engine_lines:
         console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
     print_answer(summary, console)
@@ -184,6 +186,7 @@ def html_notes(summary: Summary, inputs: RunInputs) -> list[str]:
     return [
         *([summary.partial_run] if summary.partial_run else []),
         *([ABSOLUTE_ONLY] if inputs.campaign.analysis.absolute_only else []),
+        *([summary.time_scale.line] if summary.time_scale is not None else []),
         *engine_confounds(inputs.manifest),
         *summary.incomplete_units,
         *([f"requests failed in {faults} fault window(s): see Fault windows"] if faults else []),

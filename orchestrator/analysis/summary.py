@@ -34,6 +34,7 @@ from orchestrator.analysis.kchoice import BandChoice, choose_k, paired_both
 from orchestrator.analysis.kswitch_cost import k_switch_lines
 from orchestrator.analysis.prediction_check import prediction_check
 from orchestrator.analysis.serve_path import ServePath, serve_paths
+from orchestrator.analysis.time_scale import TimeScale, time_scale_of
 from orchestrator.analysis.timelines import TimelineSeries, timeline_series
 from orchestrator.campaign import Campaign
 from orchestrator.endpoint_metrics import read_samples
@@ -73,6 +74,8 @@ class Summary(BaseModel):
     # The answer first: per band the best arm on the same requests, plain decoding, too few data, crossovers
     answer: Answer | None = None
     exempt_arms: list[str] = Field(default_factory=list)  # gates.exempt_arms of the arms that ran
+    # A simulated engine slowed (or sped up) by engine.time_scale: what its numbers mean on the modelled GPU
+    time_scale: TimeScale | None = None
     passed: bool
 
 
@@ -148,6 +151,8 @@ def build_summary(
             (u.unit.arm, u.unit.shape, u.unit.repeat, w.worker, w.node_id) for u in inputs.units for w in u.workers
         ]
         paths = serve_paths(requests, workers) if manifest.get("mode", "real") == "real" else []
+        peak = requests.con.execute("SELECT max(offered_rate) FROM requests WHERE offered_rate > 0").fetchone()
+        scale = time_scale_of(campaign, mode=manifest.get("mode", "real"), peak_rate=peak[0] if peak else None)
     except duckdb.Error as exc:  # a file found corrupt mid-scan: one line naming it
         raise requests.blame(exc) from None
     finally:
@@ -168,6 +173,7 @@ def build_summary(
         headline=[
             *([partial] if partial else []),
             *([ABSOLUTE_ONLY] if campaign.analysis.absolute_only else []),
+            *([scale.line] if scale else []),
             *headline(maps, verification, inputs.arms, exempt=campaign.gates.exempt_arms),
             *engine_confounds(manifest),
         ],
@@ -187,6 +193,7 @@ def build_summary(
         if campaign.analysis.absolute_only
         else answer_of(maps, comparisons, verification, inputs.arms, repeats=campaign.repeats),
         exempt_arms=[a.name for a in inputs.arms if a.name in campaign.gates.exempt_arms],
+        time_scale=scale,
         passed=all(g.passed for g in gates),
     )
     return summary, series

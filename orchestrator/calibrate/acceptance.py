@@ -35,6 +35,7 @@ class CategoryFit:
     # where one p stands for every position; `how` says which, per position with intervals, or why one p.
     basis: list[str] = field(default_factory=list)
     how: str = ""
+    measured_k: int = 0  # the longest draft whose steps this fit read (past it nothing was measured); 0: not said
 
 
 def wilson(successes: int, trials: int) -> tuple[float, float]:
@@ -95,6 +96,7 @@ def fit_acceptance(con: duckdb.DuckDBPyConnection, arms: list[str], *, max_k: in
                     high=[hi for _, hi in intervals],
                     trials=[reached for _, reached, _ in positions],
                     from_lists=True,
+                    measured_k=len(positions),
                 )
             )
         return out
@@ -114,19 +116,34 @@ def fit_acceptance(con: duckdb.DuckDBPyConnection, arms: list[str], *, max_k: in
                 how += f"; {left_out} requests of fixed arms left out (drafted tokens not k x their verify steps)"
             trials = [sum(n for k, n in fit.steps_by_k.items() if k > i) for i in range(len(fit.per_position))]
             out.append(CategoryFit(category, fit.per_position, fit.low, fit.high, trials, from_lists=False,
-                                   basis=fit.basis, how=how))  # fmt: skip
+                                   basis=fit.basis, how=how, measured_k=max(by_k)))  # fmt: skip
             continue
         p = _geometric_p(accepted, drafted, steps)
         draws = [_geometric_p(*(v[idx] for v in (accepted, drafted, steps))) for idx in
                  (rng.integers(0, len(steps), len(steps)) for _ in range(200))]  # fmt: skip
         lo, hi = np.quantile(draws, [0.025, 0.975])
-        why = (f"only one fixed k measured (k={next(iter(by_k))})" if by_k else "no fixed-k arm measured it")
+        why = f"only one fixed k measured (k={next(iter(by_k))})" if by_k else "no fixed-k arm measured it"
         how = (f"{category}: one p for every position, positions 2..{max_k} assumed equal to position 1: {why}, "
-               f"and one k's mean accepted per step is one equation" if max_k > 1 else
-               f"{category}: one position (k = 1), measured")  # fmt: skip
+               f"and one k's mean accepted per step is one equation; {flat_consequence(p, max_k)}" if max_k > 1
+               else f"{category}: one position (k = 1), measured")  # fmt: skip
         out.append(CategoryFit(category, [p], [float(lo)], [float(hi)], [int(steps.sum())], from_lists=False,
-                               how=how))  # fmt: skip
+                               how=how, measured_k=max_k))  # fmt: skip
     return out
+
+
+def flat_consequence(p: float, k: int) -> str:
+    """What one p for k positions does to a decision. The measured mean m = p + p^2 + ... + p^k; any acceptance
+    that does not rise with position and gives the same m has position 1 at or above p and position k at or below
+    it (were position 1 below p, every position would be, and m smaller; likewise for position k). So the flat
+    profile credits longer drafts with more than a falling acceptance gives them, and short ones with less."""
+    mean = sum(p**j for j in range(1, k + 1))
+    return (
+        f"the {mean:.2f} accepted per step measured at k = {k} then has position 1 at or above {p:.3f} and "
+        f"position {k} at or below it wherever acceptance falls with position (as every shipped profile's "
+        f"does), so this profile overrates longer drafts and underrates shorter ones: an oracle or tune on it "
+        f"leans to longer k than the engine's best (k past {k} is not offered: limits.max_draft_tokens); arms "
+        f"at fixed k = {', '.join(str(j) for j in range(1, k))} as well would identify each position"
+    )
 
 
 def _fixed_totals(arms: np.ndarray, accepted: np.ndarray, drafted: np.ndarray, steps: np.ndarray,

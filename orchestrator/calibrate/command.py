@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from orchestrator.analysis.kswitch import describe
 from orchestrator.analysis.run_views import run_requests
 from orchestrator.analysis.step_model import ArmReport, CalibrationError, StepFit, fit_steps
 from orchestrator.analysis.stepfit import COEFFICIENTS, Fit
+from orchestrator.analysis.time_scale import engine_time_scale
 from orchestrator.calibrate.acceptance import CategoryFit, fit_acceptance
 from orchestrator.calibrate.engines import compare_engines
 from orchestrator.calibrate.predict import PredictionCheck, predict
@@ -85,6 +87,7 @@ def _base_profile(inputs: Sequence[RunInputs], base: str | None) -> Profile:
 
 def _profile_of(inputs: Sequence[RunInputs], base: str | None, name: str, fitted: StepFit | None,
                 acceptance: list[CategoryFit], notes: list[str]) -> Profile:  # fmt: skip
+    base_profile = _base_profile(inputs, base)
     provenance = Provenance(
         source="timelines",
         runs=[str(r.manifest["run"]) for r in inputs],
@@ -93,9 +96,10 @@ def _profile_of(inputs: Sequence[RunInputs], base: str | None, name: str, fitted
         fitted=now_iso(),
         notes=notes,
     )
-    return fitted_profile(_base_profile(inputs, base), name=name, fit=fitted.fit if fitted else None,
-                          acceptance=acceptance, k_switch_cost_s=fitted.k_switch_cost_s if fitted else 0.0,
-                          provenance=provenance, step_overhead_s=fitted.step_gap_s if fitted else 0.0)  # fmt: skip
+    return fitted_profile(base_profile, name=name, fit=fitted.fit if fitted else None, acceptance=acceptance,
+                          k_switch_cost_s=fitted.k_switch_cost_s if fitted else 0.0, provenance=provenance,
+                          step_overhead_s=fitted.step_gap_s if fitted else 0.0,
+                          max_draft_tokens=measured_k(acceptance))  # fmt: skip
 
 
 def _check(inputs: Sequence[RunInputs], profile: Profile, repeats: Collection[int] | None) -> list[PredictionCheck]:
@@ -119,7 +123,7 @@ def calibrate(
     steps: dict[str, ArmSteps] = {}
     per_run: dict[str, dict[str, ArmSteps]] = {}
     for run in inputs:
-        found = arm_steps(run, repeats=repeats)
+        found = hardware_seconds(arm_steps(run, repeats=repeats), engine_time_scale(run.campaign))
         run_id = str(run.manifest["run"])
         if not found:
             lines.append(f"{run_id}: no engine step timeline (endpoint arms): fitting acceptance only")
@@ -145,14 +149,19 @@ def calibrate(
                 run_id = str(run.manifest["run"])
                 own = fits.get(run_id)
                 mine = _acceptance([run], repeats)
-                notes = [*(own.notes if own else []), "fitted alone: the runs' engines differ beyond their intervals",
-                         *_acceptance_notes([run], mine)]
+                notes = [
+                    *(own.notes if own else []),
+                    "fitted alone: the runs' engines differ beyond their intervals",
+                    *_acceptance_notes([run], mine),
+                    *limit_notes(_base_profile([run], base), mine),
+                ]
                 separate[run_id] = _profile_of([run], base, f"{name}.{run_id}", own, mine, notes)
                 lines.append(f"run {run_id}:")
                 lines.extend(render(own.fit if own else None, own.arms if own else [], mine, notes))
     pooled = fit_steps(steps) if steps and not separate else None
-    notes = [*(pooled.notes if pooled else [])]
+    notes = [*(pooled.notes if pooled else []), *(n for r in inputs for n in time_scale_lines(r))]
     notes.extend(_acceptance_notes(inputs, acceptance))
+    notes.extend(limit_notes(_base_profile(inputs, base), acceptance))
     profile = _profile_of(inputs, base, name, pooled, acceptance, notes)
     if not separate:
         lines.extend(render(pooled.fit if pooled else None, pooled.arms if pooled else [], acceptance, notes))
@@ -167,6 +176,36 @@ def calibrate(
             lines.extend(c.lines())
     return Calibration(profile=profile, fit=pooled.fit if pooled else None, arms=pooled.arms if pooled else [],
                        acceptance=acceptance, lines=lines, separate=separate, checks=checks)  # fmt: skip
+
+
+def measured_k(acceptance: list[CategoryFit]) -> int | None:
+    """The longest draft the acceptance was measured at: the fitted profile's draft limit (None: none fitted)."""
+    return max((a.measured_k for a in acceptance), default=0) or None
+
+
+def limit_notes(base: Profile, acceptance: list[CategoryFit]) -> list[str]:
+    measured, limit = measured_k(acceptance), base.limits.max_draft_tokens
+    if measured is None or (limit is not None and limit <= measured):
+        return []
+    return [f"limits.max_draft_tokens {measured} (the base's: {limit or 'none'}): acceptance was measured up to "
+            f"k = {measured}, and past it a profile repeats its last position, which nothing measured: campaigns, "
+            f"`simulate oracle` and `tune` on this profile stop at k = {measured}"]  # fmt: skip
+
+
+def hardware_seconds(steps: dict[str, ArmSteps], scale: float) -> dict[str, ArmSteps]:
+    """A simulated engine at time_scale s takes s times its profile's time per step (and between steps): divided by
+    s, the fit is in the modelled hardware's own seconds, which the profile's `hardware` names."""
+    if scale == 1.0:
+        return steps
+    return {arm: dataclasses.replace(s, seconds=s.seconds / scale, gap=s.gap / scale) for arm, s in steps.items()}
+
+
+def time_scale_lines(run: RunInputs) -> list[str]:
+    scale = engine_time_scale(run.campaign)
+    if scale == 1.0:
+        return []
+    return [f"run {run.manifest['run']}: engine.time_scale {scale:g}: its steps took {scale:g}x the hardware's time; "
+            f"divided by {scale:g}, the costs are the modelled hardware's own seconds"]  # fmt: skip
 
 
 def _not_standard(inputs: Sequence[RunInputs]) -> set[str]:

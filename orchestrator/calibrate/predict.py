@@ -14,6 +14,7 @@ import numpy as np
 from orchestrator.analysis.bands import BandSet, auto_rate_bands, rate_bands_from_edges
 from orchestrator.analysis.inputs import RunInputs, load_run
 from orchestrator.analysis.run_views import run_requests
+from orchestrator.analysis.time_scale import engine_time_scale
 from orchestrator.campaign import Campaign
 from orchestrator.simulate_campaign import simulate_campaign
 from serve_apps.engine_kinds.registry import kind_of
@@ -82,12 +83,15 @@ def offered(band: str) -> str:
 
 
 def replay_engine(campaign: Campaign, profile_path: str) -> SimulatedEngineConfig:
+    """The run's engine as the fitted profile: its seed, its max_model_len and, for a simulated engine, its
+    time_scale (the profile is in the hardware's own seconds; the run's wall seconds are scaled)."""
     engine = campaign.engine
     seed = getattr(engine, "seed", 0)
+    scale = engine_time_scale(campaign)
     max_model_len = kind_of(engine).max_model_len(engine)
     if max_model_len is not None:
-        return SimulatedEngineConfig(profile=profile_path, seed=seed, max_model_len=max_model_len)
-    return SimulatedEngineConfig(profile=profile_path, seed=seed)
+        return SimulatedEngineConfig(profile=profile_path, seed=seed, max_model_len=max_model_len, time_scale=scale)
+    return SimulatedEngineConfig(profile=profile_path, seed=seed, time_scale=scale)
 
 
 def _units(inputs: RunInputs, repeats: Collection[int]) -> list[tuple[str, str, int]]:

@@ -25,9 +25,12 @@ def fitted_profile(
     k_switch_cost_s: float,
     provenance: Provenance,
     step_overhead_s: float = 0.0,
+    max_draft_tokens: int | None = None,
 ) -> Profile:
     """`fit` None: costs stay the base's (acceptance only). The per-step constant inside a step is written as
-    verify.fixed; `step_overhead_s` is the time between busy steps, outside them."""
+    verify.fixed; `step_overhead_s` is the time between busy steps, outside them. `max_draft_tokens`: the largest k
+    the acceptance was measured at, written as the limit (lowering the base's) so that nothing run on the profile
+    drafts past the positions it measured."""
     verify, draft, overhead = base.verify, base.draft, base.step_overhead
     if fit is not None:
         c = [float(v) for v in fit.coef]
@@ -51,7 +54,11 @@ def fitted_profile(
         draft=draft,
         step_overhead=overhead,
         k_switch_cost_s=max(0.0, k_switch_cost_s),
-        limits=base.limits,
+        limits=base.limits
+        if max_draft_tokens is None
+        else base.limits.model_copy(
+            update={"max_draft_tokens": min(max_draft_tokens, base.limits.max_draft_tokens or max_draft_tokens)}
+        ),
         acceptance=accept,
         calibration_notes="; ".join(provenance.notes),
         provenance=provenance,

@@ -155,7 +155,8 @@ def _print_fixed_batch(points: Sequence[FixedBatchPoint], label: str) -> None:
 @simulate.command("oracle")
 @click.option("--profile", "profile_name", default="llama3.1-8b-h100-eagle", show_default=True)
 @click.option("--workload", "workload_name", default="reasoning", show_default=True)
-@click.option("--max-k", default=4, show_default=True, type=click.IntRange(1, 16), help="largest k to try")
+@click.option("--max-k", default=None, type=click.IntRange(1, 16),
+              help="largest k to try (default: 4, or the profile's limits.max_draft_tokens if lower)")  # fmt: skip
 @click.option("--batch-sizes", default=None, help="comma-separated (default: 1 to the profile's max_num_seqs)")
 @click.option("--tolerance", default=0.01, show_default=True, type=click.FloatRange(0, 1),
               help="k within this fraction of the best per-token latency count as tied")  # fmt: skip
@@ -164,7 +165,7 @@ def _print_fixed_batch(points: Sequence[FixedBatchPoint], label: str) -> None:
 def oracle_cmd(
     profile_name: str,
     workload_name: str,
-    max_k: int,
+    max_k: int | None,
     batch_sizes: str | None,
     tolerance: float,
     seed: int,
@@ -178,6 +179,14 @@ def oracle_cmd(
     sizes = int_list(batch_sizes, "--batch-sizes") if batch_sizes else list(DEFAULT_BATCH_SIZES)
     if min(sizes) > profile.limits.max_num_seqs:
         fail(f"--batch-sizes: all exceed the profile's max_num_seqs {profile.limits.max_num_seqs}")
+    limit = profile.limits.max_draft_tokens
+    if max_k is None:
+        max_k = min(4, limit or 4)
+    elif limit is not None and max_k > limit:
+        fail(
+            f"--max-k {max_k}: above profile {profile.name}'s limits.max_draft_tokens {limit} (a fitted profile's: "
+            "the longest draft its acceptance was measured at)"
+        )
     result = oracle(profile, workload=workload, max_k=max_k, batch_sizes=sizes, seed=seed, tolerance=tolerance)
     if as_json:
         click.echo(json.dumps({**result.model_dump(mode="json"), "schedule": result.schedule()}, indent=2))

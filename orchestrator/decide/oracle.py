@@ -86,6 +86,12 @@ def oracle(
     rounds: int = 6,
     tolerance: float = 0.01,
 ) -> Oracle:
+    limit = profile.limits.max_draft_tokens
+    if limit is not None and max_k > limit:  # a fitted profile's: past it its acceptance was never measured
+        raise ValueError(
+            f"k up to {max_k} asked of profile {profile.name}, whose limits.max_draft_tokens is {limit} "
+            f"(the longest draft it models; a fitted profile's: the longest measured): use k <= {limit}"
+        )
     sizes = sorted({b for b in batch_sizes if b <= profile.limits.max_num_seqs})
     if not sizes:
         raise ValueError(f"no batch size within the profile's max_num_seqs {profile.limits.max_num_seqs}")
