@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from loadshapes.campaign_files import anchored
 from loadshapes.prompts import PROMPT_BUILDERS, PrefixBlocks, prefixed_prompt
 
 if TYPE_CHECKING:
@@ -180,8 +181,14 @@ class RequestMix(_Strict):
     entries: list[MixEntry] = Field(default_factory=list, description="weighted workloads")
     dataset: str | None = Field(
         default=None,
-        description="JSONL, a request per line (`category`, `prompt`, `max_tokens`, ...); not with `entries`",
+        description="JSONL, a request per line (`category`, `prompt`, `max_tokens`, ...); not with `entries`; a "
+        "relative path is read from the campaign file's directory",
     )
+
+    @field_validator("dataset", mode="after")
+    @classmethod
+    def _relative_to_the_campaign(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return None if v is None else anchored(v, info)
 
     @model_validator(mode="after")
     def _one_source(self) -> RequestMix:

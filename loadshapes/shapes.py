@@ -12,8 +12,9 @@ import math
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from loadshapes.campaign_files import anchored
 from loadshapes.mixes import ReplayedRequests
 from loadshapes.phases import Phase
 from loadshapes.prompts import PrefixBlocks
@@ -219,7 +220,8 @@ class Replay(ShapeBase):
     """
 
     kind: Literal["replay"] = "replay"
-    # One file, or several of one format replayed as one trace merged by time (Azure's code and conversation files).
+    # One file, or several of one format replayed as one trace merged by time (Azure's code and conversation files);
+    # a relative path is read from the campaign file's directory (loadshapes/campaign_files.py).
     path: str | tuple[str, ...] = Field(min_length=1)
     # None: from the path and the header (replay_formats.registry); parquet is the older name of specdrill.
     format: Literal["azure", "burstgpt", "mooncake", "specdrill", "csv", "parquet"] | None = None
@@ -266,6 +268,11 @@ class Replay(ShapeBase):
         allow_inf_nan=False,
         description="phase length: phases are `replay00`, `replay01`, ... bins of this many seconds",
     )
+
+    @field_validator("path", mode="after")
+    @classmethod
+    def _relative_to_the_campaign(cls, v: str | tuple[str, ...], info: ValidationInfo) -> str | tuple[str, ...]:
+        return anchored(v, info) if isinstance(v, str) else tuple(anchored(p, info) for p in v)
 
     @model_validator(mode="after")
     def _readable(self) -> Replay:

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from loadshapes.campaign_files import FILES_RELATIVE_TO
 from loadshapes.mixes import MixEntry, RequestMix
 from loadshapes.shapes import Shape, Sustained
 from loadshapes.slo import SloConfig
@@ -408,4 +409,6 @@ def load_campaign(path: str | Path) -> Campaign:
         raise CampaignError(f"campaign file {p}: {size:.0f} MiB, over the {MAX_CAMPAIGN_BYTES >> 20} MiB a campaign "
                             "may be (its YAML is parsed whole)")  # fmt: skip
     text = read_text(p, "campaign file", CampaignError)
-    return load_yaml_model(text, Campaign, origin=f"campaign {p}", error=CampaignError)
+    # The files it names (a replay's trace, a mix's dataset) are read relative to the file's own directory.
+    context = {FILES_RELATIVE_TO: str(p.absolute().parent)}
+    return load_yaml_model(text, Campaign, origin=f"campaign {p}", error=CampaignError, context=context)

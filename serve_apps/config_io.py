@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -40,7 +40,9 @@ def read_text(path: Path, what: str, error: type[ValueError]) -> str:
         raise error(f"{what} {path}: cannot read it ({exc.strerror or exc})") from None
 
 
-def load_yaml_model(text: str, model: type[M], *, origin: str, error: type[ValueError]) -> M:
+def load_yaml_model(
+    text: str, model: type[M], *, origin: str, error: type[ValueError], context: dict[str, Any] | None = None
+) -> M:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -48,6 +50,6 @@ def load_yaml_model(text: str, model: type[M], *, origin: str, error: type[Value
     if not isinstance(data, dict):
         raise error(f"{origin}: expected a mapping at the top level")
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except ValidationError as exc:
         raise error(f"{origin}: {first_error(exc)}") from None

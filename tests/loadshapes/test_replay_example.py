@@ -30,7 +30,7 @@ def test_the_checked_in_sample_is_what_the_seeded_script_writes(tmp_path: Path) 
 
 
 def test_the_example_replays_its_bursts_with_recorded_lengths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)  # the campaign names its sample relative to the repository root
+    monkeypatch.chdir(ROOT)  # EXAMPLE is named from the repository root (the campaign names its sample from its own)
     campaign = load_campaign(EXAMPLE)
     shape = campaign.shapes["bursty"]
     assert isinstance(shape, Replay) and shape.has_lengths
