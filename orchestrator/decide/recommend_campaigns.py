@@ -16,6 +16,10 @@ from serve_apps.config_io import load_yaml_model
 from serve_apps.policies import DynamicPolicy, FixedPolicy
 
 MAX_REPEATS = 100  # the campaign's own limit
+# The follow-up's shape that drives the engine past the batch the runs measured; a run set that already ran it gets
+# no second one (the engine may hold no more: the loop ends, and the part above stays "inherited, not measured").
+REACH_SHAPE = "past-measured"
+REACH_FACTOR = 4.0  # the follow-up aims at this many times the highest measured batch (within max_num_seqs)
 
 
 def _arm_names(campaign: Campaign) -> dict[str, tuple[str, str]]:
@@ -43,7 +47,8 @@ def followup_campaign(runs: Sequence[RunEvidence], recommendation: Recommendatio
     missing = sorted(unmeasured - kept)
     # more_repeats is counted from the run that gave the band its requests: any is beyond what that run had.
     more = max((b.more_repeats or 0 for b in recommendation.bands), default=0)
-    if not missing and not more:
+    reach = _reach_shape(runs, recommendation)
+    if not missing and not more and reach is None:
         return None
     repeats = max(first.repeats, more)
     data = first.campaign.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -69,12 +74,34 @@ def followup_campaign(runs: Sequence[RunEvidence], recommendation: Recommendatio
         policies[name] = {"kind": "fixed", **drafter, "k": k}
         arms.append((name, topology))
     unique = list(dict.fromkeys(arms))
+    if reach is not None:
+        data["shapes"] = {**data["shapes"], REACH_SHAPE: reach}
     data.update(
         policies=policies, topologies=topologies, arms=[{"policy": p, "topology": t} for p, t in unique],
         repeats=min(repeats, MAX_REPEATS), name=f"{first.campaign.name}-followup"[:41],
         output=f"{first.run_dir}-followup" + (str(len(runs)) if len(runs) > 1 else ""),
     )  # fmt: skip
     return _validated(_exempt_only_its_arms(data), "the follow-up campaign")
+
+
+def _reach_shape(runs: Sequence[RunEvidence], recommendation: Recommendation) -> dict[str, Any] | None:
+    """A ramp from the highest rate the `off` arm was offered to REACH_FACTOR times it, as long as the campaign's
+    longest shape, where the runs' load left batch sizes above the highest measured one without evidence: at the
+    same requests per second of engine time a batch grows at least in proportion to the rate (Little's law, and
+    each step is slower at a larger batch), so the ramp's top drives the engine past REACH_FACTOR times the
+    batch the runs reached, or to saturation. None where nothing lies beyond, or a run already ran it."""
+    first = runs[0]
+    beyond = [b for b in recommendation.bands if b.extent == "beyond_measured" or (b.requests == 0 and b.k is None)]
+    top = max((b.measured_high for b in recommendation.bands if b.measured_high is not None), default=None)
+    rate = max((r.batches.peak_rate for r in runs if r.batches.peak_rate), default=None)
+    if not beyond or top is None or rate is None or any(REACH_SHAPE in r.campaign.shapes for r in runs):
+        return None
+    if not any(b.low > top for b in beyond):
+        return None
+    target = min(REACH_FACTOR * top, max(b.high for b in beyond))
+    duration = max(shape.duration for shape in first.campaign.shapes.values())
+    return {"kind": "ramp", "rate_from": round(rate, 3), "rate_to": round(rate * max(target / top, 1.5), 3),
+            "duration_s": round(duration, 3)}  # fmt: skip
 
 
 def _one_engine_baseline(run: RunEvidence, off_arm: str | None) -> tuple[str, str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator.decide.recommend import vllm_snippet
+from orchestrator.decide.recommend import data_parallel_snippet, vllm_snippet
 from orchestrator.decide.recommendation import Recommendation
 from orchestrator.decide.runs import RunEvidence
 from orchestrator.rundir import RunStore
@@ -38,7 +38,7 @@ def write_recommendation(
         elif store.exists(name):
             store.remove(name)  # an earlier recommendation's: not this one's
     lines = [recommendation.message]
-    snippet = vllm_snippet(recommendation)
+    snippet = vllm_snippet(recommendation) + data_parallel_snippet(recommendation)
     if rehearsal is not None:
         lines.append(recommendation.frame)
         lines.append(f"rehearse it: {command} {store.root}/{REHEARSAL}")

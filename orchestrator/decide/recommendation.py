@@ -15,6 +15,9 @@ Status = Literal["schedule", "off", "insufficient"]
 # Why the schedule runs its k in a band: measured there; `off` measured faster (a schedule cannot unload the
 # drafter, so it runs k = 0); or no evidence, inherited from a neighbour.
 Basis = Literal["measured", "off_faster", "inherited"]
+# Where a band's evidence is: the whole band; a part of a report band the evidence separated (split); the part of a
+# band above (or below) the batch the `off` arm's requests reached (beyond_measured: no evidence, inherited).
+Extent = Literal["band", "split", "beyond_measured"]
 
 
 class Candidate(BaseModel):
@@ -45,10 +48,34 @@ class BandDecision(BaseModel):
     schedule_k: int | None = None  # what the recommended schedule runs here; None: no schedule
     basis: Basis | None = None
     inherited_from: str | None = None
+    # The batch sizes the evidence covers: the `off` arm's requests' typical batch in the band (None: none ran
+    # here); of_band: the report's band the decision was made in (a split or a part beyond the measured load)
+    measured_low: int | None = None
+    measured_high: int | None = None
+    of_band: str | None = None
+    extent: Extent = "band"
     candidates: list[Candidate]
     unmeasured_k: list[int]
     more_repeats: int | None  # the repeats that would give this band its needed requests; None: more will not
     confidence: Confidence
+    message: str
+
+
+class DataParallelAnswer(BaseModel):
+    """The answer for a data-parallel deployment: vLLM drops a schedule there and runs num_speculative_tokens in
+    every step, so the choice is one static k at the measured load (recommend_topology.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    topology: str  # data_parallel:N
+    status: Literal["static", "off", "insufficient"]
+    k: int | None  # the static k (0 with status off)
+    arm: str | None  # the arm that measured it
+    # per candidate ("off", "k=1", ...): its per-token latency over the fastest's at the measured load, weighted by
+    # the requests per band of the load the deployment saw (1: the fastest)
+    scores: dict[str, float]
+    weighted_by: str  # whose requests per band weight the bands
+    schedule_gain: float | None  # the recommended schedule's per-token speedup over the static k at that load
+    speculative_config: dict[str, Any] | None
     message: str
 
 
@@ -67,3 +94,4 @@ class Recommendation(BaseModel):
     speculative_config: dict[str, Any] | None  # None: no schedule recommended (see status)
     frame: str  # whose batch sizes the edges are
     message: str
+    data_parallel: DataParallelAnswer | None = None  # where the runs have data-parallel arms, or asked for

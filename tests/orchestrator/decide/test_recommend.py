@@ -21,6 +21,7 @@ from orchestrator.analysis.kchoice import BandChoice, KCandidate
 from orchestrator.analysis.results import RatioCI, Verdict
 from orchestrator.campaign import Campaign, load_campaign
 from orchestrator.decide.recommend import EXIT_INSUFFICIENT, build, vllm_snippet
+from orchestrator.decide.recommend_evidence import BatchEvidence
 from orchestrator.decide.runs import RecommendError, RunEvidence, check_same_traffic
 
 ENGINE = {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"}
@@ -120,22 +121,40 @@ def test_a_ramp_names_each_arm_and_the_bands_without_evidence(ramp: Path) -> Non
     assert result.returncode == 0, result.stdout + result.stderr
     recommendation = _recommendation(ramp)
     bands = {b["band"]: b for b in recommendation["bands"]}
-    assert list(bands) == ["1-4", "5-12", "13-512"]
-    busy = bands["13-512"]
+    # The top band is cut at the highest batch off-single's requests ran at: the ramp's evidence ends there
+    top = bands[next(name for name in bands if name.startswith("13-"))]["measured_high"]
+    assert 13 < top < 512
+    assert list(bands) == ["1-4", "5-12", f"13-{top}", f"{top + 1}-512"]
+    busy = bands[f"13-{top}"]
+    assert (busy["measured_low"], busy["measured_high"], busy["of_band"]) == (13, top, "13-512")
     # `off` and the dynamic arm's k = 0 are two candidates, each named by its arm, with its own evidence
     by_arm = {c["arm"]: c for c in busy["candidates"]}
     assert (by_arm["off-single"]["speculative"], by_arm["off-single"]["k"]) == (False, 0)
     assert (by_arm["dyn-single"]["speculative"], by_arm["dyn-single"]["k"]) == (True, 0)
     assert by_arm["off-single"]["vs_best"]["point"] != by_arm["dyn-single"]["vs_best"]["point"]
     assert (busy["status"], busy["k"], busy["arm"], busy["basis"]) == ("schedule", 3, "fixed3-single", "measured")
-    line = next(x for x in result.stdout.splitlines() if x.startswith("13-512: "))
-    assert line.startswith("13-512: k=3 (fixed3-single), ") and "off-single (off) " in line
+    line = next(x for x in result.stdout.splitlines() if x.startswith(f"13-{top}: "))
+    assert line.startswith(f"13-{top}: k=3 (fixed3-single), medium confidence, measured at batch 13-{top} | ")
+    assert "off-single (off) " in line
     assert "dyn-single (k=0) " in line and "fixed3-single (k=3) fastest" in line and "k = 1, 2 not measured" in line
+    # Above the measured load: no evidence, inherited, and said so with no confidence
+    above = bands[f"{top + 1}-512"]
+    assert (above["status"], above["confidence"], above["extent"], above["basis"]) == (
+        "insufficient",
+        "none",
+        "beyond_measured",
+        "inherited",
+    )
+    assert (above["schedule_k"], above["inherited_from"]) == (3, f"13-{top}")
+    assert (
+        "above the measured load, inherited, not measured (no confidence: the k there may differ): "
+        f"{top + 1}-512 k=3 (from 13-{top})"
+    ) in result.stdout
     # Bands 1-4 and 5-12 are short of requests: they are in the schedule only as inherited, and said so
     for name in ("1-4", "5-12"):
         assert bands[name]["status"] == "insufficient" and bands[name]["basis"] == "inherited"
-        assert (bands[name]["schedule_k"], bands[name]["inherited_from"]) == (3, "13-512")
-    assert "no evidence, inherited in the schedule: 1-4 k=3 (from 13-512), 5-12 k=3 (from 13-512)" in result.stdout
+        assert (bands[name]["schedule_k"], bands[name]["inherited_from"]) == (3, f"13-{top}")
+    assert f"no evidence, inherited in the schedule: 1-4 k=3 (from 13-{top}), 5-12 k=3 (from 13-{top})" in result.stdout
     assert recommendation["schedule"] == [[1, 512, 3]]
     # The frame the edges are in, and where a schedule in its own frame comes from
     assert (
@@ -168,7 +187,8 @@ def test_runs_of_the_same_traffic_combine(ramp: Path) -> None:
     bands = {b["band"]: b for b in recommendation["bands"]}
     # With the follow-up's repeats and fixed arms, 5-12 has evidence now, and k = 1 and 2 are measured at 13+
     assert bands["5-12"]["status"] == "schedule" and bands["5-12"]["basis"] == "measured"
-    assert {c["k"] for c in bands["13-512"]["candidates"] if c["speculative"]} == {0, 1, 2, 3}
+    busy = next(b for name, b in bands.items() if name.startswith("13-"))
+    assert {c["k"] for c in busy["candidates"] if c["speculative"]} == {0, 1, 2, 3}
     assert all(c["run"] in (str(ramp), str(followup)) for b in bands.values() for c in b["candidates"])
 
 
@@ -228,9 +248,12 @@ def _run(name: str, *bands: BandChoice, seed: int = 0) -> RunEvidence:
          "shapes": RAMP["shapes"], "seed": seed}
     )  # fmt: skip
     manifest = {"campaign": campaign.model_dump(mode="json", by_alias=True), "mode": "virtual"}
+    # measured over each whole band, no finer evidence: the decision on these bands alone
+    batches = BatchEvidence(measured=[(float(b.low), float(b.high)) for b in bands], fine=[], peak_rate=None)
     return RunEvidence(
-        run_dir=name, mode="virtual", campaign=campaign, manifest=manifest, choices=list(bands), baseline="off-single"
-    )
+        run_dir=name, mode="virtual", campaign=campaign, manifest=manifest, choices=list(bands), baseline="off-single",
+        batches=batches,
+    )  # fmt: skip
 
 
 def test_off_faster_in_every_band_is_the_only_leave_it_off() -> None:
@@ -239,7 +262,8 @@ def test_off_faster_in_every_band_is_the_only_leave_it_off() -> None:
     assert recommendation.status == "off" and recommendation.speculative_config is None
     assert recommendation.message.splitlines()[:2] == [
         "leave speculation off: off-single is faster than every speculative arm in every measured band",
-        "1-512: off (off-single) faster than every speculative arm | off-single (off) 0.900x [0.880, 0.920] n=100; "
+        "1-512: off (off-single) faster than every speculative arm, measured at batch 1-512 | off-single (off) "
+        "0.900x [0.880, 0.920] n=100; "
         "fixed1-single (k=1) fastest n=100; k = 0, 2 not measured",
     ]
     assert vllm_snippet(recommendation) == "# no speculative_config: plain decoding\n"
