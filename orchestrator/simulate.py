@@ -45,7 +45,8 @@ class FixedBatchPoint(BaseModel):
     policy_tokens_per_s: float
     off_tokens_per_s: float
     speedup: float
-    mean_acceptance_length: float | None
+    mean_executed_k: float  # the draft length the engine ran, per request-step of the steady window
+    mean_acceptance_length: float | None  # None: no step of the window verified a draft (k = 0 there, or off)
 
 
 class ClosedBatch(BaseModel):
@@ -56,6 +57,11 @@ class ClosedBatch(BaseModel):
     # Time-weighted mean of the engine's running batch in the window: below batch_size where the KV cache or
     # the token budget cannot hold that many requests at once.
     mean_batch: float
+    # Of the steady requests' steps, as tpot_p50_s: the k the engine ran, and vLLM's mean acceptance length over
+    # the steps that verified drafts (None where none did: k = 0 at this batch size, or speculation off). Until
+    # issue 40 the length counted the whole run, whose ramp-up and drain run at smaller batches (a schedule's
+    # k = 3 there gave "1.86" at a batch size whose k is 0).
+    mean_executed_k: float
     mean_acceptance_length: float | None
 
 
@@ -89,8 +95,12 @@ def closed_batch(
     start = finishes[batch_size - 1]
     end = finishes[total - batch_size - 1] if total > 2 * batch_size else finishes[-1]
     tokens = sum(int(((r.token_times > start) & (r.token_times <= end)).sum()) for r in run.records)
-    steady = [r.tpot for r in run.records if r.first_scheduled >= start and r.finished <= end and r.output_tokens > 1]
-    summary = summarize_window(run.records, start=0.0, end=run.end + 1e-9, arrived=total, slo=SloConfig())
+    inside_window = [r for r in run.records if r.first_scheduled >= start and r.finished <= end]
+    steady = [r.tpot for r in inside_window if r.output_tokens > 1]
+    executed_k = np.concatenate([r.step_k for r in inside_window]) if inside_window else np.zeros(0)
+    drafted = np.concatenate([r.step_drafted for r in inside_window]) if inside_window else np.zeros(0)
+    accepted = np.concatenate([r.step_accepted for r in inside_window]) if inside_window else np.zeros(0)
+    verified = drafted > 0
     steps = core.steps
     starts, ends = steps.column("start"), steps.column("end")
     inside = (starts >= start) & (ends <= end)
@@ -102,7 +112,8 @@ def closed_batch(
         mean_batch=float(np.average(steps.column("batch_size")[inside], weights=durations))
         if durations.sum() > 0
         else float(batch_size),
-        mean_acceptance_length=summary.mean_acceptance_length,
+        mean_executed_k=float(executed_k.mean()) if executed_k.size else 0.0,
+        mean_acceptance_length=1.0 + float(accepted[verified].sum()) / int(verified.sum()) if verified.any() else None,
     )
 
 
@@ -125,6 +136,7 @@ def fixed_batch(
                 policy_tokens_per_s=spec.tokens_per_s,
                 off_tokens_per_s=off.tokens_per_s,
                 speedup=spec.tokens_per_s / off.tokens_per_s,
+                mean_executed_k=spec.mean_executed_k,
                 mean_acceptance_length=spec.mean_acceptance_length,
             )
         )

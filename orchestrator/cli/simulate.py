@@ -138,18 +138,18 @@ def fixed_batch_cmd(
 
 def _print_fixed_batch(points: Sequence[FixedBatchPoint], label: str) -> None:
     table = Table(title=f"{label}: throughput vs no speculation at fixed batch sizes")
-    for col in ("batch", "policy tok/s", "off tok/s", "speedup", "accept len"):
+    for col in ("batch", "policy tok/s", "off tok/s", "speedup", "mean k", "accept len"):
         table.add_column(col, justify="right")
     for p in points:
-        mal = f"{p.mean_acceptance_length:.2f}" if p.mean_acceptance_length else "-"
+        mal = "-" if p.mean_acceptance_length is None else f"{p.mean_acceptance_length:.2f}"
         table.add_row(
-            str(p.batch_size),
-            f"{p.policy_tokens_per_s:,.0f}",
-            f"{p.off_tokens_per_s:,.0f}",
-            f"{p.speedup:.2f}x",
-            mal,
-        )
-    console().print(table)
+            str(p.batch_size), f"{p.policy_tokens_per_s:,.0f}", f"{p.off_tokens_per_s:,.0f}", f"{p.speedup:.2f}x",
+            f"{p.mean_executed_k:.2f}", mal,
+        )  # fmt: skip
+    out = console()
+    out.print(table)
+    if any(p.mean_acceptance_length is None for p in points):
+        out.print("accept len -: no step verified a draft at that batch size (k = 0 there): nothing was accepted")
 
 
 @simulate.command("oracle")
