@@ -7,11 +7,14 @@ schedule and no further follow-up."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow.dataset as ds
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -136,7 +139,41 @@ def test_quickstart_answer_agrees_with_the_oracle(quickstart: tuple[Path, Summar
         low = int(band.band.split("-")[0])
         assert "off-single" not in band.best
         assert any(configured[a][band.band] == quickstart_oracle.best_k(low) for a in band.best), band.message
-    assert not batch.baselines or batch.baselines["dyn-dp2"] == "off-dp2"  # dp2 against off on dp2
+    assert batch.baselines.get("dyn-dp2") == "off-dp2"  # dp2 against off on dp2 (no baselines fails too)
+
+
+def _max_typical_batch(run: Path, arm: str) -> float:
+    """The highest mean running batch of the arm's requests, read from the trace files themselves."""
+    table = ds.dataset(run / "traces" / f"arm={arm}", format="parquet").to_table(columns=["step_batch_mean"])
+    return float(np.nanmax(np.asarray(table.column("step_batch_mean").to_numpy(zero_copy_only=False), dtype=float)))
+
+
+def test_quickstart_claims_nothing_past_its_measured_load(quickstart: tuple[Path, Summary]) -> None:
+    """The quickstart's engines run at batch ~20 at most; the oracle's k changes at 64 (k = 3 is 3.7% slower
+    than k = 2 at 128). The top band's evidence is named with its measured range, the batch sizes above it are
+    inherited, not measured, with no confidence, and the follow-up carries a load that reaches beyond."""
+    run, _ = quickstart
+    truth = _oracle_of(yaml.safe_load(QUICKSTART.read_text()), (16, 32, 64, 128))
+    assert truth.best_k(16) == 3 and truth.best_k(128) != 3  # the inherited k is a claim the oracle refutes
+    result = CliRunner().invoke(cli, ["recommend", str(run)])
+    recommendation = json.loads((run / "recommendation.json").read_text())
+    top = math.ceil(_max_typical_batch(run, "off-single"))
+    assert top < 64
+    measured = [b for b in recommendation["bands"] if b["basis"] == "measured"]
+    assert max(b["measured_high"] for b in measured) == top == measured[-1]["high"], recommendation["message"]
+    assert f"{measured[-1]['band']}: k=3 (fixed3-single), medium confidence, measured at batch " in result.output
+    above = [b for b in recommendation["bands"] if b["low"] > top]
+    assert [(b["low"], b["high"]) for b in above] == [(top + 1, 512)]
+    assert (above[0]["extent"], above[0]["confidence"], above[0]["basis"]) == ("beyond_measured", "none", "inherited")
+    assert f"{top + 1}-512: not measured: off-single's requests in 13-512 ran at batch 13-{top}, none above" in (
+        result.output
+    )
+    assert "above the measured load, inherited, not measured (no confidence: the k there may differ): " in (
+        result.output
+    )
+    followup = yaml.safe_load((run / "followup-campaign.yaml").read_text())
+    reach = followup["shapes"]["past-measured"]
+    assert reach["kind"] == "ramp" and reach["rate_to"] >= 2 * reach["rate_from"]
 
 
 def test_renaming_topologies_changes_no_decision(
@@ -173,6 +210,9 @@ def test_recommend_followup_recommend_ends_with_a_schedule(quickstart: tuple[Pat
     assert not (copy / "followup-campaign.yaml").exists(), "the loop did not end"
     measured = {c["k"] for b in recommendation["bands"] for c in b["candidates"] if c["speculative"]}
     assert {1, 2, 3} <= measured
+    # The follow-up's load reached past the first run's top batch (~20), to where the oracle's k changes
+    top = max(b["measured_high"] for b in recommendation["bands"] if b["measured_high"] is not None)
+    assert top >= 64 and top >= 2 * math.ceil(_max_typical_batch(copy, "off-single")), recommendation["message"]
 
 
 def test_a_data_parallel_only_campaign_is_followed_up_on_one_engine(tmp_path: Path) -> None:
@@ -211,6 +251,18 @@ def test_first_yaml_compares_the_dp_arm_per_engine_and_says_so(tmp_path: Path) -
     code, recommendation = _recommend(run)
     assert code == 0 and recommendation["status"] == "schedule", recommendation["message"]
     _consistent_with_oracle(recommendation, truth)
+    # The top band names the batch sizes its evidence covers; above them nothing is claimed as measured
+    top = math.ceil(_max_typical_batch(run, "off-single"))
+    measured = [b for b in recommendation["bands"] if b["basis"] == "measured"]
+    assert (
+        measured[-1]["measured_high"] == top
+        and f"measured at batch {measured[-1]['measured_low']}-{top}" in (measured[-1]["message"])
+    )
+    assert all(b["extent"] == "beyond_measured" and b["confidence"] == "none" for b in recommendation["bands"]
+               if b["low"] > top)  # fmt: skip
+    # dyn-dp2 runs vLLM's data parallelism: the answer for it is a static k, the schedule said dropped
+    answer = recommendation["data_parallel"]
+    assert answer["topology"] == "data_parallel:2" and "so a schedule would be dropped" in answer["message"]
 
 
 def _gpu_example_in_virtual_time() -> dict[str, Any]:
