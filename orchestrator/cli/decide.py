@@ -13,19 +13,29 @@ from orchestrator.cli.common import campaign_of, fail, force_lock_option, limit_
 
 @click.command("recommend")
 @click.argument("run_dirs", nargs=-1, required=True)
-def recommend_cmd(run_dirs: tuple[str, ...]) -> None:
+@click.option("--topology", "topology_text", default=None,
+              help="answer for this deployment too: data_parallel:N (vLLM runs one static k there)")  # fmt: skip
+def recommend_cmd(run_dirs: tuple[str, ...], topology_text: str | None) -> None:
     """Per batch band, the smallest k within the margin of the fastest speculative arm on the same requests,
     from the report's evidence of one run or several runs of the same traffic: a vLLM speculative_config, a
-    campaign that rehearses it, and a follow-up campaign for what is missing. Exit 4: insufficient data, no
-    recommendation."""
+    campaign that rehearses it, and a follow-up campaign for what is missing; for a data-parallel deployment
+    (the runs' data-parallel arms, or --topology), the static k vLLM will run there. Exit 4: insufficient data,
+    no recommendation."""
     from orchestrator.decide.recommend import EXIT_INSUFFICIENT, recommend_runs
     from orchestrator.decide.recommend_outputs import write_recommendation
     from orchestrator.decide.runs import RecommendError, load_evidence
+    from serve_apps.policies import parse_topology
 
     try:
+        topology = parse_topology(topology_text) if topology_text is not None else None
+        if topology is not None and topology.kind == "replicas":
+            raise RecommendError(
+                f"--topology {topology_text}: replicas each apply the one-engine schedule recommend gives; "
+                "--topology answers for data_parallel:N (where vLLM drops the schedule)"
+            )
         runs = [load_evidence(run_dir) for run_dir in run_dirs]
-        recommendation, rehearsal, followup = recommend_runs(runs)
-    except RecommendError as exc:
+        recommendation, rehearsal, followup = recommend_runs(runs, topology)
+    except (RecommendError, ValueError) as exc:
         fail(str(exc))
         raise
     click.echo(write_recommendation(runs, recommendation, rehearsal, followup), nl=False)
