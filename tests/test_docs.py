@@ -106,6 +106,8 @@ FORMS: dict[str, str] = {
         "tests/orchestrator/cli/test_cli.py::test_sweep_shows_the_crossover",
     "specdrill simulate oracle":
         "tests/orchestrator/decide/test_oracle.py::test_cli_oracle_json",
+    "specdrill simulate oracle --campaign CAMPAIGN.yaml":
+        "tests/orchestrator/cli/test_oracle_setup.py::test_with_a_campaign_the_oracle_is_the_graded_one",
     "specdrill tune CAMPAIGN.yaml":
         "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
     "specdrill tune RUN_DIR/recommended-campaign.yaml":

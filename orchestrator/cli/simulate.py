@@ -12,6 +12,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from loadshapes.slo import SloConfig
+from orchestrator.analysis.results import MapSettings
 from orchestrator.campaign import CampaignError
 from orchestrator.cli.common import (
     campaign_of,
@@ -25,6 +26,12 @@ from orchestrator.cli.common import (
     profile_named,
     topology_of,
     workload_named,
+)
+from orchestrator.cli.oracle_setup import (
+    DEFAULT_MAX_K,
+    DEFAULT_PROFILE,
+    DEFAULT_WORKLOAD,
+    oracle_setup,
 )
 from orchestrator.cli.units import with_unit_lines
 from orchestrator.progress import resume_command
@@ -153,18 +160,30 @@ def _print_fixed_batch(points: Sequence[FixedBatchPoint], label: str) -> None:
 
 
 @simulate.command("oracle")
-@click.option("--profile", "profile_name", default="llama3.1-8b-h100-eagle", show_default=True)
-@click.option("--workload", "workload_name", default="reasoning", show_default=True)
+@click.option("--campaign", "campaign_file", default=None, type=click.Path(dir_okay=False),
+              help="take the profile, the workload (the mix's heaviest) and the largest k from this campaign, as "
+              "`tune` and the ground-truth checks do")  # fmt: skip
+@click.option("--profile", "profile_name", default=None,
+              help=f"default: the campaign's, else {DEFAULT_PROFILE}")  # fmt: skip
+@click.option(
+    "--workload",
+    "workload_name",
+    default=None,
+    help=f"a built-in workload; default: the campaign's heaviest, else {DEFAULT_WORKLOAD} (the default mix)",
+)
 @click.option("--max-k", default=None, type=click.IntRange(1, 16),
-              help="largest k to try (default: 4, or the profile's limits.max_draft_tokens if lower)")  # fmt: skip
+              help=f"largest k to try; default: the campaign's largest, else {DEFAULT_MAX_K}; at most the profile's "
+              "limits.max_draft_tokens")  # fmt: skip
 @click.option("--batch-sizes", default=None, help="comma-separated (default: 1 to the profile's max_num_seqs)")
-@click.option("--tolerance", default=0.01, show_default=True, type=click.FloatRange(0, 1),
-              help="k within this fraction of the best per-token latency count as tied")  # fmt: skip
+@click.option("--tolerance", default=MapSettings().margin, show_default=True, type=click.FloatRange(0, 1),
+              help="k within this fraction of the best per-token latency count as tied: the analysis margin, "
+              "as recommend, tune and the ground-truth checks use")  # fmt: skip
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
 def oracle_cmd(
-    profile_name: str,
-    workload_name: str,
+    campaign_file: str | None,
+    profile_name: str | None,
+    workload_name: str | None,
     max_k: int | None,
     batch_sizes: str | None,
     tolerance: float,
@@ -174,22 +193,20 @@ def oracle_cmd(
     """Ground truth: the k that minimises per-token latency at each batch size (fixed-batch runs, k = 0..max-k)."""
     from orchestrator.decide.oracle import DEFAULT_BATCH_SIZES, oracle
 
-    profile = profile_named(profile_name)
-    workload = workload_named(workload_name, profile)
+    setup = oracle_setup(campaign_file, profile_name, workload_name, max_k)
+    profile, workload, max_k = setup.profile, setup.workload, setup.max_k
     sizes = int_list(batch_sizes, "--batch-sizes") if batch_sizes else list(DEFAULT_BATCH_SIZES)
     if min(sizes) > profile.limits.max_num_seqs:
         fail(f"--batch-sizes: all exceed the profile's max_num_seqs {profile.limits.max_num_seqs}")
-    limit = profile.limits.max_draft_tokens
-    if max_k is None:
-        max_k = min(4, limit or 4)
-    elif limit is not None and max_k > limit:
-        fail(
-            f"--max-k {max_k}: above profile {profile.name}'s limits.max_draft_tokens {limit} (a fitted profile's: "
-            "the longest draft its acceptance was measured at)"
-        )
     result = oracle(profile, workload=workload, max_k=max_k, batch_sizes=sizes, seed=seed, tolerance=tolerance)
+    said = (
+        f"oracle of {profile.name} on workload {workload.name} ({setup.workload_from}), k = 0..{max_k} "
+        f"({setup.max_k_from}), ties within {tolerance:.0%}"
+        + (" (the analysis margin recommend and tune use)" if tolerance == MapSettings().margin else "")
+    )
     if as_json:
         click.echo(json.dumps({**result.model_dump(mode="json"), "schedule": result.schedule()}, indent=2))
+        click.echo(said, err=True)
         return
     table = Table(title=f"{profile.name} / {workload.name}: per-token latency p50 (ms) at fixed batch sizes")
     for col in ("batch", *(f"k={k}" for k in range(max_k + 1)), "best k", f"within {tolerance:.0%}"):
@@ -200,6 +217,7 @@ def oracle_cmd(
             ",".join(str(k) for k in p.near_best),
         )  # fmt: skip
     console().print(table)
+    click.echo(said)
     click.echo(f"schedule (vLLM num_speculative_tokens_per_batch_size): {json.dumps(result.schedule())}")
 
 
