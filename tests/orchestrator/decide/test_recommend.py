@@ -242,14 +242,15 @@ def _band(low: int, high: int, candidates: list[KCandidate], best: str | None) -
     )  # fmt: skip
 
 
-def _run(name: str, *bands: BandChoice, seed: int = 0) -> RunEvidence:
+def _run(name: str, *bands: BandChoice, seed: int = 0, fine: list[BandChoice] | None = None) -> RunEvidence:
+    ks = {c.k for b in [*bands, *(fine or [])] for c in b.candidates if c.speculative} | {1, 2}
     campaign = Campaign.model_validate(
-        {"name": "hand", "engine": ENGINE, "policies": {"off": "off", "fixed1": "fixed:1", "fixed2": "fixed:2"},
+        {"name": "hand", "engine": ENGINE, "policies": {"off": "off", **{f"fixed{k}": f"fixed:{k}" for k in ks}},
          "shapes": RAMP["shapes"], "seed": seed}
     )  # fmt: skip
     manifest = {"campaign": campaign.model_dump(mode="json", by_alias=True), "mode": "virtual"}
-    # measured over each whole band, no finer evidence: the decision on these bands alone
-    batches = BatchEvidence(measured=[(float(b.low), float(b.high)) for b in bands], fine=[], peak_rate=None)
+    # measured over each whole band; `fine`: the evidence on finer bands inside them (none: the bands alone)
+    batches = BatchEvidence(measured=[(float(b.low), float(b.high)) for b in bands], fine=fine or [], peak_rate=None)
     return RunEvidence(
         run_dir=name, mode="virtual", campaign=campaign, manifest=manifest, choices=list(bands), baseline="off-single",
         batches=batches,
@@ -316,3 +317,36 @@ def test_off_alone_is_nothing_to_compare_with_and_no_followup(root: Path) -> Non
         f"no recommendation: {run} ran no arm with speculation, only off-single: nothing to compare it with"
     )
     assert "repeats" not in result.stdout and not (run / "followup-campaign.yaml").exists()
+
+
+def _k3_k4(k3_vs_k4: RatioCI | None, k4_vs_k3: RatioCI | None, low: int, high: int) -> BandChoice:
+    """`off`, fixed k = 3 and 4 in batch band low-high: the faster of the two has no ratio, the other its
+    per-token latency over it."""
+    best = "fixed4-single" if k3_vs_k4 is not None else "fixed3-single"
+    return _band(low, high, [
+        _candidate("off-single", 0, vs_best=_ratio(1.7, 1.68, 1.72)),
+        _candidate("fixed3-single", 3, speedup=_ratio(1.66, 1.64, 1.68), vs_best=k3_vs_k4),
+        _candidate("fixed4-single", 4, speedup=_ratio(1.70, 1.68, 1.72), vs_best=k4_vs_k3),
+    ], best)  # fmt: skip
+
+
+def test_a_band_is_split_where_finer_evidence_separates_k_and_kept_whole_where_not() -> None:
+    """The issue's ladder: band 1-8 takes k = 3 (within 2% of k = 4 over the band), while at batch 1-2 k = 3 is
+    slower beyond the margin (interval above 1.02): 1-2 gets k = 4, 3-8 keeps 3. With 1-2's interval reaching
+    below 1.02 (a tie not excluded) the band stays whole."""
+    band = _k3_k4(_ratio(1.015, 1.004, 1.026), None, 1, 8)
+    quiet = _k3_k4(_ratio(1.045, 1.032, 1.058), None, 1, 2)
+    middle = _k3_k4(_ratio(1.012, 0.995, 1.030), None, 3, 4)
+    busy = _k3_k4(None, _ratio(1.010, 0.990, 1.030), 5, 8)
+    recommendation = build([_run("a", band, fine=[quiet, middle, busy])])
+    assert recommendation.schedule == [[1, 2, 4], [3, 8, 3]], recommendation.message
+    split, kept = recommendation.bands
+    assert (split.band, split.k, split.extent, split.of_band) == ("1-2", 4, "split", "1-8")
+    assert split.message.endswith(
+        "(split from 1-8, whose k=3 is slower here beyond the margin: k=3 (fixed3-single) 1.045x [1.032, 1.058] here)"
+    )
+    assert (kept.band, kept.k, kept.extent) == ("3-8", 3, "split")
+    assert "(from the evidence of 1-8: the finer bands' evidence here does not separate k)" in kept.message
+    tied = _k3_k4(_ratio(1.030, 1.010, 1.050), None, 1, 2)
+    whole = build([_run("a", band, fine=[tied, middle, busy])])
+    assert whole.schedule == [[1, 8, 3]] and [b.band for b in whole.bands] == ["1-8"], whole.message
