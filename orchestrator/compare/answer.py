@@ -1,15 +1,31 @@
-"""The answer first (one paragraph for a release review) and the release gate (`--fail-on`)."""
+"""The answer first (one paragraph for a release review) and the release gate (`--fail-on`).
+
+The answer keeps the operator's two questions apart, speculation's benefit first: is speculation still worth
+it (each arm's ratio over `off`, compare/benefit.py), then did the engine itself get slower (`off` against
+itself), then every arm's own cells. `--fail-on worse` gates on the first: a host or engine slower on every
+step slows `off` as much as the speculative arms, which the answer names with its figure, and which
+`--fail-on engine-slower` gates on where that is the question."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import groupby
 
-from orchestrator.compare.model import CellChange, Comparison, FailOn, PolicyChange, VerdictChange
+from orchestrator.compare.benefit import every
+from orchestrator.compare.model import (
+    BenefitChange,
+    CellChange,
+    Comparison,
+    EngineChange,
+    FailOn,
+    PolicyChange,
+    VerdictChange,
+)
 
-FAIL_ON: tuple[FailOn, ...] = ("worse", "verdict-change", "policy-change", "any")
+FAIL_ON: tuple[FailOn, ...] = ("worse", "engine-slower", "verdict-change", "policy-change", "any")
 
 
-def _where(cell: CellChange) -> str:
+def _where(cell: CellChange | BenefitChange) -> str:
     return f"batch {cell.band}" if cell.measure == "batch_size" else f"{cell.band} req/s"
 
 
@@ -22,50 +38,104 @@ def _ratio(cell: CellChange) -> str:
     return f"{what} {ratio.point:.2f}x{interval}"
 
 
+def _change(b: BenefitChange) -> str:
+    r = b.change
+    interval = "" if r.low is None or r.high is None else f" [{r.low:.2f}, {r.high:.2f}]"
+    return f"{_where(b)} ({b.ratio} {r.point:.2f}x{interval})" if r.point is not None else _where(b)
+
+
 def _listed(cells: Sequence[CellChange], limit: int = 6) -> str:
     shown = "; ".join(f"{c.arm} at {_where(c)} ({_ratio(c)})" for c in cells[:limit])
     return shown + (f"; and {len(cells) - limit} more" if len(cells) > limit else "")
 
 
+def _by_arm(benefits: Sequence[BenefitChange], limit: int = 4) -> list[str]:
+    """One line per arm: its bands, the first `limit` with their figures."""
+    lines = []
+    for arm, group in groupby(sorted(benefits, key=lambda b: b.arm), key=lambda b: b.arm):
+        found = list(group)
+        shown = ", ".join(_change(b) for b in found[:limit])
+        lines.append(f"{arm} at {shown}" + (f" and {len(found) - limit} more" if len(found) > limit else ""))
+    return lines
+
+
 def gate_failures(
-    fail_on: Sequence[FailOn], cells: Sequence[CellChange], changes: Sequence[VerdictChange],
-    policies: Sequence[PolicyChange],
+    fail_on: Sequence[FailOn], benefits: Sequence[BenefitChange], engines: Sequence[EngineChange],
+    changes: Sequence[VerdictChange], policies: Sequence[PolicyChange],
 ) -> list[str]:  # fmt: skip
-    """One line per reason the gate fails. A verdict change counts where it is beyond the two runs' intervals."""
-    wanted = set(FAIL_ON[:3]) if "any" in fail_on else set(fail_on)
+    """Why the gate fails, grouped: one line per arm and reason. worse: speculation's benefit fell beyond the
+    margin; engine-slower: an `off` arm is slower beyond the margin; verdict-change: a verdict against `off`
+    changed beyond the intervals; policy-change: what an engine executed changed."""
+    wanted = set(FAIL_ON[:4]) if "any" in fail_on else set(fail_on)
     lines = []
     if "worse" in wanted:
-        lines += [f"worse: {c.message}" for c in cells if c.verdict == "worse"]
+        fell = [b for b in benefits if b.verdict == "worse"]
+        lines += [f"worse (speculation's benefit fell): {line}" for line in _by_arm(fell)]
+    if "engine-slower" in wanted:
+        lines += [f"engine slower: {e.message}" for e in engines if e.slower]
     if "verdict-change" in wanted:
-        lines += [f"verdict change: {v.message}" for v in changes if v.beyond_intervals]
+        real = sorted((v for v in changes if not v.noise_explains), key=lambda v: v.arm)
+        for _arm, group in groupby(real, key=lambda v: v.arm):
+            found = list(group)
+            lines.append(f"verdict change ({len(found)}): " + "; ".join(v.message for v in found))
     if "policy-change" in wanted:
         lines += [f"policy change: {p.message}" for p in policies]
     return lines
 
 
+def _benefit_sentence(benefits: Sequence[BenefitChange]) -> str:
+    judged = [b for b in benefits if b.verdict != "not_comparable"]
+    if not judged:
+        return "Speculation's benefit (each arm's speedup over off): no band comparable in both runs."
+    fell = [b for b in judged if b.verdict == "worse"]
+    grew = [b for b in judged if b.verdict == "better"]
+    head = "Speculation's benefit (each arm's speedup over off, candidate against baseline)"
+    if not fell and not grew:
+        return f"{head}: unchanged in {every(len(judged))} comparable in both runs (within the margin)."
+    said = [f"fell in {len(fell)} of {len(judged)} cells: " + "; ".join(_by_arm(fell))] if fell else []
+    said += [f"grew in {len(grew)} of {len(judged)}: " + "; ".join(_by_arm(grew))] if grew else []
+    return f"{head}: " + "; ".join(said) + "."
+
+
+def _traffic_sentences(c: Comparison) -> list[str]:
+    if c.paired:
+        return [f"Candidate run {c.candidate_run} against baseline run {c.baseline_run} (the same traffic, request "
+                f"by request; margin {c.margin:g})."]  # fmt: skip
+    what = "; ".join(c.traffic_differences)
+    warning = (
+        "the gate judges it because --allow-different-traffic says so"
+        if c.allow_different_traffic
+        else "a gate refuses such runs unless --allow-different-traffic says so"
+    )
+    return [f"Candidate run {c.candidate_run} against baseline run {c.baseline_run}: DIFFERENT TRAFFIC ({what}): "
+            f"cells compared side against side, unpaired, margin {c.margin:g}; {warning}."]  # fmt: skip
+
+
 def answer_paragraph(c: Comparison) -> str:
     """What moved, most important first, in one paragraph."""
-    judged = [x for x in c.cells if x.verdict != "not_comparable"]
-    worse = [x for x in judged if x.verdict == "worse"]
-    better = [x for x in judged if x.verdict == "better"]
-    how = "the same traffic, request by request" if c.paired else "different traffic, unpaired"
-    parts = [f"Candidate run {c.candidate_run} against baseline run {c.baseline_run} ({how}; margin {c.margin:g})."]
+    parts = _traffic_sentences(c)
+    parts.append(_benefit_sentence(c.benefit_changes))
+    parts += [e.message[0].upper() + e.message[1:] + "." for e in c.engine_changes]
     if c.setup:
         shown = sorted({d.what for d in c.setup})
         parts.append(f"Set-up differs in {', '.join(shown[:6])}{' and more' if len(shown) > 6 else ''}.")
     else:
         parts.append("The set-up is the same.")
+    judged = [x for x in c.cells if x.verdict != "not_comparable"]
+    worse = [x for x in judged if x.verdict == "worse"]
+    better = [x for x in judged if x.verdict == "better"]
     if worse:
-        parts.append(f"Worse in {len(worse)} of {len(judged)} comparable cells: {_listed(worse)}.")
+        parts.append(f"Every arm's own cells: worse in {len(worse)} of {len(judged)} comparable cells: "
+                     f"{_listed(worse, 3)}.")  # fmt: skip
     if better:
-        parts.append(f"Better in {len(better)} of {len(judged)}: {_listed(better)}.")
+        parts.append(f"Better in {len(better)} of {len(judged)}: {_listed(better, 3)}.")
     if not worse and not better:
         parts.append(f"No change in any of the {len(judged)} comparable cells.")
     thin = len(c.cells) - len(judged)
     if thin:
         cells = "1 cell has" if thin == 1 else f"{thin} cells have"
         parts.append(f"{cells} too few requests in one run or both to compare.")
-    real = [v for v in c.verdict_changes if v.beyond_intervals]
+    real = [v for v in c.verdict_changes if not v.noise_explains]
     if real:
         parts.append("Verdicts against plain decoding changed: " + "; ".join(v.message for v in real) + ".")
     noise = len(c.verdict_changes) - len(real)

@@ -14,10 +14,11 @@ from orchestrator.analysis.compare_runs import RunPair, band_sets_of, compare_ru
 from orchestrator.analysis.inputs import RunInputs, load_run
 from orchestrator.analysis.summary import SUMMARY, Summary, summary_for
 from orchestrator.compare.answer import answer_paragraph, gate_failures
+from orchestrator.compare.benefit import benefit_changes, engine_changes, holds_one
 from orchestrator.compare.model import CellChange, ChangeVerdict, Comparison, FailOn, RunCell
 from orchestrator.compare.moves import crossover_moves, policy_changes, verdict_changes
 from orchestrator.compare.schedules import schedule_lines
-from orchestrator.compare.setup import setup_differences, traffic_fingerprint
+from orchestrator.compare.setup import setup_differences, traffic_differences
 from serve_apps.config_io import first_error
 
 _CHANGE: dict[Verdict, ChangeVerdict] = {
@@ -114,11 +115,12 @@ def _cell_change(pair: RunPair, j: int, b: int, arm: str, settings: MapSettings)
             .replace("no difference", "no change")
         )
         said = f"{said} ({f'{s.pairs} pairs' if s.paired else f'unpaired, n = {n_base} / {n_cand}'})"
+    noise = verdict == "not_comparable" or holds_one(s.goodput if s.decided_by == "goodput" else s.tpot)
     return CellChange(
         measure=base_map.measure, band=band, band_index=b, arm=arm,
         baseline=_run_cell(base_map, band, arm), candidate=_run_cell(cand_map, band, arm), verdict=verdict,
         paired=s.paired, pairs=s.pairs, decided_by=s.decided_by, tpot=s.tpot, goodput=s.goodput,
-        message=f"{arm} at {where}: {said}",
+        noise_explains=noise, message=f"{arm} at {where}: {said}{', noise can explain it' if noise else ''}",
     )  # fmt: skip
 
 
@@ -129,16 +131,27 @@ def compare(
     arms: Sequence[str] = (),
     fail_on: Sequence[FailOn] = (),
     margin: float | None = None,
+    allow_different_traffic: bool = False,
 ) -> Comparison:
+    """`allow_different_traffic`: a gate may judge runs that sent different traffic (else NotComparable)."""
     baseline, candidate = load_for_compare(baseline_dir), load_for_compare(candidate_dir)
     shared = common_arms(baseline.inputs, candidate.inputs, arms)
+    differences = traffic_differences(baseline.inputs.campaign, candidate.inputs.campaign)
+    if differences and fail_on and not allow_different_traffic:
+        # Two samples of other traffic differ by more than a margin's worth for reasons no engine change made: a
+        # gate on them fails or passes on the traffic. The operator may say the runs are comparable anyway.
+        raise NotComparable(
+            f"{baseline.inputs.store.root} and {candidate.inputs.store.root} sent different traffic "
+            f"({'; '.join(differences)}): --fail-on needs runs of the same traffic (the same campaign's seed, "
+            "shapes and mix); pass --allow-different-traffic to gate on them anyway"
+        )
     base_maps = baseline.summary.maps
     if not base_maps:
         raise NotComparable(f"{baseline.inputs.store.root}: its summary has no operating map to compare")
     settings = base_maps[0].settings
     if margin is not None:
         settings = settings.model_copy(update={"margin": margin})
-    paired = traffic_fingerprint(baseline.inputs.campaign) == traffic_fingerprint(candidate.inputs.campaign)
+    paired = not differences
     pair = compare_runs(
         baseline.inputs, candidate.inputs, band_sets_of(base_maps), shared, paired=paired, settings=settings
     )
@@ -154,13 +167,16 @@ def compare(
             "in both runs"
         )
     traffic = (
-        "same traffic (traffic fingerprints match): cells compared request by request"
+        "same traffic (seed, shapes, mix, repeats, warm-up and load match): cells compared request by request"
         if paired
-        else "different traffic (seed, shapes, mix or repeats differ): cells compared side against side (unpaired "
-        "bootstrap)"
+        else f"different traffic ({'; '.join(differences)}): cells compared side against side (unpaired bootstrap)"
     )
     changes = verdict_changes(pair, shared)
-    moves = crossover_moves(pair, shared)
+    moves = crossover_moves(pair, shared, changes)
+    benefits = benefit_changes(cells, (pair.baseline_maps, pair.candidate_maps), confidence=settings.confidence,
+                               margin=settings.margin)  # fmt: skip
+    offs = [a for a in shared if any(m.is_baseline(a) for m in pair.baseline_maps)]
+    engines = engine_changes(cells, offs)
     names = ([a.name for a in baseline.inputs.arms], [a.name for a in candidate.inputs.arms])
     policies = policy_changes(baseline.summary, candidate.summary, *names)
     setup = setup_differences(baseline.inputs.manifest, candidate.inputs.manifest, shared)
@@ -168,11 +184,14 @@ def compare(
         (baseline.summary, baseline.inputs.campaign, baseline.inputs.store.root),
         (candidate.summary, candidate.inputs.campaign, candidate.inputs.store.root),
     )
-    failures = gate_failures(fail_on, cells, changes, policies)
+    failures = gate_failures(fail_on, benefits, engines, changes, policies)
     comparison = Comparison(
         baseline_run=baseline.summary.run, candidate_run=candidate.summary.run,
         baseline_dir=baseline.inputs.store.root, candidate_dir=candidate.inputs.store.root, arms=shared,
-        paired=paired, traffic=traffic, setup=setup, cells=cells, verdict_changes=changes, crossover_moves=moves,
+        paired=paired, traffic=traffic, traffic_differences=differences,
+        allow_different_traffic=allow_different_traffic,
+        setup=setup, benefit_changes=benefits, engine_changes=engines, cells=cells, verdict_changes=changes,
+        crossover_moves=moves,
         policy_changes=policies, recommended=recommended, answer="", margin=settings.margin,
         fail_on=list(fail_on), gate_failures=failures,
     )  # fmt: skip

@@ -1,18 +1,53 @@
-"""`specdrill compare` on the console: the answer, the gate, the set-up, what moved, and the cells that changed."""
+"""`specdrill compare` on the console: the answer, the gate, speculation's benefit, the set-up, every arm's own
+cells, and what moved."""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.analysis import RatioCI
 from orchestrator.compare.model import Comparison
 
 _COLOUR = {"better": "green", "worse": "red", "no_change": "default", "not_comparable": "yellow"}
 
 
+def _text(r: RatioCI | None) -> str:
+    if r is None or r.point is None:
+        return "-"
+    return f"{r.point:.2f}x" + ("" if r.low is None or r.high is None else f" [{r.low:.2f},{r.high:.2f}]")
+
+
+def _band(measure: str, band: str) -> str:
+    return f"batch {band}" if measure == "batch_size" else f"{band} req/s"
+
+
+def _gate(comparison: Comparison, console: Console) -> None:
+    """The gate under the answer: one line per reason, grouped by arm (compare/answer.py gate_failures)."""
+    if not comparison.fail_on:
+        return
+    gates = ", ".join(comparison.fail_on)
+    if not comparison.gate_failures:
+        console.print(f"[green]gate passed[/green] (--fail-on {gates})")
+        return
+    console.print(f"[red]gate failed[/red] (--fail-on {gates}):")
+    for line in comparison.gate_failures:
+        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+
+
 def print_comparison(comparison: Comparison, console: Console) -> None:
     plain = {"markup": False, "highlight": False, "soft_wrap": True}
     console.print(comparison.answer, **plain)  # type: ignore[arg-type]
+    _gate(comparison, console)
+    if comparison.benefit_changes:
+        benefit = Table(title="speculation's benefit: each arm's speedup over off (> 1: speculation gained)")
+        for column in ("band", "arm", "ratio", "baseline", "candidate", "candidate / baseline", "verdict"):
+            benefit.add_column(column)
+        for b in comparison.benefit_changes:
+            colour = _COLOUR[b.verdict]
+            benefit.add_row(_band(b.measure, b.band), b.arm, b.ratio, _text(b.baseline), _text(b.candidate),
+                            _text(b.change), f"[{colour}]{b.verdict.replace('_', ' ')}[/{colour}]")  # fmt: skip
+        console.print(benefit)
     if comparison.setup:
         table = Table(title="set-up differences")
         for column in ("what", "arm", "baseline", "candidate"):
@@ -20,22 +55,15 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
         for d in comparison.setup:
             table.add_row(d.what, d.arm or "run", d.baseline, d.candidate)
         console.print(table)
-    table = Table(title=f"bands and arms (candidate / baseline, > 1 favours the candidate; {comparison.traffic})")
+    table = Table(title=f"every arm's own cells (candidate / baseline, > 1 favours the candidate; "
+                        f"{comparison.traffic})")  # fmt: skip
     for column in ("band", "arm", "n (baseline/candidate)", "per-token", "goodput", "verdict"):
         table.add_column(column)
     for c in comparison.cells:
-
-        def text(r: object) -> str:
-            point, low, high = (getattr(r, k) for k in ("point", "low", "high"))
-            if point is None:
-                return "-"
-            return f"{point:.2f}x" + ("" if low is None or high is None else f" [{low:.2f},{high:.2f}]")
-
-        band = f"batch {c.band}" if c.measure == "batch_size" else f"{c.band} req/s"
         colour = _COLOUR[c.verdict]
         n = f"{c.pairs} pairs" if c.paired else f"{c.baseline.requests}/{c.candidate.requests}"
         said = f"[{colour}]{c.verdict.replace('_', ' ')}[/{colour}]"
-        table.add_row(band, c.arm, n, text(c.tpot), text(c.goodput), said)
+        table.add_row(_band(c.measure, c.band), c.arm, n, _text(c.tpot), _text(c.goodput), said)
     console.print(table)
     for title, lines in (
         ("verdict changes", [v.message for v in comparison.verdict_changes]),
@@ -46,10 +74,3 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
         console.print(f"[bold]{title}[/bold]: {'none' if not lines else ''}")
         for line in lines:
             console.print(f"  {line}", **plain)  # type: ignore[arg-type]
-    if comparison.fail_on:
-        if comparison.gate_failures:
-            console.print(f"[red]gate failed[/red] (--fail-on {', '.join(comparison.fail_on)}):")
-            for line in comparison.gate_failures:
-                console.print(f"  {line}", **plain)  # type: ignore[arg-type]
-        else:
-            console.print(f"[green]gate passed[/green] (--fail-on {', '.join(comparison.fail_on)})")

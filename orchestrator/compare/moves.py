@@ -14,6 +14,7 @@ from orchestrator.compare.model import CrossoverMove, Direction, PolicyChange, V
 
 _SAID = {Verdict.HELPS: "helped", Verdict.HURTS: "hurt", Verdict.NO_DIFFERENCE: "made no difference"}
 _NOW = {Verdict.HELPS: "now helps", Verdict.HURTS: "now hurts", Verdict.NO_DIFFERENCE: "now no difference"}
+NOISE, BEYOND = "within the intervals, noise can explain it", "beyond both runs' intervals"
 
 
 def _where(operating_map: OperatingMap, band: str) -> str:
@@ -50,15 +51,15 @@ def verdict_changes(pair: RunPair, arms: Sequence[str]) -> list[VerdictChange]:
                     continue
                 measure = before.speedup.decided_by
                 same = after.speedup.goodput if measure == "goodput" else after.speedup.tpot
-                beyond = not _overlap(before.speedup.deciding, same)
+                noise = _overlap(before.speedup.deciding, same)
                 what = "goodput" if measure == "goodput" else "per-token"
-                noise = "" if beyond else ": within the intervals, noise can explain it"
+                said = NOISE if noise else BEYOND
                 found.append(VerdictChange(
                     measure=base_map.measure, band=band.label, arm=arm, baseline=before.speedup.verdict.value,
-                    candidate=after.speedup.verdict.value, beyond_intervals=beyond,
+                    candidate=after.speedup.verdict.value, noise_explains=noise,
                     message=f"{arm} {_SAID[before.speedup.verdict]} at {_where(base_map, band.label)} ({what} "
                             f"{ratio_text(before.speedup.deciding, 2)}), {_NOW[after.speedup.verdict]} ({what} "
-                            f"{ratio_text(same, 2)}){noise}",
+                            f"{ratio_text(same, 2)}): {said}",
                 ))  # fmt: skip
     return found
 
@@ -74,10 +75,19 @@ def _stop(operating_map: OperatingMap, arm: str) -> tuple[int | None, int | None
     return highest, found.band_index, found.band
 
 
-def crossover_moves(pair: RunPair, arms: Sequence[str]) -> list[CrossoverMove]:
+def _noise_explains(base_map: OperatingMap, arm: str, bands: range, changes: Sequence[VerdictChange]) -> bool:
+    """A crossover moves because the verdicts in the bands between its two places changed: noise can explain the
+    move unless one of those verdict changes is beyond the intervals."""
+    labels = {base_map.bands[b].label for b in bands if b < len(base_map.bands)}
+    return all(v.noise_explains for v in changes if v.measure == base_map.measure and v.arm == arm
+               and v.band in labels)  # fmt: skip
+
+
+def crossover_moves(pair: RunPair, arms: Sequence[str], changes: Sequence[VerdictChange]) -> list[CrossoverMove]:
     """Where an arm stops helping, in both runs, where the band differs (both bands named). An arm that helps in
     every band with a verdict is known to help only up to its highest such band: a crossover above it in the other
-    run is outside the first run's data, said so, not a move."""
+    run is outside the first run's data, said so, not a move. Each move says whether noise can explain it (the
+    verdict changes between its two bands, `changes`)."""
     moves: list[CrossoverMove] = []
     for base_map, cand_map in zip(pair.baseline_maps, pair.candidate_maps, strict=True):
         for arm in arms:
@@ -96,9 +106,13 @@ def crossover_moves(pair: RunPair, arms: Sequence[str]) -> list[CrossoverMove]:
                 if outside
                 else f"crossover by {base_map.measure.replace('_', ' ')} moved to a {direction} load"
             )
+            noise = _noise_explains(base_map, arm, range(min(before, after), max(before, after)), changes)
+            beyond = f"not noise: a verdict change between the two bands is {BEYOND}"
+            tail = "" if outside else f": {NOISE if noise else beyond}"
             moves.append(CrossoverMove(
                 measure=base_map.measure, arm=arm, baseline_band=b_band, candidate_band=c_band, direction=direction,
-                message=f"{arm}: {said}: {was} in the baseline, {now} in the candidate",
+                noise_explains=noise or outside,
+                message=f"{arm}: {said}: {was} in the baseline, {now} in the candidate{tail}",
             ))  # fmt: skip
     return moves
 

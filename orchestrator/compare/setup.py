@@ -1,10 +1,10 @@
 """What differs in the set-up of two runs, from their manifests: the engine (model, profile, drafter, version),
 each common arm's engine facts (vLLM version, model runner, async scheduling, topology, speculative config),
-the host and the campaign; and whether they sent the same traffic (the traffic fingerprint)."""
+the host and the campaign; and whether they sent the same traffic (seed, shapes, mix, repeats, warm-up, the
+load's process), naming what differs."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -21,13 +21,43 @@ ARM_FACTS = (
 )  # fmt: skip
 
 
-def traffic_fingerprint(campaign: Campaign) -> str:
-    """What decides the requests a run sends (loadshapes.plan: the traffic seed is the seed, shape and repeat; the
-    contents come from the mix): two runs with the same one sent the same requests, index by index."""
-    data = campaign.model_dump(mode="json", by_alias=True, include={"seed", "shapes", "mix", "repeats", "warmup"})
-    load = campaign.load.model_dump(mode="json", include={"process", "cv", "repeat_traffic", "workers"})
-    text = json.dumps({**data, "load": load}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def _dump(campaign: Campaign, field: str) -> Any:
+    return campaign.model_dump(mode="json", by_alias=True, include={field})[field]
+
+
+def _shapes_said(before: dict[str, Any], after: dict[str, Any]) -> str:
+    parts = [f"{name} differs" for name in before if name in after and before[name] != after[name]]
+    parts += [f"{name} in the baseline only" for name in before if name not in after]
+    parts += [f"{name} in the candidate only" for name in after if name not in before]
+    return "shapes (" + ", ".join(parts) + ")"
+
+
+def traffic_differences(baseline: Campaign, candidate: Campaign) -> list[str]:
+    """What makes two runs' traffic differ, named (seed, shapes, mix, repeats, warm-up, the load's process), then
+    the engine. Empty: the same requests, index by index (loadshapes.plan: the traffic seed is the seed, shape and
+    repeat; the contents come from the mix), so the runs are compared request by request."""
+    found = []
+    if baseline.seed != candidate.seed:
+        found.append(f"seed ({baseline.seed} / {candidate.seed})")
+    shapes = (_dump(baseline, "shapes"), _dump(candidate, "shapes"))
+    if shapes[0] != shapes[1]:
+        found.append(_shapes_said(*shapes))
+    if _dump(baseline, "mix") != _dump(candidate, "mix"):
+        found.append("mix")
+    for field, said in (("repeats", "repeats"), ("warmup", "warm-up")):
+        before, after = _dump(baseline, field), _dump(candidate, field)
+        if before != after:
+            found.append(f"{said} ({_text(before)} / {_text(after)})")
+    keys = {"process", "cv", "repeat_traffic", "workers"}
+    load = (baseline.load.model_dump(mode="json", include=keys), candidate.load.model_dump(mode="json", include=keys))
+    differing = sorted(k for k in keys if load[0].get(k) != load[1].get(k))
+    if differing:
+        found.append(f"load ({', '.join(differing)})")
+    if not found:
+        return found
+    engine = _flat(_dump(baseline, "engine")), _flat(_dump(candidate, "engine"))
+    keys_differing = sorted(k for k in set(engine[0]) | set(engine[1]) if engine[0].get(k) != engine[1].get(k))
+    return [*found, f"engine ({', '.join(keys_differing)})" if keys_differing else "the engine is the same"]
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, str]:

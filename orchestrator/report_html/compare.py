@@ -1,9 +1,12 @@
 """compare.html: one self-contained page (the report's style, no JavaScript) for `specdrill compare`: the
-answer first, the gate, what differs in the set-up, what moved, then every band and arm of both band sets."""
+answer first, the gate's reasons grouped under it, speculation's benefit against load (each arm's speedup over
+`off`, both runs overlaid, with intervals), the engine's own change, what differs in the set-up, what moved,
+then every band and arm of both band sets."""
 
 from __future__ import annotations
 
-from orchestrator.compare.model import CellChange, Comparison, RunCell
+from orchestrator.compare.model import BenefitChange, CellChange, Comparison, RunCell
+from orchestrator.report_html.compare_chart import benefit_chart
 from orchestrator.report_html.page import CSS
 from orchestrator.report_html.text import ci, dur, esc, num
 
@@ -47,6 +50,37 @@ def _cells(comparison: Comparison) -> str:
     return "".join(out)
 
 
+def _benefit(comparison: Comparison) -> str:
+    """Per band set, offered rate first (load as the operator sets it): the chart, then its table."""
+    if not comparison.benefit_changes:
+        return '<p class="muted">no speculative arm compared with its off arm in both runs</p>'
+    out = []
+    measures = dict.fromkeys(b.measure for b in comparison.benefit_changes)
+    for measure in sorted(measures, key=lambda m: m != "offered_rate"):
+        found = [b for b in comparison.benefit_changes if b.measure == measure]
+        bands = list(dict.fromkeys(c.band for c in sorted(comparison.cells, key=lambda c: c.band_index)
+                                   if c.measure == measure))  # fmt: skip
+        unit = "req/s" if measure == "offered_rate" else "batch size"
+        rows = "".join(_benefit_row(b) for b in found)
+        out.append(
+            f"<h3>by {esc(measure.replace('_', ' '))}</h3>{benefit_chart(found, bands, unit)}<table><tr><th>band</th>"
+            f"<th>arm</th><th>ratio</th><th>baseline run</th><th>candidate run</th><th>candidate / baseline</th>"
+            f"<th>verdict</th></tr>{rows}</table>"
+        )
+    return "".join(out)
+
+
+def _benefit_row(b: BenefitChange) -> str:
+    said = {"better": "grew", "worse": "fell", "no_change": "unchanged", "not_comparable": "not comparable"}
+    noise = "<br><span class=muted>noise can explain it</span>" if b.noise_explains and b.verdict != "not_comparable" \
+        else ""  # fmt: skip
+    return (
+        f"<tr><td>{esc(b.band)}</td><td>{esc(b.arm)}</td><td>{esc(b.ratio)}</td><td>"
+        f"{'-' if b.baseline is None else ci(b.baseline)}</td><td>{'-' if b.candidate is None else ci(b.candidate)}"
+        f'</td><td>{ci(b.change)}{noise}</td><td><span class="v {_MARK[b.verdict]}">{said[b.verdict]}</span></td></tr>'
+    )
+
+
 def _items(lines: list[str], empty: str) -> str:
     if not lines:
         return f'<p class="muted">{esc(empty)}</p>'
@@ -74,12 +108,15 @@ def render_compare_html(comparison: Comparison) -> str:
         f"<h1>specdrill compare</h1><p class=meta>baseline {esc(comparison.baseline_run)} "
         f"(<code>{esc(comparison.baseline_dir)}</code>)<br>candidate {esc(comparison.candidate_run)} "
         f"(<code>{esc(comparison.candidate_dir)}</code>)<br>{esc(comparison.traffic)}; margin {comparison.margin:g}"
-        f"</p>{gate}<h2>Answer</h2><p>{esc(comparison.answer)}</p><h2>Set-up</h2>{setup_table}"
+        f"</p><h2>Answer</h2><p>{esc(comparison.answer)}</p>{gate}"
+        f"<h2>Speculation's benefit</h2>{_benefit(comparison)}"
+        f"<h2>The engine (plain decoding)</h2>{_items([e.message for e in comparison.engine_changes], 'no off arm')}"
+        f"<h2>Set-up</h2>{setup_table}"
         f"<h2>Verdict changes</h2>{_items([v.message for v in comparison.verdict_changes], 'none')}"
         f"<h2>Crossover moves</h2>{_items([m.message for m in comparison.crossover_moves], 'none')}"
         f"<h2>Executed-policy changes</h2>{_items([p.message for p in comparison.policy_changes], 'none')}"
         f"<h2>Recommended schedule</h2>{_items(comparison.recommended, 'none')}"
-        f"<h2>Bands and arms</h2>{_cells(comparison)}"
+        f"<h2>Every arm's own cells</h2>{_cells(comparison)}"
     )
     return (
         "<!DOCTYPE html>\n"

@@ -7,6 +7,7 @@ virtual time (unpaired), two endpoint runs of one campaign (paired)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +66,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             address, port = str(info["gcs_address"]), free_port()
             made = {"real": run_and_report(simulated(port, 0), root / "real", address)}
             urls = {name: server.url for name, server in servers.items()}
-            made |= {name: run_and_report(endpoint(urls), root / name, address) for name in ("endpoint", "again")}
+            made |= {name: run_and_report(endpoint(urls), root / name, address) for name in RERUNS}
     finally:
         for server in servers.values():
             server.stop()
     yield {**made, "root": root, "port": port}
+
+
+RERUNS = ("endpoint", "again", "third")  # one endpoint campaign run three times on the same two servers
 
 
 def judged(found: Any) -> list[Any]:
@@ -86,19 +90,27 @@ def test_a_real_time_run_compares_with_itself_and_with_virtual_time_runs_paired_
     assert found.setup == [] and "No change in any of the" in found.answer
 
     # The same campaign and seed in virtual time sent the same requests: paired across the modes, which it names.
+    # The simulator's own run is the baseline, this host's run the candidate: one simulated engine in both, so
+    # the gate on speculation's benefit (--fail-on worse) passes. What the host adds to every step (a busy host:
+    # a few ms) is the engine's change, said as such; it slows `off` (one token a step) more than fixed k = 3
+    # (~2.4 tokens a step), so it can raise speculation's benefit on this host, never lower it: any "fell" here
+    # is a false alarm.
     virtual = simulate(capsys, root, "virtual", simulated(runs["port"], 0))
-    code, err, found = compare(capsys, str(real), str(virtual), "-o", str(root / "virtual-out"), "--fail-on", "worse")
-    assert code in (0, 3) and found is not None and found.paired, err
-    assert [(d.what, d.baseline, d.candidate) for d in found.setup] == [("mode", "real", "virtual")]
+    code, err, found = compare(capsys, str(virtual), str(real), "-o", str(root / "virtual-out"), "--fail-on", "worse")
+    assert found is not None and found.paired, err
+    assert [(d.what, d.baseline, d.candidate) for d in found.setup] == [("mode", "virtual", "real")]
     assert judged(found) and any(c.paired and c.pairs >= 20 for c in judged(found))
-    assert (code == 3) == any(c.verdict == "worse" for c in found.cells)
+    assert [b for b in found.benefit_changes if b.verdict == "worse"] == [], found.benefit_changes
+    assert code == 0 and found.gate_failures == [], err
+    assert [e.arm for e in found.engine_changes] == ["off-single"] and "The engine " in found.answer
 
     other = simulate(capsys, root, "virtual-seed1", simulated(runs["port"], 1))
-    code, err, found = compare(capsys, str(real), str(other), "-o", str(root / "seed1-out"), "--fail-on", "worse")
-    assert code in (0, 3) and found is not None, err
+    code, err, found = compare(capsys, str(real), str(other), "-o", str(root / "seed1-out"))
+    assert code == 0 and found is not None, err
     assert not found.paired and "unpaired" in found.traffic and all(not c.paired for c in found.cells)
     assert judged(found) and all("unpaired, n = " in c.message for c in judged(found))
     assert {d.what for d in found.setup} == {"mode", "campaign fingerprint"}
+    assert found.traffic_differences == ["seed (0 / 1)", "the engine is the same"]
     assert (root / "seed1-out" / "compare.html").read_text().count("<script") == 0
 
 
@@ -109,7 +121,29 @@ def test_endpoint_runs_compare_request_by_request(runs: dict[str, Any], capsys: 
     assert judged(found) and all(c.verdict == "no_change" for c in judged(found)), found.cells
 
     code, err, found = compare(capsys, str(base), str(again), "-o", str(root / "endpoint-again"), "--fail-on", "worse")
-    assert code in (0, 3) and found is not None and found.paired, err
+    assert code == 0 and found is not None and found.paired, err  # the same servers: speculation's benefit held
     assert not [d for d in found.setup if d.what.startswith("engine.")], found.setup  # the same servers
     assert judged(found) and all(c.paired for c in judged(found))
     assert (root / "endpoint-again" / "compare.html").read_text().count("<script") == 0
+
+
+def test_paired_reruns_on_identical_servers_rarely_raise_a_false_alarm(
+    runs: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three runs of one campaign on the same two servers, compared pair by pair in real time: nothing changed,
+    so every cell said better or worse is a false alarm, and so is a failed gate on speculation's benefit."""
+    root = runs["root"]
+    cells = benefits = false_cells = false_benefits = 0
+    for n, (a, b) in enumerate(combinations(RERUNS, 2)):
+        code, err, found = compare(capsys, str(runs[a]), str(runs[b]), "-o", str(root / f"rerun-{n}"),
+                                   "--fail-on", "worse")  # fmt: skip
+        assert found is not None and found.paired, err
+        cells += len(judged(found))
+        false_cells += sum(c.verdict in ("worse", "better") for c in judged(found))
+        comparable = [x for x in found.benefit_changes if x.verdict != "not_comparable"]
+        benefits += len(comparable)
+        false_benefits += sum(x.verdict in ("worse", "better") for x in comparable)
+        print(f"{a} / {b}: exit {code}; {found.answer}")
+    print(f"false alarms: {false_cells} of {cells} cells, {false_benefits} of {benefits} benefit cells")
+    assert benefits >= 3 and cells >= 6
+    assert false_benefits == 0 and false_cells == 0
