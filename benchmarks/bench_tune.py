@@ -31,7 +31,9 @@ from orchestrator.decide.ground_truth import SHIPPED_EAGLE, costly_verify_profil
 from orchestrator.decide.scoring import Objective
 from orchestrator.decide.tune import OFF, exhaustive, tune
 from orchestrator.decide.tune_outputs import with_profile, write_tune
-from orchestrator.decide.tune_proof import (
+from orchestrator.report import write_report
+from orchestrator.simulate_campaign import simulate_campaign
+from tests.tune_proof import (
     GAP_LIMIT,
     VLLM_EXAMPLE_ARM,
     better_somewhere,
@@ -41,8 +43,6 @@ from orchestrator.decide.tune_proof import (
     within_margin,
     worst_gap,
 )
-from orchestrator.report import write_report
-from orchestrator.simulate_campaign import simulate_campaign
 
 MARGIN = MapSettings().margin
 

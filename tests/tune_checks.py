@@ -1,19 +1,24 @@
 """Checks of `specdrill tune`'s decisions computed in the tests, independently of tune's own scoring: whole-run
-merges of a schedule, per-band p50 ratios of two played policies, and the speedup a schedule gives up against an
-oracle the test called itself. Shared by tests/orchestrator/decide/test_tune_proof.py and
-tests/orchestrator/decide/test_tune_shipped.py."""
+merges of a schedule, per-band p50 ratios of two played policies, the speedup a schedule gives up against an
+oracle the test called itself, and that oracle's per-token latency at the batch sizes a policy's traffic ran.
+Shared by the tests of tests/orchestrator/decide/test_tune*.py."""
 
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 
 from orchestrator.analysis.bands import BandSet
 from orchestrator.decide.oracle import Oracle
-from orchestrator.decide.played import CampaignTraffic, Played
-from orchestrator.decide.tune_proof import k_at
+from orchestrator.decide.played import AnyPolicy, CampaignTraffic, Played
+from orchestrator.rundir import Unit
+from orchestrator.virtual.traffic import play
+from orchestrator.virtual.twins import arm_model
 from serve_apps.policies import DynamicPolicy
+from tests.tune_proof import k_at
 
 
 def without_effect(
@@ -92,3 +97,37 @@ def p50_ratios(a: Played, b: Played, bands: BandSet) -> list[list[float]]:
                 row.append(float(np.median(a.latency["tpot"][mine]) / np.median(b.latency["tpot"][mine])))
         out.append(row)
     return out
+
+
+# --- the fixed-batch oracle at the batch sizes a played policy ran ----------------------------------------------
+
+
+def batch_weights(traffic: CampaignTraffic, policy: AnyPolicy) -> dict[int, float]:
+    """Per batch size, the request-steps the policy's engines ran at it over the whole traffic (every unit, every
+    engine of the traffic's topology): where the tokens of the campaign's load were decoded. Replayed here through
+    the virtual executor, not read from tune."""
+    arm = traffic.arm("weights-single", policy)
+    model = arm_model(arm)
+    counts: Counter[int] = Counter()
+    for shape, repeat in traffic.units:
+        unit = Unit(arm=arm.name, shape=shape, repeat=repeat)
+        units = traffic.traffic[(shape, repeat)]
+        outcome = play(model, unit, units.plans, units, traffic.campaign.load.drain_s,
+                       open_loop=traffic.campaign.shapes[shape].open_loop)  # fmt: skip
+        for core in outcome.cores:
+            sizes, times = np.unique(core.steps.column("batch_size"), return_counts=True)
+            counts.update({int(b): int(b) * int(n) for b, n in zip(sizes, times, strict=True) if b > 0})
+    return {b: float(n) for b, n in sorted(counts.items())}
+
+
+def oracle_latency(reference: Oracle, k_of: Callable[[int], int], weights: dict[int, float]) -> float:
+    """The reference oracle's per-token latency relative to speculation off (its tpot at k over its tpot at 0,
+    interpolated between its measured batch sizes), at each batch size's k, averaged with `weights`: below 1 is
+    faster than off."""
+    total = sum(weights.values())
+    return sum(w / reference.speedups_at(b)[min(k_of(b), reference.max_k)] for b, w in weights.items()) / total
+
+
+def oracle_best(reference: Oracle, batch: int) -> int:
+    speedup = reference.speedups_at(batch)
+    return max(speedup, key=lambda k: (speedup[k], -k))

@@ -1,5 +1,6 @@
 """`specdrill tune` held to its claims (issue 27): shared by tests/orchestrator/decide/test_tune_proof.py and
-benchmarks/bench_tune.py so that the test and the benchmark make the same comparisons at different sizes.
+benchmarks/bench_tune.py so that the test and the benchmark make the same comparisons at different sizes. Test
+code, not product code: tune never grades itself with these.
 
 1. The tuned schedule against every fixed k and against vLLM's documented example schedule, per offered-rate band
    of the campaign's own traffic, paired over seeds (`versus`): no worse than the band's best fixed k, better
@@ -146,16 +147,3 @@ def k_at(schedule: Sequence[Sequence[int]] | None, batch: int, top: int) -> int:
     resolved = ResolvedSpeculation(method="x", num_speculative_tokens=max(1, max_k),
                                    schedule=tuple((e[0], e[1], e[2]) for e in schedule))  # fmt: skip
     return resolved.k_for_batch(min(batch, top), top)
-
-
-def oracle_gap(truth: Oracle, schedule: Sequence[Sequence[int]] | None, top: int) -> list[tuple[int, int, int, float]]:
-    """Per oracle batch size: (batch, schedule's k, oracle's best k, the best k's speedup over off minus the
-    schedule's k's), speedups from the oracle's fixed-batch per-token latency."""
-    rows = []
-    for point in truth.points:
-        k = k_at(schedule, point.batch_size, top)
-        off = point.tpot_p50_s[0]
-        best = off / point.tpot_p50_s[point.best_k]
-        mine = off / point.tpot_p50_s[min(k, truth.max_k)]
-        rows.append((point.batch_size, k, point.best_k, float(best - mine)))
-    return rows

@@ -53,18 +53,24 @@ def recommend_cmd(run_dirs: tuple[str, ...], topology_text: str | None) -> None:
 @click.option("--max-k", default=None, type=click.IntRange(1, 16), help="default: the campaign's largest k")
 @click.option("--budget", default=600, show_default=True, type=click.IntRange(2, 100_000),
               help="candidate schedules to simulate at most")  # fmt: skip
+@click.option("--topology", "topology", default=None,
+              help="single, replicas:N or data_parallel:N (default: the campaign's speculative arms'; data parallel: "
+                   "the best static k, vLLM drops schedules there)")  # fmt: skip
 @click.option("-o", "--output", "out_dir", default=None, help="directory for the files (default runs/<name>-tune)")
 @limit_option
 def tune_cmd(
     campaign_file: str, profile_name: str | None, objective_text: str, seeds: int, max_k: int | None, budget: int,
-    out_dir: str | None,
+    topology: str | None, out_dir: str | None,
 ) -> None:  # fmt: skip
-    """Search vLLM schedules (k per batch range) in virtual time on the campaign's own traffic: the schedule as
-    vLLM's speculative_config, the predicted operating map against the campaign's arms, a rehearsal campaign."""
+    """Search vLLM schedules (k per batch range) in virtual time on the campaign's own traffic, for the topology
+    it will be served on: the answer as vLLM's speculative_config (on data_parallel:N the best static k, with
+    what a schedule on N replicas would gain), the predicted operating map against the campaign's arms, a
+    rehearsal campaign."""
     from pathlib import Path
 
     from orchestrator.decide.scoring import Objective
     from orchestrator.decide.tune_outputs import run_tune
+    from orchestrator.decide.tune_topology import choose_topology
     from orchestrator.simulate_campaign import require_simulated
 
     campaign = campaign_of(campaign_file)
@@ -73,13 +79,14 @@ def tune_cmd(
         require_simulated(campaign)
         if profile_name is not None:
             profile_named(profile_name)
+        choose_topology(campaign, topology)  # a bad --topology before the search, not after it
         # Tune holds every seed's traffic at once
         campaign.model_copy(update={"repeats": seeds}).require_traffic(all_units_at_once=True)
         directory = Path(out_dir or f"runs/{campaign.name}-tune")
         output_directory(str(directory), "tune output directory")  # before the search, not after it
         outputs = run_tune(
             campaign, profile=profile_name, objective=objective, seeds=seeds, max_k=max_k, budget=budget,
-            out_dir=directory,
+            out_dir=directory, topology=topology,
         )  # fmt: skip
     except (CampaignError, ValueError) as exc:
         fail(str(exc))

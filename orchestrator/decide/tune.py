@@ -13,6 +13,8 @@ merged into the next, while one of them wins it; then `simplify` removes every k
 the traffic nor the oracle can tell.
 Every candidate is simulated on every unit of the traffic; the budget bounds their number, and a search it
 stops says so (`stopped_by_budget`). On a space small enough `exhaustive` evaluates all of it for the same rule.
+The search plays one topology's engines (prepare's `topology`: one engine, or N replicas); a data-parallel group
+runs no schedule, and its answer is tune_static's.
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ from orchestrator.analysis.bands import BandSet, auto_rate_bands, rate_bands_fro
 from orchestrator.analysis.results import MapSettings
 from orchestrator.campaign import Campaign
 from orchestrator.decide.oracle import DEFAULT_BATCH_SIZES, DENSE_BATCH_SIZES, Oracle, oracle
-from orchestrator.decide.played import AnyPolicy, CampaignTraffic, Played, drafter_arms
-from orchestrator.decide.scoring import Objective, Scored, best_by_loss, cells, score, ties, winner
-from orchestrator.decide.tune_simplify import simplest_oracle_schedule
+from orchestrator.decide.played import AnyPolicy, CampaignTraffic, Played
+from orchestrator.decide.scoring import Objective, Scored, best_by_loss, cells, score, winner
+from orchestrator.decide.tune_simplify import no_predicted_gain, simplest_oracle_schedule
 from orchestrator.decide.tune_space import KTable, Space, key_of, table_of
-from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, dense_schedule
+from orchestrator.decide.tune_topology import StaticAnswer, TopologyTraffic, with_single_off
+from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology, dense_schedule
 from serve_apps.sim.profile import Profile
 
 OFF = "off"
@@ -165,14 +168,16 @@ def tie_walk(ev: Evaluator, margin: float) -> Scored:
 
 
 def simplify(ev: Evaluator, pick: Scored, margin: float) -> Scored:
-    """Never a k change whose predicted effect is within the margin: while the schedule with one segment merged
-    into its neighbour (Space.simpler; a schedule with one k on every batch the traffic reached: speculation off
-    as well) ties the schedule itself on the traffic (scoring.ties: no band worse beyond the margin, the paired
-    total within one margin) and gives up no more of the oracle's speedup (its prior, 0 within the oracle's
-    tolerance), the first such merge in the tie rule's order replaces it. Compared with the schedule it
-    simplifies, not with the best-loss candidate: the quickstart's tie winner set k = 2 at batch 16-22 where
-    fixed k = 3 predicted the same in every band, but the best-loss candidate (k = 0 there) ran 2.3% faster than
-    fixed 3 on two seeds of one band, and a tie with it would have kept the change."""
+    """Never a k change whose predicted gain is within the margin (the simpler schedule wins, as the README
+    says): while a schedule with one segment merged into its neighbour (Space.simpler; a schedule with one k on
+    every batch the traffic reached: speculation off as well) is predicted no slower than the schedule itself
+    beyond the margin in any band (tune_simplify.no_predicted_gain), the first such merge in the tie rule's order
+    replaces it. The oracle's prior orders the merges; it vetoes none: an operator on a campaign of two engines
+    at ~12 req/s was given [[1,15,4],[16,59,3],[60,512,2]] where its predicted gains over fixed k = 3 were 1.9,
+    0.7 and 0.3% per band against a 2% margin, the oracle's 3% at batch 1 keeping k = 4 there. Compared with the
+    schedule it simplifies, not with the best-loss candidate: the quickstart's tie winner set k = 2 at batch 16-22
+    where fixed k = 3 predicted the same in every band, but the best-loss candidate (k = 0 there) ran 2.3% faster
+    than fixed 3 on two seeds of one band, and a tie with it would have kept the change."""
     current = pick
     while current.key != OFF:
         table = table_of(current.key)
@@ -182,7 +187,7 @@ def simplify(ev: Evaluator, pick: Scored, margin: float) -> Scored:
         for key in ev.affordable([table_of(k) for k in merges if k != OFF and k not in ev.evaluated]):
             ev.evaluate(key_of(key))
         tied = [ev.evaluated[k] for k in merges if k in ev.evaluated]
-        tied = [c for c in tied if c.prior <= current.prior and ties(c, current, ev.scored_bands, margin)]
+        tied = [c for c in tied if not c.rejected and no_predicted_gain(current, c, ev.scored_bands, margin)]
         if not tied:
             break
         current = min(tied, key=lambda c: (*c.tie, c.loss, c.key))
@@ -201,8 +206,9 @@ def exhaustive(ev: Evaluator, margin: float) -> Scored:
 
 
 def drafter_of(campaign: Campaign, profile: Profile) -> tuple[str, str | None, int]:
-    """The drafter (method, model) of the campaign's speculative arms and its largest k: the k limit."""
-    arms = drafter_arms(campaign)
+    """The drafter (method, model) of the campaign's speculative arms (any topology) and its largest k: the k
+    limit."""
+    arms = [a for a in campaign.arms() if a.policy.kind != "off"]
     policies = [a.policy for a in arms if isinstance(a.policy, FixedPolicy | DynamicPolicy)]
     if not policies:
         return profile.drafter_method, profile.drafter_model, 4
@@ -247,6 +253,11 @@ class TuneResult(BaseModel):
     best_by_loss: Choice  # the candidate with the smallest loss
     tie_winner: Choice  # the tie rule's choice among the candidates tied with best_by_loss
     final: Choice  # the winner
+    # The topology answered for (campaign short form) and, on a data-parallel one, the static k answer: then
+    # `schedule` / `speculative_config` are that k's, and the search above is the schedule on as many replicas.
+    topology: str = "single"
+    topology_name: str = "single"
+    static: StaticAnswer | None = None
 
 
 @dataclass
@@ -254,14 +265,18 @@ class Tuned:
     result: TuneResult
     evaluator: Evaluator
     oracle: Oracle
+    played: Played  # the answer played through the traffic on its topology
+    off: Played  # speculation off on the same engines
 
 
 def prepare(
     campaign: Campaign, profile: Profile, *, objective: Objective, seeds: int, max_k: int | None = None,
     edges: Sequence[int] | None = None, oracle_fn: Callable[..., Oracle] = oracle, budget: int = 600,
+    topology: Topology | None = None,
 ) -> tuple[Evaluator, Oracle, list[list[int]]]:  # fmt: skip
-    """The traffic, the oracle's start, the space and the bands, with `off` played: ready to search."""
-    traffic = CampaignTraffic.of(campaign, seeds=seeds)
+    """The traffic on `topology`'s engines (default one), the oracle's start, the space and the bands, with `off`
+    played: ready to search. The reach is the largest batch one engine ran."""
+    traffic = TopologyTraffic.on(CampaignTraffic.of(with_single_off(campaign), seeds=seeds), topology or Topology())
     method, model, limit = drafter_of(traffic.campaign, profile)
     max_k = limit if max_k is None else max_k
     off = traffic.play(OffPolicy())
@@ -298,14 +313,15 @@ def prepare(
 def tune(
     campaign: Campaign, profile: Profile, *, objective: Objective | None = None, seeds: int = 3,
     max_k: int | None = None, budget: int = 600, margin: float = MapSettings().margin,
-    edges: Sequence[int] | None = None, search: Callable[..., Scored] | None = None,
+    edges: Sequence[int] | None = None, search: Callable[..., Scored] | None = None, topology: Topology | None = None,
 ) -> Tuned:  # fmt: skip
+    """The schedule search on `topology`'s engines (default one engine; a schedule: not data-parallel)."""
     if budget < 2:
         raise ValueError(f"--budget {budget}: at least 2 candidates (speculation off and the oracle's schedule)")
     began = time.perf_counter()
     objective = objective or Objective()
     ev, truth, start_schedule = prepare(campaign, profile, objective=objective, seeds=seeds, max_k=max_k,
-                                        edges=edges, budget=budget)  # fmt: skip
+                                        edges=edges, budget=budget, topology=topology)  # fmt: skip
     start = ev.space.snap(start_schedule)
     # Bands where the start's own cells are noisy over seeds are not scored, for any candidate: comparing
     # candidates there would be comparing noise (#49163 rejects such cells).
@@ -329,4 +345,4 @@ def tune(
         path=list(ev.order), start=key_of(start), winner=pick.key, best_by_loss=ev.choice(best),
         tie_winner=ev.choice(tied), final=ev.choice(pick),
     )  # fmt: skip
-    return Tuned(result=result, evaluator=ev, oracle=truth)
+    return Tuned(result=result, evaluator=ev, oracle=truth, played=ev.played[pick.key], off=ev.played[OFF])

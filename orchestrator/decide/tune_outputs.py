@@ -1,5 +1,6 @@
-"""`specdrill tune`'s files and words: the schedule as vLLM's speculative_config, the predicted operating map
-against the campaign's arms, and a rehearsal campaign with the tuned arm beside the measured ones."""
+"""`specdrill tune`'s files: the answer as vLLM's speculative_config, the predicted operating map against the
+campaign's arms on the topology answered for, and a rehearsal campaign with the tuned arm beside the measured ones
+(its words: tune_words.py)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,17 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.analysis.prediction_check import Prediction
-from orchestrator.campaign import Campaign
-from orchestrator.decide.played import drafter_arms
+from orchestrator.campaign import Campaign, arm_name
+from orchestrator.decide.oracle import Oracle
 from orchestrator.decide.prediction import TUNED, predict
 from orchestrator.decide.scoring import Objective
-from orchestrator.decide.tune import OFF, Choice, Tuned, TuneResult, tune
-from orchestrator.decide.tune_proof import oracle_gap
-from orchestrator.decide.tune_simplify import differences
+from orchestrator.decide.tune import Tuned, TuneResult
+from orchestrator.decide.tune_simplify import k_table
+from orchestrator.decide.tune_static import tune_on
+from orchestrator.decide.tune_topology import TopologyChoice, TopologyTraffic, arms_on, choose_topology
+from orchestrator.decide.tune_words import describe
 from serve_apps.engine_kinds.simulated import as_simulated
+from serve_apps.policies import Topology, parse_topology
 from serve_apps.sim.profile import Profile, load_profile
 
 PREDICTION = "prediction.json"
@@ -28,12 +32,6 @@ RESULT = "tune.json"
 # The rehearsal's campaign seed is the campaign's plus this: traffic draws (and engine seeds) the prediction never
 # played, so a rehearsal in virtual time tests the prediction instead of replaying it.
 REHEARSAL_SEED_OFFSET = 1000
-TIE_RULE = (
-    "ties (no band worse beyond the margin, the paired total within one margin) go to the fixed-batch oracle's k "
-    "(k within its tolerance of its best count as equal), then to the simpler schedule (fewer k changes; speculation "
-    "off is the simplest), then to the smaller k; a k change is removed where neither the traffic nor the oracle "
-    "predicts an effect beyond the margin"
-)
 
 
 class TuneOutputs(BaseModel):
@@ -58,32 +56,41 @@ def with_profile(campaign: Campaign, profile: str | None) -> tuple[Campaign, Pro
     return campaign.model_copy(update={"engine": engine.model_copy(update={"profile": name})}), loaded, name
 
 
-def single_topology(campaign: Campaign) -> str:
-    return next(name for name, t in campaign.topologies.items() if t.kind == "single")
+def answer_topology(campaign: Campaign, result: TuneResult) -> Topology:
+    return campaign.topologies.get(result.topology_name) or parse_topology(result.topology)
+
+
+def off_policy(campaign: Campaign) -> str:
+    """The campaign's `off` policy name ("off" where it has none: the rehearsal adds it)."""
+    names = [n for n, raw in campaign.policies.items() if (raw if isinstance(raw, str) else raw.get("kind")) == "off"]
+    return names[0] if names else "off"
 
 
 def rehearsal_campaign(campaign: Campaign, tuned: Tuned, seeds: int, out_dir: Path) -> dict[str, Any]:
-    """The campaign's arms with the tuned schedule beside them on one engine, the same shapes and mix on traffic
-    seeds the prediction never played (REHEARSAL_SEED_OFFSET, each repeat a fresh draw as the prediction's were)
-    and the prediction's offered-rate bands, into OUT_DIR/rehearsal, naming the prediction its report is
-    compared with."""
+    """The campaign's arms with the tuned answer beside them on the topology answered for (and `off` there, where
+    the campaign has none), the same shapes and mix on traffic seeds the prediction never played
+    (REHEARSAL_SEED_OFFSET, each repeat a fresh draw as the prediction's were) and the prediction's offered-rate
+    bands, into OUT_DIR/rehearsal, naming the prediction its report is compared with."""
     data = campaign.model_dump(mode="json", by_alias=True, exclude_none=True)
     arms = data.get("arms") or [{"policy": p, "topology": t} for p in campaign.policies for t in campaign.topologies]
     result = tuned.result
+    topology = result.topology_name
+    if topology not in data["topologies"]:
+        data["topologies"] = {**data["topologies"], topology: result.topology}
+    off = off_policy(campaign)
+    if off not in data["policies"]:
+        data["policies"] = {**data["policies"], off: "off"}
+    if {"policy": off, "topology": topology} not in arms:
+        arms = [*arms, {"policy": off, "topology": topology}]
     if result.speculative_config is not None:
         assert result.schedule is not None
         ev = tuned.evaluator
-        data["policies"] = {
-            **data["policies"],
-            TUNED: {
-                "kind": "dynamic",
-                "method": ev.method,
-                "model": ev.model,
-                "max_k": int(result.speculative_config["num_speculative_tokens"]),  # type: ignore[call-overload]
-                "schedule": result.schedule,
-            },
-        }
-        arms = [*arms, {"policy": TUNED, "topology": single_topology(campaign)}]
+        drafter = {"method": ev.method, "model": ev.model}
+        k = int(result.speculative_config["num_speculative_tokens"])  # type: ignore[call-overload]
+        policy = {"kind": "fixed", **drafter, "k": k} if result.static is not None else {
+            "kind": "dynamic", **drafter, "max_k": k, "schedule": result.schedule}  # fmt: skip
+        data["policies"] = {**data["policies"], TUNED: policy}
+        arms = [*arms, {"policy": TUNED, "topology": topology}]
     data.update(
         arms=arms, repeats=seeds, name=f"{campaign.name}-tuned"[:41], output=str((out_dir / "rehearsal").resolve()),
         prediction=str((out_dir / PREDICTION).resolve()), seed=campaign.seed + REHEARSAL_SEED_OFFSET,
@@ -100,10 +107,12 @@ def rehearsal_campaign(campaign: Campaign, tuned: Tuned, seeds: int, out_dir: Pa
 
 def run_tune(
     campaign: Campaign, *, profile: str | None, objective: Objective, seeds: int, out_dir: Path, budget: int,
-    max_k: int | None = None,
+    max_k: int | None = None, topology: str | None = None,
 ) -> TuneOutputs:  # fmt: skip
+    """`topology`: the campaign's short form (None: the campaign's, tune_topology.choose_topology)."""
     campaign, loaded, profile_name = with_profile(campaign, profile)
-    tuned = tune(campaign, loaded, objective=objective, seeds=seeds, max_k=max_k, budget=budget)
+    choice: TopologyChoice = choose_topology(campaign, topology)
+    tuned = tune_on(campaign, loaded, choice, objective=objective, seeds=seeds, max_k=max_k, budget=budget)
     return write_tune(campaign, tuned, loaded, profile_name, objective=objective, seeds=seeds, out_dir=out_dir)
 
 
@@ -113,14 +122,16 @@ def write_tune(
 ) -> TuneOutputs:  # fmt: skip
     """The files and words of a search already made on `campaign` (as with_profile returned it)."""
     result, ev = tuned.result, tuned.evaluator
-    traffic = ev.traffic
-    off_name = traffic.template.name
-    played = {arm.name: traffic.play(arm.policy, arm.name) for arm in drafter_arms(traffic.campaign)}
-    tuned_arm = off_name if result.winner == OFF else f"{TUNED}-{single_topology(campaign)}"
-    played[tuned_arm] = ev.played[result.winner]
+    topology = answer_topology(campaign, result)
+    traffic = TopologyTraffic.on(ev.traffic, topology)  # the campaign's arms as they run there (DP: static k)
+    off_name = arm_name(off_policy(campaign), result.topology_name)
+    played = {arm.name: traffic.play(arm.policy, arm.name) for arm in arms_on(campaign, topology)
+              if arm.policy.kind != "off"}  # fmt: skip
+    tuned_arm = off_name if result.speculative_config is None else arm_name(TUNED, result.topology_name)
+    played[tuned_arm] = tuned.played
     prediction = predict(
-        campaign.name, profile_name, result.schedule, ev.played[OFF], {off_name: ev.played[OFF], **played},
-        tuned_arm, result.bands,
+        campaign.name, profile_name, result.schedule, tuned.off, {off_name: tuned.off, **played}, tuned_arm,
+        result.bands,
     )  # fmt: skip
     rehearsal = rehearsal_campaign(campaign, tuned, seeds, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -139,80 +150,14 @@ def write_tune(
     return TuneOutputs(result=result, prediction=prediction, rehearsal=rehearsal, files=files, lines=lines)
 
 
-def describe(result: TuneResult, prediction: Prediction, tuned_arm: str, objective: Objective) -> list[str]:
-    start = json.dumps(result.start_schedule)
-    if result.start_schedule != result.oracle_schedule:
-        start += f" (as measured {json.dumps(result.oracle_schedule)}; k changes within its own tolerance removed)"
-    lines = [
-        f"searched {result.candidates} candidate schedules in {result.seconds:.1f} s (virtual time, "
-        f"{prediction.seeds} seeds each), from the fixed-batch oracle's {start}",
-    ]
-    if result.stopped_by_budget:
-        unimproved = "; it is the oracle's start, unimproved" if result.winner == result.start else ""
-        lines.append(
-            f"stopped by the budget after {result.candidates} candidates (not converged, --budget {result.budget}): "
-            f"what follows is the best found so far, not a tuned schedule{unimproved}"
-        )
-    lines += [
-        f"objective per offered-rate band: SLO goodput first, then {objective.label}; a difference counts beyond "
-        f"the margin, over seeds by median -/+ 1.4826 MAD; {TIE_RULE}",
-        f"the traffic reached batch {result.reach}: above it the oracle's k is kept (nothing there to measure)",
-    ]
-    if result.noisy_bands:
-        lines.append(f"not scored (noisy over seeds, relative MAD > 0.1): {', '.join(result.noisy_bands)}")
-    found = "best found before the budget stopped the search" if result.stopped_by_budget else "best"
-    if result.speculative_config is None:
-        lines.append(f"{found}: speculation off in every band (no schedule beat it beyond the margin)")
-    else:
-        frame = "schedule" if not result.stopped_by_budget else f"{found}, as a schedule"
-        lines.append(f"{frame} in vLLM's own batch frame (the batch the engine running it reaches):")
-        lines.append(yaml.safe_dump({"speculative_config": result.speculative_config}, sort_keys=False,
-                                    default_flow_style=None).rstrip())  # fmt: skip
-    lines += tie_lines(result)
-    lines.append("predicted per-token speedup vs off per band, median [lowest, highest seed]:")
-    for band in prediction.predicted:
-        parts = [f"{arm} {p.speedup.text()}" for arm, p in band.arms.items() if arm != prediction.tuned_arm]
-        tuned = band.arms[tuned_arm].speedup.text()
-        lines.append(f"  {band.band} req/s: {tuned_arm} {tuned}; " + "; ".join(parts))
-    return lines
-
-
-def tie_lines(result: TuneResult) -> list[str]:
-    """Why the schedule given is not the best-scoring candidate, where it is not: the tie rule's step, then the k
-    changes the simplification removed. Each compares two candidates the search measured, as the rule did."""
-    lines = []
-    best, tied, final = result.best_by_loss, result.tie_winner, result.final
-    if tied.key != best.key:
-        lines.append(
-            f"the tie rule chose {_form(tied.schedule)} over the best-scoring candidate {_form(best.schedule)} "
-            f"(tied with it: no band beyond the margin, the paired total within one margin): {_reason(tied, best)}; "
-            f"they differ at {_where(best.schedule, tied.schedule, result.reach)}"
-        )
-    if final.key != tied.key:
-        removed = "speculation turned off" if final.schedule is None else _where(tied.schedule, final.schedule,
-                                                                                  result.reach)  # fmt: skip
-        lines.append(
-            f"k changes with no predicted effect removed ({removed}, from {_form(tied.schedule)}): each removal kept "
-            "every band within the margin of the schedule before it, the paired total within one margin, and gave up "
-            "no more of the oracle's speedup"
-        )
-    return lines
-
-
-def _form(schedule: list[list[int]] | None) -> str:
-    return "speculation off" if schedule is None else json.dumps(schedule)
-
-
-def _reason(chosen: Choice, other: Choice) -> str:
-    (prior, segments, _), (other_prior, other_segments, _) = chosen.tie, other.tie
-    if prior < other_prior:
-        return "closer to the fixed-batch oracle's k"
-    if chosen.schedule is None:
-        return "as close to the oracle's k, and speculation off is simpler than any schedule"
-    if segments < other_segments:
-        return f"as close to the oracle's k, with fewer k changes ({segments - 1} instead of {other_segments - 1})"
-    return "as close to the oracle's k, as few k changes, and smaller k"
-
-
-def _where(a: list[list[int]] | None, b: list[list[int]] | None, reach: int) -> str:
-    return ", ".join(differences(a, b, reach)) or "no batch the traffic reached"
+def oracle_gap(truth: Oracle, schedule: list[list[int]] | None, top: int) -> list[tuple[int, int, int, float]]:
+    """tune.json's record: per oracle batch size, (batch, the answer's k, the oracle's best k, the best k's speedup
+    over off minus the answer's k's), speedups from the oracle's fixed-batch per-token latency."""
+    ks = k_table(schedule, top)
+    rows = []
+    for point in truth.points:
+        k = min(ks[min(point.batch_size, top) - 1], truth.max_k)
+        off = point.tpot_p50_s[0]
+        best = off / point.tpot_p50_s[point.best_k]
+        rows.append((point.batch_size, k, point.best_k, float(best - off / point.tpot_p50_s[k])))
+    return rows

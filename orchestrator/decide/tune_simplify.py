@@ -1,5 +1,6 @@
-"""The simpler schedule wins: `tune`'s rule for k changes without a predicted effect, on the oracle's side and in
-words.
+"""The simpler schedule wins: `tune`'s rule for k changes without a predicted effect, on the traffic's side
+(no_predicted_gain: within the batch sizes the traffic reached, a k change stays only where the played traffic
+predicts a gain beyond the margin in some band), on the oracle's side, and in words.
 
 Above the largest batch the traffic reached, tune keeps the fixed-batch oracle's k: there the oracle's
 measurement is the only prediction, and its own tolerance (the analysis' margin) is the margin. The oracle's
@@ -11,10 +12,28 @@ Every batch size the oracle measured keeps a k within its tolerance of the best 
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
 
 from orchestrator.decide.oracle import Oracle
+from orchestrator.decide.scoring import Scored, compare
 from serve_apps.policies import ResolvedSpeculation, validate_schedule
+
+
+def no_predicted_gain(schedule: Scored, simpler: Scored, bands: Sequence[int], margin: float) -> bool:
+    """Whether `schedule` is predicted to gain nothing over `simpler` beyond the margin in any band: not better
+    by the paired comparison (scoring.compare), and its median over seeds of the per-token latency ratio (simpler
+    over schedule, paired) within the margin. Per band, not summed over bands: six bands 0.4% apart each are six
+    gains inside the margin, not one of 2.4%."""
+    for band in bands:
+        if compare(schedule.cells[band], simpler.cells[band], margin) > 0:
+            return False
+        pairs = zip(simpler.cells[band].latency.per_seed, schedule.cells[band].latency.per_seed, strict=True)
+        ratios = sorted(a / b for a, b in pairs if math.isfinite(a) and math.isfinite(b) and b > 0)
+        if ratios and statistics.median(ratios) > 1 + margin:
+            return False
+    return True
 
 
 def runs_of(ks: Sequence[int]) -> list[tuple[int, int]]:
