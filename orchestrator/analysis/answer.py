@@ -14,16 +14,16 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.analysis.arms import ArmInfo
 from orchestrator.analysis.kchoice import PairedRatios
 from orchestrator.analysis.results import MapCell, Measure, OperatingMap, RatioCI, Verdict, VerificationReport
 from orchestrator.analysis.speedup import combined_verdict, verdict_for
+from orchestrator.analysis.verify_findings import CHANGES_WHAT_RAN as CHANGES_WHAT_RAN  # compare's import of it
+from orchestrator.analysis.verify_findings import ran_instead
 
 BandStatus = Literal["best", "plain_decoding", "tie", "no_difference", "insufficient_data"]
-# Executed-policy checks whose failure means the arm ran something else than its policy: its cells measure that.
-CHANGES_WHAT_RAN = ("static_fallback", "schedule_dropped")
 _FLIPPED = {Verdict.HELPS: Verdict.HURTS, Verdict.HURTS: Verdict.HELPS}
 
 
@@ -69,12 +69,15 @@ class BandAnswer(_Model):
     best: list[str]  # the best arm, or the arms that tie for best; empty where the data are too few
     requests: int  # the fewest requests any compared arm has in the band
     message: str
+    # Of the arms in `best`, those that did not run as configured, with what ran instead: the verdict is on that
+    ran_instead: dict[str, str] = Field(default_factory=dict)
 
 
 class Answer(_Model):
     bands: list[BandAnswer]
     crossovers: list[str]
     executed: list[str]  # findings that change what ran (vLLM's data-parallel fallback)
+    ran_instead: dict[str, str] = Field(default_factory=dict)  # arm -> what ran instead of its policy
     comparisons: list[ArmComparison]
     lines: list[str]  # the block as the console prints it
 
@@ -148,9 +151,27 @@ def ratio_text(ratio: RatioCI, what: str) -> str:
     return f"{what} {ratio.point:.2f}x [{ratio.low:.2f}, {ratio.high:.2f}]"
 
 
-def _versus(c: ArmComparison) -> str:
+def separated(ratio: RatioCI) -> bool:
+    """The interval excludes 1: a difference is shown, though not beyond the margin where the verdict is
+    no difference (its near end inside the margin)."""
+    return ratio.low is not None and ratio.high is not None and (ratio.low > 1 or ratio.high < 1)
+
+
+def _unresolved(c: ArmComparison, margin: float) -> str:
+    """A no-difference verdict in words that do not claim equality where the interval excludes 1."""
+    ratio = c.deciding()
+    if not separated(ratio) or ratio.low is None or ratio.high is None:
+        return ", no difference"
+    faster, low, high = (c.arm, ratio.low, ratio.high) if ratio.low > 1 else (c.other, 1 / ratio.high, 1 / ratio.low)
+    return (
+        f", {faster} ahead by {100 * (low - 1):.0f}-{100 * (high - 1):.0f}%: not shown beyond the "
+        f"{100 * margin:g}% margin"
+    )
+
+
+def _versus(c: ArmComparison, margin: float = 0.0) -> str:
     what = "goodput" if c.decided_by == "goodput" else "per-token"
-    said = {Verdict.HELPS: "", Verdict.NO_DIFFERENCE: ", no difference", Verdict.INSUFFICIENT_DATA: ", no verdict"}
+    said = {Verdict.HELPS: "", Verdict.NO_DIFFERENCE: _unresolved(c, margin), Verdict.INSUFFICIENT_DATA: ", no verdict"}
     return f"vs {c.other} {ratio_text(c.deciding(), what)}{said.get(c.verdict, ', worse')} (n={c.pairs})"
 
 
@@ -174,8 +195,18 @@ def _band_answer(
     by_pair: Mapping[frozenset[str], ArmComparison],
     hardware: str,
     repeats: int,
+    instead: Mapping[str, str],
 ) -> BandAnswer:
     cells = _cells(operating_map)
+    margin = operating_map.settings.margin
+
+    def versus(c: ArmComparison) -> str:
+        return _versus(c, margin)
+
+    def named(arm: str) -> str:
+        """An arm crowned or tied for best carries what it ran where that is not its policy."""
+        return f"{arm} (not as configured: {instead[arm]})" if arm in instead else arm
+
     present = [m for m in members if (b, m) in cells and cells[(b, m)].requests > 0]
     band = operating_map.bands[b].label
     where = f"{_band_label(operating_map, band)} ({hardware})"
@@ -186,7 +217,7 @@ def _band_answer(
     def answer(status: BandStatus, best: list[str], message: str) -> BandAnswer:
         return BandAnswer(
             measure=operating_map.measure, band=band, band_index=b, hardware=hardware, status=status, best=best,
-            requests=fewest, message=f"{where}: {message}",
+            requests=fewest, message=f"{where}: {message}", ran_instead={a: instead[a] for a in best if a in instead},
         )  # fmt: skip
 
     if len(judged) < 2:
@@ -203,18 +234,23 @@ def _band_answer(
     if len(undefeated) == 1:
         best = undefeated[0]
         status: BandStatus = "plain_decoding" if best == baseline else "best"
-        said = "plain decoding is best" if best == baseline else f"{best} is best"
-        return answer(status, [best], f"{said}: " + "; ".join(map(_versus, pairs[best])) + tail)
+        said = "plain decoding is best" if best == baseline else f"{named(best)} is best"
+        return answer(status, [best], f"{said}: " + "; ".join(map(versus, pairs[best])) + tail)
+    among = [by_pair[frozenset((a, o))].seen_from(a) for i, a in enumerate(undefeated) for o in undefeated[i + 1 :]
+             if frozenset((a, o)) in by_pair]  # fmt: skip
+    # "Tie" and "no difference" claim equality: only where no interval between the leaders excludes 1
+    apart = any(separated(c.deciding()) for c in among)
     if len(undefeated) == len(judged):
-        ties = "; ".join(f"{a} " + _versus(by_pair[frozenset((a, o))].seen_from(a)) for i, a in enumerate(judged)
-                         for o in judged[i + 1 :] if frozenset((a, o)) in by_pair)  # fmt: skip
-        return answer("no_difference", judged, f"no arm is better than another: {ties}" + tail)
-    tied = ", ".join(undefeated)
+        ties = "; ".join(f"{c.arm} " + versus(c) for c in among)
+        said = "no arm is shown better than another beyond the margin" if apart else "no arm is better than another"
+        return answer("no_difference", judged, f"{said}: {ties}" + tail)
+    tied = ", ".join(map(named, undefeated))
     lead = pairs[undefeated[0]]
-    message = f"{tied} tie for best ({'; '.join(f'{c.arm} {_versus(c)}' for c in lead if c.other in undefeated)})"
+    verb = "lead, not separated beyond the margin" if apart else "tie for best"
+    message = f"{tied} {verb} ({'; '.join(f'{c.arm} {versus(c)}' for c in among)})"
     beat = [c for c in lead if c.other not in undefeated]
     if beat:
-        message += f"; {undefeated[0]} " + "; ".join(map(_versus, beat))
+        message += f"; {undefeated[0]} " + "; ".join(map(versus, beat))
     if baseline in undefeated:
         message += "; speculation gains nothing over plain decoding here"
     elif plain:
@@ -273,7 +309,7 @@ def _slo_warning(maps: Sequence[OperatingMap]) -> list[str]:
     ]
 
 
-def _crossover_lines(operating_map: OperatingMap) -> list[str]:
+def _crossover_lines(operating_map: OperatingMap, instead: Mapping[str, str]) -> list[str]:
     cells = _cells(operating_map)
     lines = []
     for crossover in operating_map.crossovers:
@@ -283,6 +319,8 @@ def _crossover_lines(operating_map: OperatingMap) -> list[str]:
             s = cell.speedup
             what = "goodput" if s.decided_by == "goodput" else "per-token"
             line += f" ({ratio_text(s.deciding, what)} vs {s.baseline}, n = {cell.requests})"
+        if crossover.arm in instead:
+            line += f"; {crossover.arm} did not run as configured: {instead[crossover.arm]}"
         lines.append(line)
     return lines
 
@@ -296,6 +334,7 @@ def answer_of(
     repeats: int = 1,
 ) -> Answer:
     info = {a.name: a for a in arms}
+    instead = {a.arm: said for a in verification.arms if (said := ran_instead(a)) is not None}
     bands: list[BandAnswer] = []
     lines = ["answer (arms on the same hardware compared on the same requests; ratios > 1 favour the arm first)"]
     for operating_map in maps:
@@ -313,7 +352,7 @@ def answer_of(
                 continue
             for b in range(len(operating_map.bands)):
                 by_pair = {frozenset((c.arm, c.other)): c for c in mine if c.band_index == b}
-                found = _band_answer(operating_map, b, baseline, members, by_pair, hardware, repeats)
+                found = _band_answer(operating_map, b, baseline, members, by_pair, hardware, repeats, instead)
                 bands.append(found)
                 if b not in empty:
                     lines.append(f"  {found.message}")
@@ -328,7 +367,7 @@ def answer_of(
                     f"  {name} ({info[name].topology}) has no `off` on its topology: compared only per engine with "
                     f"{base} (add `off` on {info[name].topology} to compare it on the same hardware)"
                 )
-        lines.extend(f"  {line}" for line in _crossover_lines(operating_map))
+        lines.extend(f"  {line}" for line in _crossover_lines(operating_map, instead))
     lines.extend(f"  {line}" for line in _slo_warning(maps))
     executed = [
         f"{f.message}: its cells measure what ran, not its policy"
@@ -340,6 +379,6 @@ def answer_of(
         lines.append("what ran:")
         lines.extend(f"  {line}" for line in executed)
     return Answer(
-        bands=bands, crossovers=[x for m in maps for x in _crossover_lines(m)], executed=executed,
-        comparisons=list(comparisons), lines=lines,
+        bands=bands, crossovers=[x for m in maps for x in _crossover_lines(m, instead)], executed=executed,
+        ran_instead=instead, comparisons=list(comparisons), lines=lines,
     )  # fmt: skip

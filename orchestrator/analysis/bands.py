@@ -105,34 +105,83 @@ def _round_down(value: float) -> float:
 
 
 def auto_rate_bands(rates: np.ndarray, count: int = 5) -> BandSet:
-    """Edges at quantiles of the offered rates (equal request counts per band), rounded; an open top band."""
+    """Automatic bands over these offered rates (rate_bands_at), from their quantiles at auto_rate_quantiles()."""
     finite = rates[np.isfinite(rates) & (rates > 0)]
     if not len(finite):
         raise ValueError("no offered rates to band: pass shapes or offered_rate to the request frame")
     # Quantiles from a strided sample: exact enough for band edges, cheap on 10 million rows.
     sample = finite[:: max(1, len(finite) // 200_000)]
-    quantiles = np.quantile(sample, auto_rate_quantiles(count)).tolist()
-    return rate_bands_at(quantiles, lowest=float(finite.min()), highest=float(finite.max()))
+    quantiles = np.quantile(sample, auto_rate_quantiles()).tolist()
+    return rate_bands_at(quantiles, lowest=float(finite.min()), highest=float(finite.max()), count=count)
 
 
-def auto_rate_quantiles(count: int = 5) -> list[float]:
-    """The quantiles of the offered rates whose values become the automatic band edges."""
-    return [float(q) for q in np.linspace(0, 1, count + 1)[1:-1]]
+# The levels at which the offered rates' quantiles are read: every percentile, and finer below the first, where a
+# quiet phase lies (1 req/s for a tenth of a campaign that peaks at 60 is 0.2% of its requests). Fine enough to
+# recover how long the campaign offered each rate, which the automatic bands need as much as how many requests
+# came at it.
+_LEVELS = (1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, *(i / 100 for i in range(1, 100)))
+# Two edges closer than this factor are one: a band between them would hold a sliver of the load.
+_MERGE_FACTOR = 1.25
+
+
+def auto_rate_quantiles() -> list[float]:
+    """The quantiles of the offered rates that the automatic band edges are computed from (rate_bands_at)."""
+    return list(_LEVELS)
+
+
+def _time_quantiles(values: np.ndarray, levels: np.ndarray, wanted: Sequence[float]) -> list[float]:
+    """Edges at quantiles of the offered rate over the campaign's time instead of its requests. A request offered
+    at rate r stands for 1/r seconds, so between two read quantiles the time is the requests' share times the
+    mean of 1/r there (1/r where they coincide: a plateau; the log-mean's inverse along a ramp). A quantile on a
+    plateau (a quiet phase held at one rate) moves just above it, so the phase is inside the band it ends."""
+    low, high = values[:-1], values[1:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inverse = np.where(high > low, np.log(high / low) / (high - low), 1 / low)
+    seconds = np.diff(levels) * inverse
+    cumulative = np.concatenate([[0.0], np.cumsum(seconds)]) / seconds.sum()
+    plateaus = set(low[high == low].tolist())
+    edges = []
+    for q in wanted:
+        value = float(np.interp(q, cumulative, values))
+        edges.append(_just_above(value) if value in plateaus else _round_down(value))
+    return edges
+
+
+def _just_above(value: float) -> float:
+    """The next number of two significant digits above `value`: 1 -> 1.1, 40 -> 41."""
+    scale = 10 ** (math.floor(math.log10(value)) - 1)
+    return float(round((math.floor(value / scale + 1e-9) + 1) * scale, 12))
 
 
 def rate_bands_at(
-    quantile_values: Sequence[float], *, lowest: float | None = None, highest: float | None = None
+    quantile_values: Sequence[float], *, lowest: float | None = None, highest: float | None = None, count: int = 5
 ) -> BandSet:
-    """Edges at these rates, rounded down to numbers someone would pick; from 0, with an open top band.
+    """Bands from the offered rates' quantiles at auto_rate_quantiles(), edges rounded down to numbers someone
+    would pick, from 0 with an open top band.
 
-    Where most requests were offered at one rate (a long hold at the peak, a step), the quantiles coincide and
-    would leave every lower rate in one band: when they give fewer than half the bands asked for and the rates
-    offered span more than that (`lowest`..`highest`), the edges are spread evenly over the span instead."""
-    inner = sorted({_round_down(float(q)) for q in quantile_values} - {0.0})
-    wanted = len(quantile_values) + 1
-    if lowest is not None and highest is not None and len(inner) + 1 < (wanted + 1) // 2 and highest > lowest:
-        step = (highest - lowest) / wanted
-        spread = sorted({_round_down(lowest + step * i) for i in range(1, wanted)} - {0.0})
+    Edges at equal shares of the requests and at equal shares of the campaign's time, merged where closer than a
+    factor of 1.25. Requests come in proportion to the rate, so request shares alone cut the peak finely and
+    leave every quiet rate in one band with the busy ones below the peak (a 1 req/s quiet phase and a 30 req/s
+    ramp in "0-40"); time shares give the quiet phases the campaign spends its time in their own band.
+
+    Where most requests were offered at one rate (a long hold at the peak, a step), both put their edges at that
+    rate and would leave every lower rate in one band: when they give fewer than half the bands asked for and the
+    rates offered span more than that (`lowest`..`highest`), the edges are spread evenly over the span instead."""
+    values = np.asarray(quantile_values, dtype=np.float64)
+    levels = np.asarray(_LEVELS if len(values) == len(_LEVELS) else np.linspace(0, 1, len(values) + 2)[1:-1])
+    shares = [i / count for i in range(1, count)]
+    by_requests = [float(np.interp(q, levels, values)) for q in shares]
+    by_time: list[float] = []
+    if lowest is not None and highest is not None and lowest > 0 and highest > lowest:
+        read = np.concatenate([[lowest], np.maximum.accumulate(np.clip(values, lowest, highest)), [highest]])
+        by_time = _time_quantiles(read, np.concatenate([[0.0], levels, [1.0]]), shares)
+    inner = sorted({_round_down(v) for v in by_requests} - {0.0})
+    for edge in sorted(set(by_time) - {0.0}):
+        if all(max(edge, e) / min(edge, e) >= _MERGE_FACTOR for e in inner):
+            inner = sorted([*inner, edge])
+    if lowest is not None and highest is not None and len(inner) + 1 < (count + 1) // 2 and highest > lowest:
+        step = (highest - lowest) / count
+        spread = sorted({_round_down(lowest + step * i) for i in range(1, count)} - {0.0})
         if len(spread) > len(inner):
             inner = spread
     return rate_bands([0.0, *inner, math.inf])

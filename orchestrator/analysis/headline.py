@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator.analysis import ArmInfo, OperatingMap, VerificationReport
+from orchestrator.analysis.verify_findings import ran_instead
 
 ABSOLUTE_ONLY = "no off arm: absolute figures only (analysis.absolute_only), no speedups"
 EXEMPT_MARK = " (exempt)"  # after an exempt arm's name wherever its failure is printed
@@ -18,9 +19,13 @@ def headline(
     """The few lines an operator reads first: crossovers, then every verification finding that did not pass
     (an exempt arm's failures marked so)."""
     lines: list[str] = []
+    instead = {a.arm: said for a in verification.arms if (said := ran_instead(a)) is not None}
     for operating_map in maps:
         for crossover in operating_map.crossovers:
-            lines.append(f"[{operating_map.measure}] {crossover.message}")
+            # A verdict on an arm that ran something else than its policy is a verdict on what ran: said with it
+            said = instead.get(crossover.arm)
+            marked = f"; {crossover.arm} did not run as configured: {said}" if said else ""
+            lines.append(f"[{operating_map.measure}] {crossover.message}{marked}")
     for checked in verification.arms:
         lines.extend(
             f.message + (EXEMPT_MARK if f.failed and checked.arm in exempt else "")

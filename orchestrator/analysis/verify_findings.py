@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from orchestrator.analysis.arms import ArmInfo
-from orchestrator.analysis.results import BandKCheck, Finding
+from orchestrator.analysis.results import ArmVerification, BandKCheck, Finding
 from orchestrator.analysis.telemetry import ArmTelemetry
 from orchestrator.analysis.verify_settings import VerifySettings
 
@@ -239,3 +239,62 @@ def switched_finding(
             f"(configured {k_set(configured)})"
         ),
     )
+
+
+# Executed-policy checks whose failure means the arm ran something else than its policy: its cells measure that.
+CHANGES_WHAT_RAN = ("static_fallback", "schedule_dropped")
+
+
+def _executed_shares(arm: ArmVerification) -> dict[int, float]:
+    """Executed k -> share of all the arm's banded steps."""
+    steps = sum(b.steps for b in arm.bands)
+    totals: dict[int, float] = {}
+    for band in arm.bands:
+        for k, part in band.executed_k.items():
+            totals[int(k)] = totals.get(int(k), 0.0) + part * band.steps
+    return {k: n / steps for k, n in totals.items()} if steps else {}
+
+
+def ran_instead(arm: ArmVerification) -> str | None:
+    """What an arm whose policy did not run ran instead, in a few words (None: it ran its policy, or nothing
+    shows otherwise): "schedule dropped, static k = 3 ran in 100.0% of steps"."""
+    if not any(f.failed and f.check in CHANGES_WHAT_RAN for f in arm.findings):
+        return None
+    shares = _executed_shares(arm)
+    if not shares:
+        return "schedule dropped: the engine runs the static max k"
+    k, top = max(shares.items(), key=lambda kv: kv[1])
+    if len(shares) == 1 or top >= 0.99:
+        return f"schedule dropped, static k = {k} ran in {pct(top)} of steps"
+    ran = ", ".join(f"k={k} {pct(s)}" for k, s in sorted(shares.items(), key=lambda kv: -kv[1]))
+    return f"schedule dropped, executed {ran}"
+
+
+def _said(finding: Finding) -> str:
+    prefix = f"{finding.arm}: "
+    return finding.message[len(prefix) :] if finding.message.startswith(prefix) else finding.message
+
+
+# The order in which a failed arm's findings lead its verdict line: whether it speculated at all, then whether
+# its policy ran, then the rest.
+_LEAD = ("identity", "schedule_dropped", "static_fallback", "schedule_switched", "executed_k")
+
+
+def verdict_line(arm: ArmVerification) -> str:
+    """The arm's one-line verdict: for an arm that failed, what failed first (never a share that reads like a
+    pass), then the share of steps whose executed k matched; for any other arm, that share."""
+    share_text = f"executed k = configured k on {pct(arm.match_fraction)} of steps"
+    failed = [f for f in arm.findings if f.failed]
+    if not failed:
+        return share_text
+    lead = min(failed, key=lambda f: _LEAD.index(f.check) if f.check in _LEAD else len(_LEAD))
+    instead = ran_instead(arm)
+    first = instead if instead is not None and lead.check in CHANGES_WHAT_RAN else _said(lead)
+    executed = next((f for f in arm.findings if f.check == "executed_k"), None)
+    if instead is not None and executed is not None and executed.passed:
+        # Dropped, yet most steps matched: they ran where the schedule gives the static k too, and cannot tell the
+        # schedule from it.
+        return f"{first} ({share_text}: batch sizes where the schedule gives that k too)"
+    if lead.check == "executed_k":
+        return first
+    return f"{first} ({share_text})"

@@ -23,15 +23,27 @@ def _ratio(opmap: OperatingMap, band: str, arm: str) -> str:
     return f' <span class="muted">{esc(deciding_label(s))} {esc(ci(s.deciding))}{esc(unequal)}</span>'
 
 
+def _instead(found: BandAnswer, arm: str) -> str:
+    """The mark of an arm that did not run as configured, with what ran instead: never crowned unmarked."""
+    if arm not in found.ran_instead:
+        return ""
+    return f' <span class="unverified">\u26a0 not as configured: {esc(found.ran_instead[arm])}</span>'
+
+
 def _cell(opmap: OperatingMap, found: BandAnswer) -> str:
     off = any(opmap.is_baseline(a) for a in found.best)
     if found.status == "best":
         (arm,) = found.best
-        text = f'<span class="v v-helps">{esc(arm)}</span>{_ratio(opmap, found.band, arm)}'
+        # Green only for an arm that ran its policy: the verdict on one that did not is on what ran instead
+        colour = "v-no_difference" if arm in found.ran_instead else "v-helps"
+        text = f'<span class="v {colour}">{esc(arm)}</span>{_instead(found, arm)}{_ratio(opmap, found.band, arm)}'
     elif found.status == "plain_decoding":
         text = '<span class="v v-hurts">plain decoding</span>: speculation off'
     elif found.status == "tie":
-        text = f"tie: {esc(', '.join(found.best))}" + (" (with plain decoding: speculation off)" if off else "")
+        # "lead": the leaders' interval excludes 1 but not the margin (answer.py): a tie would claim equality
+        said = "tie" if "tie for best" in found.message else "not separated"
+        text = f"{said}: " + ", ".join(esc(a) + _instead(found, a) for a in found.best)
+        text += " (with plain decoding: speculation off)" if off else ""
     elif found.status == "no_difference":
         text = '<span class="v v-no_difference">no difference</span>' + (": speculation off" if off else "")
     elif found.requests == 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from orchestrator.analysis.results import ArmVerification, BandKCheck, SwitchTiming, VerificationReport
+from orchestrator.analysis.verify_findings import verdict_line
 from orchestrator.report_html.text import EXEMPT, NO_DATA, esc, num, passfail, pct, status_mark, table
 
 
@@ -59,7 +60,7 @@ def _arm_verification(arm: ArmVerification, exempt: Collection[str]) -> str:
 def as_configured(arm: ArmVerification) -> str:
     """The share of steps that ran the configured k, and what that share does not prove: the words of the arm's
     status (a "not exercised" arm also says which check the load never exercised)."""
-    share = f"executed k = configured k on {pct(arm.match_fraction)} of steps"
+    share = verdict_line(arm)  # a failed arm: what failed first, so the line never reads like a pass
     unproven = [f.check for f in arm.findings if f.status in ("not_verifiable", "not_exercised")]
     if arm.status in ("not_verifiable", "not_exercised") and unproven:
         return f"{share}; {', '.join(unproven)} {arm.status.replace('_', ' ')}"

@@ -137,13 +137,46 @@ def test_a_dp_arm_without_off_on_its_topology_is_said_to_be_compared_per_engine(
 
 def test_a_dp_arm_with_off_dp2_is_compared_on_its_own_hardware(tmp_path_factory: pytest.TempPathFactory) -> None:
     arms = [*SINGLE, {"policy": "off", "topology": "dp2"}, {"policy": "dyn", "topology": "dp2"}]
-    summary, printed = run_and_report(short_campaign(tmp_path_factory.mktemp("dp") / "dp2", arms=arms, shapes=BUSY))
+    out = tmp_path_factory.mktemp("dp") / "dp2"
+    summary, printed = run_and_report(short_campaign(out, arms=arms, shapes=BUSY))
     assert summary.answer is not None
     assert "has no `off` on its topology" not in printed
     dp = [b for b in summary.answer.bands if b.hardware == "data_parallel2" and b.status == "best"]
     assert dp and all(b.best == ["dyn-dp2"] and "vs off-dp2 per-token" in b.message for b in dp)
     assert not any("off-single" in b.message for b in summary.answer.bands if b.hardware == "data_parallel2")
     assert "dyn-dp2: ran the static max k = 3" in printed and "its cells measure what ran, not its policy" in printed
+    # issue 40: never crowned unmarked. The reference for what ran: the steps themselves (every dyn-dp2 step's k,
+    # read from its traces here, not from the verification), and DYN's max k, 3
+    assert _executed_ks(out, "dyn-dp2") == {3}
+    instead = "schedule dropped, static k = 3 ran in 100.0% of steps"
+    assert all(b.ran_instead == {"dyn-dp2": instead} for b in dp)
+    assert all(f"dyn-dp2 (not as configured: {instead}) is best" in b.message and b.message in printed for b in dp)
+    marked = [x for x in summary.answer.crossovers if ": dyn-dp2" in x]
+    assert marked and all(x.endswith(f"; dyn-dp2 did not run as configured: {instead}") for x in marked)
+    headline = [h for h in summary.headline if "] dyn-dp2" in h]
+    assert headline and all(h.endswith(f"did not run as configured: {instead}") for h in headline)
+    # The verifier's line leads with what failed, never with a share that reads like a pass
+    line = next(x for x in printed.splitlines() if x.strip().startswith("FAIL dyn-dp2"))
+    assert "(dynamic, data_parallel2): schedule dropped, static k = 3 ran in 100.0% of steps (executed k" in line
+    # report.html's Answer table: dyn-dp2 never in green without the mark; the arms that ran as configured are
+    import re
+
+    table = (out / "report.html").read_text().split('<section class="answer">')[1].split("</table></div>")[0]
+    crowned = re.findall(r'<span class="v (v-[a-z_]+)">dyn-dp2</span>( <span class="unverified">[^<]*</span>)?', table)
+    assert crowned and all(c == "v-no_difference" and "not as configured: schedule dropped, static k = 3" in m
+                           for c, m in crowned)  # fmt: skip
+    assert '<span class="v v-helps">fixed3-single</span> <span class="muted">' in table
+    # The arms that ran their policies carry no mark
+    assert not any(b.ran_instead for b in summary.answer.bands if b.hardware == "single")
+
+
+def _executed_ks(run: Path, arm: str) -> set[int]:
+    """Every k the arm's engine steps executed, read from its step timelines (the verification's input, not its
+    output)."""
+    import duckdb
+
+    found = duckdb.sql(f"SELECT DISTINCT k FROM read_parquet('{run}/timelines/arm={arm}/**/*.parquet')")
+    return {int(k) for (k,) in found.fetchall()}
 
 
 def test_an_off_arm_alone_has_nothing_to_compare_with(tmp_path_factory: pytest.TempPathFactory) -> None:
