@@ -15,6 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from orchestrator.decide.recommend_extent import measured_range
 from orchestrator.decide.recommendation import BandDecision, Candidate, DataParallelAnswer
 from orchestrator.decide.runs import RunEvidence
 from serve_apps.policies import Topology
@@ -102,7 +103,9 @@ def answer(
     scores = {name: math.exp(value - fastest) for name, value in sorted(logs.items(), key=lambda kv: names[kv[0]][0])}
     chosen = min((n for n, v in scores.items() if v <= 1 + margin), key=lambda n: names[n][0])
     k, arm = names[chosen]
-    reach = f"batch {min(bands[i].low for i in used)}-{max(bands[i].high for i in used)} of the `off` arm's frame"
+    ranges = [r for i in used if (r := measured_range(runs, i, bands[i].low, bands[i].high)) is not None]
+    top = max((r[1] for r in ranges), default=max(bands[i].high for i in used))
+    reach = f"batch {min(bands[i].low for i in used)}-{top} of the one-engine `off` arm's frame"
     said = ", ".join(f"{n} ({names[n][1]}) {v:.3f}x" for n, v in scores.items())
     lines = [header + ".", f"the fastest static k at the measured load ({reach}, weighted by {weighted_by}): "
              f"{'off' if k == 0 else f'k={k}'} | per-token latency over the fastest: {said}"]  # fmt: skip
