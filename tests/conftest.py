@@ -93,6 +93,10 @@ SLOW = (
     "tests/orchestrator/calibrate/test_calibrate.py::test_a_planted_k_switch_cost_is_found",
     # ~30 s
     "tests/orchestrator/calibrate/test_calibrate.py::test_engines_that_differ_get_separate_fits_and_alike_ones_one_pooled_fit",
+    # ~25 s: the quickstart simulated and calibrated (the module's fixture), its time_scale-1 twin simulated
+    "tests/orchestrator/calibrate/test_calibrate_time_scale.py::test_a_slowed_run_says_what_its_scale_means_and_each_figure_holds",
+    # ~10 s: three oracles
+    "tests/orchestrator/calibrate/test_calibrate_time_scale.py::test_the_fitted_profile_stops_at_the_measured_k_and_its_note_holds",
     # vLLM tier
     "tests/serve_apps/test_serve_vllm.py::",  # its arms (vLLM on Serve) take ~2 min to start: any test of it pays that
     "tests/serve_apps/test_placement.py::test_the_old_layout_is_caught_by_the_probe_within_seconds",  # ~65 s

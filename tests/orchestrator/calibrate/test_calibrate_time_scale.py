@@ -129,7 +129,7 @@ def test_the_fitted_profile_stops_at_the_measured_k_and_its_note_holds(
 
     def oracle(profile: str, *extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(BIN), "simulate", "oracle", "--profile", profile, "--workload", "chat",
-                               "--tolerance", "0.02", "--batch-sizes", "1,8,16,32,64,128", "--json", *extra],
+                               "--tolerance", "0.02", "--batch-sizes", "1,16,64,128", "--json", *extra],
                               capture_output=True, text=True, timeout=300)  # fmt: skip
 
     refused = oracle(str(fitted_path), "--max-k", str(measured + 1))
