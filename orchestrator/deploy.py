@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from orchestrator.campaign import Campaign
 from orchestrator.logs import get_logger
+from orchestrator.ray_address import why_unreachable
 from serve_apps.arms import ArmSpec
 from serve_apps.config_io import first_error
 from serve_apps.engine_kinds.registry import kind_of
@@ -36,12 +37,19 @@ class DeployError(RuntimeError):
     pass
 
 
+class NoRayCluster(DeployError):
+    """No Ray answers at the address given (--address, RAY_ADDRESS): a bad argument, exit 2."""
+
+
 def connect(address: str | None) -> None:
     import ray
 
     if ray.is_initialized():
         return
     target = address or os.environ.get("RAY_ADDRESS") or "auto"
+    unreachable = why_unreachable(target)  # before ray.init, which retries a dead address for minutes
+    if unreachable is not None:
+        raise NoRayCluster(unreachable)
     # ray.init sets its own SIGTERM handler (sys.exit) in the main thread; one the caller installed (the
     # campaign's, orchestrator.interrupts: how far it got, how to resume) is put back after it.
     caller = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.table import Table
 
-from orchestrator.cli.common import campaign_of, console
+from orchestrator.cli.common import campaign_of, console, fail
 
 
 @click.command("deploy")
@@ -32,13 +32,22 @@ def deploy_cmd(campaign_file: str, address: str | None, timeout_s: float | None,
         else:
             urls = deploy(campaign, address=address, timeout_s=timeout_s)
     except DeployError as exc:
-        raise click.ClickException(str(exc)) from None
+        refused(exc)
     if not check:
         click.echo(json.dumps(urls, indent=2))
     elif as_json:
         click.echo(json.dumps(reports, indent=2))
     else:
         _print_placement(reports)
+
+
+def refused(exc: Exception) -> NoReturn:
+    """One line: exit 2 where the address given reaches no cluster (a bad argument), else 1."""
+    from orchestrator.deploy import NoRayCluster
+
+    if isinstance(exc, NoRayCluster):
+        fail(str(exc))
+    raise click.ClickException(str(exc)) from None
 
 
 def _print_placement(reports: dict[str, list[dict[str, Any]]]) -> None:
@@ -87,7 +96,7 @@ def teardown_cmd(campaign_file: str | None, address: str | None) -> None:
     try:
         deleted = teardown(campaign, address=address)
     except DeployError as exc:
-        raise click.ClickException(str(exc)) from None
+        refused(exc)
     click.echo(json.dumps({"deleted": deleted}))
 
 
@@ -115,7 +124,7 @@ def models_pull_cmd(campaign_file: str, address: str | None, here: bool) -> None
         connect(address)
         outcomes = pull_on_gpu_nodes(wanted)
     except (ModelPullError, DeployError) as exc:
-        raise click.ClickException(str(exc)) from None
+        refused(exc)
     failed = []
     for node_id, outcome in outcomes.items():
         where = f"{outcome['host']} ({node_id[:8]})"

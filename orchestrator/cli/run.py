@@ -24,7 +24,7 @@ def run_cmd(
 ) -> None:
     """Run a campaign: every arm x shape x repeat, traces to the run directory, then the report. One line per unit
     started and finished (a Ray job's log shows them); the progress bar only on a terminal."""
-    from orchestrator.deploy import DeployError
+    from orchestrator.deploy import DeployError, NoRayCluster
     from orchestrator.run import run_campaign
     from serve_apps.arms import prompt_length_notice
 
@@ -48,6 +48,9 @@ def run_cmd(
         store, manifest = with_unit_lines(
             campaign, resume, lambda on_unit: run_campaign(campaign, address=address, on_unit=on_unit), virtual=False
         )
+    except NoRayCluster as exc:  # the address given: a bad argument
+        fail(str(exc))
+        raise
     except (DeployError, CampaignError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"run {manifest['run']}: traces in {store.traces}")
