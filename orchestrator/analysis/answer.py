@@ -163,10 +163,13 @@ def _unresolved(c: ArmComparison, margin: float) -> str:
     if not separated(ratio) or ratio.low is None or ratio.high is None:
         return ", no difference"
     faster, low, high = (c.arm, ratio.low, ratio.high) if ratio.low > 1 else (c.other, 1 / ratio.high, 1 / ratio.low)
-    return (
-        f", {faster} ahead by {100 * (low - 1):.0f}-{100 * (high - 1):.0f}%: not shown beyond the "
-        f"{100 * margin:g}% margin"
-    )
+    ahead = f"{_percent(low - 1)}-{_percent(high - 1)}%"
+    return f", {faster} ahead by {ahead}: not shown beyond the {100 * margin:g}% margin"
+
+
+def _percent(fraction: float) -> str:
+    """A gain in percent, one decimal below 10% (0.1-0.4%, 1.0-11%): never a 0-0% for an interval that excludes 1."""
+    return f"{100 * fraction:.1f}" if fraction < 0.1 else f"{100 * fraction:.0f}"
 
 
 def _versus(c: ArmComparison, margin: float = 0.0) -> str:

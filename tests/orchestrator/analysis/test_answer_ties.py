@@ -58,7 +58,7 @@ def test_an_interval_that_excludes_1_is_not_a_tie() -> None:
     # fixed3 is ahead: fixed2's per-token ratio 0.94 [0.90, 0.99] inverted is [1.01, 1.11]
     assert (
         "fixed2, fixed3 lead, not separated beyond the margin (fixed2 vs fixed3 per-token 0.94x [0.90, 0.99], "
-        "fixed3 ahead by 1-11%: not shown beyond the 2% margin (n=60))" in message
+        "fixed3 ahead by 1.0-11%: not shown beyond the 2% margin (n=60))" in message
     )
 
 

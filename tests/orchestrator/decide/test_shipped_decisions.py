@@ -13,8 +13,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow.dataset as ds
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -27,6 +25,7 @@ from orchestrator.report import write_report
 from orchestrator.simulate_campaign import simulate_campaign
 from serve_apps.sim.profile import load_profile
 from tests import REPO as ROOT
+from tests.orchestrator.decide.test_recommend_edges import max_typical_batch
 
 QUICKSTART = ROOT / "campaigns" / "quickstart.yaml"
 EXIT_INSUFFICIENT = 4
@@ -142,12 +141,6 @@ def test_quickstart_answer_agrees_with_the_oracle(quickstart: tuple[Path, Summar
     assert batch.baselines.get("dyn-dp2") == "off-dp2"  # dp2 against off on dp2 (no baselines fails too)
 
 
-def _max_typical_batch(run: Path, arm: str) -> float:
-    """The highest mean running batch of the arm's requests, read from the trace files themselves."""
-    table = ds.dataset(run / "traces" / f"arm={arm}", format="parquet").to_table(columns=["step_batch_mean"])
-    return float(np.nanmax(np.asarray(table.column("step_batch_mean").to_numpy(zero_copy_only=False), dtype=float)))
-
-
 def test_quickstart_claims_nothing_past_its_measured_load(quickstart: tuple[Path, Summary]) -> None:
     """The quickstart's engines run at batch ~20 at most; the oracle's k changes at 64 (k = 3 is 3.7% slower
     than k = 2 at 128). The top band's evidence is named with its measured range, the batch sizes above it are
@@ -157,7 +150,7 @@ def test_quickstart_claims_nothing_past_its_measured_load(quickstart: tuple[Path
     assert truth.best_k(16) == 3 and truth.best_k(128) != 3  # the inherited k is a claim the oracle refutes
     result = CliRunner().invoke(cli, ["recommend", str(run)])
     recommendation = json.loads((run / "recommendation.json").read_text())
-    top = math.ceil(_max_typical_batch(run, "off-single"))
+    top = math.ceil(max_typical_batch(run, "off-single"))
     assert top < 64
     measured = [b for b in recommendation["bands"] if b["basis"] == "measured"]
     assert max(b["measured_high"] for b in measured) == top == measured[-1]["high"], recommendation["message"]
@@ -171,6 +164,11 @@ def test_quickstart_claims_nothing_past_its_measured_load(quickstart: tuple[Path
     assert "above the measured load, inherited, not measured (no confidence: the k there may differ): " in (
         result.output
     )
+    # The README says what the tool prints
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"on the quickstart: k = 3 measured at batch 1-{top}," in readme
+    assert f'batch {top + 1}-512 "inherited, not measured"' in readme
+    assert {b["schedule_k"] for b in measured} == {3} and measured[0]["low"] == 1
     followup = yaml.safe_load((run / "followup-campaign.yaml").read_text())
     reach = followup["shapes"]["past-measured"]
     assert reach["kind"] == "ramp" and reach["rate_to"] >= 2 * reach["rate_from"]
@@ -212,7 +210,7 @@ def test_recommend_followup_recommend_ends_with_a_schedule(quickstart: tuple[Pat
     assert {1, 2, 3} <= measured
     # The follow-up's load reached past the first run's top batch (~20), to where the oracle's k changes
     top = max(b["measured_high"] for b in recommendation["bands"] if b["measured_high"] is not None)
-    assert top >= 64 and top >= 2 * math.ceil(_max_typical_batch(copy, "off-single")), recommendation["message"]
+    assert top >= 64 and top >= 2 * math.ceil(max_typical_batch(copy, "off-single")), recommendation["message"]
 
 
 def test_a_data_parallel_only_campaign_is_followed_up_on_one_engine(tmp_path: Path) -> None:
@@ -252,7 +250,7 @@ def test_first_yaml_compares_the_dp_arm_per_engine_and_says_so(tmp_path: Path) -
     assert code == 0 and recommendation["status"] == "schedule", recommendation["message"]
     _consistent_with_oracle(recommendation, truth)
     # The top band names the batch sizes its evidence covers; above them nothing is claimed as measured
-    top = math.ceil(_max_typical_batch(run, "off-single"))
+    top = math.ceil(max_typical_batch(run, "off-single"))
     measured = [b for b in recommendation["bands"] if b["basis"] == "measured"]
     assert (
         measured[-1]["measured_high"] == top
@@ -293,9 +291,13 @@ def test_the_gpu_example_decides_as_the_oracle_does(tmp_path: Path) -> None:
     single = [b for b in summary.answer.bands if b.hardware == "single"]
     assert single and all(b.status in ("best", "tie") and "fixed3-single" in b.best for b in single), single
     assert all(truth.points[i].tpot_p50_s[3] < truth.points[i].tpot_p50_s[0] for i in range(len(truth.points)))
-    # The DP arm has no `off` on its hardware: compared per engine, and said so in every crossover naming it
-    crossovers = [c for c in summary.answer.crossovers if "dyn-dp2" in c]
-    assert crossovers and all("not on equal hardware" in c for c in crossovers)
+    # `off` runs on dp2 too (issue 40): the DP arm is compared on its own hardware, and every verdict naming it
+    # says what ran instead of its schedule (vLLM's data-parallel fallback: the static max k, 3)
+    crossovers = [c for c in summary.answer.crossovers if ": dyn-dp2" in c]
+    assert crossovers and not any("not on equal hardware" in c for c in crossovers)
+    assert all("did not run as configured: schedule dropped, static k = 3" in c for c in crossovers), crossovers
+    crowned = [b for b in summary.answer.bands if "dyn-dp2" in b.best]
+    assert crowned and all(b.ran_instead["dyn-dp2"].startswith("schedule dropped, static k = 3") for b in crowned)
     code, recommendation = _recommend(run)
     assert code == 0 and recommendation["status"] == "schedule", recommendation["message"]
     for band in (b for b in recommendation["bands"] if b["basis"] == "measured"):
