@@ -60,7 +60,7 @@ def _through_off(best: KCandidate, other: KCandidate, margin: float) -> RatioCI:
 def decide_band(runs: Sequence[RunEvidence], choices: Sequence[BandChoice], max_k: int) -> BandDecision:
     """One band's decision from its evidence in each run (`choices`, one per run, the same band)."""
     first = choices[0]
-    counted = {id(r) for r in _counted(runs)}
+    counted = {id(r) for r in counted_runs(runs)}
     evidence = [c for r, c in zip(runs, choices, strict=True) if id(r) in counted]
     n = max(e.requests for e in evidence)
     margin, needed = first.margin, first.min_requests
@@ -129,7 +129,7 @@ def _insufficient(
     off: tuple[str, KCandidate] | None, unmeasured: list[int],
 ) -> BandDecision:  # fmt: skip
     """Too few data here: n, and what would give the band its needed requests by the map's own rule."""
-    counted = {id(r) for r in _counted(runs)}
+    counted = {id(r) for r in counted_runs(runs)}
     run, choice = max(
         ((r, c) for r, c in zip(runs, choices, strict=True) if id(r) in counted), key=lambda rc: rc[1].requests
     )
@@ -166,7 +166,7 @@ def _insufficient(
     )  # fmt: skip
 
 
-def _counted(runs: Sequence[RunEvidence]) -> list[RunEvidence]:
+def counted_runs(runs: Sequence[RunEvidence]) -> list[RunEvidence]:
     """The runs whose band counts are evidence: those whose baseline runs one engine (only their arms are
     candidates), else all (to say what they lack)."""
     return [r for r in runs if r.baseline and _on_one_engine(r, r.baseline)] or list(runs)

@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 
 from orchestrator.analysis.kchoice import ratio_text
-from orchestrator.decide.recommend_band import _counted, decide_band
+from orchestrator.decide.recommend_band import counted_runs, decide_band
 from orchestrator.decide.recommendation import BandDecision, Basis
 from orchestrator.decide.runs import RunEvidence
 
@@ -77,7 +77,7 @@ def _kept(decision: BandDecision, low: int, high: int) -> BandDecision:
 def measured_range(runs: Sequence[RunEvidence], index: int, low: int, high: int) -> tuple[int, int] | None:
     """The batch sizes the `off` arm's requests ran at in band `index` of the report (their typical batch), over
     the runs whose evidence counts, within the band's [low, high]; None where none ran there."""
-    found = [r.batches.measured[index] for r in _counted(runs) if index < len(r.batches.measured)]
+    found = [r.batches.measured[index] for r in counted_runs(runs) if index < len(r.batches.measured)]
     ranges = [m for m in found if m is not None]
     if not ranges:
         return None

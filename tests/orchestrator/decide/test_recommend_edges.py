@@ -66,7 +66,7 @@ def _recommend(run: Path, *options: str) -> tuple[str, dict[str, Any]]:
     return result.output, data
 
 
-def _max_typical_batch(run: Path, arm: str) -> float:
+def max_typical_batch(run: Path, arm: str) -> float:
     """The highest mean running batch of the arm's requests, read from the trace files themselves."""
     table = ds.dataset(run / "traces" / f"arm={arm}", format="parquet").to_table(columns=["step_batch_mean"])
     values = np.asarray(table.column("step_batch_mean").to_numpy(zero_copy_only=False), dtype=np.float64)
@@ -149,7 +149,7 @@ def test_data_parallel_gets_the_oracles_best_static_k_and_no_schedule(
     batch_map = summary.maps[0]
     bands = [{"low": int(b.low), "high": int(b.upper - 1)} for b in batch_map.bands]
     weights = {c.band_index: float(c.requests) for c in batch_map.cells if c.arm == "off-dp2" and c.requests}
-    static = _oracle_static(truth, bands, weights, _max_typical_batch(run, "off-dp2"))
+    static = _oracle_static(truth, bands, weights, max_typical_batch(run, "off-dp2"))
     best = min(static.values())
     k = answer["k"]
     assert static[k] <= best * SLACK, (k, static)
@@ -182,7 +182,7 @@ def test_an_operators_topology_is_answered_from_one_engines_evidence(ladder: Pat
     batch_map = summary.maps[0]
     every = [{"low": int(b.low), "high": int(b.upper - 1)} for b in batch_map.bands]
     weights = {c.band_index: float(c.requests) for c in batch_map.cells if c.arm == "off-single" and c.requests}
-    static = _oracle_static(truth, every, weights, _max_typical_batch(ladder, "off-single"))
+    static = _oracle_static(truth, every, weights, max_typical_batch(ladder, "off-single"))
     assert static[answer["k"]] <= min(static.values()) * SLACK, (answer, static)
     assert bands
     result = CliRunner().invoke(cli, ["recommend", str(ladder), "--topology", "replicas:2"])
