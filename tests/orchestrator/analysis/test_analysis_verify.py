@@ -48,7 +48,9 @@ def _k(batch: int, table: np.ndarray) -> int:
     return int(table[batch])
 
 
-def _rows(arm: ArmInfo, *, executed: Any, config: str | None = CONFIG, dropped: bool = False) -> dict[str, list[Any]]:
+def step_rows(
+    arm: ArmInfo, *, executed: Any, config: str | None = CONFIG, dropped: bool = False
+) -> dict[str, list[Any]]:
     """One request per batch list; `executed(batch)` is the k each step ran."""
     rows: dict[str, list[Any]] = {k: [] for k in ("arm", "scheduled_ns", "step_batch_size", "step_k",
                                                   "per_step_drafted", "resolved_speculative_config",
@@ -66,7 +68,7 @@ def _rows(arm: ArmInfo, *, executed: Any, config: str | None = CONFIG, dropped: 
 
 
 def _verify(arm: ArmInfo, **kwargs: Any) -> ArmVerification:
-    report = verify_executed_policy(trace_table(**_rows(arm, **kwargs)), [arm])
+    report = verify_executed_policy(trace_table(**step_rows(arm, **kwargs)), [arm])
     (result,) = report.arms
     return result
 
@@ -238,7 +240,7 @@ def test_a_switch_never_asked_for_by_most_steps_is_not_exercised_and_says_how_ma
 
 def test_steps_without_a_k_are_left_out_and_reported() -> None:
     table = SINGLE.k_table()
-    rows = _rows(SINGLE, executed=lambda b: _k(b, table))
+    rows = step_rows(SINGLE, executed=lambda b: _k(b, table))
     rows["step_k"][0] = rows["step_k"][0][:1]  # the engine reported fewer k than batch sizes
     (result,) = verify_executed_policy(trace_table(**rows), [SINGLE]).arms
     assert result.passed and result.steps == 58
@@ -432,29 +434,31 @@ def test_telemetry_from_the_footers_equals_the_rows_scan(tmp_path: Path) -> None
     by_group = [CONFIG] * 5 + [DROPPED] * 5 + [None, CONFIG, None, CONFIG, None] + [None] * 5
     arms = {
         # off: no config, no drafts: every statistic pins it
-        "off": _rows(OFF, executed=lambda b: 0, config=None),
+        "off": step_rows(OFF, executed=lambda b: 0, config=None),
         # a config per row group (and NULLs within one), schedule_dropped true / false / NULL by row group
         "dyn": _set(
-            _set(_rows(SINGLE, executed=lambda b: _k(b, table_k)), "resolved_speculative_config", by_group),
+            _set(step_rows(SINGLE, executed=lambda b: _k(b, table_k)), "resolved_speculative_config", by_group),
             "schedule_dropped",
             [True] * 5 + [False] * 5 + [None] * 10,
         ),
         # the data-parallel fallback: the dropped config everywhere, schedule_dropped in two row groups
-        "dyn-dp": _set(_rows(DP, executed=lambda b: 3, config=DROPPED), "schedule_dropped", [False] * 10 + [True] * 10),
+        "dyn-dp": _set(
+            step_rows(DP, executed=lambda b: 3, config=DROPPED), "schedule_dropped", [False] * 10 + [True] * 10
+        ),
         # two configs within one row group: its statistics decide nothing, the arm's rows are read
         "fixed": _set(
-            _rows(FIXED, executed=lambda b: 3), "resolved_speculative_config", [CONFIG, DROPPED] * 2 + [CONFIG] * 16
+            step_rows(FIXED, executed=lambda b: 3), "resolved_speculative_config", [CONFIG, DROPPED] * 2 + [CONFIG] * 16
         ),
         # NULL drafted_tokens with per-step lists: the drafts come from the lists, read from the rows
         "dyn-k0": _set(
-            _set(_rows(ALL_ZERO, executed=lambda b: 0, config=None), "drafted_tokens", [None] * 20),
+            _set(step_rows(ALL_ZERO, executed=lambda b: 0, config=None), "drafted_tokens", [None] * 20),
             "per_step_drafted",
             [[2, 2]] * 20,
         ),
     }
     off_drafting = ArmInfo.from_policy("off-drafts", OffPolicy())
     arms["off-drafts"] = _set(
-        _rows(off_drafting, executed=lambda b: 0, config=None), "drafted_tokens", [0] * 15 + [7] * 5
+        step_rows(off_drafting, executed=lambda b: 0, config=None), "drafted_tokens", [0] * 15 + [7] * 5
     )
     infos = [OFF, SINGLE, DP, FIXED, ALL_ZERO, off_drafting]
     columns: dict[str, list[Any]] = {}
@@ -467,7 +471,7 @@ def test_telemetry_from_the_footers_equals_the_rows_scan(tmp_path: Path) -> None
     complete = trace_table(**columns)
     # A partial unit (repeat 1) of off with a config, drops and drafts: not evidence, so not counted.
     partial = trace_table(
-        **{**_rows(OFF, executed=lambda b: 3, dropped=True), "drafted_tokens": [99] * 20},
+        **{**step_rows(OFF, executed=lambda b: 3, dropped=True), "drafted_tokens": [99] * 20},
         request_id=[f"off:s:1:{i}" for i in range(20)],
     )
     _write_unit(tmp_path, pa.concat_tables([complete, partial]), row_group=5)

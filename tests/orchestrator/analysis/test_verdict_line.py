@@ -11,7 +11,7 @@ from orchestrator.analysis.results import ArmVerification
 from orchestrator.analysis.verify_findings import verdict_line
 from orchestrator.report_html.verification import as_configured, verification_section
 from tests.orchestrator.analysis.test_analysis_inputs import trace_table
-from tests.orchestrator.analysis.test_analysis_verify import BATCHES, DP, DROPPED, OFF, SINGLE, _rows
+from tests.orchestrator.analysis.test_analysis_verify import BATCHES, DP, DROPPED, OFF, SINGLE, step_rows
 
 
 def _verify(arm: Any, rows: dict[str, list[Any]]) -> ArmVerification:
@@ -21,7 +21,7 @@ def _verify(arm: Any, rows: dict[str, list[Any]]) -> ArmVerification:
 
 def test_a_dropped_schedule_whose_steps_all_matched_leads_with_the_drop() -> None:
     # Every step at batch 2-40, where the schedule gives k = 3, the static k vLLM runs: all 100% "match"
-    rows = _rows(DP, executed=lambda b: 3, config=DROPPED, dropped=True)
+    rows = step_rows(DP, executed=lambda b: 3, config=DROPPED, dropped=True)
     rows["step_batch_size"] = [[2, 10, 40]] * len(rows["arm"])
     result = _verify(DP, rows)
     assert result.status == "fail" and result.match_fraction == 1.0
@@ -37,7 +37,7 @@ def test_a_dropped_schedule_whose_steps_all_matched_leads_with_the_drop() -> Non
 
 
 def test_a_dropped_schedule_across_every_band_says_the_share_that_matched() -> None:
-    result = _verify(DP, _rows(DP, executed=lambda b: 3, config=DROPPED, dropped=True))
+    result = _verify(DP, step_rows(DP, executed=lambda b: 3, config=DROPPED, dropped=True))
     # By hand: of the 12 steps in BATCHES, those at batch <= 64 (4, 10, 40, 60, 8) are where k = 3 is configured
     matched = sum(b <= 64 for batches in BATCHES for b in batches) / sum(len(b) for b in BATCHES)
     assert verdict_line(result) == (
@@ -47,7 +47,7 @@ def test_a_dropped_schedule_across_every_band_says_the_share_that_matched() -> N
 
 
 def test_a_schedule_that_never_switched_leads_with_that() -> None:
-    result = _verify(SINGLE, _rows(SINGLE, executed=lambda b: 1))
+    result = _verify(SINGLE, step_rows(SINGLE, executed=lambda b: 1))
     table = SINGLE.k_table()
     matched = sum(int(table[b]) == 1 for batches in BATCHES for b in batches) / sum(len(b) for b in BATCHES)
     steps = 5 * sum(len(b) for b in BATCHES)
@@ -58,7 +58,7 @@ def test_a_schedule_that_never_switched_leads_with_that() -> None:
 
 
 def test_an_off_arm_that_drafted_leads_with_its_identity_and_a_passing_arm_with_its_share() -> None:
-    drafted = _verify(OFF, _rows(OFF, executed=lambda b: 3, config=None))
+    drafted = _verify(OFF, step_rows(OFF, executed=lambda b: 3, config=None))
     assert verdict_line(drafted).startswith("declared off, but ")
-    clean = _verify(SINGLE, _rows(SINGLE, executed=lambda b: int(SINGLE.k_table()[b])))
+    clean = _verify(SINGLE, step_rows(SINGLE, executed=lambda b: int(SINGLE.k_table()[b])))
     assert verdict_line(clean) == "executed k = configured k on 100.0% of steps"
