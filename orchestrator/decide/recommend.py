@@ -58,6 +58,13 @@ def _build(runs: Sequence[RunEvidence], coarse: list[BandDecision], max_k: int) 
     for i, band in enumerate(coarse):
         measured = measured_range(runs, i, band.low, band.high)
         bands += within_measured(split(runs, band, max_k), measured, off_arm, max_k)
+    top = max((b.measured_high for b in bands if b.measured_high is not None), default=None)
+    # A band no request reached, above the highest measured batch, is beyond the measured load too
+    bands = [
+        b.model_copy(update={"extent": "beyond_measured"})
+        if top is not None and b.status == "insufficient" and not b.requests and b.low > top else b
+        for b in bands
+    ]  # fmt: skip
     method, model = _drafter(runs)
     frame = (
         f"the edges are {off_arm}'s batch sizes (the `off` arm's batch frame): at the same load a speculative "
