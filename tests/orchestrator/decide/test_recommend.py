@@ -177,6 +177,11 @@ def test_a_ramp_names_each_arm_and_the_bands_without_evidence(ramp: Path) -> Non
 def test_runs_of_the_same_traffic_combine(ramp: Path) -> None:
     if not (ramp / "followup-campaign.yaml").exists():
         assert _cli("recommend", str(ramp)).returncode == 0
+    # Without its ramp past the measured load (4x this ramp's 30 req/s: half a minute of this test; the reach and
+    # a follow-up with the added shape combining are test_shipped_decisions')
+    data = yaml.safe_load((ramp / "followup-campaign.yaml").read_text())
+    assert data["shapes"].pop("past-measured")["rate_from"] > 0
+    (ramp / "followup-campaign.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     result = _cli("simulate", str(ramp / "followup-campaign.yaml"))
     assert result.returncode == 0, result.stderr
     followup = Path(f"{ramp}-followup")
@@ -242,11 +247,14 @@ def _band(low: int, high: int, candidates: list[KCandidate], best: str | None) -
     )  # fmt: skip
 
 
-def _run(name: str, *bands: BandChoice, seed: int = 0, fine: list[BandChoice] | None = None) -> RunEvidence:
+def _run(
+    name: str, *bands: BandChoice, seed: int = 0, fine: list[BandChoice] | None = None,
+    shapes: dict[str, Any] | None = None,
+) -> RunEvidence:  # fmt: skip
     ks = {c.k for b in [*bands, *(fine or [])] for c in b.candidates if c.speculative} | {1, 2}
     campaign = Campaign.model_validate(
         {"name": "hand", "engine": ENGINE, "policies": {"off": "off", **{f"fixed{k}": f"fixed:{k}" for k in ks}},
-         "shapes": RAMP["shapes"], "seed": seed}
+         "shapes": shapes or RAMP["shapes"], "seed": seed}
     )  # fmt: skip
     manifest = {"campaign": campaign.model_dump(mode="json", by_alias=True), "mode": "virtual"}
     # measured over each whole band; `fine`: the evidence on finer bands inside them (none: the bands alone)
@@ -303,6 +311,12 @@ def test_runs_whose_bands_or_traffic_differ_do_not_combine() -> None:
     band = _band(1, 512, [], None)
     with pytest.raises(RecommendError, match=r"^a and b are not runs of the same traffic: seed differs$"):
         check_same_traffic([_run("a", band), _run("b", band, seed=1)])
+    # A later run may add a shape (the follow-up's load past the measured batch); one that changes or lacks one of
+    # the first's is other traffic
+    beyond = {**RAMP["shapes"], "past-measured": {"kind": "ramp", "rate_from": 30, "rate_to": 120, "duration_s": 20}}
+    check_same_traffic([_run("a", band), _run("b", band, shapes=beyond)])
+    with pytest.raises(RecommendError, match=r"^b and a are not runs of the same traffic: shapes differs$"):
+        check_same_traffic([_run("b", band, shapes=beyond), _run("a", band)])
     with pytest.raises(RecommendError, match=r"^a and b have different batch bands \(1-512 vs 1-8, 9-512\)"):
         check_same_traffic([_run("a", band), _run("b", _band(1, 8, [], None), _band(9, 512, [], None))])
 
