@@ -21,6 +21,7 @@ from loadshapes.shapes import Concurrency, Quiet, Step
 from loadshapes.sse import StreamError, StreamResult, body_lines, latency_columns
 from loadshapes.trace import read_traces
 from orchestrator.load_workers import LocustProcess, WorkerSummary
+from tests import raw_client
 from timebase.clock import now_ns
 
 CHAT = RequestMix(entries=[MixEntry(workload="chat", weight=1)])
@@ -42,6 +43,35 @@ def _run(plan: WorkerPlan, workdir: Path, *, lead_s: float = 0.5, timeout_s: flo
         process.wait_ready(60)
         process.go(now_ns() + round(lead_s * 1e9))
         return process.wait(timeout_s)
+    finally:
+        process.stop()
+
+
+# Send lateness is judged against the raw client's (tests/raw_client.py) in the same run: at most LATE_RATIO times
+# its, or LATE_FLOOR_S where it is below timer resolution (both in the bench's terms: benchmarks/bench_loadgen.py
+# holds the worker to p99 <= 1 ms on a quiet host, where absolute thresholds belong). Issue 40: fixed 50 ms bounds
+# failed on a busy shared 2-core host.
+LATE_RATIO = 5.0
+LATE_FLOOR_S = 0.010
+
+
+def late_bound(raw: float) -> float:
+    return max(LATE_RATIO * float(raw), LATE_FLOOR_S)
+
+
+def _run_beside_the_raw_client(
+    plan: WorkerPlan, workdir: Path, url: str, *, lead_s: float = 2.0
+) -> tuple[WorkerSummary, np.ndarray]:
+    """The worker and the raw client on the same schedule, from the same start, against the same server."""
+    process = LocustProcess(plan, str(workdir))
+    process.start()
+    try:
+        process.wait_ready(60)
+        start = now_ns() + round(lead_s * 1e9)  # the raw client's process starts in the lead
+        raw = raw_client.start(url + "/v1/completions", start, [p.offset_s for p in open_loop_schedule(plan)])
+        process.go(start)
+        summary = process.wait(60)
+        return summary, raw_client.lateness(raw)
     finally:
         process.stop()
 
@@ -196,29 +226,35 @@ def test_a_niced_worker_raises_itself_to_normal_where_it_may() -> None:
 
 
 def test_no_coordinated_omission_when_the_server_stalls(server: ServerThread, tmp_path: Path) -> None:
-    # 40 req/s for 3 s; the server holds everything that arrives in [1.0 s, 2.0 s) until 2.0 s.
+    # 40 req/s for 3 s; the server holds everything that arrives in [1.0 s, 2.0 s) until 2.0 s. The raw client sends
+    # the same schedule to the same server at the same time: the host's lateness for a minimal client, then.
     plan = _plan(server.url, tmp_path / "traces", shape=Quiet(rate=40, duration_s=3), process="constant")
     process = LocustProcess(plan, str(tmp_path / "w"))
     process.start()
     try:
         process.wait_ready(60)
-        start = now_ns() + 1_000_000_000
+        start = now_ns() + 2_000_000_000  # the raw client's process starts in the lead
+        raw = raw_client.start(server.url + "/v1/completions", start, [p.offset_s for p in open_loop_schedule(plan)])
         stall_from = (start + 1_000_000_000) / 1e9
         process.go(start)
         time.sleep(max(0.0, stall_from - time.time()))  # switch the stall on at 1.0 s
         _configure(server, stall_until=(start + 2_000_000_000) / 1e9)
         summary = process.wait(60)
+        raw_late = raw_client.lateness(raw)
     finally:
         process.stop()
     table = read_traces(str(tmp_path / "traces"))
-    assert table.num_rows == summary.scheduled >= 119  # 40 req/s, constant gaps, for 3 s
+    assert table.num_rows == summary.scheduled == len(raw_late) >= 119  # 40 req/s, constant gaps, for 3 s
     offset = (np.array(table.column("scheduled_ns").to_pylist()) - start) / 1e9
     e2e = np.array(table.column("e2e_s").to_pylist())
     lateness = np.array(table.column("send_lateness_ns").to_pylist()) / 1e9
     during = (offset > 1.05) & (offset < 1.95)
     assert during.sum() >= 30
-    # Sent on schedule although nothing came back during the stall ...
-    assert np.percentile(lateness[during], 90) < 0.05
+    raw_offsets = np.array([p.offset_s for p in open_loop_schedule(plan)])
+    raw_during = raw_late[(raw_offsets > 1.05) & (raw_offsets < 1.95)]
+    # Sent on schedule although nothing came back during the stall: as late as the raw client was then, within
+    # LATE_RATIO (a worker that waited for answers would be up to the stall's 1 s late) ...
+    assert np.percentile(lateness[during], 90) <= late_bound(np.percentile(raw_during, 90))
     # ... so each carries the rest of the stall in its latency, counted from its scheduled time.
     np.testing.assert_array_less(2.0 - offset[during] - 0.05, e2e[during])
     assert np.median(e2e[offset < 0.9]) < 0.1 and np.median(e2e[offset > 2.1]) < 0.1
@@ -263,14 +299,16 @@ def test_a_worker_held_back_by_its_connection_cap_says_it_is_saturated(server: S
     # Lateness counts from the dispatch (the worker's own timing); the cap's waits come after it.
     _configure(server, chunks=2, chunk_delay_s=0.2)
     plan = _plan(server.url, tmp_path / "traces", shape=Quiet(rate=20, duration_s=1), max_in_flight=1)
-    summary = _run(plan, tmp_path / "w")
+    summary, raw_late = _run_beside_the_raw_client(plan, tmp_path / "w", server.url)
     table = read_traces(str(tmp_path / "traces"))
     assert summary.saturated and summary.waited_at_connection_cap > 0 and summary.connections_opened == 1
-    assert summary.lateness_p99_s < 0.05 < summary.connection_wait_p99_s
     sent = table.column("sent_ns").to_numpy(zero_copy_only=False)
     scheduled = table.column("scheduled_ns").to_numpy()
-    lateness = table.column("send_lateness_ns").to_numpy(zero_copy_only=False)
-    assert (sent - scheduled).max() > 0.2e9 and lateness.max() < 0.05e9
+    lateness = table.column("send_lateness_ns").to_numpy(zero_copy_only=False) / 1e9
+    # The waits behind one connection of 0.4 s requests grow to seconds; the lateness stays the raw client's.
+    assert (sent - scheduled).max() > 0.2e9 and summary.connection_wait_p99_s > 0.2
+    assert summary.lateness_p99_s <= late_bound(np.percentile(raw_late, 99)) < summary.connection_wait_p99_s
+    assert lateness.max() <= late_bound(raw_late.max())
 
 
 def test_closed_loop_users_send_back_to_back(server: ServerThread, tmp_path: Path) -> None:
