@@ -5,6 +5,8 @@ then every band and arm of both band sets."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from orchestrator.compare.model import BenefitChange, CellChange, Comparison, RunCell
 from orchestrator.report_html.compare_chart import benefit_chart
 from orchestrator.report_html.page import CSS
@@ -38,15 +40,17 @@ def _row(c: CellChange) -> str:
     )
 
 
+def _table(heads: Sequence[str], rows: str) -> str:
+    return "<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in heads) + f"</tr>{rows}</table>"
+
+
 def _cells(comparison: Comparison) -> str:
     out = []
     for measure in dict.fromkeys(c.measure for c in comparison.cells):
         rows = "".join(_row(c) for c in comparison.cells if c.measure == measure)
-        out.append(
-            f"<h3>by {esc(measure.replace('_', ' '))}</h3><table><tr><th>band</th><th>arm</th><th>baseline run</th>"
-            f"<th>candidate run</th><th>candidate / baseline (&gt; 1 favours the candidate)</th><th>verdict</th>"
-            f"</tr>{rows}</table>"
-        )
+        heads = ("band", "arm", "baseline run", "candidate run", "candidate / baseline (> 1 favours the candidate)",
+                 "verdict")  # fmt: skip
+        out.append(f"<h3>by {esc(measure.replace('_', ' '))}</h3>{_table(heads, rows)}")
     return "".join(out)
 
 
@@ -62,10 +66,9 @@ def _benefit(comparison: Comparison) -> str:
                                    if c.measure == measure))  # fmt: skip
         unit = "req/s" if measure == "offered_rate" else "batch size"
         rows = "".join(_benefit_row(b) for b in found)
+        heads = ("band", "arm", "ratio", "baseline run", "candidate run", "candidate / baseline", "verdict")
         out.append(
-            f"<h3>by {esc(measure.replace('_', ' '))}</h3>{benefit_chart(found, bands, unit)}<table><tr><th>band</th>"
-            f"<th>arm</th><th>ratio</th><th>baseline run</th><th>candidate run</th><th>candidate / baseline</th>"
-            f"<th>verdict</th></tr>{rows}</table>"
+            f"<h3>by {esc(measure.replace('_', ' '))}</h3>{benefit_chart(found, bands, unit)}{_table(heads, rows)}"
         )
     return "".join(out)
 

@@ -76,7 +76,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("compare")
 
 
-class _NoCapture:
+class NoCapture:
     """capsys for cli_exit in a module fixture (which cannot take capsys): pytest's own capture keeps the output."""
 
     def readouterr(self) -> Any:
@@ -85,7 +85,7 @@ class _NoCapture:
 
 @pytest.fixture(scope="module")
 def base(runs: Path) -> Path:
-    return simulate(_NoCapture(), runs, "base", campaign(SHIPPED))  # type: ignore[arg-type]
+    return simulate(NoCapture(), runs, "base", campaign(SHIPPED))  # type: ignore[arg-type]
 
 
 def oracle_tokens_per_s(

@@ -18,7 +18,7 @@ from tests.orchestrator.compare.test_compare import (
     MARGIN,
     SHIPPED,
     SPLIT,
-    _NoCapture,
+    NoCapture,
     campaign,
     compare,
     costlier_verify,
@@ -51,7 +51,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def base(runs: Path) -> Path:
-    return simulate(_NoCapture(), runs, "base", campaign(SHIPPED))  # type: ignore[arg-type]
+    return simulate(NoCapture(), runs, "base", campaign(SHIPPED))  # type: ignore[arg-type]
 
 
 def benefit_oracle(capsys: pytest.CaptureFixture[str], profile: str, batches: list[int]) -> dict[int, float]:
