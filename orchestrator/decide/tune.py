@@ -257,6 +257,7 @@ class TuneResult(BaseModel):
     # `schedule` / `speculative_config` are that k's, and the search above is the schedule on as many replicas.
     topology: str = "single"
     topology_name: str = "single"
+    topology_why: str = ""  # why this topology: "--topology", or which of the campaign's arms run on it
     static: StaticAnswer | None = None
 
 

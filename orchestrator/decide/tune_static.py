@@ -73,7 +73,7 @@ def beyond_reach(truth: Oracle, k: int, reach: int, margin: float) -> str | None
         if slower > margin:
             return (
                 f"above batch {reach} (the traffic never reached it) the simulator's fixed-batch oracle, not this "
-                f"traffic, puts static k = {k} {slower:.0%} slower per token than k = {best} at batch "
+                f"traffic, puts static k = {k} {slower:.1%} slower per token than k = {best} at batch "
                 f"{point.batch_size} per engine: if load grows there, tune a campaign that reaches it"
             )
     return None
@@ -84,7 +84,7 @@ def tune_on(campaign: Campaign, profile: Profile, choice: TopologyChoice, *, mar
     """tune answering for `choice`: its schedule search on the topology's engines (N replicas for a DP group),
     and on a DP group the best static k as the answer, with that search's schedule held against it."""
     tuned = tune(campaign, profile, topology=choice.schedule_topology(), margin=margin, **options)
-    update: dict[str, Any] = {"topology": choice.short, "topology_name": choice.name}
+    update: dict[str, Any] = {"topology": choice.short, "topology_name": choice.name, "topology_why": choice.why}
     if not choice.data_parallel:
         return replace(tuned, result=tuned.result.model_copy(update=update))
     ev = tuned.evaluator

@@ -48,7 +48,12 @@ def _same(a: Topology, b: Topology) -> bool:
 
 
 def topology_name(campaign: Campaign, topology: Topology) -> str:
-    return next((n for n, t in campaign.topologies.items() if _same(t, topology)), topology.label)
+    """The campaign's name for it, else a new one that can be part of an arm name (dp2, replicas2, single)."""
+    known = next((n for n, t in campaign.topologies.items() if _same(t, topology)), None)
+    if known is not None:
+        return known
+    name = {"single": "single", "replicas": f"replicas{topology.size}"}.get(topology.kind, f"dp{topology.size}")
+    return name if name not in campaign.topologies else f"{name}-tune"
 
 
 def choose_topology(campaign: Campaign, requested: str | None) -> TopologyChoice:
@@ -59,7 +64,7 @@ def choose_topology(campaign: Campaign, requested: str | None) -> TopologyChoice
         except ValueError as exc:
             raise ValueError(f"--topology: {exc}") from None
         known = next((t for t in campaign.topologies.values() if _same(t, wanted)), wanted)
-        return TopologyChoice(topology=known, name=topology_name(campaign, known), why="--topology")
+        return TopologyChoice(topology=known, name=topology_name(campaign, known), why="--topology asked for it")
     drafting = [a for a in campaign.arms() if a.policy.kind != "off"] or campaign.arms()
     found: dict[tuple[str, int], Topology] = {}
     for arm in drafting:

@@ -34,6 +34,9 @@ def describe(result: TuneResult, prediction: Prediction, tuned_arm: str, objecti
             f"stopped by the budget after {result.candidates} candidates (not converged, --budget {result.budget}): "
             f"{what} is the best found so far, not a tuned schedule{unimproved}"
         )
+    if result.topology_why:
+        lines.append(f"answered for {result.topology} because {result.topology_why}; --topology single, replicas:N "
+                     "or data_parallel:N answers for another deployment")  # fmt: skip
     lines += band_lines(result, prediction.seeds)
     if result.static is not None:
         lines += static_lines(result, result.static)

@@ -25,14 +25,14 @@ from orchestrator.decide.ground_truth import costly_verify_profile, fixed_k_camp
 from orchestrator.decide.oracle import Oracle, oracle
 from orchestrator.decide.scoring import Objective
 from orchestrator.decide.tune import Tuned
-from orchestrator.decide.tune_outputs import TuneOutputs, with_profile, write_tune
+from orchestrator.decide.tune_outputs import TuneOutputs, run_tune, with_profile, write_tune
 from orchestrator.decide.tune_static import static_policy, tune_on
 from orchestrator.decide.tune_topology import BandFigure, StaticAnswer, TopologyTraffic, choose_topology
 from orchestrator.decide.tune_words import static_lines
 from tests.tune_checks import batch_weights, oracle_latency
 
 MARGIN = MapSettings().margin
-REFERENCE_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+REFERENCE_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
 def dp_campaign(root: Path) -> tuple[Path, Campaign]:
@@ -165,3 +165,22 @@ def test_a_bad_topology_is_one_line_exit_2_and_nothing_written(tmp_path: Path) -
     assert "--topology: topology 'data_parallel:two': expected single, replicas:N or data_parallel:N" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not out.exists()
+
+
+def test_an_operators_data_parallel_topology_on_a_one_engine_campaign(tmp_path: Path) -> None:
+    """`--topology data_parallel:2` where the campaign runs one engine only: the answer and its rehearsal are for
+    a DP group the campaign never named (off and the answer on it, beside the campaign's own arms)."""
+    path = tmp_path / "costly.yaml"
+    path.write_text(yaml.safe_dump(costly_verify_profile()))
+    data = fixed_k_campaign(path, tmp_path / "run", rate_to=36, duration_s=10)
+    data["policies"] = {"off": "off", "fixed2": "fixed:2"}
+    out = run_tune(Campaign.model_validate(data), profile=str(path), objective=Objective(), seeds=1,
+                   out_dir=tmp_path / "tune", budget=2, topology="data_parallel:2")  # fmt: skip
+    static = out.result.static
+    assert static is not None and out.result.topology == "data_parallel:2" and out.result.topology_name == "dp2"
+    assert out.lines[0].startswith(f"answer for data_parallel:2 (dp2): static k = {static.k} in every step")
+    rehearsal = load_campaign(out.files["rehearsal-campaign.yaml"])
+    arms = {a.name: a for a in rehearsal.arms()}
+    assert {"off-single", "fixed2-single", "off-dp2"} <= set(arms)
+    if static.k:
+        assert arms["tuned-dp2"].topology.data_parallel_size == 2 and arms["tuned-dp2"].policy.kind == "fixed"
