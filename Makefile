@@ -91,8 +91,10 @@ bench-oracle: $(STAMP)
 	$(BENCH) benchmarks/bench_oracle.py $(if $(QUICK),--quick,)
 
 # The crossover search against a 10-point grid on the same arms, virtual time (docs/ground-truth.md); SEEDS=1 quick.
+# Then first.yaml's dyn-single searched on 10 traffic seeds against a dense sweep of 16 samples per rate (~15 min).
 bench-search: $(STAMP)
 	$(BENCH) benchmarks/bench_search.py $(if $(SEEDS),--seeds $(SEEDS),)
+	$(BENCH) benchmarks/bench_search_seeds.py $(if $(SEEDS),--seeds $(SEEDS),)
 
 # specdrill tune against fixed k, vLLM's example schedule, exhaustive search, the oracle and its own rehearsal
 # (docs/ground-truth.md); QUICK=1 for shorter ramps and two seeds.

@@ -20,28 +20,21 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from scipy.special import ndtri
+
 from orchestrator.analysis import EngineSettings, MapSettings, operating_map, rate_bands, run_requests
 from orchestrator.analysis.gates import engine_lagged
 from orchestrator.analysis.inputs import load_run
 from orchestrator.analysis.results import Speedup
 from orchestrator.campaign import Campaign, CampaignError
-from orchestrator.decide.search import (
-    VERDICTS,
-    Outcome,
-    SearchConfig,
-    SearchPoint,
-    Side,
-    Step,
-    next_step,
-    path_line,
-    rate_text,
-    spent,
-)
+from orchestrator.decide.search import Outcome, SearchConfig, Step, next_step, path_line, spent
+from orchestrator.decide.search_point import VERDICTS, SearchPoint, Side, across_samples, rate_text
 from orchestrator.decide.search_record import SEARCH_FILE, Mode, SearchRecord, StepRecord
 from orchestrator.logs import get_logger
 from orchestrator.run_manifest import fingerprint, open_run
 from orchestrator.rundir import MANIFEST, RunStore, Unit
 from orchestrator.runner import Executor, Group, Work, run_units
+from orchestrator.search_executed import executed_line, executed_policy, predicted_drop, qualified
 from orchestrator.search_pair import Pair, pick_pair, search_campaign
 from orchestrator.virtual.executor import VIRTUAL_EPOCH_NS, VirtualExecutor
 from serve_apps.engine_kinds.registry import kind_of
@@ -95,19 +88,34 @@ def side_of(speedup: Speedup | None) -> Side:
     return "unsure"
 
 
-def point_of(rate: float, speedup: Speedup | None, units: int, requests: int,
-             unit_sides: tuple[Side, ...] = ()) -> SearchPoint:  # fmt: skip
-    """A rate's point, its verdict the search's own (VERDICTS: by the interval against 1, no margin)."""
+def sample_of(speedup: Speedup | None, measure_name: str, confidence: float) -> tuple[float, float | None] | None:
+    """One unit's own ratio on the measure that decides at its rate (its traffic sample), and the standard
+    error of its log from the unit's own bootstrap interval (None without one)."""
     if speedup is None:
-        point = SearchPoint(rate=rate, ratio=None, low=None, high=None, measure="per-token latency", verdict="",
-                            units=units, requests=requests, unit_sides=unit_sides)  # fmt: skip
-    else:
-        ratio = speedup.deciding
-        measure_name = "goodput" if speedup.decided_by == "goodput" else "per-token latency"
-        point = SearchPoint(
-            rate=rate, ratio=ratio.point, low=ratio.low, high=ratio.high, measure=measure_name, verdict="",
-            units=units, requests=requests, unit_sides=unit_sides,
-        )  # fmt: skip
+        return None
+    ratio = speedup.goodput if measure_name == "goodput" else speedup.tpot
+    if ratio.point is None or ratio.point <= 0:
+        return None
+    if ratio.low is None or ratio.high is None or ratio.low <= 0:
+        return ratio.point, None
+    z = float(ndtri(0.5 + confidence / 2))
+    return ratio.point, math.log(ratio.high / ratio.low) / (2 * z)
+
+
+def point_of(rate: float, pooled: Speedup | None, alone: list[Speedup | None], requests: int,
+             confidence: float) -> SearchPoint:  # fmt: skip
+    """A rate's point from its counted units: the measure the pooled analysis decided by, each unit's own ratio
+    on it (a traffic sample), and the interval across them (search_point.across_samples); its verdict the
+    search's own (VERDICTS: by that interval against 1, no margin)."""
+    measure_name = "goodput" if pooled is not None and pooled.decided_by == "goodput" else "per-token latency"
+    found = [s for s in (sample_of(a, measure_name, confidence) for a in alone) if s is not None]
+    samples = tuple(r for r, _ in found)
+    errors = tuple(e for _, e in found if e is not None)
+    sides = tuple(side_of(a) for a in alone)
+    ratio, low, high = across_samples(samples, confidence, errors) if samples else (None, None, None)
+    point = SearchPoint(rate=rate, ratio=ratio, low=low, high=high, measure=measure_name, verdict="",
+                        units=len(alone), requests=requests, unit_sides=sides, samples=samples,
+                        sample_errors=errors)  # fmt: skip
     return point.model_copy(update={"verdict": VERDICTS[point.standing]})
 
 
@@ -170,6 +178,10 @@ def run_search(
             + (f", budget {config.budget_requests} requests" if config.budget_requests else ""))  # fmt: skip
     record.lines.append(head)
     echo(head)
+    warning = predicted_drop(chosen)
+    if warning is not None:
+        record.lines.append(warning)
+        echo(warning)
     executor: Executor
     if mode == "virtual":
         manifest["virtual_epoch_ns"] = VIRTUAL_EPOCH_NS
@@ -185,6 +197,12 @@ def run_search(
     group.units = SearchSteps(campaign, pair, output, config, record, store, manifest, group, echo).units()
     run_units([group], executor, store=store, manifest=manifest)
     assert record.outcome is not None
+    record.executed = executed_policy(output, chosen.name)
+    ran = None if record.executed is None else executed_line(chosen.name, base.name, record.executed)
+    if ran is not None:
+        record.lines.append(ran)
+        echo(ran)
+    record.outcome = qualified(record.outcome, record.executed)
     tail = f"{record.outcome.message} ({len(record.steps)} units per arm, {record.requests} requests, " \
            f"{time.perf_counter() - began:.1f} s)"  # fmt: skip
     record.lines.append(tail)
@@ -214,6 +232,7 @@ class SearchSteps:
         chosen, base = self.group.arms[1], self.group.arms[0]
         shapes: dict[str, dict[str, Any]] = {}
         by_rate: dict[float, list[str]] = {}  # the shapes measured at each rate
+        alone_by_rate: dict[float, list[Speedup | None]] = {}  # each of their units measured alone: its sample
         points: list[SearchPoint] = []
         while True:
             not_counted = [s for s in record.steps if s.discarded]  # their engine lagged
@@ -243,19 +262,19 @@ class SearchSteps:
             why: str | None = None
             if lagged:  # the host's latencies, not the arms': kept in the run directory, not counted
                 why = f"engine lagged in {'; '.join(lagged)}"
-                shown = point_of(rate, measure(output, chosen.name, [name], campaign.seed), units=1, requests=sent)
+                unit = measure(output, chosen.name, [name], campaign.seed)
+                shown = point_of(rate, unit, [unit], sent, config.confidence)
                 discarded += sent
                 line = discarded_line(len(record.steps) + 1, shown, step, why)
             else:
                 by_rate.setdefault(rate, []).append(name)
                 previous = next((p for p in points if p.rate == rate), None)
                 pooled = measure(output, chosen.name, by_rate[rate], campaign.seed)
-                # Each unit's own side too: two units that disagree decide nothing, whatever their pool says.
+                # Each unit alone too: its own ratio is one traffic sample, the interval is taken across them.
                 alone = pooled if previous is None else measure(output, chosen.name, [name], campaign.seed)
-                shown = point_of(
-                    rate, pooled, units=len(by_rate[rate]), requests=sent + (previous.requests if previous else 0),
-                    unit_sides=(*(previous.unit_sides if previous else ()), side_of(alone)),
-                )  # fmt: skip
+                alone_by_rate.setdefault(rate, []).append(alone)
+                shown = point_of(rate, pooled, alone_by_rate[rate], sent + (previous.requests if previous else 0),
+                                 config.confidence)  # fmt: skip
                 points = [shown if p.rate == rate else p for p in points] if previous else [*points, shown]
                 line = path_line(len(record.steps) + 1, shown, step)
             record.steps.append(StepRecord(step=step, shape=name, point=shown, discarded=why))
@@ -276,6 +295,7 @@ def grid_points(
     units_per_rate: int,
     mode: Mode,
     address: str | None = None,
+    confidence: float = 0.95,
 ) -> list[SearchPoint]:
     """The fixed grid the search is held to: every rate measured with `units_per_rate` units of the search's
     length, as one ordinary campaign run (`specdrill simulate` or `specdrill run`), each rate measured as the
@@ -302,7 +322,6 @@ def grid_points(
         sent = sum(u.scheduled for u in inputs.units if u.unit.shape in names)
         kept = [n for n in names if n not in lagged]
         speedup = measure(output, pair.arm_name, kept, campaign.seed) if kept else None
-        sides = tuple(side_of(measure(output, pair.arm_name, [n], campaign.seed)) for n in kept) if len(kept) > 1 \
-            else tuple(side_of(speedup) for _ in kept)  # fmt: skip
-        points.append(point_of(rate, speedup, units=len(kept), requests=sent, unit_sides=sides))
+        alone = [measure(output, pair.arm_name, [n], campaign.seed) for n in kept] if len(kept) > 1 else [speedup]
+        points.append(point_of(rate, speedup, alone if kept else [], sent, confidence))
     return points

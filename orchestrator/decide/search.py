@@ -9,13 +9,17 @@ the verdict; > 1 favours the arm) crosses 1. Two kinds of evidence, kept apart:
   the ratio leans below 1 somewhere above a rate where it leans above, then narrows that bracket on the
   measured ratios' PCHIP interpolant (monotone between points, so its root stays inside the bracket; vLLM's
   `bench sweep serve_sla` interpolates its SLA margin the same way).
-- *Conclusions* rest only on intervals. A rate decides only where its interval excludes 1 and its units do not
-  disagree (one unit's interval above 1, another's below). A crossover is a bracket whose two ends decide
-  (above 1 at the low end, below at the high end); rates in between are undecided. The settling phase gives the
-  undecided rates at the bracket's edges more units (up to `max_units_per_rate`) and measures new rates just
-  outside them until the bracket's ends decide, so the final bracket is the zone where the ratio is
-  indistinguishable from 1, widened by the tolerance. A rate without an interval is insufficient, never
-  evidence: "helps at every rate up to X" needs every rate measured up to X above 1.
+- *Conclusions* rest only on intervals across traffic samples. Each unit at a rate is one traffic sample (its
+  own arrivals and requests); one unit's bootstrap interval says how precisely that sample was measured, not how
+  far another sample of the same rate lands (on the README's `first.yaml` two units at 5.57 req/s measured 0.993
+  and ~1.19, each +-2.5%). A rate's interval is Student's t on its units' log ratios (`across_samples`): the
+  spread between samples measured, never assumed, so a rate with one unit has none. A rate decides only where
+  that interval excludes 1 and its units do not disagree. A crossover is a bracket whose two ends decide (above 1
+  at the low end, below at the high end), each across at least two samples; rates in between are undecided. The
+  settling phase gives the undecided rates at the bracket's edges more units (up to `max_units_per_rate`) and
+  measures new rates just outside them until the bracket's ends decide, so the final bracket is the zone where
+  the ratio is indistinguishable from 1 across samples, widened by the tolerance. A rate without an interval is
+  insufficient, never evidence: "helps at every rate up to X" needs every rate measured up to X above 1.
 """
 
 from __future__ import annotations
@@ -28,10 +32,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from scipy.interpolate import PchipInterpolator
 
-Side = Literal["above", "below", "unsure"]
-# What a rate's evidence says, one word each: the interval above 1, below 1, including 1, missing, or units that
-# disagree with each other.
-Standing = Literal["above", "below", "includes_1", "no_interval", "units_disagree"]
+from orchestrator.decide.search_point import WORDS, SearchPoint, rate_text, rates_text
+
 OutcomeKind = Literal[
     "crossover", "crossover_wide", "budget", "helps_everywhere", "never_helps", "undecided", "no_data", "host_lagged"
 ]
@@ -50,7 +52,14 @@ class SearchConfig(_Model):
     widen: float = Field(default=2.0, gt=1)
     tolerance: float = Field(default=0.10, gt=0)  # the bracket's width, hi / lo - 1, that ends the search
     unit_requests: int = Field(default=150, ge=20)  # expected requests per arm in one unit
-    max_units_per_rate: int = Field(default=2, ge=1)
+    # Traffic samples (units) at one rate at most. Near the crossover the spread between 150-request samples is
+    # ~8% (first.yaml, 2026-12-06): a t interval on 5-6 of them decides ~15% from the crossing.
+    max_units_per_rate: int = Field(default=6, ge=2)
+    # The between-sample interval's, per look: a rate is looked at once per unit, up to max_units_per_rate - 1
+    # times with an interval, so 99% per look keeps a wrong side at one rate under ~5% over all its looks
+    # (Bonferroni). At 95% per look first.yaml's seed 9 took 3 samples at 6.31 req/s (0.914-0.937, the dense
+    # sweep's ~1.006) as "does not help" and missed the sweep's crossover by 2% (benchmarks/bench_search_seeds.py).
+    confidence: float = Field(default=0.99, gt=0, lt=1)
     budget_requests: int | None = Field(default=None, ge=1)  # requests to both arms together, all units
     # Real time: a unit whose simulated engine lagged behind its model (load.engine_lag_bound) measured the
     # host, not the arms; it is not counted and the step runs again, at most this many times in a search.
@@ -75,73 +84,6 @@ class SearchConfig(_Model):
         return 2 * self.unit_requests
 
 
-class SearchPoint(_Model):
-    """One offered rate: every unit measured there, pooled (the same requests to both arms in each)."""
-
-    rate: float
-    ratio: float | None  # the deciding ratio, > 1 favours the arm
-    low: float | None
-    high: float | None
-    measure: str  # "per-token latency" or "goodput": which ratio decided the analysis' verdict
-    # The search's verdict of this rate (one of VERDICTS), from `standing`; the analysis' own verdict adds a
-    # margin the search does not use, so it is not repeated here.
-    verdict: str
-    units: int
-    requests: int  # sent to both arms together
-    unit_sides: tuple[Side, ...] = ()  # each unit's own side of 1, alone: two that disagree decide nothing
-
-    @property
-    def ratio_text(self) -> str:
-        """The ratio with its interval, as the console, the report and the benchmark print it."""
-        if self.ratio is None:
-            return "n/a"
-        if self.low is None or self.high is None:
-            return f"{self.ratio:.3f} (no interval)"
-        return f"{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}]"
-
-    @property
-    def standing(self) -> Standing:
-        if self.ratio is None or self.low is None or self.high is None:
-            return "no_interval"
-        if "above" in self.unit_sides and "below" in self.unit_sides:
-            return "units_disagree"
-        if self.low > 1:
-            return "above"
-        if self.high < 1:
-            return "below"
-        return "includes_1"
-
-    @property
-    def side(self) -> Side:
-        """Of 1, as evidence: above or below it by the interval (units agreeing), else unsure."""
-        standing = self.standing
-        return standing if standing in ("above", "below") else "unsure"
-
-    @property
-    def helps(self) -> bool | None:
-        """The side the search steers by: the interval's, else the point estimate's; None without a ratio."""
-        if self.side != "unsure":
-            return self.side == "above"
-        return None if self.ratio is None else self.ratio > 1
-
-
-# The search's verdict per standing, and the words the console prints for it: one verdict per rate.
-VERDICTS: dict[Standing, str] = {
-    "above": "helps",
-    "below": "does_not_help",
-    "includes_1": "undecided",
-    "no_interval": "insufficient_data",
-    "units_disagree": "undecided",
-}
-WORDS: dict[Standing, str] = {
-    "above": "helps (interval above 1)",
-    "below": "does not help (interval below 1)",
-    "includes_1": "undecided (interval includes 1)",
-    "no_interval": "insufficient (no interval: too few requests)",
-    "units_disagree": "undecided (its units disagree: one above 1, one below)",
-}
-
-
 class Step(_Model):
     """Measure `rate` (`extend`: another unit at a rate already measured), for the reason `why`."""
 
@@ -160,14 +102,6 @@ class Outcome(_Model):
     @property
     def width(self) -> float | None:
         return None if self.lo is None or self.hi is None else self.hi / self.lo - 1
-
-
-def rate_text(rate: float) -> str:
-    return f"{rate:.3g}"
-
-
-def rates_text(points: Sequence[SearchPoint]) -> str:
-    return ", ".join(rate_text(p.rate) for p in points)
 
 
 def judged(points: Sequence[SearchPoint]) -> list[SearchPoint]:
@@ -246,23 +180,24 @@ def _narrow(points: Sequence[SearchPoint], lo: float, hi: float, tolerance: floa
 def _extend(point: SearchPoint, config: SearchConfig) -> Step | None:
     if point.side != "unsure" or point.units >= config.max_units_per_rate:
         return None
-    what = {"no_interval": "no interval", "units_disagree": "its units disagree"}.get(point.standing,
-                                                                                     "its interval includes 1")
-    return Step(rate=point.rate, extend=True, why=f"{what}: another unit at the same rate")
+    what = {"no_interval": "no interval", "units_disagree": "its units disagree",
+            "one_sample": "one traffic sample"}.get(point.standing, "its interval includes 1")  # fmt: skip
+    return Step(rate=point.rate, extend=True, why=f"{what}: another unit at the same rate, fresh traffic")
 
 
 def _settle(points: Sequence[SearchPoint], config: SearchConfig) -> Step | None:
-    """Once steering is done: the evidence's bracket made to decide. The undecided rates at its edges get more
-    units; then a new rate just outside them (within the decided ends), or beyond them (x `widen`, within the
-    limits) where no rate decides on that side. None: nothing left to measure."""
+    """Once steering is done: the evidence's bracket made to decide. The undecided rates at the edges of the zone
+    between the decided ends (where an end is missing, the zone runs to the lowest or highest rate measured) get
+    more units, outside in; then a new rate just outside them (within the decided ends), or beyond them (x
+    `widen`, within the limits) where no rate decides on that side. None: nothing left to measure."""
     low, high = decided_bracket(points)
-    unsure = sorted((p for p in points if p.side == "unsure"), key=lambda p: p.rate)
-    if low is not None and high is not None:
-        zone = [p for p in unsure if low.rate < p.rate < high.rate]
-        edges = [zone[0], zone[-1]] if zone else []
-    else:
-        zone, edges = unsure, unsure  # every undecided rate stands in the way of "everywhere" or "never"
-    for point in edges:
+    zone = sorted((p for p in points if p.side == "unsure" and (low is None or p.rate > low.rate)
+                   and (high is None or p.rate < high.rate)), key=lambda p: p.rate)  # fmt: skip
+    # Without a zone and an end missing, every undecided rate stands in the way of "everywhere" or "never".
+    unsure = [] if low is not None and high is not None else sorted((p for p in points if p.side == "unsure"),
+                                                                     key=lambda p: p.rate)  # fmt: skip
+    # The zone's two edges in turn (the one with fewer samples first), so both ends of the bracket advance.
+    for point in sorted([zone[0], zone[-1]], key=lambda p: p.units) if zone else unsure:
         extended = _extend(point, config)
         if extended is not None:
             return extended
@@ -330,7 +265,7 @@ def evidence(points: Sequence[SearchPoint]) -> str:
     """Every rate measured, grouped by what its evidence says: each clause true on its own."""
     ordered = sorted(points, key=lambda p: p.rate)
     clauses = []
-    for standing in ("above", "below", "includes_1", "units_disagree", "no_interval"):
+    for standing in ("above", "below", "includes_1", "units_disagree", "one_sample", "no_interval"):
         group = [p for p in ordered if p.standing == standing]
         if group:
             verdict, _, why = WORDS[standing].partition(" (")
@@ -338,10 +273,23 @@ def evidence(points: Sequence[SearchPoint]) -> str:
     return "; ".join(clauses) if clauses else "no rate measured"
 
 
+def end_text(point: SearchPoint) -> str:
+    """A bracket end with the samples it rests on: "5.2 req/s (1.120 [1.050, 1.190] across 4 samples)"."""
+    return f"{rate_text(point.rate)} req/s ({point.ratio_text})"
+
+
+def samples_text(points: Sequence[SearchPoint]) -> str:
+    """How many traffic samples each rate rests on: "2 traffic samples each" or "2-4 traffic samples each"."""
+    counts = sorted({len(p.samples) for p in points})
+    span = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return f"{span} traffic sample{'s' if counts[-1] != 1 else ''} each"
+
+
 def conclude(points: Sequence[SearchPoint], config: SearchConfig, *, arm: str, against: str,
              stopped: str | None = None) -> Outcome:  # fmt: skip
     """The outcome from the intervals alone. `stopped`: why the search ended early (the budget, the rate
-    limit), said first; None: it ended because nothing was left to measure."""
+    limit), said first; None: it ended because nothing was left to measure. A bracket's ends decide across
+    samples (a rate with one has no interval), so every bracket it names is settled, and says on how many."""
     low, high = decided_bracket(points)
     ordered = sorted(points, key=lambda p: p.rate)
     prefix = f"{stopped}: " if stopped else ""
@@ -350,36 +298,42 @@ def conclude(points: Sequence[SearchPoint], config: SearchConfig, *, arm: str, a
         estimate = crossing(points, lo, hi)
         width = hi / lo - 1
         between = [p for p in ordered if lo < p.rate < hi]
+        ends = f"settled across traffic samples: helps at {end_text(low)}, not at {end_text(high)}"
         if stopped is None and width <= config.tolerance + EPS:
             return Outcome(
                 kind="crossover", lo=lo, hi=hi, estimate=estimate,
                 message=f"crossover between {rate_text(lo)} and {rate_text(hi)} req/s (bracket within "
-                f"{config.tolerance:.0%}): {arm} stops helping against {against} near {rate_text(estimate)} req/s",
+                f"{config.tolerance:.0%}), {ends}: {arm} stops helping against {against} near "
+                f"{rate_text(estimate)} req/s",
             )  # fmt: skip
-        why = f": between them {evidence(between)}" if between else ""
+        why = f"; between them {evidence(between)}" if between else ""
+        # One decimal where whole percents would print the tolerance itself ("a bracket of 10%, not the 10% asked").
+        width_text = f"{width:.0%}" if f"{width:.0%}" != f"{config.tolerance:.0%}" else f"{width:.1%}"
         return Outcome(
             kind="budget" if stopped else "crossover_wide", lo=lo, hi=hi, estimate=estimate,
-            message=f"{prefix}crossover between {rate_text(lo)} and {rate_text(hi)} req/s, a bracket of {width:.0%}, "
-            f"not the {config.tolerance:.0%} asked{why}; {arm} stops helping against {against} in it (PCHIP "
-            f"estimate {rate_text(estimate)} req/s)",
+            message=f"{prefix}crossover between {rate_text(lo)} and {rate_text(hi)} req/s, a bracket of {width_text}, "
+            f"not the {config.tolerance:.0%} asked, {ends}{why}; {arm} stops helping against {against} in it "
+            f"(PCHIP estimate {rate_text(estimate)} req/s)",
         )  # fmt: skip
     kind: OutcomeKind = "budget" if stopped else "undecided"
     if ordered and all(p.side == "above" for p in ordered):
         top = ordered[-1].rate
         if stopped is None:
             return Outcome(kind="helps_everywhere", lo=top, hi=None, estimate=None,
-                           message=f"{arm} helps at every rate up to {rate_text(top)} req/s (against {against})")
+                           message=f"{arm} helps at every rate up to {rate_text(top)} req/s (against {against}; "
+                           f"{samples_text(ordered)})")  # fmt: skip
         return Outcome(kind=kind, lo=top, hi=None, estimate=None,
                        message=f"{prefix}{arm} helps at every rate measured, up to {rate_text(top)} req/s, no "
-                       f"crossover found (against {against})")  # fmt: skip
+                       f"crossover found (against {against}; {samples_text(ordered)})")  # fmt: skip
     if ordered and all(p.side == "below" for p in ordered):
         bottom = ordered[0].rate
         if stopped is None:
             return Outcome(kind="never_helps", lo=None, hi=bottom, estimate=None,
-                           message=f"{arm} never helps down to {rate_text(bottom)} req/s (against {against})")
+                           message=f"{arm} never helps down to {rate_text(bottom)} req/s (against {against}; "
+                           f"{samples_text(ordered)})")  # fmt: skip
         return Outcome(kind=kind, lo=None, hi=bottom, estimate=None,
                        message=f"{prefix}{arm} helps at no rate measured, down to {rate_text(bottom)} req/s "
-                       f"(against {against})")  # fmt: skip
+                       f"(against {against}; {samples_text(ordered)})")  # fmt: skip
     if not any(p.side != "unsure" for p in ordered) and stopped is None:
         kind = "no_data"
     return Outcome(kind=kind, lo=None, hi=None, estimate=None,
@@ -388,7 +342,8 @@ def conclude(points: Sequence[SearchPoint], config: SearchConfig, *, arm: str, a
 
 def path_line(n: int, point: SearchPoint, step: Step) -> str:
     """One step of the search path as the console prints it: one verdict, the search's."""
+    samples = f"; samples {', '.join(f'{r:.3f}' for r in point.samples)}" if len(point.samples) > 1 else ""
     return (
         f"{n:>2}. {rate_text(point.rate):>6} req/s  ratio {point.ratio_text} on {point.measure}: "
-        f"{WORDS[point.standing]} (units {point.units}, requests {point.requests}) <- {step.why}"
+        f"{WORDS[point.standing]} (units {point.units}, requests {point.requests}{samples}) <- {step.why}"
     )

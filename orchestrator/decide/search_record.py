@@ -7,7 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.decide.search import Outcome, SearchConfig, SearchPoint, Step
+from orchestrator.decide.search import Outcome, SearchConfig, Step
+from orchestrator.decide.search_point import SearchPoint
 
 SEARCH_FILE = "search.json"
 Mode = Literal["virtual", "real"]
@@ -23,6 +24,20 @@ class StepRecord(BaseModel):
     discarded: str | None = None
 
 
+class Executed(BaseModel):
+    """What the searched arm's engines ran over every unit (orchestrator/search_executed.py): a dynamic arm on
+    data-parallel engines runs static max k, and the search then measured that, not the schedule."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: str  # the arm's policy kind as configured: off, fixed, dynamic
+    max_k: int  # fixed: k; dynamic: max k (vLLM's num_speculative_tokens)
+    requests: int
+    dropped: int  # requests whose engine reported schedule_dropped
+    steps: int
+    executed_k: dict[int, float]  # share of engine steps per executed k
+    cause: str | None = None  # why vLLM dropped the schedule, where a drop was expected
+
+
 class SearchRecord(BaseModel):
     """What the search did, step by step, and what it found."""
 
@@ -36,3 +51,4 @@ class SearchRecord(BaseModel):
     outcome: Outcome | None
     requests: int
     lines: list[str]
+    executed: Executed | None = None  # what the arm ran (None in a search.json before issue 40)

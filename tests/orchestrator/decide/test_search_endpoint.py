@@ -44,7 +44,7 @@ def test_a_real_time_search_runs_on_an_endpoint_campaign(servers: dict[str, Serv
         "output": str(tmp_path / "unused"),
     })  # fmt: skip
     config = SearchConfig(low=2, high=4, min_rate=1, max_rate=8, unit_requests=24, tolerance=0.5,
-                          max_units_per_rate=1, budget_requests=400)  # fmt: skip
+                          max_units_per_rate=2, budget_requests=400)  # fmt: skip
     out = tmp_path / "run"
     lines: list[str] = []
     with local_ray(num_cpus=4) as info:

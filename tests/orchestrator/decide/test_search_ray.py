@@ -51,7 +51,7 @@ def test_a_real_time_search_on_ray_brackets_the_crossover_in_a_run_directory(
 ) -> None:
     campaign = _campaign(tmp_path, serve_port, "search-ray")
     config = SearchConfig(low=4, high=14, min_rate=2, max_rate=28, unit_requests=40, tolerance=0.5,
-                          max_units_per_rate=1, budget_requests=500)  # fmt: skip
+                          max_units_per_rate=2, budget_requests=500)  # fmt: skip
     out = tmp_path / "run"
     lines: list[str] = []
     record = run_search(campaign, arm="fixed3", against="off", output=str(out), config=config, mode="real",
@@ -88,7 +88,7 @@ def test_a_unit_whose_engine_lagged_is_not_counted_and_the_search_says_the_host_
     # search must keep them in the run directory, take no verdict from them and stop saying why.
     campaign = _campaign(tmp_path, serve_port, "search-lag", engine_lag_bound=1e-9)
     config = SearchConfig(low=4, high=14, min_rate=2, max_rate=28, unit_requests=20, tolerance=0.5,
-                          max_units_per_rate=1, max_lagged_units=1)  # fmt: skip
+                          max_units_per_rate=2, max_lagged_units=1)  # fmt: skip
     out = tmp_path / "run"
     lines: list[str] = []
     record = run_search(campaign, arm="fixed3", against="off", output=str(out), config=config, mode="real",

@@ -50,7 +50,7 @@ def test_a_real_time_search_runs_on_vllm_arms_and_leaves_a_run_the_report_reads(
     out = tmp_path / "run"
     campaign = _campaign(tiny_model_dir, tmp_path / "unused")
     config = SearchConfig(low=2, high=4, min_rate=1, max_rate=8, unit_requests=24, tolerance=0.5,
-                          max_units_per_rate=1, budget_requests=4 * 48)  # fmt: skip
+                          max_units_per_rate=2, budget_requests=4 * 48)  # fmt: skip
     lines: list[str] = []
     with local_ray(num_cpus=8) as info:
         record = run_search(campaign, arm="ngram3", against="off", output=str(out), config=config, mode="real",
@@ -59,8 +59,9 @@ def test_a_real_time_search_runs_on_vllm_arms_and_leaves_a_run_the_report_reads(
     assert record.outcome is not None and 2 <= len(record.steps) <= 4
     assert record.steps[0].point.rate == 2 and record.steps[1].point.rate == 4
     assert all(s.discarded is None for s in record.steps)  # a vLLM engine has no model pace to lag behind
-    for step in record.steps:  # both arms measured on the same requests: a ratio with its interval at every rate
-        assert step.point.ratio is not None and step.point.low is not None, step
+    for step in record.steps:  # both arms measured on the same requests: a ratio at every rate, an interval
+        # once a rate holds two traffic samples (the spread between them measured)
+        assert step.point.ratio is not None and (step.point.low is not None) == (len(step.point.samples) >= 2), step
     assert json.loads((out / SEARCH_FILE).read_text())["lines"] == lines
     summary = write_report(str(out))
     assert summary.mode == "real" and len(summary.units) == 2 * len(record.steps)
