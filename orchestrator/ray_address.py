@@ -46,12 +46,17 @@ def _no_gcs(host: str, port: int) -> str | None:
     if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
         return None
     import grpc
-    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
+    try:  # Ray's generated GCS protocol (private; tests/orchestrator/test_ray_address.py pins it): without it,
+        # ray.init decides as before
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+        request = gcs_service_pb2.GetClusterIdRequest()  # type: ignore[attr-defined]
+    except (ImportError, AttributeError):
+        return None
     with grpc.insecure_channel(f"{host}:{port}") as channel:
         try:
             stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)  # type: ignore[no-untyped-call]
-            request = gcs_service_pb2.GetClusterIdRequest()  # type: ignore[attr-defined]
             stub.GetClusterId(request, timeout=REACH_TIMEOUT_S)
         except grpc.RpcError as exc:
             code = exc.code().name

@@ -75,3 +75,13 @@ def test_every_command_that_connects_refuses_an_unreachable_address_with_exit_2(
 def test_addresses_ray_resolves_itself_are_left_to_it_and_a_malformed_one_is_named() -> None:
     assert why_unreachable("auto") is None and why_unreachable("local") is None
     assert why_unreachable("head-node") == "Ray address 'head-node': expected host:port (or ray://host:port, auto)"
+
+
+def test_the_gcs_call_the_check_makes_is_in_the_installed_ray() -> None:
+    """ray.core.generated is Ray's private protocol: the day an upgrade renames GetClusterId, this fails (the check
+    itself then leaves the address to ray.init, as before issue 40)."""
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    assert hasattr(gcs_service_pb2, "GetClusterIdRequest")
+    assert hasattr(gcs_service_pb2_grpc.NodeInfoGcsServiceStub, "__init__")
+    assert "GetClusterId" in gcs_service_pb2.DESCRIPTOR.services_by_name["NodeInfoGcsService"].methods_by_name
