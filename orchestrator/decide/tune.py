@@ -258,6 +258,7 @@ class TuneResult(BaseModel):
     topology: str = "single"
     topology_name: str = "single"
     topology_why: str = ""  # why this topology: "--topology", or which of the campaign's arms run on it
+    answer_reach: int = 0  # the largest batch one engine ran under the answer itself (`reach`: under off, larger)
     static: StaticAnswer | None = None
 
 
@@ -344,6 +345,6 @@ def tune(
         candidates=len(ev.evaluated), budget=budget, stopped_by_budget=ev.stopped_by_budget,
         seconds=time.perf_counter() - began, bands=ev.bands, scored_bands=ev.scored_bands, noisy_bands=noisy,
         path=list(ev.order), start=key_of(start), winner=pick.key, best_by_loss=ev.choice(best),
-        tie_winner=ev.choice(tied), final=ev.choice(pick),
+        tie_winner=ev.choice(tied), final=ev.choice(pick), answer_reach=ev.played[pick.key].max_batch,
     )  # fmt: skip
     return Tuned(result=result, evaluator=ev, oracle=truth, played=ev.played[pick.key], off=ev.played[OFF])

@@ -57,7 +57,7 @@ def static_answer(ev: Evaluator, choice: TopologyChoice, schedule_key: str, trut
     speedups = {j: [SeedRange.of(r) for r in seed_ratios(played[0], run, ev.bands)] for j, run in played.items()}
     answer = StaticAnswer(
         k=k, topology=choice.short, schedule_topology=f"replicas:{choice.topology.size}", speedups=speedups,
-        figures=figures, beyond_reach=beyond_reach(truth, k, space.reach, margin),
+        figures=figures, beyond_reach=beyond_reach(truth, k, played[k].max_batch, margin),
     )  # fmt: skip
     return answer, played
 
@@ -72,9 +72,10 @@ def beyond_reach(truth: Oracle, k: int, reach: int, margin: float) -> str | None
         slower = point.tpot_p50_s[k] / point.tpot_p50_s[best] - 1
         if slower > margin:
             return (
-                f"above batch {reach} (the traffic never reached it) the simulator's fixed-batch oracle, not this "
-                f"traffic, puts static k = {k} {slower:.1%} slower per token than k = {best} at batch "
-                f"{point.batch_size} per engine: if load grows there, tune a campaign that reaches it"
+                f"above batch {reach} (its engines never ran larger batches on this traffic) the simulator's "
+                f"fixed-batch oracle, not this traffic, puts static k = {k} {slower:.1%} slower per token than "
+                f"k = {best} at batch {point.batch_size} per engine: if load grows there, tune a campaign that "
+                "reaches it"
             )
     return None
 
@@ -95,5 +96,5 @@ def tune_on(campaign: Campaign, profile: Profile, choice: TopologyChoice, *, mar
         policy = static_policy(answer.k, ev.method, ev.model)
         assert isinstance(policy, FixedPolicy)
         update.update(schedule=[[1, ev.space.top, answer.k]], speculative_config=policy.to_vllm_speculative_config())
-    update["static"] = answer
+    update.update(static=answer, answer_reach=played[answer.k].max_batch)
     return replace(tuned, result=tuned.result.model_copy(update=update), played=played[answer.k], off=played[0])

@@ -83,13 +83,14 @@ def answer_lines(result: TuneResult) -> list[str]:
 
 
 def band_lines(result: TuneResult, seeds: int) -> list[str]:
-    """Each batch range of the answer with what stands behind it: the batch sizes the played traffic reached
-    (one engine's), and above them nothing but the oracle's k."""
-    reach = result.reach
+    """Each batch range of the answer with what stands behind it: the batch sizes one engine ran under the answer
+    itself in the played traffic (off, slower, runs larger batches), and above them nothing but the oracle's k."""
+    reach = result.answer_reach or result.reach
     if result.schedule is None:
         return [f"the played traffic ran one engine at batch 1-{reach}: speculation off is predicted for that load only"
                 f" (the simulator's prediction; nothing is said of larger batches)"]
-    lines = [f"by batch range ({seeds} seeds in virtual time; the played traffic ran one engine at batch 1-{reach}):"]
+    lines = [f"by batch range ({seeds} seeds in virtual time; under the answer the played traffic ran one engine at "
+             f"batch 1-{reach}, under off 1-{result.reach}):"]  # fmt: skip
     above = STATIC_K if result.static is not None else ORACLE_K
     for start, end, k in result.schedule:
         span = f"batch {start}-{end}" if end > start else f"batch {start}"

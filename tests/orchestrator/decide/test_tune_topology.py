@@ -97,7 +97,8 @@ def test_the_data_parallel_answer_says_the_topology_rule_and_what_it_measured(dp
     config = yaml.safe_load(Path(dp.outputs.files["speculative-config.yaml"]).read_text())["speculative_config"]
     assert config["num_speculative_tokens"] == static.k and "num_speculative_tokens_per_batch_size" not in config
     # Where the traffic ran and what lies above it.
-    reach = result.reach
+    reach = result.answer_reach
+    assert 1 <= reach <= result.reach  # the answer's own batches: off, slower, runs larger ones
     assert f"  batch 1-512: k = {static.k}; batch 1-{reach} measured (the simulator's prediction on the campaign's " \
            f"own load); batch {reach + 1}-512: the same static k, which vLLM runs at every batch size; inherited, " \
            "not measured" in text  # fmt: skip
