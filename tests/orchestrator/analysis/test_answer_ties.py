@@ -14,6 +14,7 @@ from orchestrator.analysis import ArmInfo, operating_map, rate_bands, request_fr
 from orchestrator.analysis.answer import ArmComparison, answer_of
 from orchestrator.analysis.results import RatioCI, Verdict, VerificationReport
 from orchestrator.analysis.speedup import verdict_for
+from orchestrator.report_html.answer_table import answer_section
 from serve_apps.policies import FixedPolicy, OffPolicy
 from tests.orchestrator.analysis.test_analysis_inputs import START_NS, trace_table
 
@@ -49,12 +50,14 @@ def _answer(a_vs_b: RatioCI) -> list[str]:
     found = answer_of(maps, comparisons, VerificationReport(arms=[], switch_timings=[], passed=True), [OFF, A, B])
     (band,) = found.bands
     assert band.status == "tie" and band.best == ["fixed2", "fixed3"]
-    return [band.message]
+    cell = answer_section(maps, found.bands, found.lines).split('<table class="answer">')[1]
+    return [band.message, cell.split("<td")[1]]
 
 
 def test_an_interval_that_excludes_1_is_not_a_tie() -> None:
-    (message,) = _answer(_ratio(0.94, 0.90, 0.99))
+    message, cell = _answer(_ratio(0.94, 0.90, 0.99))
     assert "tie for best" not in message and "no difference" not in message
+    assert ">not separated: fixed2, fixed3</td>" in cell  # report.html's Answer table
     # fixed3 is ahead: fixed2's per-token ratio 0.94 [0.90, 0.99] inverted is [1.01, 1.11]
     assert (
         "fixed2, fixed3 lead, not separated beyond the margin (fixed2 vs fixed3 per-token 0.94x [0.90, 0.99], "
@@ -64,7 +67,8 @@ def test_an_interval_that_excludes_1_is_not_a_tie() -> None:
 
 @pytest.mark.parametrize(("low", "high"), [(0.97, 1.03), (0.99, 1.0)])
 def test_an_interval_that_includes_1_is_a_tie(low: float, high: float) -> None:
-    (message,) = _answer(_ratio(1.0, low, high))
+    message, cell = _answer(_ratio(1.0, low, high))
+    assert ">tie: fixed2, fixed3</td>" in cell
     assert f"fixed2, fixed3 tie for best (fixed2 vs fixed3 per-token 1.00x [{low:.2f}, {high:.2f}], no difference" in (
         message
     )
