@@ -5,7 +5,9 @@ validated without it (from a run's manifest, which records the resolved paths) k
 
 from __future__ import annotations
 
+import hashlib
 import os
+from typing import Any
 
 from pydantic import ValidationInfo
 
@@ -19,3 +21,41 @@ def anchored(path: str, info: ValidationInfo) -> str:
     if base is None or os.path.isabs(path):
         return path
     return os.path.normpath(os.path.join(base, path))
+
+
+def file_identity(path: str) -> str:
+    """What a named file contributes to a campaign's identity: its content's digest where it can be read, else
+    its name. The resolved path is absolute, so two clones (or two machines) running the same campaign would
+    otherwise count as different traffic, and a run could not be compared or resumed from another checkout."""
+    try:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return f"name:{os.path.basename(path)}"
+    return f"sha256:{digest.hexdigest()[:16]}"
+
+
+def located_files_replaced(dumped: dict[str, Any]) -> dict[str, Any]:
+    """A dumped campaign (model_dump(mode="json")) with every file it names (replay paths, the mix's dataset)
+    replaced by file_identity: what makes traffic the same is the files' content, not where a checkout keeps them."""
+    out = dict(dumped)
+    shapes = out.get("shapes")
+    if isinstance(shapes, dict):
+        out["shapes"] = {name: _shape_files_replaced(shape) for name, shape in shapes.items()}
+    mix = out.get("mix")
+    if isinstance(mix, dict) and isinstance(mix.get("dataset"), str):
+        out["mix"] = {**mix, "dataset": file_identity(mix["dataset"])}
+    return out
+
+
+def _shape_files_replaced(shape: Any) -> Any:
+    if not isinstance(shape, dict) or shape.get("kind") != "replay":
+        return shape
+    path = shape.get("path")
+    if isinstance(path, str):
+        return {**shape, "path": file_identity(path)}
+    if isinstance(path, list | tuple):
+        return {**shape, "path": [file_identity(p) for p in path]}
+    return shape

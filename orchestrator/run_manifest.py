@@ -17,6 +17,7 @@ from pyarrow.fs import FileSelector
 from loadshapes.badfile import (
     BadFileError,
 )
+from loadshapes.campaign_files import located_files_replaced
 from loadshapes.plan import Target, WorkerPlan
 from loadshapes.tokens import tokenizer_json
 from orchestrator import run_lock
@@ -55,6 +56,7 @@ def read_manifest(store: RunStore, *, resuming: bool = False) -> dict[str, Any]:
 def fingerprint(campaign: Campaign) -> str:
     """What makes two runs comparable: everything but the output location, the gates and the analysis."""
     data = campaign.model_dump(mode="json", by_alias=True, exclude={"output", "gates", "analysis"})
+    data = located_files_replaced(data)  # a replay's trace by its content, not the checkout's absolute path
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

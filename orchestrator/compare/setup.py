@@ -9,6 +9,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from loadshapes.campaign_files import located_files_replaced
 from orchestrator.campaign import Campaign
 from orchestrator.compare.model import SetupDifference
 
@@ -22,7 +23,8 @@ ARM_FACTS = (
 
 
 def _dump(campaign: Campaign, field: str) -> Any:
-    return campaign.model_dump(mode="json", by_alias=True, include={field})[field]
+    # Files by their content: two checkouts resolve a replay's relative path to different absolute paths.
+    return located_files_replaced(campaign.model_dump(mode="json", by_alias=True, include={field}))[field]
 
 
 def _shapes_said(before: dict[str, Any], after: dict[str, Any]) -> str:

@@ -76,3 +76,26 @@ def test_a_run_reads_the_resolved_path_back_from_its_manifest(tree: Path, monkey
     campaign = load_campaign(_campaign(tree / "campaigns" / "c.yaml", "../traces/a.csv"))
     recorded = Campaign.model_validate(campaign.model_dump(mode="json", by_alias=True))
     assert recorded.shapes["trace"] == campaign.shapes["trace"]
+
+
+def test_two_checkouts_of_one_campaign_send_the_same_traffic_and_a_changed_trace_does_not(tmp_path: Path) -> None:
+    """The resolved path is absolute, so a campaign copied to a second checkout names another path: its runs must
+    still resume, pair and pass compare's traffic check (the files' content decides), and a trace whose content
+    changed must not."""
+    import shutil
+
+    from orchestrator.compare.setup import traffic_differences
+    from orchestrator.run_manifest import fingerprint
+
+    first, second = tmp_path / "one", tmp_path / "two"
+    (first / "traces").mkdir(parents=True)
+    (first / "traces" / "a.csv").write_text("0\n0.5\n1.0\n")
+    _campaign(first / "campaigns" / "c.yaml", "../traces/a.csv")
+    shutil.copytree(first, second)
+    a, b = load_campaign(first / "campaigns" / "c.yaml"), load_campaign(second / "campaigns" / "c.yaml")
+    assert a.shapes["trace"] != b.shapes["trace"]  # the paths differ ...
+    assert fingerprint(a) == fingerprint(b) and traffic_differences(a, b) == []  # ... the traffic does not
+    (second / "traces" / "a.csv").write_text("0\n0.5\n1.5\n")
+    changed = load_campaign(second / "campaigns" / "c.yaml")
+    assert fingerprint(a) != fingerprint(changed)
+    assert traffic_differences(a, changed)[0] == "shapes (trace differs)"
