@@ -133,8 +133,10 @@ def search_cmd(
     address: str | None,
 ) -> None:
     """Find the offered rate where ARM stops helping against `off`: paired units at constant rates, widened until
-    the deciding ratio falls below 1, then narrowed on its PCHIP interpolant until the bracket is within the
-    tolerance or the budget is spent. Every unit is kept in the run directory (`specdrill report` reads it)."""
+    the deciding ratio falls below 1, narrowed on its PCHIP interpolant, then settled: each unit is a traffic
+    sample, a rate's interval is taken across its samples, and rates get more samples until the bracket's ends
+    decide, it is within the tolerance or the budget is spent. Every unit is kept in the run directory
+    (`specdrill report` reads it)."""
     from pydantic import ValidationError
 
     from orchestrator.decide.search import SearchConfig
