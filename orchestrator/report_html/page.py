@@ -303,8 +303,9 @@ def _search_section(search: SearchRecord | None) -> str:
     outcome = f"<p><b>{esc(search.outcome.message)}</b></p>" if search.outcome is not None else ""
     return (
         f"<section><h2>Search path: {esc(search.arm)} against {esc(search.against)}</h2>"
-        "<p>Each step is one short unit at a constant offered rate, the same requests to both arms; the ratio and "
-        f"its interval pool every unit at that rate. {search.requests} requests in all.</p>{outcome}{steps}</section>"
+        "<p>Each step is one short unit at a constant offered rate, the same requests to both arms; each unit is "
+        "one traffic sample, and a rate's ratio and interval are taken across its samples (one sample: no "
+        f"interval). {search.requests} requests in all.</p>{outcome}{steps}</section>"
     )
 
 
