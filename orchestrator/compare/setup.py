@@ -109,7 +109,39 @@ def setup_differences(
             after = _text(_get(cand_arms.get(arm) or {}, path))
             if before != after:
                 found.append(SetupDifference(what=what, arm=arm, baseline=before, candidate=after))
+    found += _campaign_differences(baseline["campaign"], candidate["campaign"])
     if baseline.get("fingerprint") != candidate.get("fingerprint"):
         found.append(SetupDifference(what="campaign fingerprint", baseline=_text(baseline.get("fingerprint")),
                                      candidate=_text(candidate.get("fingerprint"))))  # fmt: skip
     return found
+
+
+def _campaign_differences(baseline: dict[str, Any], candidate: dict[str, Any]) -> list[SetupDifference]:
+    """The traffic's parts the fingerprint hashes, by name, so the table says which differ: seed, repeats and
+    warm-up with their values, each shape's and the mix's differing keys (files by content, as the fingerprint
+    counts them)."""
+    base, cand = located_files_replaced(baseline), located_files_replaced(candidate)
+    found = [
+        SetupDifference(what=key, baseline=_text(base.get(key)), candidate=_text(cand.get(key)))
+        for key in ("seed", "repeats", "warmup")
+        if base.get(key) != cand.get(key)
+    ]
+    shapes = (base.get("shapes") or {}, cand.get("shapes") or {})
+    for name in sorted(set(shapes[0]) | set(shapes[1])):
+        if shapes[0].get(name) != shapes[1].get(name):
+            before, after = _keys_that_differ(shapes[0].get(name), shapes[1].get(name))
+            found.append(SetupDifference(what=f"shape {name}", baseline=before, candidate=after))
+    if base.get("mix") != cand.get("mix"):
+        before, after = _keys_that_differ(base.get("mix"), cand.get("mix"))
+        found.append(SetupDifference(what="mix", baseline=before, candidate=after))
+    return found
+
+
+def _keys_that_differ(before: Any, after: Any) -> tuple[str, str]:
+    """Each side's `key=value` for the keys that differ ('-': absent on that side)."""
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return ("-" if before is None else "present", "-" if after is None else "present")
+    flat = _flat(before), _flat(after)
+    keys = sorted(k for k in set(flat[0]) | set(flat[1]) if flat[0].get(k) != flat[1].get(k))
+    said = [", ".join(f"{k}={side[k]}" for k in keys if k in side) or "-" for side in flat]
+    return said[0], said[1]
