@@ -8,7 +8,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.campaign import Campaign
-from serve_apps.engine_kinds.simulated import SimulatedEngineConfig
+from serve_apps.engine_kinds.registry import kind_of
 from serve_apps.sim.profile import ProfileError, load_profile
 
 
@@ -24,8 +24,8 @@ class TimeScale(BaseModel):
 
 def engine_time_scale(campaign: Campaign) -> float:
     """The factor between a run's wall seconds and its engine's modelled seconds: 1 for any engine not simulated."""
-    engine = campaign.engine
-    return engine.time_scale if isinstance(engine, SimulatedEngineConfig) else 1.0
+    scaled = kind_of(campaign.engine).time_scale(campaign.engine)
+    return 1.0 if scaled is None else scaled[0]
 
 
 def _hardware(profile: str) -> str | None:
@@ -46,15 +46,15 @@ def _times(value: float) -> str:
 def time_scale_of(campaign: Campaign, *, mode: str, peak_rate: float | None) -> TimeScale | None:
     """None at time_scale 1 (or an engine not simulated); else what the scale means for the modelled GPU, with the
     run's highest offered rate and the slo's deadlines converted (`peak_rate` None: a closed-loop run)."""
-    scale = engine_time_scale(campaign)
-    engine = campaign.engine
-    if scale == 1.0 or not isinstance(engine, SimulatedEngineConfig):
+    scaled = kind_of(campaign.engine).time_scale(campaign.engine)
+    if scaled is None or scaled[0] == 1.0:
         return None
-    hardware = _hardware(engine.profile)
-    gpu = f"the modelled {hardware}" if hardware else f"profile {engine.profile}'s hardware"
+    scale, profile = scaled
+    hardware = _hardware(profile)
+    gpu = f"the modelled {hardware}" if hardware else f"profile {profile}'s hardware"
     speed = "half" if scale == 2.0 else f"{1 / scale:.3g}x its"
     said = [
-        f"time_scale {scale:g}: every engine step takes {_times(scale)} the profile's time ({engine.profile}), so "
+        f"time_scale {scale:g}: every engine step takes {_times(scale)} the profile's time ({profile}), so "
         f"this run is {gpu} at {speed} speed: its latencies are {_times(scale)} that GPU's (divide them by "
         f"{scale:g})"
     ]
@@ -71,4 +71,4 @@ def time_scale_of(campaign: Campaign, *, mode: str, peak_rate: float | None) -> 
         said.append(f"the slo's deadlines are wall seconds: {here} here {verb} {there} on that GPU{also}")
     if mode == "real":
         said.append("in real time the host's own delays (HTTP, Ray) are not slowed, only the engine's steps")
-    return TimeScale(scale=scale, profile=engine.profile, hardware=hardware, line="; ".join(said))
+    return TimeScale(scale=scale, profile=profile, hardware=hardware, line="; ".join(said))

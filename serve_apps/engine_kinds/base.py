@@ -100,6 +100,11 @@ class EngineKind:
     def max_model_len(self, config: EngineConfigBase) -> int | None:
         return None
 
+    def time_scale(self, config: EngineConfigBase) -> tuple[float, str] | None:
+        """A modelled engine slowed (or sped up) against its model: (factor, the model's name), every step taking
+        factor times the modelled hardware's time; None: the engine runs at its hardware's own speed."""
+        return None
+
     def loaded_model(self, config: EngineConfigBase) -> str | None:
         """The model whose weights this kind's engines load on the cluster's nodes (what `models pull` fetches)."""
         return None

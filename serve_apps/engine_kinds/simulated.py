@@ -67,5 +67,9 @@ class SimulatedKind(EngineKind):
     def max_model_len(self, config: EngineConfigBase) -> int | None:
         return as_simulated(config).max_model_len
 
+    def time_scale(self, config: EngineConfigBase) -> tuple[float, str] | None:
+        sim = as_simulated(config)
+        return sim.time_scale, sim.profile
+
 
 KIND = register(SimulatedKind())
