@@ -24,10 +24,12 @@ def _ratio(opmap: OperatingMap, band: str, arm: str) -> str:
 
 
 def _instead(found: BandAnswer, arm: str) -> str:
-    """The mark of an arm that did not run as configured, with what ran instead: never crowned unmarked."""
+    """The mark of an arm that did not run as configured: never crowned unmarked. What ran instead is said once
+    under the tables (_instead_notes) and in the mark's title: in every cell it made each row three lines tall,
+    and the two maps' tables no longer fitted side by side."""
     if arm not in found.ran_instead:
         return ""
-    return f' <span class="unverified">\u26a0 not as configured: {esc(found.ran_instead[arm])}</span>'
+    return f' <span class="unverified" title="not as configured: {esc(found.ran_instead[arm])}">\u26a0</span>'
 
 
 def _cell(opmap: OperatingMap, found: BandAnswer) -> str:
@@ -78,6 +80,15 @@ def _map_table(opmap: OperatingMap, answers: Sequence[BandAnswer]) -> str:
     )
 
 
+def _instead_notes(answers: Sequence[BandAnswer]) -> str:
+    """Once per marked arm, under both maps' tables: what ran instead of its policy."""
+    instead: dict[str, str] = {}
+    for found in answers:
+        instead.update({a: said for a, said in found.ran_instead.items() if a in found.best})
+    return "".join(f'<p class="unverified">\u26a0 {esc(arm)} did not run as configured: {esc(said)}</p>'
+                   for arm, said in sorted(instead.items()))  # fmt: skip
+
+
 def answer_section(maps: Sequence[OperatingMap], answers: Sequence[BandAnswer], lines: Sequence[str]) -> str:
     """`lines`: the answer block as the console prints it, folded below the tables."""
     if not lines:
@@ -90,6 +101,6 @@ def answer_section(maps: Sequence[OperatingMap], answers: Sequence[BandAnswer], 
     return (
         f'<section class="answer"><h2>Answer</h2><p class="meta">{esc(lines[0])}; per band and hardware the best arm '
         "and its ratio over that hardware's off arm; hover a cell for its sentence</p>"
-        f'<div class="row">{tables}</div>'
+        f'<div class="row">{tables}</div>{_instead_notes(answers)}'
         f"<details><summary>the answer in full, as the console prints it</summary>{full}</details></section>"
     )

@@ -171,7 +171,8 @@ def band_chart(
     values = [y for points in series.values() for _, y in points if y is not None and math.isfinite(y)]
     top = max([*values, threshold[0] if threshold else 0.0], default=0.0)
     y_ticks = ticks(top * 1.05)
-    width = max(520.0, 90.0 * len(opmap.bands) + 120)
+    # Two of these sit side by side in a 1280 px window up to six bands (the quickstart's rate map has six)
+    width = max(520.0, 75.0 * len(opmap.bands) + 110)
     frame = Frame(70, 34, width - 100, 160, -0.5, len(opmap.bands) - 0.5, 0, y_ticks[-1])
     svg = Svg(width, 250, f"{label} by band")
     y_axis(svg, frame, y_ticks, label)

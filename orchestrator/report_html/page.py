@@ -194,7 +194,9 @@ def _notes(data: ReportData) -> str:
     """What no other section says: a partial run, confounds between engines, incomplete units, a saturated load
     generator or a lagging engine."""
     parts = []
-    if data.headline:
+    if len(data.headline) == 1:  # one note (a time scale, say) reads as a sentence, not a one-item list
+        parts.append(f'<div class="warn"><b>Note:</b> {esc(data.headline[0])}</div>')
+    elif data.headline:
         parts.append(f'<div class="warn"><b>Notes</b>{bullets(data.headline)}</div>')
     if data.saturated_units:
         parts.append(

@@ -161,10 +161,13 @@ def test_a_dp_arm_with_off_dp2_is_compared_on_its_own_hardware(tmp_path_factory:
     # report.html's Answer table: dyn-dp2 never in green without the mark; the arms that ran as configured are
     import re
 
-    table = (out / "report.html").read_text().split('<section class="answer">')[1].split("</table></div>")[0]
-    crowned = re.findall(r'<span class="v (v-[a-z_]+)">dyn-dp2</span>( <span class="unverified">[^<]*</span>)?', table)
-    assert crowned and all(c == "v-no_difference" and "not as configured: schedule dropped, static k = 3" in m
-                           for c, m in crowned)  # fmt: skip
+    section = (out / "report.html").read_text().split('<section class="answer">')[1].split("</section>")[0]
+    table = section.split("<details>")[0]  # both maps' tables and the notes under them
+    mark = r'( <span class="unverified"[^>]*>\u26a0</span>)?'
+    crowned = re.findall(r'<span class="v (v-[a-z_]+)">dyn-dp2</span>' + mark, table)
+    assert crowned and all(c == "v-no_difference" and f'title="not as configured: {instead}"' in m for c, m in crowned)
+    # what ran instead, said once under the tables
+    assert table.count(f'<p class="unverified">\u26a0 dyn-dp2 did not run as configured: {instead}</p>') == 1
     assert '<span class="v v-helps">fixed3-single</span> <span class="muted">' in table
     # The arms that ran their policies carry no mark
     assert not any(b.ran_instead for b in summary.answer.bands if b.hardware == "single")

@@ -758,7 +758,7 @@ def test_without_a_speedup_there_is_no_picture_and_no_advice() -> None:
     page = render_report_html(_data(maps=maps, headline=["no off arm: absolute figures only"]))
     assert "<h2>At a glance</h2>" not in page and "speedup against load" not in page
     assert "speculation should" not in page and "calls for speculation" not in page
-    assert "<li>no off arm: absolute figures only</li>" in page
+    assert "<b>Note:</b> no off arm: absolute figures only</div>" in page
 
 
 def test_the_console_map_names_a_comparison_not_on_equal_hardware() -> None:
