@@ -109,7 +109,9 @@ def test_a_real_time_run_compares_with_itself_and_with_virtual_time_runs_paired_
     assert code == 0 and found is not None, err
     assert not found.paired and "unpaired" in found.traffic and all(not c.paired for c in found.cells)
     assert judged(found) and all("unpaired, n = " in c.message for c in judged(found))
-    assert {d.what for d in found.setup} == {"mode", "campaign fingerprint"}
+    assert {(d.what, d.baseline, d.candidate) for d in found.setup if d.what != "campaign fingerprint"} == {
+        ("mode", "real", "virtual"), ("seed", "0", "1")}  # fmt: skip
+    assert any(d.what == "campaign fingerprint" for d in found.setup)
     assert found.traffic_differences == ["seed (0 / 1)", "the engine is the same"]
     assert (root / "seed1-out" / "compare.html").read_text().count("<script") == 0
 
