@@ -90,19 +90,21 @@ def test_a_real_time_run_compares_with_itself_and_with_virtual_time_runs_paired_
     assert found.setup == [] and "No change in any of the" in found.answer
 
     # The same campaign and seed in virtual time sent the same requests: paired across the modes, which it names.
-    # The simulator's own run is the baseline, this host's run the candidate: one simulated engine in both, so
-    # the gate on speculation's benefit (--fail-on worse) passes. What the host adds to every step (a busy host:
-    # a few ms) is the engine's change, said as such; it slows `off` (one token a step) more than fixed k = 3
-    # (~2.4 tokens a step), so it can raise speculation's benefit on this host, never lower it: any "fell" here
-    # is a false alarm.
+    # No gate here: the real-time run's engine runs on this host, whose own costs (HTTP streaming, Ray, the other
+    # test worker's vLLM beside it) are in every step and every token, so speculation's benefit on this host may
+    # differ from the simulator's either way (a clean-clone run under load: fixed3 0.72x, off 0.93x, benefit
+    # 0.77x; alone: benefit within the margin). That is a finding about the host, not a false alarm; the gate's
+    # false-alarm rate is held on reruns of identical servers (test_endpoint_runs_compare_request_by_request).
+    # What compare must do across modes: pair the requests, name the mode as the set-up difference, and answer
+    # speculation's benefit first and the engine's own change (off against itself) apart.
     virtual = simulate(capsys, root, "virtual", simulated(runs["port"], 0))
-    code, err, found = compare(capsys, str(virtual), str(real), "-o", str(root / "virtual-out"), "--fail-on", "worse")
-    assert found is not None and found.paired, err
+    code, err, found = compare(capsys, str(virtual), str(real), "-o", str(root / "virtual-out"))
+    assert code == 0 and found is not None and found.paired, err
     assert [(d.what, d.baseline, d.candidate) for d in found.setup] == [("mode", "virtual", "real")]
     assert judged(found) and any(c.paired and c.pairs >= 20 for c in judged(found))
-    assert [b for b in found.benefit_changes if b.verdict == "worse"] == [], found.benefit_changes
-    assert code == 0 and found.gate_failures == [], err
-    assert [e.arm for e in found.engine_changes] == ["off-single"] and "The engine " in found.answer
+    assert found.benefit_changes and all(b.arm == "fixed3-single" for b in found.benefit_changes)
+    assert found.answer.index("Speculation's benefit") < found.answer.index("The engine ")
+    assert [e.arm for e in found.engine_changes] == ["off-single"]
 
     other = simulate(capsys, root, "virtual-seed1", simulated(runs["port"], 1))
     code, err, found = compare(capsys, str(real), str(other), "-o", str(root / "seed1-out"))
