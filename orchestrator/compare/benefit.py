@@ -19,7 +19,7 @@ from typing import Literal
 
 from scipy.stats import norm
 
-from orchestrator.analysis import MapCell, OperatingMap, RatioCI, Verdict
+from orchestrator.analysis import OperatingMap, RatioCI, Verdict
 from orchestrator.analysis.kchoice import ratio_text
 from orchestrator.analysis.speedup import verdict_for
 from orchestrator.compare.model import BenefitChange, CellChange, ChangeVerdict, EngineChange, EngineVerdict
@@ -67,13 +67,12 @@ def ratio_of(arm: RatioCI, off: RatioCI, confidence: float, margin: float) -> Ra
     return RatioCI(point=point, low=low, high=high, verdict=verdict_for(low, high, margin))
 
 
-def _map_cell(operating_map: OperatingMap, band: str, arm: str) -> MapCell | None:
-    return next((c for c in operating_map.cells if c.band == band and c.arm == arm), None)
-
-
 def _vs_off(operating_map: OperatingMap, band: str, arm: str, goodput: bool) -> RatioCI | None:
-    cell = _map_cell(operating_map, band, arm)
-    if cell is None or cell.speedup is None:
+    try:
+        cell = operating_map.cell(band, arm)
+    except KeyError:  # the arm has no cell in that band
+        return None
+    if cell.speedup is None:
         return None
     return cell.speedup.goodput if goodput else cell.speedup.tpot
 
