@@ -26,6 +26,23 @@ from typing import Any
 # Ports outside the kernel's ephemeral range cannot be taken in the meantime by an outgoing connection or by a
 # process that binds port 0 (every Ray component that self-binds does). Above 19999: Ray's default worker ports.
 _LOW = 20000
+# SPECDRILL_PORT_SLICE=i/n: this process and its children pick only ports p with p % n == i. A port is picked,
+# then bound seconds later by the server it is for (a Serve proxy, a vLLM server); n processes that pick at once
+# (the test suite's workers) could pick the same free port in that gap, and one server then fails to bind
+# (the 2026-12-06 CI run: a Serve proxy on 127.0.0.1:30514, three tests failed). Disjoint slices cannot.
+PORT_SLICE_ENV = "SPECDRILL_PORT_SLICE"
+# The ports this process handed out: two picks before the first is bound must not return the same port.
+_handed_out: set[int] = set()
+
+
+def port_slice() -> tuple[int, int]:
+    """(i, n) from SPECDRILL_PORT_SLICE; (0, 1), every port, when unset or malformed."""
+    index, _, count = os.environ.get(PORT_SLICE_ENV, "").partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        return 0, 1
+    return (i, n) if 0 <= i < n else (0, 1)
 
 
 def ephemeral_range() -> tuple[int, int]:
@@ -54,9 +71,12 @@ def free_ports(count: int) -> list[int]:
         pool = list(range(_LOW, low))
     elif high < 65535:
         pool = list(range(max(high + 1, _LOW), 65536))
+    index, slices = port_slice()
+    pool = [port for port in pool if port % slices == index and port not in _handed_out]
     chosen: list[int] = []
     for port in random.sample(pool, len(pool)):
         if len(chosen) == count:
+            _handed_out.update(chosen)
             return chosen
         if _is_free(port):
             chosen.append(port)

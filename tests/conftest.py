@@ -11,6 +11,7 @@ from typing import Any
 import click
 import pytest
 
+from orchestrator.localray import PORT_SLICE_ENV
 from serve_apps.sim.profile import Profile, load_profile
 from tests import cli_record
 
@@ -333,6 +334,11 @@ def pytest_configure(config: pytest.Config) -> None:
         os.close(fd)
         config.stash[OWN_LOG] = True
     config.stash[CLI_LOG] = Path(log)
+    if is_xdist_worker(config):
+        # Each worker (and every process it starts) picks ports from its own slice: see localray.PORT_SLICE_ENV.
+        worker = config.workerinput  # type: ignore[attr-defined]
+        index = int(str(worker["workerid"]).removeprefix("gw"))
+        os.environ[PORT_SLICE_ENV] = f"{index}/{worker['workercount']}"
     config.stash[RAN] = _RAN
     os.environ[cli_record.LOG_ENV] = log
     paths = [str(cli_record.SHIM), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]

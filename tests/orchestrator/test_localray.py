@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import localray
 from orchestrator.localray import (
     RayPorts,
     ephemeral_range,
@@ -140,3 +141,22 @@ def test_stop_ends_the_ray_client_server_that_ray_start_left_outside_its_tree(tm
         for process in (ours, other):
             process.kill()
             process.wait()
+
+
+def test_processes_with_disjoint_slices_never_pick_the_same_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two test workers pick at the same moment; the gap before each server binds is where a shared pick collides.
+    picks: dict[int, list[int]] = {}
+    for index in (0, 1):
+        monkeypatch.setenv(localray.PORT_SLICE_ENV, f"{index}/2")
+        picks[index] = localray.free_ports(200)
+        assert all(port % 2 == index for port in picks[index])
+    assert not set(picks[0]) & set(picks[1])
+    monkeypatch.setenv(localray.PORT_SLICE_ENV, "not a slice")
+    assert localray.port_slice() == (0, 1)
+
+
+def test_one_process_never_hands_out_a_port_twice() -> None:
+    # Nothing binds between the picks: without the memory of what was handed out, the same free port can return.
+    first = localray.free_ports(300)
+    second = localray.free_ports(300)
+    assert len(set(first)) == 300 and not set(first) & set(second)
