@@ -21,8 +21,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.campaign import Campaign
-from orchestrator.deploy import deploy
+from orchestrator.execute.deploy import deploy
+from orchestrator.plan.campaign import Campaign
 from tests.ray_helpers import free_port, local_ray
 from tests.tiny_model import build_tiny_llama
 

@@ -23,11 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.analysis.inputs import load_run
+from orchestrator.analysis.read.inputs import load_run
 from orchestrator.calibrate.command import calibrate
 from orchestrator.calibrate.predict import MEASURES, Cell, Speedup, arm_quantiles, check_bands, offered, speedups
-from orchestrator.campaign import Campaign
-from orchestrator.run import run_campaign
+from orchestrator.execute.ray_executor import run_campaign
+from orchestrator.plan.campaign import Campaign
 from tests.ray_helpers import free_port, local_ray
 from tests.tiny_model import build_tiny_draft, build_tiny_llama
 

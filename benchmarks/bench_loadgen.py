@@ -39,7 +39,7 @@ from loadshapes.mixes import Fixed, MixEntry, RequestMix, Workload
 from loadshapes.plan import Target, WorkerPlan, open_loop_schedule
 from loadshapes.shapes import Sustained
 from loadshapes.trace import read_traces
-from orchestrator.load_workers import LocustProcess
+from orchestrator.execute.load_workers import LocustProcess
 from timebase.clock import now_ns
 
 SERVER_CPU, CLIENT_CPU = 1, 0

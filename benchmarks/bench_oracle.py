@@ -25,8 +25,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from orchestrator.analysis.results import MapSettings
-from orchestrator.campaign import Campaign, load_campaign
+from orchestrator.analysis.opmap.results import MapSettings
 from orchestrator.decide.ground_truth import (
     FIXED_ARMS,
     SHIPPED_EAGLE,
@@ -40,9 +39,10 @@ from orchestrator.decide.ground_truth import (
     sweep_crossover,
 )
 from orchestrator.decide.oracle import oracle
-from orchestrator.decide.recommendation import Recommendation
-from orchestrator.report import write_report
-from orchestrator.simulate_campaign import simulate_campaign
+from orchestrator.decide.recommend.recommendation import Recommendation
+from orchestrator.plan.campaign import Campaign, load_campaign
+from orchestrator.report.build import write_report
+from orchestrator.virtual.campaign import simulate_campaign
 from serve_apps.sim.profile import load_profile
 
 MARGIN = MapSettings().margin

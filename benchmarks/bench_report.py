@@ -5,7 +5,7 @@ realistic step counts: output tokens lognormal around 200, steps = output tokens
 (1 + accepted per step) for the speculative arms; 4 arms (off, fixed k=3, dynamic on one engine, dynamic on a
 data-parallel group that fell back to the static k), 3 shapes with the same paired schedule in every arm; one
 part file per unit with row groups of 100,000 rows, as a run leaves a unit once it merges the unit's part
-files (orchestrator.unit_files.merge_parts). Then,
+files (orchestrator.rundir.unit_files.merge_parts). Then,
 each stage in its own process (so each peak RSS is its own; times exclude the stage's imports), best of
 --repeats:
 
@@ -47,9 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from loadshapes.arrivals import shape_arrivals
 from loadshapes.shapes import CrossAndRecover, Ramp, Sustained
 from loadshapes.trace import FILE_SCHEMA
-from orchestrator.campaign import Campaign
-from orchestrator.rundir import RunStore, Unit, UnitResult
-from orchestrator.unit_files import MERGED_WORKER
+from orchestrator.plan.campaign import Campaign
+from orchestrator.rundir.layout import RunStore, Unit, UnitResult
+from orchestrator.rundir.unit_files import MERGED_WORKER
 
 MAX_NUM_SEQS = 512
 CATEGORIES = ("reasoning", "chat", "editing")
@@ -425,8 +425,9 @@ def run_plain_steps(run_dir: Path) -> dict[str, Any]:
 
 
 def run_maps(run_dir: Path) -> dict[str, Any]:
-    from orchestrator.analysis import operating_maps, run_requests
-    from orchestrator.analysis.inputs import load_run
+    from orchestrator.analysis.opmap.operating_map import operating_maps
+    from orchestrator.analysis.read.inputs import load_run
+    from orchestrator.analysis.read.views import run_requests
     from orchestrator.analysis.summary import offered_rate_bands, schedule_bands
 
     t0 = _started()
@@ -444,9 +445,10 @@ def run_maps(run_dir: Path) -> dict[str, Any]:
 
 
 def run_verify(run_dir: Path) -> dict[str, Any]:
-    from orchestrator.analysis import run_requests, verify_executed_policy
-    from orchestrator.analysis.inputs import load_run
+    from orchestrator.analysis.read.inputs import load_run
+    from orchestrator.analysis.read.views import run_requests
     from orchestrator.analysis.summary import schedule_bands
+    from orchestrator.analysis.verify.executed import verify_executed_policy
 
     t0 = _started()
     inputs = load_run(str(run_dir))
@@ -463,7 +465,7 @@ def run_verify(run_dir: Path) -> dict[str, Any]:
 
 
 def run_report(run_dir: Path) -> dict[str, Any]:
-    from orchestrator.report import write_report
+    from orchestrator.report.build import write_report
 
     t0 = _started()
     summary = write_report(str(run_dir))

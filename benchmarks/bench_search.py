@@ -26,12 +26,12 @@ from pathlib import Path
 import yaml
 
 from loadshapes.slo import SloConfig
-from orchestrator.campaign import Campaign
 from orchestrator.decide.ground_truth import costly_verify_profile, crossover_campaign
-from orchestrator.decide.search import SearchConfig, grid_crossover
-from orchestrator.decide.search_record import Mode
 from orchestrator.logs import configure_logging
-from orchestrator.search_run import grid_points, run_search
+from orchestrator.plan.campaign import Campaign
+from orchestrator.search.bracket import SearchConfig, grid_crossover
+from orchestrator.search.record import Mode
+from orchestrator.search.run import grid_points, run_search
 from tests.ray_helpers import free_port, local_ray
 
 LOW, HIGH = 8.0, 40.0

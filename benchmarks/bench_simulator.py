@@ -13,7 +13,7 @@ import time
 
 from loadshapes.arrivals import poisson_arrivals
 from loadshapes.mixes import Fixed, LogNormal, Workload
-from orchestrator.simulate import make_requests
+from orchestrator.virtual.experiments import make_requests
 from serve_apps.policies import parse_policy
 from serve_apps.sim.engine import EngineCore
 from serve_apps.sim.profile import load_profile

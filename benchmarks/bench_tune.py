@@ -25,14 +25,14 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.analysis.results import MapSettings
-from orchestrator.campaign import Campaign, load_campaign
+from orchestrator.analysis.opmap.results import MapSettings
 from orchestrator.decide.ground_truth import SHIPPED_EAGLE, costly_verify_profile, fixed_k_campaign
 from orchestrator.decide.scoring import Objective
-from orchestrator.decide.tune import OFF, exhaustive, tune
-from orchestrator.decide.tune_outputs import with_profile, write_tune
-from orchestrator.report import write_report
-from orchestrator.simulate_campaign import simulate_campaign
+from orchestrator.decide.tune.build import OFF, exhaustive, tune
+from orchestrator.decide.tune.outputs import with_profile, write_tune
+from orchestrator.plan.campaign import Campaign, load_campaign
+from orchestrator.report.build import write_report
+from orchestrator.virtual.campaign import simulate_campaign
 from tests.tune_proof import (
     GAP_LIMIT,
     VLLM_EXAMPLE_ARM,

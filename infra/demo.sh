@@ -37,12 +37,12 @@ set -a
 . "$temp_dir/ports.env"   # the ports ray-up.sh chose
 set +a
 # The dashboard's job agent comes up seconds after `ray start`: wait for it quietly, or say in one line why not.
-if ! why="$(python -m orchestrator.localray wait-job-agent "$temp_dir" "$RAY_DASHBOARD_PORT" \
+if ! why="$(python -m tools.localray wait-job-agent "$temp_dir" "$RAY_DASHBOARD_PORT" \
     "$RAY_DASHBOARD_AGENT_HTTP_PORT" "${SPECDRILL_AGENT_TIMEOUT_S:-120}" 2>&1)"; then
   echo "demo: ${why:-the job agent of Ray did not come up} (Ray's logs: $temp_dir/session_latest/logs)" >&2
   exit 1
 fi
-serve_port="${SPECDRILL_SERVE_PORT:-$(python -c 'from orchestrator.localray import free_port; print(free_port())')}"
+serve_port="${SPECDRILL_SERVE_PORT:-$(python -c 'from tools.localray import free_port; print(free_port())')}"
 echo "demo: Ray is up (dashboard http://127.0.0.1:$RAY_DASHBOARD_PORT); submitting $campaign as a Ray job"
 status=0
 ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" --working-dir . -- \

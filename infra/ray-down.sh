@@ -5,4 +5,4 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 temp_dir="${1:-${SPECDRILL_RAY_TMP:-/tmp/specdrill-ray}}"
-cd "$here" && exec "${PYTHON_BIN:-$here/.venv/bin/python}" -m orchestrator.localray stop "$temp_dir"
+cd "$here" && exec "${PYTHON_BIN:-$here/.venv/bin/python}" -m tools.localray stop "$temp_dir"

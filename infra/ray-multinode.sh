@@ -15,12 +15,12 @@ export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
 if [ "$RAY_AUTH_MODE" = token ] && [ -z "${RAY_AUTH_TOKEN:-}" ] && [ -z "${RAY_AUTH_TOKEN_PATH:-}" ]; then
   "${RAY_BIN:-$here/.venv/bin/ray}" get-auth-token --generate >/dev/null   # a token-mode head needs one
 fi
-export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"   # orchestrator.localray
+export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"   # tools.localray
 exec "$python_bin" - "${1:-2}" "${2:-${SPECDRILL_RAY_TMP:-/tmp/specdrill-ray}}" <<'PY'
 import os, signal, sys, threading
 from ray._common.utils import get_ray_address_file
 from ray.cluster_utils import Cluster
-from orchestrator.localray import RayPorts
+from tools.localray import RayPorts
 
 gpus, temp_dir = int(sys.argv[1]), sys.argv[2]
 head_ports = RayPorts.from_env()

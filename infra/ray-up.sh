@@ -14,13 +14,13 @@ num_cpus="${1:-8}"
 temp_dir="${2:-${SPECDRILL_RAY_TMP:-/tmp/specdrill-ray}}"
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0   # keeps GCS and raylet on 127.0.0.1 (docs/security.md)
 mkdir -p "$temp_dir"
-(cd "$here" && "$python_bin" -m orchestrator.localray ports) > "$temp_dir/ports.env"
+(cd "$here" && "$python_bin" -m tools.localray ports) > "$temp_dir/ports.env"
 set -a
 # shellcheck disable=SC1091
 . "$temp_dir/ports.env"   # the given ports, free ones for the rest; exported: the metrics ports are read from env
 set +a
 # A given port that is taken makes `ray start` hang ~90 s and fail with a traceback that does not name it.
-if ! held="$(cd "$here" && "$python_bin" -m orchestrator.localray held "$temp_dir")"; then
+if ! held="$(cd "$here" && "$python_bin" -m tools.localray held "$temp_dir")"; then
   echo "ray-up: cannot start Ray: $(echo "$held" | paste -sd ';' | sed 's/;/; /g')" >&2
   exit 1
 fi

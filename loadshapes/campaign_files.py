@@ -1,6 +1,6 @@
 """Files a campaign names (a replay shape's trace, a mix's dataset) are read relative to the campaign file's own
 directory, so `specdrill simulate campaigns/x.yaml` reads the same files from any working directory. The campaign
-loader (orchestrator.campaign.load_campaign) passes that directory in pydantic's validation context; a model
+loader (orchestrator.plan.campaign.load_campaign) passes that directory in pydantic's validation context; a model
 validated without it (from a run's manifest, which records the resolved paths) keeps its paths as written."""
 
 from __future__ import annotations

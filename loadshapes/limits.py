@@ -22,7 +22,7 @@ class Limits(BaseModel):
     requests from the shapes' integrals (rate x duration; a replay window's count; a closed loop's users served
     back to back at the engine's fastest step, or at 1 ms a request where the mix can ask for more than
     max_model_len), tokens from the mix's `high` bounds (or the replay window's recorded lengths), memory and time
-    from costs measured on the simulator (orchestrator/plan_size.py). A figure over its limit refuses the run in
+    from costs measured on the simulator (orchestrator/plan/size.py). A figure over its limit refuses the run in
     one line with every figure and the flag that raises it (`planned run too large: 5,184,000 requests, over the
     limit of 5,000,000 (limit requests; raise it with --limit requests=5200000): ...`), exit 2, nothing written.
     Replay files are read a bounded line at a time and a window's rows counted as they stream: a longer line or

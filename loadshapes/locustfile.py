@@ -1,6 +1,6 @@
 """The Locust side of a load worker: an open-loop (or closed-loop) OpenAI streaming client writing trace rows.
 
-The orchestrator starts it in a subprocess of a Ray actor (orchestrator/load_workers.py); it also runs by hand:
+The orchestrator starts it in a subprocess of a Ray actor (orchestrator/execute/load_workers.py); it also runs by hand:
 
     SPECDRILL_LOAD_PLAN=plan.yaml locust -f loadshapes/locustfile.py --headless
 

@@ -1,5 +1,5 @@
 """What counts as good: the deadlines a request must meet to count toward goodput, for every request and per
-workload category. The campaign's `slo:` key is SloConfig; the report's analysis (orchestrator/analysis/slo.py,
+workload category. The campaign's `slo:` key is SloConfig; the report's analysis (orchestrator/analysis/opmap/slo.py,
 the same rule in SQL), the load worker's live counter and the simulator's sweeps all judge a request by
 `Deadlines.met`.
 """

@@ -1,5 +1,5 @@
 """docs/trace-schema.md, generated from loadshapes/trace.py (the trace files' columns and the comments beside them)
-and orchestrator/rundir.py (the step timeline files' columns)."""
+and orchestrator/rundir/layout.py (the step timeline files' columns)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ TRACE_NOTES: dict[str, str] = {
     "error_message": "one line",
 }
 
-# The step timeline files' columns (orchestrator/rundir.py timeline_table): meaning, unit, and when null.
+# The step timeline files' columns (orchestrator/rundir/layout.py timeline_table): meaning, unit, and when null.
 TIMELINE_NOTES: dict[str, str] = {
     "engine_id": "the engine that ran the step; each rank of a vLLM data-parallel group is its own engine "
     "(`engine_id` as in the traces); never null",
@@ -155,7 +155,7 @@ def trace_schema() -> str:
 
 def timeline_columns() -> list[tuple[str, str]]:
     """(name, Arrow type) of a step timeline file's columns, as unit_files.timeline_table writes them."""
-    from orchestrator.unit_files import timeline_table
+    from orchestrator.rundir.unit_files import timeline_table
 
     schema = timeline_table(
         {"engine": {"start": [0.0], "end": [0.0], "lag_s": [0.0], "drafts_skipped": [False]}}
@@ -168,7 +168,8 @@ def timeline_schema() -> list[str]:
         "## Step timelines",
         "",
         "One file per unit, `timelines/arm=<arm>/shape=<shape>/r<repeat>.parquet` (arm, shape and repeat live in the "
-        "path), written by orchestrator/unit_files.py: one row per engine step of every engine of the arm, in the "
+        "path), written by orchestrator/rundir/unit_files.py: one row per engine step of every engine of the arm, "
+        "in the "
         "order the engines reported them (the ranks of a data-parallel group interleave). The executed-policy check, "
         "the cross-and-recover switch timings, `specdrill calibrate` and report.html's engine timelines read them. "
         "Times are `int64` nanoseconds, the other integers `int32`.",

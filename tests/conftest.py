@@ -11,9 +11,9 @@ from typing import Any
 import click
 import pytest
 
-from orchestrator.localray import PORT_SLICE_ENV
 from serve_apps.sim.profile import Profile, load_profile
 from tests import cli_record
+from tools.localray import PORT_SLICE_ENV
 
 
 @pytest.fixture(scope="session")

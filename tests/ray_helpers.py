@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from orchestrator.localray import RayPorts, free_port, free_ports, processes_of, stop
+from tools.localray import RayPorts, free_port, free_ports, processes_of, stop
 
 __all__ = ["RayPorts", "cluster_head_env", "cluster_node_args", "free_port", "free_ports", "is_loopback",
            "listeners", "local_ray", "ray_head", "stop"]  # fmt: skip

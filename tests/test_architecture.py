@@ -16,8 +16,9 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "serve_apps": frozenset({"timebase"}),
     "loadshapes": frozenset({"timebase"}),  # the servers' engines are not the load generator's business
     "orchestrator": frozenset({"timebase", "serve_apps", "loadshapes"}),
-    "tests": frozenset({"timebase", "serve_apps", "loadshapes", "orchestrator"}),
-    "benchmarks": frozenset({"timebase", "serve_apps", "loadshapes", "orchestrator", "tests"}),
+    "tools": frozenset({"timebase", "serve_apps", "loadshapes", "orchestrator"}),  # development tools, not installed
+    "tests": frozenset({"timebase", "serve_apps", "loadshapes", "orchestrator", "tools"}),
+    "benchmarks": frozenset({"timebase", "serve_apps", "loadshapes", "orchestrator", "tools", "tests"}),
 }
 OURS = frozenset(MAY_IMPORT)
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from loadshapes.shapes import Concurrency
-from orchestrator.campaign import Campaign, CampaignError, load_campaign
-from orchestrator.plan_size import mix_tokens, shape_requests
+from orchestrator.plan.campaign import Campaign, CampaignError, load_campaign
+from orchestrator.plan.size import mix_tokens, shape_requests
 from serve_apps.config_io import load_yaml_model
 from serve_apps.sim.profile import load_profile
 
@@ -127,12 +127,12 @@ def campaigns(draw: st.DrawFn, csv_path: Path, output: Path) -> dict[str, Any]:
 
 
 def test_every_valid_campaign_runs_to_a_report(tmp_path: Path) -> None:
-    from orchestrator.analysis.inputs import load_run
+    from orchestrator.analysis.read.inputs import load_run
     from orchestrator.analysis.summary import build_summary
-    from orchestrator.decide.recommend import recommend
-    from orchestrator.report import write_report
-    from orchestrator.run_manifest import units_of
-    from orchestrator.simulate_campaign import simulate_campaign
+    from orchestrator.decide.recommend.build import recommend
+    from orchestrator.report.build import write_report
+    from orchestrator.rundir.manifest import units_of
+    from orchestrator.virtual.campaign import simulate_campaign
 
     csv_path = tmp_path / "arrivals.csv"
     csv_path.write_text("\n".join(f"{t:.3f}" for t in (0, 0.1, 0.15, 0.2, 0.9, 1.0, 1.05, 1.6, 2.2, 2.25)))

@@ -61,7 +61,7 @@ def test_ray_serve_replica_binds_its_internal_grpc_server_through_add_port_to_gr
 
 
 def test_ray_serve_global_client_exposes_the_http_config() -> None:
-    """orchestrator/deploy.py reads the HTTP address Serve already listens on (one Serve per cluster)."""
+    """orchestrator/execute/deploy.py reads the HTTP address Serve already listens on (one Serve per cluster)."""
     from ray.serve._private.client import ServeControllerClient
     from ray.serve.context import _get_global_client
 

@@ -1,5 +1,5 @@
 """The house's shape, checked on the source: small modules, and the unit loop's bookkeeping written once
-(orchestrator/runner.py), so that a new runner cannot grow its own resume or marker logic beside it."""
+(orchestrator/execute/runner.py), so that a new runner cannot grow its own resume or marker logic beside it."""
 
 from __future__ import annotations
 
@@ -36,5 +36,5 @@ def test_the_unit_loops_bookkeeping_lives_in_the_runner_only() -> None:
     whether a unit is complete is also the report's and the CLI's business, so it is not in the list.)"""
     writes = frozenset({"remove_partial", "record_unit", "write_marker"})
     found = [c for p in _modules() if p.name != "runner.py" for c in _calls(p, writes) if "def " not in c]
-    assert not found, "the unit loop's bookkeeping outside orchestrator/runner.py:\n" + "\n".join(found)
-    assert _calls(ROOT / "orchestrator" / "runner.py", writes), "runner.py no longer does it: update this test"
+    assert not found, "the unit loop's bookkeeping outside orchestrator/execute/runner.py:\n" + "\n".join(found)
+    assert _calls(ROOT / "orchestrator" / "execute" / "runner.py", writes), "runner.py no longer does it: update this test"

@@ -9,8 +9,8 @@ import time
 import psutil
 import pytest
 
-from orchestrator.localray import processes_of
 from tests.ray_helpers import ray_head
+from tools.localray import processes_of
 
 pytestmark = [pytest.mark.integration]
 

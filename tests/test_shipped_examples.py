@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from orchestrator import docgen
-from orchestrator.campaign import load_campaign
 from orchestrator.cli import cli
+from orchestrator.plan.campaign import load_campaign
 from tests import REPO
 
 SHIPPED = sorted(

@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from orchestrator.analysis.bands import BandSet
+from orchestrator.analysis.opmap.bands import BandSet
 from orchestrator.decide.oracle import Oracle
 from orchestrator.decide.played import AnyPolicy, CampaignTraffic, Played
-from orchestrator.rundir import Unit
+from orchestrator.rundir.layout import Unit
 from orchestrator.virtual.traffic import play
 from orchestrator.virtual.twins import arm_model
 from serve_apps.policies import DynamicPolicy

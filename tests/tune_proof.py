@@ -17,12 +17,12 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.analysis.bands import BandSet
-from orchestrator.analysis.prediction_check import SeedRange
+from orchestrator.analysis.opmap.bands import BandSet
+from orchestrator.analysis.steps.prediction_check import SeedRange
 from orchestrator.decide.oracle import Oracle
 from orchestrator.decide.played import CampaignTraffic, Played
-from orchestrator.decide.prediction import seed_ratios
 from orchestrator.decide.scoring import Scored, compare
+from orchestrator.decide.tune.prediction import seed_ratios
 from serve_apps.policies import DynamicPolicy, FixedPolicy, ResolvedSpeculation
 
 # vLLM's documentation example of num_speculative_tokens_per_batch_size: k = 3 to batch 64, 1 to 128, then off.

@@ -16,12 +16,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.analysis.arms import ArmInfo
-from orchestrator.analysis.kchoice import PairedRatios
-from orchestrator.analysis.results import MapCell, Measure, OperatingMap, RatioCI, Verdict, VerificationReport
-from orchestrator.analysis.speedup import combined_verdict, verdict_for
-from orchestrator.analysis.verify_findings import CHANGES_WHAT_RAN as CHANGES_WHAT_RAN  # compare's import of it
-from orchestrator.analysis.verify_findings import ran_instead
+from orchestrator.analysis.opmap.kchoice import PairedRatios
+from orchestrator.analysis.opmap.results import MapCell, Measure, OperatingMap, RatioCI, Verdict, VerificationReport
+from orchestrator.analysis.opmap.speedup import combined_verdict, verdict_for
+from orchestrator.analysis.read.arms import ArmInfo
+from orchestrator.analysis.verify.findings import CHANGES_WHAT_RAN as CHANGES_WHAT_RAN  # compare's import of it
+from orchestrator.analysis.verify.findings import ran_instead
 
 BandStatus = Literal["best", "plain_decoding", "tie", "no_difference", "insufficient_data"]
 _FLIPPED = {Verdict.HELPS: Verdict.HURTS, Verdict.HURTS: Verdict.HELPS}

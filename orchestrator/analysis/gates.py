@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.analysis import ArmInfo, VerificationReport
-from orchestrator.analysis.results import ArmVerification
-from orchestrator.campaign import Campaign, GateConfig
-from orchestrator.rundir import UnitResult
+from orchestrator.analysis.opmap.results import ArmVerification, VerificationReport
+from orchestrator.analysis.read.arms import ArmInfo
+from orchestrator.plan.campaign import Campaign, GateConfig
+from orchestrator.rundir.layout import UnitResult
 
 
 class GateResult(BaseModel):

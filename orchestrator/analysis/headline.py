@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from orchestrator.analysis import ArmInfo, OperatingMap, VerificationReport
-from orchestrator.analysis.verify_findings import ran_instead
+from orchestrator.analysis.opmap.results import OperatingMap, VerificationReport
+from orchestrator.analysis.read.arms import ArmInfo
+from orchestrator.analysis.verify.findings import ran_instead
 
 ABSOLUTE_ONLY = "no off arm: absolute figures only (analysis.absolute_only), no speedups"
 EXEMPT_MARK = " (exempt)"  # after an exempt arm's name wherever its failure is printed

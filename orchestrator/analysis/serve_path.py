@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.analysis.source import Requests
+from orchestrator.analysis.read.source import Requests
 
 WorkerNode = tuple[str, str, int, int, str | None]  # (arm, shape, repeat, worker, the worker's Ray node)
 

@@ -10,36 +10,36 @@ import time
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.analysis import (
-    ArmInfo,
-    BandSet,
-    EngineSettings,
-    OperatingMap,
-    Requests,
-    VerificationReport,
-    VerifySettings,
-    batch_bands,
-    operating_maps,
-    rate_bands_at,
-    run_requests,
-    verify_executed_policy,
-)
 from orchestrator.analysis.answer import Answer, ArmComparison, answer_of, comparison_of, comparisons_wanted
-from orchestrator.analysis.bands import auto_rate_quantiles, rate_bands_from_edges
-from orchestrator.analysis.faults import FaultWindow, fault_windows_of
 from orchestrator.analysis.gates import GateResult, engine_lagged, evaluate_gates
 from orchestrator.analysis.headline import ABSOLUTE_ONLY, engine_confounds, headline
-from orchestrator.analysis.inputs import RunInputs, partial_run_line
-from orchestrator.analysis.kchoice import BandChoice, choose_k, paired_both
-from orchestrator.analysis.kswitch_cost import k_switch_lines
-from orchestrator.analysis.prediction_check import prediction_check
+from orchestrator.analysis.opmap.bands import (
+    BandSet,
+    auto_rate_quantiles,
+    batch_bands,
+    rate_bands_at,
+    rate_bands_from_edges,
+)
+from orchestrator.analysis.opmap.kchoice import BandChoice, choose_k, paired_both
+from orchestrator.analysis.opmap.operating_map import operating_maps
+from orchestrator.analysis.opmap.results import OperatingMap, VerificationReport
+from orchestrator.analysis.read.arms import ArmInfo
+from orchestrator.analysis.read.db import EngineSettings
+from orchestrator.analysis.read.faults import FaultWindow, fault_windows_of
+from orchestrator.analysis.read.inputs import RunInputs, partial_run_line
+from orchestrator.analysis.read.source import Requests
+from orchestrator.analysis.read.time_scale import TimeScale, time_scale_of
+from orchestrator.analysis.read.views import run_requests
 from orchestrator.analysis.serve_path import ServePath, serve_paths
-from orchestrator.analysis.time_scale import TimeScale, time_scale_of
-from orchestrator.analysis.timelines import TimelineSeries, timeline_series
-from orchestrator.campaign import Campaign
-from orchestrator.endpoint_metrics import read_samples
-from orchestrator.run_evidence import seal_problem
-from orchestrator.rundir import UnitResult
+from orchestrator.analysis.steps.kswitch_cost import k_switch_lines
+from orchestrator.analysis.steps.prediction_check import prediction_check
+from orchestrator.analysis.steps.timelines import TimelineSeries, timeline_series
+from orchestrator.analysis.verify.executed import verify_executed_policy
+from orchestrator.analysis.verify.settings import VerifySettings
+from orchestrator.execute.endpoint_scrape import read_samples
+from orchestrator.plan.campaign import Campaign
+from orchestrator.rundir.evidence import seal_problem
+from orchestrator.rundir.layout import UnitResult
 from serve_apps.engine_kinds.registry import kind_of
 from serve_apps.policies import DynamicPolicy
 
@@ -212,7 +212,7 @@ def pairwise(requests: Requests, maps: list[OperatingMap], arms: list[ArmInfo]) 
 
 def summary_for(inputs: RunInputs) -> Summary:
     """The run's summary.json when `specdrill report` wrote it for the same complete units and its seal holds
-    (orchestrator.run_evidence: not edited, the same trace files), else a new one from the traces, said in one line
+    (orchestrator.rundir.evidence: not edited, the same trace files), else a new one from the traces, said in one line
     on stderr: the commands that only read the aggregates (recommend) do not analyse the trace a second time."""
     if inputs.store.exists(SUMMARY):
         try:

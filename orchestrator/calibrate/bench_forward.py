@@ -30,7 +30,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from orchestrator.analysis.stepfit import COEFFICIENTS, StepData, design, huber_fit, quality, unidentified
+from orchestrator.analysis.steps.stepfit import COEFFICIENTS, StepData, design, huber_fit, quality, unidentified
 from orchestrator.calibrate.json_input import read_json_file
 from orchestrator.calibrate.writer import fitted_profile, now_iso
 from serve_apps.sim.profile import Profile, Provenance

@@ -8,13 +8,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.analysis.arm_steps import ArmSteps, arm_steps
-from orchestrator.analysis.inputs import RunInputs, load_run
-from orchestrator.analysis.kswitch import describe
-from orchestrator.analysis.run_views import run_requests
-from orchestrator.analysis.step_model import ArmReport, CalibrationError, StepFit, fit_steps
-from orchestrator.analysis.stepfit import COEFFICIENTS, Fit
-from orchestrator.analysis.time_scale import engine_time_scale
+from orchestrator.analysis.read.inputs import RunInputs, load_run
+from orchestrator.analysis.read.time_scale import engine_time_scale
+from orchestrator.analysis.read.views import run_requests
+from orchestrator.analysis.steps.arm_steps import ArmSteps, arm_steps
+from orchestrator.analysis.steps.kswitch import describe
+from orchestrator.analysis.steps.step_model import ArmReport, CalibrationError, StepFit, fit_steps
+from orchestrator.analysis.steps.stepfit import COEFFICIENTS, Fit
 from orchestrator.calibrate.acceptance import CategoryFit, fit_acceptance
 from orchestrator.calibrate.engines import compare_engines
 from orchestrator.calibrate.predict import PredictionCheck, predict

@@ -9,7 +9,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from orchestrator.analysis.stepfit import COEFFICIENTS, Z95, Fit
+from orchestrator.analysis.steps.stepfit import COEFFICIENTS, Z95, Fit
 
 MATERIAL = 0.05
 

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.analysis.bands import BandSet, auto_rate_bands, rate_bands_from_edges
-from orchestrator.analysis.inputs import RunInputs, load_run
-from orchestrator.analysis.run_views import run_requests
-from orchestrator.analysis.time_scale import engine_time_scale
-from orchestrator.campaign import Campaign
-from orchestrator.simulate_campaign import simulate_campaign
+from orchestrator.analysis.opmap.bands import BandSet, auto_rate_bands, rate_bands_from_edges
+from orchestrator.analysis.read.inputs import RunInputs, load_run
+from orchestrator.analysis.read.time_scale import engine_time_scale
+from orchestrator.analysis.read.views import run_requests
+from orchestrator.plan.campaign import Campaign
+from orchestrator.virtual.campaign import simulate_campaign
 from serve_apps.engine_kinds.registry import kind_of
 from serve_apps.engine_kinds.simulated import SimulatedEngineConfig
 from serve_apps.policies import FixedPolicy, OffPolicy

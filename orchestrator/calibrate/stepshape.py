@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from orchestrator.analysis.stepfit import COEFFICIENTS, StepData, design, huber_fit, unidentified
+from orchestrator.analysis.steps.stepfit import COEFFICIENTS, StepData, design, huber_fit, unidentified
 from serve_apps.sim.profile import Profile, ProfileError, VerifyCost, load_profile
 
 SCHEMA = "specdrill.gpu_step_cost/1"

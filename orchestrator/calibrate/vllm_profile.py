@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from orchestrator.analysis.stepfit import COEFFICIENTS, StepData, design, huber_fit, unidentified
+from orchestrator.analysis.steps.stepfit import COEFFICIENTS, StepData, design, huber_fit, unidentified
 from orchestrator.calibrate.acceptance import CategoryFit
 from orchestrator.calibrate.json_input import read_json_file
 from orchestrator.calibrate.writer import fitted_profile, now_iso

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.analysis.stepfit import Fit
+from orchestrator.analysis.steps.stepfit import Fit
 from orchestrator.calibrate.acceptance import CategoryFit
 from serve_apps.sim.profile import CategoryAcceptance, DraftCost, Profile, Provenance, VerifyCost
 

@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.stdout.reconfigure(line_buffering=True)  # a file or a pipe gets each line as it is printed
     import signal
 
-    from orchestrator.interrupts import SIGNALS, Stopped, stop_on_signals
+    from orchestrator.execute.interrupts import SIGNALS, Stopped, stop_on_signals
 
     try:
         # Ctrl-C or SIGTERM anywhere (a report's DuckDB query included, which turns it into its own error): one

@@ -49,7 +49,7 @@ def calibrate_cmd(run_dirs: tuple[str, ...], output: str, vllm_profile: str | No
     bench forward), and write it for `engine.profile`."""
     from pathlib import Path
 
-    from orchestrator.analysis.step_model import CalibrationError
+    from orchestrator.analysis.steps.step_model import CalibrationError
     from orchestrator.calibrate.bench_forward import BenchForwardError, profile_from_bench_forward
     from orchestrator.calibrate.command import calibrate
     from orchestrator.calibrate.outputs import write_profiles

@@ -13,8 +13,8 @@ from rich.console import Console
 from loadshapes import limits as run_limits
 from loadshapes.badfile import make_directory
 from loadshapes.mixes import BUILTIN_WORKLOADS, builtin_workload
-from orchestrator.campaign import Campaign, CampaignError, load_campaign
-from orchestrator.run_lock import force_foreign_locks
+from orchestrator.plan.campaign import Campaign, CampaignError, load_campaign
+from orchestrator.rundir.lock import force_foreign_locks
 from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topology
 from serve_apps.sim.profile import Profile, ProfileError, load_profile
 
@@ -40,7 +40,7 @@ limit_option = click.option(
 )  # fmt: skip
 
 
-# The run directory's writer lock (orchestrator/run_lock.py): one held on another host is refused unless forced.
+# The run directory's writer lock (orchestrator/rundir/lock.py): one held on another host is refused unless forced.
 force_lock_option = click.option(
     "--force-lock", is_flag=True, expose_value=False, callback=lambda _c, _p, force: force_foreign_locks(force),
     help="take over the run directory's writer lock when another host holds it (check that run is gone first)",

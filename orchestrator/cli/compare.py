@@ -40,7 +40,7 @@ def compare_cmd(
     from orchestrator.compare.build import NotComparable, compare
     from orchestrator.compare.console import print_comparison
     from orchestrator.compare.write import write_comparison
-    from orchestrator.report import EXIT_GATE_FAILED
+    from orchestrator.report.build import EXIT_GATE_FAILED
 
     if output is not None:
         output_directory(output, "compare output")

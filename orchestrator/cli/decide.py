@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from orchestrator.campaign import CampaignError
 from orchestrator.cli.common import campaign_of, fail, force_lock_option, limit_option, output_directory, profile_named
+from orchestrator.plan.campaign import CampaignError
 
 
 @click.command("recommend")
@@ -21,9 +21,9 @@ def recommend_cmd(run_dirs: tuple[str, ...], topology_text: str | None) -> None:
     campaign that rehearses it, and a follow-up campaign for what is missing; for a data-parallel deployment
     (the runs' data-parallel arms, or --topology), the static k vLLM will run there. Exit 4: insufficient data,
     no recommendation."""
-    from orchestrator.decide.recommend import EXIT_INSUFFICIENT, recommend_runs
-    from orchestrator.decide.recommend_outputs import write_recommendation
-    from orchestrator.decide.runs import RecommendError, load_evidence
+    from orchestrator.decide.recommend.build import EXIT_INSUFFICIENT, recommend_runs
+    from orchestrator.decide.recommend.outputs import write_recommendation
+    from orchestrator.decide.recommend.runs import RecommendError, load_evidence
     from serve_apps.policies import parse_topology
 
     try:
@@ -69,9 +69,9 @@ def tune_cmd(
     from pathlib import Path
 
     from orchestrator.decide.scoring import Objective
-    from orchestrator.decide.tune_outputs import run_tune
-    from orchestrator.decide.tune_topology import choose_topology
-    from orchestrator.simulate_campaign import require_simulated
+    from orchestrator.decide.tune.outputs import run_tune
+    from orchestrator.decide.tune.topology import choose_topology
+    from orchestrator.virtual.campaign import require_simulated
 
     campaign = campaign_of(campaign_file)
     try:
@@ -139,8 +139,8 @@ def search_cmd(
     (`specdrill report` reads it)."""
     from pydantic import ValidationError
 
-    from orchestrator.decide.search import SearchConfig
-    from orchestrator.search_run import default_rates, run_search
+    from orchestrator.search.bracket import SearchConfig
+    from orchestrator.search.run import default_rates, run_search
     from serve_apps.config_io import first_error
 
     campaign = campaign_of(campaign_file)

@@ -23,7 +23,7 @@ from orchestrator.cli.common import campaign_of, console, fail
 @click.option("--json", "as_json", is_flag=True, help="with --check: print the probes' reports as JSON")
 def deploy_cmd(campaign_file: str, address: str | None, timeout_s: float | None, check: bool, as_json: bool) -> None:
     """Bring up every arm of a campaign on Ray Serve; print JSON mapping arm name -> base URL."""
-    from orchestrator.deploy import DeployError, check_deploy, deploy
+    from orchestrator.execute.deploy import DeployError, check_deploy, deploy
 
     campaign = campaign_of(campaign_file)
     try:
@@ -43,7 +43,7 @@ def deploy_cmd(campaign_file: str, address: str | None, timeout_s: float | None,
 
 def refused(exc: Exception) -> NoReturn:
     """One line: exit 2 where the address given reaches no cluster (a bad argument), else 1."""
-    from orchestrator.deploy import NoRayCluster
+    from orchestrator.execute.deploy import NoRayCluster
 
     if isinstance(exc, NoRayCluster):
         fail(str(exc))
@@ -90,7 +90,7 @@ def speculation_cell(report: dict[str, Any]) -> str:
 @click.option("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a running local one)")
 def teardown_cmd(campaign_file: str | None, address: str | None) -> None:
     """Delete a campaign's arms (or, without a file, every Serve application)."""
-    from orchestrator.deploy import DeployError, teardown
+    from orchestrator.execute.deploy import DeployError, teardown
 
     campaign = campaign_of(campaign_file) if campaign_file else None
     try:
@@ -112,7 +112,7 @@ def models() -> None:
 def models_pull_cmd(campaign_file: str, address: str | None, here: bool) -> None:
     """Download the campaign's target and drafter models into the Hugging Face cache (HF_HOME) of every GPU node,
     one Ray task per node; HF_TOKEN is read from each node's environment. Local paths are skipped."""
-    from orchestrator.deploy import DeployError, connect
+    from orchestrator.execute.deploy import DeployError, connect
     from serve_apps.engines.vllm_support import ModelPullError, campaign_models, pull_here, pull_on_gpu_nodes
 
     try:

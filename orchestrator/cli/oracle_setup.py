@@ -13,7 +13,7 @@ from serve_apps.engine_kinds.registry import kind_of
 from serve_apps.sim.profile import Profile
 
 DEFAULT_PROFILE = "llama3.1-8b-h100-eagle"
-DEFAULT_WORKLOAD = "chat"  # the workload of a campaign without a mix (orchestrator.campaign's default mix)
+DEFAULT_WORKLOAD = "chat"  # the workload of a campaign without a mix (orchestrator.plan.campaign's default mix)
 DEFAULT_MAX_K = 4
 
 
@@ -29,7 +29,7 @@ class OracleSetup:
 def oracle_setup(
     campaign_file: str | None, profile_name: str | None, workload_name: str | None, max_k: int | None
 ) -> OracleSetup:
-    from orchestrator.decide.tune import drafter_of, oracle_workload
+    from orchestrator.decide.tune.build import drafter_of, oracle_workload
 
     campaign = campaign_of(campaign_file) if campaign_file else None
     if profile_name is None and campaign is not None:

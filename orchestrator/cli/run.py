@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.campaign import CampaignError
 from orchestrator.cli.common import campaign_of, fail, force_lock_option, limit_option
 from orchestrator.cli.units import with_unit_lines
-from orchestrator.progress import resume_command
+from orchestrator.execute.progress import resume_command
+from orchestrator.plan.campaign import CampaignError
 
 
 @click.command("run")
@@ -24,8 +24,8 @@ def run_cmd(
 ) -> None:
     """Run a campaign: every arm x shape x repeat, traces to the run directory, then the report. One line per unit
     started and finished (a Ray job's log shows them); the progress bar only on a terminal."""
-    from orchestrator.deploy import DeployError, NoRayCluster
-    from orchestrator.run import run_campaign
+    from orchestrator.execute.deploy import DeployError, NoRayCluster
+    from orchestrator.execute.ray_executor import run_campaign
     from serve_apps.arms import prompt_length_notice
 
     campaign = campaign_of(campaign_file)
@@ -55,6 +55,6 @@ def run_cmd(
         raise click.ClickException(str(exc)) from None
     click.echo(f"run {manifest['run']}: traces in {store.traces}")
     if not no_report:
-        from orchestrator.report import report_and_exit
+        from orchestrator.report.build import report_and_exit
 
         report_and_exit(store.root)

@@ -12,8 +12,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from loadshapes.slo import SloConfig
-from orchestrator.analysis.results import MapSettings
-from orchestrator.campaign import CampaignError
+from orchestrator.analysis.opmap.results import MapSettings
 from orchestrator.cli.common import (
     campaign_of,
     console,
@@ -34,8 +33,9 @@ from orchestrator.cli.oracle_setup import (
     oracle_setup,
 )
 from orchestrator.cli.units import with_unit_lines
-from orchestrator.progress import resume_command
-from orchestrator.simulate import FixedBatchPoint, SweepPoint, fixed_batch, sweep
+from orchestrator.execute.progress import resume_command
+from orchestrator.plan.campaign import CampaignError
+from orchestrator.virtual.experiments import FixedBatchPoint, SweepPoint, fixed_batch, sweep
 from serve_apps.policies import split_policy_list
 
 
@@ -79,7 +79,7 @@ def simulate() -> None:
 def simulate_campaign_cmd(campaign_file: str, output: str | None, no_report: bool) -> None:
     """A campaign in virtual time on the simulated engine: no Ray, no HTTP, the same run directory. One line per
     unit started and finished; rerun it to resume (complete units are skipped)."""
-    from orchestrator.simulate_campaign import simulate_campaign
+    from orchestrator.virtual.campaign import simulate_campaign
 
     campaign = campaign_of(campaign_file)
     if output:
@@ -94,7 +94,7 @@ def simulate_campaign_cmd(campaign_file: str, output: str | None, no_report: boo
         raise
     click.echo(f"run {manifest['run']} (virtual time): traces in {store.traces}")
     if not no_report:
-        from orchestrator.report import report_and_exit
+        from orchestrator.report.build import report_and_exit
 
         report_and_exit(store.root)
 

@@ -11,11 +11,11 @@ from typing import Any
 import click
 from rich.progress import Progress
 
-from orchestrator.campaign import Campaign
 from orchestrator.cli.common import console
-from orchestrator.progress import CampaignProgress
-from orchestrator.rundir import RunStore, Unit, UnitResult
-from orchestrator.runner import OnUnit
+from orchestrator.execute.progress import CampaignProgress
+from orchestrator.execute.runner import OnUnit
+from orchestrator.plan.campaign import Campaign
+from orchestrator.rundir.layout import RunStore, Unit, UnitResult
 
 
 def with_unit_lines(
@@ -23,8 +23,8 @@ def with_unit_lines(
 ) -> tuple[RunStore, dict[str, Any]]:
     """Run the campaign's pending units with a line per unit (a bar as well on a terminal); on SIGINT or SIGTERM
     say how many units are complete and the command that resumes, and exit 128 + the signal's number."""
-    from orchestrator.interrupts import Stopped, stop_on_signals
-    from orchestrator.run_manifest import units_of
+    from orchestrator.execute.interrupts import Stopped, stop_on_signals
+    from orchestrator.rundir.manifest import units_of
 
     units = [u for arm in campaign.arms() for u in units_of(campaign, arm)]
     existing = RunStore.existing(campaign.output_dir())

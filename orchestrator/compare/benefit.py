@@ -4,7 +4,7 @@ against itself). A host or engine that slows every step moves every arm's cells 
 answer and cancels in the first, so the release gate on the first (`--fail-on worse`) does not fail on it.
 
 The benefit's change in a band is the arm's own change between the runs over its `off` arm's (compare's two
-cells, orchestrator/analysis/compare_runs.py): (arm_c / arm_b) / (off_c / off_b) is the candidate's vs-off
+cells, orchestrator/compare/cells.py): (arm_c / arm_b) / (off_c / off_b) is the candidate's vs-off
 ratio over the baseline's. The two cells are different units (the arm's requests and off's ran on their own
 engines or at their own times), so their noise is independent and the interval adds their variances on the
 log scale, each read back from its cell's interval (a normal interval: the cells' t intervals of a few
@@ -19,9 +19,9 @@ from typing import Literal
 
 from scipy.stats import norm
 
-from orchestrator.analysis import OperatingMap, RatioCI, Verdict
-from orchestrator.analysis.kchoice import ratio_text
-from orchestrator.analysis.speedup import verdict_for
+from orchestrator.analysis.opmap.kchoice import ratio_text
+from orchestrator.analysis.opmap.results import OperatingMap, RatioCI, Verdict
+from orchestrator.analysis.opmap.speedup import verdict_for
 from orchestrator.compare.model import BenefitChange, CellChange, ChangeVerdict, EngineChange, EngineVerdict
 
 _CHANGE: dict[Verdict, ChangeVerdict] = {

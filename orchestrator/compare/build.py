@@ -1,5 +1,5 @@
 """`specdrill compare`'s pipeline: both runs loaded and checked (one line and exit 2 for what cannot be compared),
-their cells compared (orchestrator/analysis/compare_runs.py), and what moved collected into compare.json."""
+their cells compared (orchestrator/compare/cells.py), and what moved collected into compare.json."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from loadshapes.badfile import BadFileError
-from orchestrator.analysis import MapCell, MapSettings, OperatingMap, Speedup, Verdict
-from orchestrator.analysis.compare_runs import RunPair, band_sets_of, compare_runs
-from orchestrator.analysis.inputs import RunInputs, load_run
+from orchestrator.analysis.opmap.results import MapCell, MapSettings, OperatingMap, Speedup, Verdict
+from orchestrator.analysis.read.inputs import RunInputs, load_run
 from orchestrator.analysis.summary import SUMMARY, Summary, summary_for
 from orchestrator.compare.answer import answer_paragraph, gate_failures
 from orchestrator.compare.benefit import benefit_changes, engine_changes, holds_one
+from orchestrator.compare.cells import RunPair, band_sets_of, compare_runs
 from orchestrator.compare.model import CellChange, ChangeVerdict, Comparison, FailOn, RunCell
 from orchestrator.compare.moves import crossover_moves, policy_changes, verdict_changes
 from orchestrator.compare.schedules import schedule_lines

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.analysis import RatioCI
+from orchestrator.analysis.opmap.results import RatioCI
 from orchestrator.compare.model import Comparison
 
 _COLOUR = {"better": "green", "worse": "red", "no_change": "default", "not_comparable": "yellow"}

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.analysis import RatioCI
+from orchestrator.analysis.opmap.results import RatioCI
 
 ChangeVerdict = Literal["better", "no_change", "worse", "not_comparable"]
 Direction = Literal["lower", "higher", "outside_data"]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from orchestrator.analysis import MapCell, OperatingMap, RatioCI, Verdict
 from orchestrator.analysis.answer import CHANGES_WHAT_RAN
-from orchestrator.analysis.compare_runs import RunPair
-from orchestrator.analysis.kchoice import ratio_text
+from orchestrator.analysis.opmap.kchoice import ratio_text
+from orchestrator.analysis.opmap.results import MapCell, OperatingMap, RatioCI, Verdict
 from orchestrator.analysis.summary import Summary
+from orchestrator.compare.cells import RunPair
 from orchestrator.compare.model import CrossoverMove, Direction, PolicyChange, VerdictChange
 
 _SAID = {Verdict.HELPS: "helped", Verdict.HURTS: "hurt", Verdict.NO_DIFFERENCE: "made no difference"}

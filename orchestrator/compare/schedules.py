@@ -1,13 +1,13 @@
-"""The schedule `specdrill recommend` would give each run (orchestrator/decide/recommend.py, from its summary's k
+"""The schedule `specdrill recommend` would give each run (orchestrator/decide/recommend/build.py, from its summary's k
 choices), and whether it changed: said only where both runs support one (a schedule, or leave speculation off)."""
 
 from __future__ import annotations
 
 from orchestrator.analysis.summary import Summary
-from orchestrator.campaign import Campaign
-from orchestrator.decide.recommend import recommend
-from orchestrator.decide.recommendation import Recommendation
-from orchestrator.decide.runs import RecommendError
+from orchestrator.decide.recommend.build import recommend
+from orchestrator.decide.recommend.recommendation import Recommendation
+from orchestrator.decide.recommend.runs import RecommendError
+from orchestrator.plan.campaign import Campaign
 
 SUPPORTED = ("schedule", "off")
 

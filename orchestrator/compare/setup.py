@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from loadshapes.campaign_files import located_files_replaced
-from orchestrator.campaign import Campaign
 from orchestrator.compare.model import SetupDifference
+from orchestrator.plan.campaign import Campaign
 
 # The arm facts a manifest records (run_manifest.arm_entry) that say what ran, in the order they are listed.
 ARM_FACTS = (

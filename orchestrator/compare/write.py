@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from orchestrator.compare.html import render_compare_html
 from orchestrator.compare.model import Comparison
-from orchestrator.report_html.compare import render_compare_html
-from orchestrator.rundir import RunStore
+from orchestrator.rundir.layout import RunStore
 
 COMPARE_JSON, COMPARE_HTML = "compare.json", "compare.html"
 

@@ -20,14 +20,16 @@ from pydantic import BaseModel, ConfigDict
 
 from loadshapes.mixes import Workload
 from loadshapes.slo import SloConfig
-from orchestrator.analysis import EngineSettings, operating_maps, run_requests
-from orchestrator.analysis.inputs import load_run
-from orchestrator.analysis.kchoice import paired_vs
-from orchestrator.analysis.results import MapSettings, OperatingMap, RatioCI
+from orchestrator.analysis.opmap.kchoice import paired_vs
+from orchestrator.analysis.opmap.operating_map import operating_maps
+from orchestrator.analysis.opmap.results import MapSettings, OperatingMap, RatioCI
+from orchestrator.analysis.read.db import EngineSettings
+from orchestrator.analysis.read.inputs import load_run
+from orchestrator.analysis.read.views import run_requests
 from orchestrator.analysis.summary import offered_rate_bands, schedule_bands
 from orchestrator.decide.oracle import Oracle
-from orchestrator.decide.recommendation import Recommendation
-from orchestrator.simulate import sweep
+from orchestrator.decide.recommend.recommendation import Recommendation
+from orchestrator.virtual.experiments import sweep
 from serve_apps.policies import FixedPolicy, OffPolicy, ResolvedSpeculation
 from serve_apps.sim.profile import Profile
 

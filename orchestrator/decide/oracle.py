@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from loadshapes.mixes import Workload
-from orchestrator.simulate import closed_batch
+from orchestrator.virtual.experiments import closed_batch
 from serve_apps.policies import FixedPolicy, OffPolicy, validate_schedule
 from serve_apps.sim.profile import Profile
 

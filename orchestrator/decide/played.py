@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.campaign import Campaign, CampaignError
-from orchestrator.rundir import Unit
-from orchestrator.simulate_campaign import require_simulated
+from orchestrator.plan.campaign import Campaign, CampaignError
+from orchestrator.rundir.layout import Unit
+from orchestrator.virtual.campaign import require_simulated
 from orchestrator.virtual.rows import RowContext, trace_table
 from orchestrator.virtual.traffic import Traffic, play, traffic_of
 from orchestrator.virtual.twins import arm_model

@@ -37,7 +37,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.analysis.bands import BandSet
+from orchestrator.analysis.opmap.bands import BandSet
 from orchestrator.decide.played import LATENCIES, Played
 
 MAD_SCALE = 1.4826  # MAD of a normal sample times this estimates its standard deviation

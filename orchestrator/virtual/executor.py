@@ -1,6 +1,6 @@
-"""The virtual-time executor of the unit loop (orchestrator.runner): a unit's traffic played into its arm's
-simulated engines, written as the run directory `orchestrator.run` writes (orchestrator.rundir), so the report
-reads both.
+"""The virtual-time executor of the unit loop (orchestrator.execute.runner): a unit's traffic played into its arm's
+simulated engines, written as the run directory `orchestrator.execute.ray_executor` writes
+(orchestrator.rundir.layout), so the report reads both.
 
 Virtual time is anchored at a fixed epoch, with every unit in its own slot after it (the arms one after the
 other, as a real run deploys them), so the same campaign gives the same traces on every machine and resumes
@@ -20,13 +20,13 @@ import pyarrow as pa
 
 from loadshapes.plan import WorkerPlan
 from loadshapes.trace import PartWriter, writer_id
-from orchestrator.campaign import Campaign
-from orchestrator.load_workers import WorkerSummary
+from orchestrator.execute.load_workers import WorkerSummary
+from orchestrator.execute.runner import Work
 from orchestrator.logs import get_logger
-from orchestrator.run_manifest import arm_entry, plans_for, units_of
-from orchestrator.rundir import RunStore, Unit, UnitResult
-from orchestrator.runner import Work
-from orchestrator.unit_files import unit_tpot_p50, write_timeline
+from orchestrator.plan.campaign import Campaign
+from orchestrator.rundir.layout import RunStore, Unit, UnitResult
+from orchestrator.rundir.manifest import arm_entry, plans_for, units_of
+from orchestrator.rundir.unit_files import unit_tpot_p50, write_timeline
 from orchestrator.virtual.arrays import to_ns
 from orchestrator.virtual.rows import RowContext, trace_table
 from orchestrator.virtual.traffic import Traffic, UnitRun, play, traffic_of

@@ -13,7 +13,7 @@ import pyarrow as pa
 from loadshapes.shapes import ShapeBase
 from loadshapes.sse import cancelled_message, stream_error_message
 from loadshapes.trace import FILE_SCHEMA
-from orchestrator.campaign import Campaign
+from orchestrator.plan.campaign import Campaign
 from orchestrator.virtual.arrays import (
     column,
     concat,

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from loadshapes.mixes import RequestSpec
 from loadshapes.plan import Planned, WorkerPlan, open_loop_schedule
-from orchestrator.campaign import Campaign
-from orchestrator.run_manifest import plans_for
-from orchestrator.rundir import Unit
+from orchestrator.plan.campaign import Campaign
+from orchestrator.rundir.layout import Unit
+from orchestrator.rundir.manifest import plans_for
 from orchestrator.virtual.twins import ArmModel
 from serve_apps.arms import ArmSpec
 from serve_apps.sim.engine import EngineCore

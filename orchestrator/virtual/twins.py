@@ -9,7 +9,7 @@ from typing import Any
 
 import serve_apps
 from loadshapes.sse import StreamResult, telemetry_columns
-from orchestrator.rundir import Unit
+from orchestrator.rundir.layout import Unit
 from serve_apps.arms import ArmSpec
 from serve_apps.engine_kinds.registry import kind_of
 from serve_apps.engines.simulated import SimulatedEngine

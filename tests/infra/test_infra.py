@@ -264,7 +264,7 @@ def test_models_pull_lists_target_and_drafters_and_skips_local_directories(tmp_p
     assert result.stdout.splitlines() == [f"{target}: skipped (local path)", f"{drafter}: skipped (local path)"]
     assert not (tmp_path / "hf").exists(), "a pull of local models touched the cache"
 
-    from orchestrator.campaign import load_campaign
+    from orchestrator.plan.campaign import load_campaign
 
     hub = load_campaign(_vllm_campaign_yaml(tmp_path / "h.yaml", HUB_TARGET, HUB_DRAFTER))
     assert campaign_models(hub) == [HUB_TARGET, HUB_DRAFTER]
@@ -368,9 +368,9 @@ def test_the_hf_token_reaches_every_replica_from_the_cluster_env_and_no_file(
     """The token set where Ray runs (a Secret on KubeRay) is in the environment of a vLLM arm's replica (whose own
     engine.env becomes a runtime_env) and of a simulated arm's, and in no file of a run directory, nor in Ray's
     session logs (a token passed as runtime_env env_vars would be: Ray's runtime-env agent logs them)."""
-    from orchestrator.campaign import Campaign
-    from orchestrator.deploy import bring_up, teardown_arms
-    from orchestrator.run import run_campaign
+    from orchestrator.execute.deploy import bring_up, teardown_arms
+    from orchestrator.execute.ray_executor import run_campaign
+    from orchestrator.plan.campaign import Campaign
     from tests.ray_helpers import free_port
 
     token, temp_dir = token_cluster["token"], token_cluster["temp_dir"]
@@ -388,8 +388,8 @@ def test_the_hf_token_reaches_every_replica_from_the_cluster_env_and_no_file(
             "output": str(vllm_run),
         }
     )
-    from orchestrator.run_manifest import open_run
-    from orchestrator.rundir import MANIFEST, RunStore
+    from orchestrator.rundir.layout import MANIFEST, RunStore
+    from orchestrator.rundir.manifest import open_run
 
     store = RunStore(vllm_campaign.output_dir())
     store.write_json(MANIFEST, open_run(vllm_campaign, store))
@@ -433,7 +433,7 @@ def test_the_hf_token_reaches_every_replica_from_the_cluster_env_and_no_file(
 
 @pytest.mark.parametrize("name", ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "OPENAI_API_KEY", "S3_SECRET"])
 def test_a_secret_in_engine_env_is_refused_before_it_reaches_a_manifest(name: str) -> None:
-    from orchestrator.campaign import Campaign, CampaignError
+    from orchestrator.plan.campaign import Campaign, CampaignError
 
     data: dict[str, Any] = {
         "name": "secrettest",

@@ -28,7 +28,7 @@ from loadshapes.replay_formats.base import TraceError
 from loadshapes.replay_formats.timestamps import csv_ns
 from loadshapes.shapes import Replay
 from orchestrator.calibrate.vllm_profile import profile_from_vllm
-from orchestrator.campaign import CampaignError, load_campaign
+from orchestrator.plan.campaign import CampaignError, load_campaign
 from serve_apps.sim.profile import ProfileError, load_profile
 from tests import REPO
 

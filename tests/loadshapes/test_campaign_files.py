@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from loadshapes.shapes import Replay
-from orchestrator.campaign import CampaignError, load_campaign
+from orchestrator.plan.campaign import CampaignError, load_campaign
 
 
 def _campaign(path: Path, trace: str, dataset: str | None = None) -> Path:
@@ -70,7 +70,7 @@ def test_an_absolute_path_is_read_as_written_and_a_missing_file_is_named_resolve
 def test_a_run_reads_the_resolved_path_back_from_its_manifest(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The campaign a run records (its manifest) is validated again without the campaign file: the path it holds is
     the resolved one, so `specdrill report` from any directory reads the same trace."""
-    from orchestrator.campaign import Campaign
+    from orchestrator.plan.campaign import Campaign
 
     monkeypatch.chdir(tree / "elsewhere")
     campaign = load_campaign(_campaign(tree / "campaigns" / "c.yaml", "../traces/a.csv"))
@@ -85,7 +85,7 @@ def test_two_checkouts_of_one_campaign_send_the_same_traffic_and_a_changed_trace
     import shutil
 
     from orchestrator.compare.setup import traffic_differences
-    from orchestrator.run_manifest import fingerprint
+    from orchestrator.rundir.manifest import fingerprint
 
     first, second = tmp_path / "one", tmp_path / "two"
     (first / "traces").mkdir(parents=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 from loadshapes.plan import Target, WorkerPlan, open_loop_schedule
 from loadshapes.shapes import Quiet
-from orchestrator.load_workers import LOCUSTFILE
+from orchestrator.execute.load_workers import LOCUSTFILE
 from tests.loadshapes.worker.test_load_worker import CHAT
 
 # Runs in a fresh interpreter: Locust monkey-patches it with gevent, as in a load worker process.

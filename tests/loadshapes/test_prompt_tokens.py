@@ -19,10 +19,10 @@ from loadshapes.mixes import ReplayedRequests, RequestMix
 from loadshapes.plan import WorkerPlan, open_loop_schedule
 from loadshapes.prompts import PROMPT_BUILDERS, PrefixBlocks
 from loadshapes.tokens import PromptTokenizer, TokenizerUnavailable, local_prompt_tokenizer
-from orchestrator.campaign import Campaign
 from orchestrator.cli import cli
-from orchestrator.run_manifest import plans_for
-from orchestrator.rundir import Unit
+from orchestrator.plan.campaign import Campaign
+from orchestrator.rundir.layout import Unit
+from orchestrator.rundir.manifest import plans_for
 from tests.tiny_model import build_tiny_tokenizer
 
 ALL = {"entries": [{"workload": name, "weight": 1} for name in ("reasoning", "chat", "editing")]}

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from loadshapes.plan import Planned, open_loop_schedule
-from orchestrator.campaign import Campaign
-from orchestrator.run_manifest import plans_for
-from orchestrator.rundir import Unit
+from orchestrator.plan.campaign import Campaign
+from orchestrator.rundir.layout import Unit
+from orchestrator.rundir.manifest import plans_for
 from tests.orchestrator.test_endpoint_vllm import vllm_server
 from tests.ray_helpers import free_port
 

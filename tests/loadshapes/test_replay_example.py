@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from loadshapes.shapes import Replay
 from loadshapes.trace import read_traces
-from orchestrator.campaign import load_campaign
 from orchestrator.cli import cli
-from orchestrator.simulate_campaign import simulate_campaign
+from orchestrator.plan.campaign import load_campaign
+from orchestrator.virtual.campaign import simulate_campaign
 from tests import REPO as ROOT
 
 EXAMPLE = "campaigns/replay-burstgpt-example.yaml"

@@ -1,4 +1,4 @@
-"""Which `off` arm each arm is compared with (orchestrator/baselines.py), and campaigns that cannot compare."""
+"""Which `off` arm each arm is compared with (orchestrator/plan/baselines.py), and campaigns that cannot compare."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.analysis.arms import ArmInfo
-from orchestrator.baselines import baselines, primary_baseline
-from orchestrator.campaign import Campaign, CampaignError
+from orchestrator.analysis.read.arms import ArmInfo
+from orchestrator.plan.baselines import baselines, primary_baseline
+from orchestrator.plan.campaign import Campaign, CampaignError
 
 
 def _campaign(topologies: dict[str, Any], arms: list[tuple[str, str]]) -> Campaign:
@@ -54,7 +54,7 @@ def test_a_campaign_whose_arms_cannot_all_be_compared_is_refused_in_one_line() -
 
 
 def _infos(campaign: Campaign) -> list[ArmInfo]:
-    """The arms as the report builds them (orchestrator/analysis/inputs.py load_run), in the campaign's order."""
+    """The arms as the report builds them (orchestrator/analysis/read/inputs.py load_run), in the campaign's order."""
     found = baselines(campaign.arms())
     return [
         ArmInfo.from_policy(a.name, a.policy, topology=a.topology, compared_with=found[a.name].baseline,

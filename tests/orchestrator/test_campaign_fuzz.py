@@ -10,7 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.campaign import CampaignError, load_campaign
+from orchestrator.plan.campaign import CampaignError, load_campaign
 from tests.orchestrator.test_campaign_run import BASE
 
 VALUES = st.one_of(

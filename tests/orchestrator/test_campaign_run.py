@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.campaign import CampaignError, load_campaign
+from orchestrator.plan.campaign import CampaignError, load_campaign
 from tests.tiny_campaigns import four_arms
 
 BASE: dict[str, Any] = four_arms(
@@ -157,12 +157,12 @@ def test_an_unreachable_endpoint_is_a_clear_error_at_start(tmp_path: Path) -> No
 
 def test_recommend_reads_the_reports_aggregates(virtual_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from orchestrator.analysis import summary
-    from orchestrator.analysis.inputs import load_run
+    from orchestrator.analysis.read.inputs import load_run
 
     assert _cli("report", str(virtual_run), "--no-gate-exit").returncode == 0
     inputs = load_run(str(virtual_run))
     written = json.loads((virtual_run / "summary.json").read_text())
-    del written["evidence"]  # its seal (orchestrator/run_evidence.py), not a Summary field
+    del written["evidence"]  # its seal (orchestrator/rundir/evidence.py), not a Summary field
 
     def analyse_again(*_: object, **__: object) -> object:
         raise AssertionError("the trace was analysed a second time")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.campaign import Campaign
+from orchestrator.plan.campaign import Campaign
 from tests.ray_helpers import free_port, local_ray
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -108,8 +108,8 @@ def test_foreign_vllm_servers_are_verified_from_their_own_telemetry(
 ) -> None:
     import pyarrow.parquet as pq
 
-    from orchestrator.report import write_report
-    from orchestrator.run import run_campaign
+    from orchestrator.execute.ray_executor import run_campaign
+    from orchestrator.report.build import write_report
 
     output = tmp_path / "run"
     names = ("off-single", "dyn-single", "dyn-dp2")

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from loadshapes.mixes import builtin_workload
 from orchestrator.cli import cli
-from orchestrator.simulate import fixed_batch
+from orchestrator.virtual.experiments import fixed_batch
 from serve_apps.policies import DynamicPolicy, FixedPolicy
 from serve_apps.sim.profile import Profile
 

@@ -113,8 +113,8 @@ def test_a_signal_stops_the_campaign_cleanly_and_the_rerun_resumes(
 def test_a_signal_after_the_last_unit_points_to_the_report(tmp_path: Path) -> None:
     """Every unit complete when the signal comes (the last marker written, its line not printed yet): no unit in
     flight, no resume to offer, the report command instead."""
-    from orchestrator.progress import CampaignProgress
-    from orchestrator.rundir import Unit
+    from orchestrator.execute.progress import CampaignProgress
+    from orchestrator.rundir.layout import Unit
 
     units = [Unit(arm="off-single", shape="s", repeat=0)]
     state = CampaignProgress(name="c", output="runs/my run", units=units, complete_before=units)
@@ -152,7 +152,7 @@ def test_progress_reaches_a_file_line_by_line(tmp_path: Path) -> None:
 
 
 def test_the_resume_command_is_the_one_run_quoted_for_a_shell() -> None:
-    from orchestrator.progress import resume_command
+    from orchestrator.execute.progress import resume_command
 
     options = [("--address", "ray://head:10001"), ("--output", None), ("--serve-port", 8000), ("--no-report", True)]
     assert resume_command("run", "my campaign.yaml", options) == (
@@ -163,7 +163,7 @@ def test_the_resume_command_is_the_one_run_quoted_for_a_shell() -> None:
 def test_a_signal_in_the_block_is_announced_raised_and_the_old_handler_is_back() -> None:
     import os
 
-    from orchestrator.interrupts import Stopped, stop_on_signals
+    from orchestrator.execute.interrupts import Stopped, stop_on_signals
 
     before = signal.getsignal(signal.SIGTERM)
     seen: list[Stopped] = []
@@ -188,7 +188,7 @@ class _SignalsItsOwnFinalizer:
 def test_a_signal_swallowed_in_a_finalizer_still_stops_the_block_before_the_unit_is_marked() -> None:
     import gc
 
-    from orchestrator.interrupts import Stopped, raise_pending, stop_on_signals
+    from orchestrator.execute.interrupts import Stopped, raise_pending, stop_on_signals
 
     unraisable_before = sys.unraisablehook
     seen: list[Stopped] = []
@@ -207,7 +207,7 @@ def test_a_signal_swallowed_in_a_finalizer_still_stops_the_block_before_the_unit
 
 
 def test_a_stop_swallowed_after_the_last_check_is_raised_at_the_block_end() -> None:
-    from orchestrator.interrupts import Stopped, stop_on_signals
+    from orchestrator.execute.interrupts import Stopped, stop_on_signals
 
     with pytest.raises(Stopped), stop_on_signals():
         doomed = _SignalsItsOwnFinalizer()
@@ -229,7 +229,7 @@ def test_the_duckdb_query_interrupted_error_is_the_stop_it_was() -> None:
 
     import duckdb
 
-    from orchestrator.interrupts import Stopped, stop_on_signals
+    from orchestrator.execute.interrupts import Stopped, stop_on_signals
 
     con = duckdb.connect()
     inside = threading.Event()

@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from loadshapes.trace import read_traces
-from orchestrator.localray import wait_for_job_agent
 from tests import REPO
 from tests.ray_helpers import free_port, is_loopback, listeners
 from tests.ray_helpers import ray_head as start_ray_head
+from tools.localray import wait_for_job_agent
 
 RAY = str(Path(sys.executable).parent / "ray")
 

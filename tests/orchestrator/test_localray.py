@@ -1,4 +1,4 @@
-"""orchestrator/localray.py without starting Ray: ports, the stop that only stops its own Ray, the job-agent wait."""
+"""tools/localray.py without starting Ray: ports, the stop that only stops its own Ray, the job-agent wait."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import localray
-from orchestrator.localray import (
+from tests import REPO
+from tools import localray
+from tools.localray import (
     RayPorts,
     ephemeral_range,
     free_ports,
@@ -22,7 +23,6 @@ from orchestrator.localray import (
     stop,
     wait_for_job_agent,
 )
-from tests import REPO
 
 # Ray's fixed defaults, which another Ray on the machine may hold.
 RAY_DEFAULTS = {6379, 8265, 10001, 44217, 44227, 52365}
@@ -66,7 +66,7 @@ def test_ports_given_in_the_environment_are_kept_and_the_rest_picked() -> None:
     ports = RayPorts.from_env({"RAY_PORT": "6390", "RAY_DASHBOARD_AGENT_HTTP_PORT": "52999"})
     assert ports.gcs == 6390 and ports.dashboard_agent_http == 52999
     assert ports.dashboard not in RAY_DEFAULTS and RayPorts.from_env(ports.env()) == ports
-    result = subprocess.run([sys.executable, "-m", "orchestrator.localray", "ports"], cwd=REPO, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "tools.localray", "ports"], cwd=REPO, capture_output=True,
                             text=True, check=True, env={"PATH": "/usr/bin:/bin", "RAY_PORT": "6391"})  # fmt: skip
     lines = dict(line.split("=") for line in result.stdout.split())
     assert lines["RAY_PORT"] == "6391" and len(lines) == 11

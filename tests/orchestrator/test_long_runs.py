@@ -16,8 +16,8 @@ import pytest
 
 from loadshapes.null_server import NullConfig, NullServer, ServerThread
 from loadshapes.trace import read_traces
-from orchestrator.campaign import Campaign
-from orchestrator.simulate_campaign import simulate_campaign
+from orchestrator.plan.campaign import Campaign
+from orchestrator.virtual.campaign import simulate_campaign
 from tests.soak import soak
 
 

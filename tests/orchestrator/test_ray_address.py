@@ -1,4 +1,5 @@
-"""An address where no Ray answers is refused in one line, exit 2, before ray.init (orchestrator/ray_address.py).
+"""An address where no Ray answers is refused in one line, exit 2, before ray.init
+(orchestrator/execute/ray_address.py).
 Issue 40: `specdrill deploy --check --address 127.0.0.1:1` ran past 120 s printing Ray's raw rpc warnings. A real
 cluster still connects through the same check: tests/serve_apps/test_serve_sim.py deploys by its GCS address."""
 
@@ -15,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from orchestrator.cli import cli
-from orchestrator.ray_address import why_unreachable
+from orchestrator.execute.ray_address import why_unreachable
 from tests import REPO
 
 EXAMPLE = str(REPO / "examples" / "sim-campaign.yaml")

@@ -1,4 +1,4 @@
-"""One writer per run directory (orchestrator/run_lock.py): a live holder refuses a second writer in one line
+"""One writer per run directory (orchestrator/rundir/lock.py): a live holder refuses a second writer in one line
 naming it, a dead holder's lock is named and taken over, another host's lock is refused unless --force-lock, an
 unreadable lock is named; a non-empty --output that is not a run is refused before anything is written. Two
 real concurrent `simulate` processes are in tests/orchestrator/cli/test_corrupt_run_fuzz.py."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.run_lock import LOCK, LockRecord, process_start
+from orchestrator.rundir.lock import LOCK, LockRecord, process_start
 from tests.tiny_campaigns import as_yaml, cli_exit, sim_campaign
 
 CAMPAIGN = as_yaml(sim_campaign(

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from loadshapes.trace import TraceWriter, read_traces, writer_id
-from orchestrator.rundir import RunStore, Unit
-from orchestrator.unit_files import MERGED_ROW_GROUP, merge_parts
+from orchestrator.rundir.layout import RunStore, Unit
+from orchestrator.rundir.unit_files import MERGED_ROW_GROUP, merge_parts
 from tests.orchestrator.analysis.test_analysis_inputs import START_NS, trace_table
 
 UNIT = Unit(arm="dyn", shape="ramp", repeat=0)
@@ -64,7 +64,7 @@ def test_a_units_parts_become_one_file_with_every_row(tmp_path: Path) -> None:
 
 
 def test_large_units_get_large_row_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("orchestrator.unit_files.MERGED_ROW_GROUP", 100)
+    monkeypatch.setattr("orchestrator.rundir.unit_files.MERGED_ROW_GROUP", 100)
     _write(tmp_path, 0, 0, 450, 30)
     merged = merge_parts(RunStore(str(tmp_path)), UNIT)
     assert merged is not None

@@ -1,5 +1,5 @@
-"""orchestrator.runner: one unit loop for run, simulate and search; an adaptive source sees each result before it
-names the next unit."""
+"""orchestrator.execute.runner: one unit loop for run, simulate and search; an adaptive source sees each result
+before it names the next unit."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.campaign import Campaign
-from orchestrator.run_manifest import open_run
-from orchestrator.rundir import RunStore, Unit
-from orchestrator.runner import Group, Work, run_units
-from orchestrator.simulate_campaign import simulate_campaign
+from orchestrator.execute.runner import Group, Work, run_units
+from orchestrator.plan.campaign import Campaign
+from orchestrator.rundir.layout import RunStore, Unit
+from orchestrator.rundir.manifest import open_run
+from orchestrator.virtual.campaign import simulate_campaign
 from orchestrator.virtual.executor import VIRTUAL_EPOCH_NS, VirtualExecutor
 from tests import REPO
 from tests.tiny_campaigns import two_shapes
@@ -77,9 +77,9 @@ def test_the_unit_marker_and_the_partial_removal_have_one_home() -> None:
                 continue
             if name in callers:
                 callers[name].add(str(path.relative_to(REPO)))
-    assert callers["remove_partial"] == {"orchestrator/runner.py"}
-    assert callers["write_json"] == {"orchestrator/runner.py", "orchestrator/run_manifest.py"}
+    assert callers["remove_partial"] == {"orchestrator/execute/runner.py"}
+    assert callers["write_json"] == {"orchestrator/execute/runner.py", "orchestrator/rundir/manifest.py"}
     # A unit's signal check is the runner's; the load workers' wait checks for a stop once a second.
     assert callers["raise_pending"] == {
-        "orchestrator/runner.py", "orchestrator/interrupts.py", "orchestrator/load_workers.py"
+        "orchestrator/execute/runner.py", "orchestrator/execute/interrupts.py", "orchestrator/execute/load_workers.py"
     }  # fmt: skip

@@ -17,11 +17,11 @@ import pytest
 from loadshapes.plan import open_loop_schedule
 from loadshapes.sse import StreamResult, latency_columns
 from loadshapes.trace import STEP_LIST_COLUMNS, TraceWriter, read_traces, step_summaries
-from orchestrator.campaign import Campaign, CampaignError
-from orchestrator.run_manifest import plans_for, units_of
-from orchestrator.rundir import MANIFEST, RunStore, Unit, UnitResult
-from orchestrator.simulate_campaign import simulate_campaign
+from orchestrator.plan.campaign import Campaign, CampaignError
+from orchestrator.rundir.layout import MANIFEST, RunStore, Unit, UnitResult
+from orchestrator.rundir.manifest import plans_for, units_of
 from orchestrator.virtual.arrays import spec_arrays
+from orchestrator.virtual.campaign import simulate_campaign
 from orchestrator.virtual.executor import unit_starts
 from serve_apps.sim.engine import EngineCore
 from serve_apps.sim.profile import Profile

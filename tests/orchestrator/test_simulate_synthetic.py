@@ -12,8 +12,8 @@ import pyarrow.compute as pc
 import pytest
 
 from loadshapes.trace import read_traces
-from orchestrator.campaign import Campaign
-from orchestrator.simulate_campaign import simulate_campaign
+from orchestrator.plan.campaign import Campaign
+from orchestrator.virtual.campaign import simulate_campaign
 from serve_apps.sim.profile import load_profile
 from tests.tiny_campaigns import sim_campaign
 

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import pytest
 
-from orchestrator.run import warm
+from orchestrator.execute.ray_executor import warm
 from serve_apps.arms import ArmSpec
 from serve_apps.engine_kinds.simulated import SimulatedEngineConfig
 from serve_apps.policies import OffPolicy

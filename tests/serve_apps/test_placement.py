@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.campaign import Campaign
-from orchestrator.deploy import DeployError, check_deploy, deploy
+from orchestrator.execute.deploy import DeployError, check_deploy, deploy
+from orchestrator.plan.campaign import Campaign
 from tests.ray_helpers import free_port
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -48,7 +48,7 @@ def gpu_cluster() -> Iterator[dict[str, Any]]:
 
 @pytest.fixture
 def deployed(gpu_cluster: dict[str, Any]) -> Iterator[list[Campaign]]:
-    from orchestrator.deploy import teardown
+    from orchestrator.execute.deploy import teardown
 
     campaigns: list[Campaign] = []
     yield campaigns
@@ -174,7 +174,7 @@ def test_the_old_layout_is_caught_by_the_probe_within_seconds(gpu_cluster: dict[
     bundle is that GPU. vLLM's Ray worker 0 would wait for it forever; the probe fails the deploy instead."""
     from ray import serve
 
-    from orchestrator.deploy import teardown_arms, wait_running
+    from orchestrator.execute.deploy import teardown_arms, wait_running
     from serve_apps.arms import ArmSpec
     from serve_apps.deployment import ArmDeployment
 

@@ -119,7 +119,7 @@ def test_layouts_vllm_cannot_run_are_refused_in_one_line(
 
 
 def test_a_campaign_with_an_unrunnable_layout_is_refused_naming_the_arm() -> None:
-    from orchestrator.campaign import Campaign, CampaignError
+    from orchestrator.plan.campaign import Campaign, CampaignError
     from serve_apps.config_io import load_yaml_model
 
     text = """
@@ -144,7 +144,7 @@ resources: {gpus_per_engine: 1, gpus_per_node: 4}
     ],
 )  # fmt: skip
 def test_engine_kwargs_that_placement_owns_are_refused_in_one_line(key: str) -> None:
-    from orchestrator.campaign import Campaign, CampaignError
+    from orchestrator.plan.campaign import Campaign, CampaignError
     from serve_apps.config_io import load_yaml_model
 
     text = f"""

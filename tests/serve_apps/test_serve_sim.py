@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.campaign import Campaign
-from orchestrator.deploy import deploy
+from orchestrator.execute.deploy import deploy
+from orchestrator.plan.campaign import Campaign
 from serve_apps.policies import parse_policy
 from tests.ray_helpers import free_port, local_ray
 from tests.tiny_campaigns import EAGLE, four_arms
@@ -278,7 +278,7 @@ def test_bad_campaign_is_refused_before_anything_deploys(cluster: dict[str, Any]
 
 
 def test_a_campaign_on_another_port_is_refused(cluster: dict[str, Any]) -> None:
-    from orchestrator.deploy import DeployError
+    from orchestrator.execute.deploy import DeployError
 
     other = Campaign.model_validate(
         {**_campaign(free_port(), name="porttest"), "arms": [{"policy": "off", "topology": "single"}]}
@@ -308,7 +308,7 @@ def test_load_workers_on_ray_write_one_row_per_request(cluster: dict[str, Any], 
     from loadshapes.plan import Target, WorkerPlan, open_loop_schedule
     from loadshapes.shapes import Quiet
     from loadshapes.trace import read_traces
-    from orchestrator.load_workers import run_load
+    from orchestrator.execute.load_workers import run_load
 
     root = tmp_path / "traces"
     plans = [
@@ -351,9 +351,9 @@ def test_a_load_worker_killed_mid_run_loses_only_its_unflushed_rows(cluster: dic
     from loadshapes.plan import Target, WorkerPlan
     from loadshapes.shapes import Quiet
     from loadshapes.trace import read_traces
-    from orchestrator.load_workers import LoadWorkers, actor_name
-    from orchestrator.rundir import RunStore, Unit
-    from orchestrator.unit_files import rows_on_disk
+    from orchestrator.execute.load_workers import LoadWorkers, actor_name
+    from orchestrator.rundir.layout import RunStore, Unit
+    from orchestrator.rundir.unit_files import rows_on_disk
 
     root = tmp_path / "run"
     plans = [
@@ -409,8 +409,8 @@ def test_a_serve_replica_killed_mid_run_becomes_error_rows_and_a_marked_window(
     import ray
 
     from loadshapes.trace import read_traces
-    from orchestrator.report import write_report
-    from orchestrator.run import run_campaign
+    from orchestrator.execute.ray_executor import run_campaign
+    from orchestrator.report.build import write_report
 
     output = tmp_path / "run"
     data = _campaign(cluster["port"], name="faulttest")

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.campaign import Campaign
-from orchestrator.deploy import deploy
+from orchestrator.execute.deploy import deploy
+from orchestrator.plan.campaign import Campaign
 from serve_apps.policies import dense_schedule, validate_schedule
 from tests.ray_helpers import free_port, local_ray
 

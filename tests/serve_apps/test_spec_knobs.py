@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.campaign import Campaign
+from orchestrator.plan.campaign import Campaign
 from serve_apps.policies import DynamicPolicy, FixedPolicy, PolicyError, Topology, policy_from_dict
 from serve_apps.spec_knobs import conditional_rates, knob_refusal, knobs_text, rates_from_length, synthetic_rates
 from serve_apps.vllm_expect import validation_lines
@@ -210,7 +210,7 @@ def test_simulated_arms_refuse_what_the_simulator_cannot_model(policy: Any, topo
 
 
 def test_the_map_labels_an_arm_with_its_knobs() -> None:
-    from orchestrator.analysis.results import OperatingMap
+    from orchestrator.analysis.opmap.results import OperatingMap
 
     fields = {"measure": "offered_rate", "unit": "req/s", "bands": [], "baseline": "off", "arms": ["off", "syn"],
               "cells": [], "crossovers": [], "unbanded": {}, "settings": {}}  # fmt: skip
@@ -218,6 +218,6 @@ def test_the_map_labels_an_arm_with_its_knobs() -> None:
     assert "knobs" not in plain.model_dump()  # a run without knobs writes what it wrote before
     knobbed = OperatingMap.model_validate({**fields, "knobs": {"syn": "synthetic[0.7,0.5,0.3]"}})
     assert knobbed.arm_label("syn") == "syn synthetic[0.7,0.5,0.3]" and knobbed.arm_label("off") == "off"
-    from orchestrator.report_html.maps import map_section
+    from orchestrator.report.html.maps import map_section
 
     assert '<div class="muted">synthetic[0.7,0.5,0.3]</div>' in map_section(knobbed, 0)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.campaign import Campaign, CampaignError, load_campaign
+from orchestrator.plan.campaign import Campaign, CampaignError, load_campaign
 from serve_apps.config_io import load_yaml_model
 from tests.tiny_campaigns import four_arms
 
@@ -79,11 +79,11 @@ def test_exempting_an_arm_the_campaign_does_not_have_is_refused(tmp_path: Path) 
 def test_the_generated_rehearsal_and_follow_up_campaigns_validate(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from orchestrator.analysis.inputs import load_run
+    from orchestrator.analysis.read.inputs import load_run
     from orchestrator.analysis.summary import build_summary
-    from orchestrator.decide.recommend import recommend
-    from orchestrator.report import write_report
-    from orchestrator.simulate_campaign import simulate_campaign
+    from orchestrator.decide.recommend.build import recommend
+    from orchestrator.report.build import write_report
+    from orchestrator.virtual.campaign import simulate_campaign
 
     # fixed3 alone beside off: the follow-up measures the k = 1 and 2 the dynamic schedule needs
     campaign = _load(tmp_path, output=str(tmp_path / "run"))
@@ -101,8 +101,8 @@ def test_the_generated_rehearsal_and_follow_up_campaigns_validate(tmp_path: Path
 def test_a_campaign_without_off_runs_for_absolute_figures_only_when_it_says_so(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from orchestrator.report import write_report
-    from orchestrator.simulate_campaign import simulate_campaign
+    from orchestrator.report.build import write_report
+    from orchestrator.virtual.campaign import simulate_campaign
 
     arms = [{"policy": "fixed3", "topology": "single"}, {"policy": "dyn", "topology": "single"}]
     with pytest.raises(CampaignError, match=r"set analysis: \{absolute_only: true\}"):

@@ -110,7 +110,7 @@ def test_vllm_cpu_cannot_sample_synthetically_and_we_say_so(tiny_model_dir: str,
 
 
 def test_prefill_schedule_interval_reaches_vllms_scheduler_config(tiny_model_dir: str) -> None:
-    from orchestrator.campaign import Campaign
+    from orchestrator.plan.campaign import Campaign
     from serve_apps.engines.vllm_engine import VllmEngine
 
     campaign = Campaign.model_validate({

@@ -93,7 +93,7 @@ def test_an_unsupported_minor_is_refused_in_one_line_naming_it_and_what_was_not_
 
 
 def _arm(policy: Any = "off", **env: str) -> Any:
-    from orchestrator.campaign import Campaign
+    from orchestrator.plan.campaign import Campaign
 
     campaign = Campaign.model_validate(
         {

@@ -177,7 +177,7 @@ def test_the_removed_methods_are_the_ones_0_33_dropped_from_the_literal() -> Non
 
 
 def _campaign_arms(policies: dict[str, Any], env: dict[str, str] | None = None) -> Any:
-    from orchestrator.campaign import Campaign
+    from orchestrator.plan.campaign import Campaign
 
     campaign = Campaign.model_validate(
         {
@@ -223,10 +223,10 @@ V1_WARNING = (
 
 
 def test_the_verifier_names_the_cause_the_engine_warning_names() -> None:
-    from orchestrator.analysis.arms import ArmInfo
-    from orchestrator.analysis.telemetry import ArmTelemetry
-    from orchestrator.analysis.verify_findings import dropped_finding, fallback_finding
-    from orchestrator.analysis.verify_settings import VerifySettings
+    from orchestrator.analysis.read.arms import ArmInfo
+    from orchestrator.analysis.read.telemetry import ArmTelemetry
+    from orchestrator.analysis.verify.findings import dropped_finding, fallback_finding
+    from orchestrator.analysis.verify.settings import VerifySettings
 
     telemetry = ArmTelemetry(
         rows=20, drafted_tokens=60, dropped_rows=20, config_rows=20, schedule_in_config=False, from_footers=False
@@ -286,7 +286,7 @@ def test_deploy_check_reports_the_replicas_vllm_runner_executor_and_drop(monkeyp
 
 
 def test_the_verifier_reads_the_vllm_the_replicas_reported() -> None:
-    from orchestrator.analysis.inputs import engine_vllm
+    from orchestrator.analysis.read.inputs import engine_vllm
 
     manifest = {
         "arms": {
@@ -303,7 +303,7 @@ def test_the_verifier_reads_the_vllm_the_replicas_reported() -> None:
 
 
 def test_a_vllm_campaign_warns_at_validation_for_the_vllm_installed_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator.campaign import Campaign
+    from orchestrator.plan.campaign import Campaign
     from serve_apps.engines import vllm_support
 
     data = {

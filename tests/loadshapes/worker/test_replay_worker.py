@@ -15,7 +15,7 @@ from loadshapes.plan import Target, WorkerPlan, open_loop_schedule
 from loadshapes.replayed import CategoryRule
 from loadshapes.shapes import Replay
 from loadshapes.trace import read_traces
-from orchestrator.load_workers import LocustProcess
+from orchestrator.execute.load_workers import LocustProcess
 from timebase.clock import now_ns
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from orchestrator.analysis import request_frame
-from orchestrator.analysis.faults import fault_windows, fault_windows_of, outcome_ns, outcomes_by_unit, unit_keys
+from orchestrator.analysis.read.faults import fault_windows, fault_windows_of, outcome_ns, outcomes_by_unit, unit_keys
+from orchestrator.analysis.read.source import request_frame
 
 START = 1_800_000_000 * 10**9
 
@@ -78,7 +78,7 @@ def test_a_runs_views_give_the_same_windows_as_its_table() -> None:
 
 
 def test_a_drain_timeout_is_named_as_such() -> None:
-    from orchestrator.analysis.faults import FaultWindow
+    from orchestrator.analysis.read.faults import FaultWindow
 
     at = FaultWindow(unit="a/s/r0", start_s=224.2, end_s=224.2, failed=3, ended=5, by_class={"drain_timeout": 3})
     assert at.message == "a/s/r0: drain timeout at 224.2 s: 3 of 5 requests still in flight cancelled"

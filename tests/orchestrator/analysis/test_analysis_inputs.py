@@ -15,17 +15,11 @@ import pytest
 from loadshapes.shapes import Ramp, Sustained
 from loadshapes.slo import Deadlines, SloConfig
 from loadshapes.trace import STEP_LIST_COLUMNS, TRACE_SCHEMA, TraceWriter, step_summaries
-from orchestrator.analysis import (
-    ArmInfo,
-    Requests,
-    auto_rate_bands,
-    batch_bands,
-    rate_bands,
-    request_frame,
-    run_requests,
-)
-from orchestrator.analysis.slo import met_sql
-from orchestrator.analysis.source import CLOCK_SQL
+from orchestrator.analysis.opmap.bands import auto_rate_bands, batch_bands, rate_bands
+from orchestrator.analysis.opmap.slo import met_sql
+from orchestrator.analysis.read.arms import ArmInfo
+from orchestrator.analysis.read.source import CLOCK_SQL, Requests, request_frame
+from orchestrator.analysis.read.views import run_requests
 from serve_apps.policies import DynamicPolicy, Topology
 
 START_NS = 1_800_000_000 * 10**9
@@ -255,10 +249,10 @@ def test_offered_rate_bands_spread_evenly_where_the_quantiles_coincide() -> None
 def test_a_campaigns_rate_band_edges_are_the_bands(tmp_path: Path) -> None:
     import yaml
 
-    from orchestrator.analysis.inputs import load_run
+    from orchestrator.analysis.read.inputs import load_run
     from orchestrator.analysis.summary import build_summary
-    from orchestrator.campaign import CampaignError, load_campaign
-    from orchestrator.simulate_campaign import simulate_campaign
+    from orchestrator.plan.campaign import CampaignError, load_campaign
+    from orchestrator.virtual.campaign import simulate_campaign
 
     data = {
         "name": "edges", "engine": {"kind": "simulated"}, "policies": {"off": "off", "fixed3": "fixed:3"},

@@ -8,17 +8,11 @@ import numpy as np
 import pytest
 
 from loadshapes.slo import SloConfig
-from orchestrator.analysis import (
-    ArmInfo,
-    MapSettings,
-    OperatingMap,
-    Verdict,
-    batch_bands,
-    operating_map,
-    rate_bands,
-    request_frame,
-)
-from orchestrator.analysis.opmap import crossover
+from orchestrator.analysis.opmap.bands import batch_bands, rate_bands
+from orchestrator.analysis.opmap.operating_map import crossover, operating_map
+from orchestrator.analysis.opmap.results import MapSettings, OperatingMap, Verdict
+from orchestrator.analysis.read.arms import ArmInfo
+from orchestrator.analysis.read.source import request_frame
 from serve_apps.policies import FixedPolicy, OffPolicy
 from tests.orchestrator.analysis.test_analysis_inputs import START_NS, trace_table
 

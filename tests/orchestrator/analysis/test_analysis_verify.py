@@ -17,17 +17,14 @@ import pytest
 
 from loadshapes.shapes import CrossAndRecover
 from loadshapes.trace import FILE_SCHEMA, TraceWriter
-from orchestrator.analysis import (
-    ArmInfo,
-    ArmVerification,
-    VerificationReport,
-    VerifySettings,
-    request_frame,
-    run_requests,
-    verify_executed_policy,
-)
-from orchestrator.analysis.recovery import Reference, binned_runs, switch_timings
-from orchestrator.analysis.telemetry import arm_telemetry
+from orchestrator.analysis.opmap.results import ArmVerification, VerificationReport
+from orchestrator.analysis.read.arms import ArmInfo
+from orchestrator.analysis.read.source import request_frame
+from orchestrator.analysis.read.telemetry import arm_telemetry
+from orchestrator.analysis.read.views import run_requests
+from orchestrator.analysis.verify.executed import verify_executed_policy
+from orchestrator.analysis.verify.recovery import Reference, binned_runs, switch_timings
+from orchestrator.analysis.verify.settings import VerifySettings
 from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
 from tests import REPO
 from tests.orchestrator.analysis.test_analysis_inputs import START_NS, trace_table
@@ -259,7 +256,7 @@ def _endpoint_case(arm: ArmInfo, running: int, drafted: int, *, counters_off_by:
     server's counters move by exactly the trace's totals (plus `counters_off_by` drafts)."""
     import pyarrow as pa
 
-    from orchestrator.endpoint_metrics import SCHEMA
+    from orchestrator.execute.endpoint_scrape import SCHEMA
 
     n = 30
     steps = 5 if drafted else 0  # vLLM omits steps without drafts from per_step_drafted
@@ -320,7 +317,7 @@ def test_an_endpoint_without_drafts_is_not_verifiable_and_counters_that_disagree
 def _gate(checked: ArmVerification, not_verifiable: str) -> tuple[bool, str]:
 
     from orchestrator.analysis.gates import evaluate_gates
-    from orchestrator.campaign import load_campaign
+    from orchestrator.plan.campaign import load_campaign
 
     campaign = load_campaign(REPO / "campaigns" / "quickstart.yaml")
     campaign = campaign.model_copy(
@@ -333,7 +330,7 @@ def _gate(checked: ArmVerification, not_verifiable: str) -> tuple[bool, str]:
 
 
 def test_an_endpoint_dynamic_arm_is_gated_on_fallback_and_switch_not_on_gauge_estimated_batch_sizes() -> None:
-    from orchestrator.analysis.results import Finding
+    from orchestrator.analysis.opmap.results import Finding
 
     def checked(fallback_passes: bool) -> ArmVerification:
         findings = [
@@ -364,9 +361,9 @@ def test_the_console_report_tells_not_verifiable_from_failed() -> None:
 
     from rich.console import Console
 
-    from orchestrator.analysis.results import Finding
+    from orchestrator.analysis.opmap.results import Finding
     from orchestrator.analysis.summary import Summary
-    from orchestrator.report import print_report
+    from orchestrator.report.build import print_report
 
     unverified = ArmVerification(
         arm="off-single", kind="off", topology="single", steps=0, match_fraction=None, bands=[], passed=False,
@@ -734,8 +731,8 @@ def test_switch_timing_from_binned_counts_equals_the_per_step_timing(bin_s: floa
 def test_a_switch_not_exercised_fails_the_recovery_gate_only_where_checks_without_evidence_fail() -> None:
 
     from orchestrator.analysis.gates import evaluate_gates
-    from orchestrator.analysis.results import SwitchTiming
-    from orchestrator.campaign import load_campaign
+    from orchestrator.analysis.opmap.results import SwitchTiming
+    from orchestrator.plan.campaign import load_campaign
 
     timing = SwitchTiming(
         arm="dyn-single", shape="cross", run="r", repeat=0, reference="shape", crossed_up_s=None, switched_s=None,

@@ -11,13 +11,16 @@ import pytest
 from rich.console import Console
 
 from loadshapes.slo import SloConfig
-from orchestrator.analysis import ArmInfo, operating_map, rate_bands, request_frame
 from orchestrator.analysis.answer import answer_of
-from orchestrator.analysis.results import Verdict, VerificationReport
+from orchestrator.analysis.opmap.bands import rate_bands
+from orchestrator.analysis.opmap.operating_map import operating_map
+from orchestrator.analysis.opmap.results import Verdict, VerificationReport
+from orchestrator.analysis.read.arms import ArmInfo
+from orchestrator.analysis.read.source import request_frame
 from orchestrator.analysis.summary import Summary
-from orchestrator.campaign import Campaign
-from orchestrator.report import print_report, write_report
-from orchestrator.simulate_campaign import simulate_campaign
+from orchestrator.plan.campaign import Campaign
+from orchestrator.report.build import print_report, write_report
+from orchestrator.virtual.campaign import simulate_campaign
 from serve_apps.policies import FixedPolicy, OffPolicy
 from tests.orchestrator.analysis.test_analysis_inputs import START_NS, trace_table
 from tests.tiny_campaigns import DYN, sim_campaign

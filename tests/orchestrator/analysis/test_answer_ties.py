@@ -10,11 +10,14 @@ import numpy as np
 import pytest
 
 from loadshapes.slo import SloConfig
-from orchestrator.analysis import ArmInfo, operating_map, rate_bands, request_frame
 from orchestrator.analysis.answer import ArmComparison, answer_of
-from orchestrator.analysis.results import RatioCI, Verdict, VerificationReport
-from orchestrator.analysis.speedup import verdict_for
-from orchestrator.report_html.answer_table import answer_section
+from orchestrator.analysis.opmap.bands import rate_bands
+from orchestrator.analysis.opmap.operating_map import operating_map
+from orchestrator.analysis.opmap.results import RatioCI, Verdict, VerificationReport
+from orchestrator.analysis.opmap.speedup import verdict_for
+from orchestrator.analysis.read.arms import ArmInfo
+from orchestrator.analysis.read.source import request_frame
+from orchestrator.report.html.answer_table import answer_section
 from serve_apps.policies import FixedPolicy, OffPolicy
 from tests.orchestrator.analysis.test_analysis_inputs import START_NS, trace_table
 

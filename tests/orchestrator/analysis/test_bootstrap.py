@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from orchestrator.analysis.bootstrap import between_runs_interval, interval, resampled_totals
+from orchestrator.analysis.opmap.bootstrap import between_runs_interval, interval, resampled_totals
 
 
 def ratio(x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The operating map's measures are one table (orchestrator/analysis/measures.py): a row added there is computed
+"""The operating map's measures are one table (orchestrator/analysis/opmap/measures.py): a row added there is computed
 per band and arm, lands in summary.json, and is said by the console and report.html, with no other edit."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 import orchestrator
 # The table's module is loaded, and the row added, before the analysis package (whose models it shapes) imports.
 path = Path(orchestrator.__file__).parent / "analysis" / "measures.py"
-spec = importlib.util.spec_from_file_location("orchestrator.analysis.measures", path)
+spec = importlib.util.spec_from_file_location("orchestrator.analysis.opmap.measures", path)
 measures = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = measures
 spec.loader.exec_module(measures)

@@ -10,8 +10,12 @@ import numpy as np
 import pytest
 
 from loadshapes.slo import SloConfig
-from orchestrator.analysis import ArmInfo, Verdict, operating_map, rate_bands, request_frame
-from orchestrator.analysis.speedup import CARRIED_SHARE
+from orchestrator.analysis.opmap.bands import rate_bands
+from orchestrator.analysis.opmap.operating_map import operating_map
+from orchestrator.analysis.opmap.results import Verdict
+from orchestrator.analysis.opmap.speedup import CARRIED_SHARE
+from orchestrator.analysis.read.arms import ArmInfo
+from orchestrator.analysis.read.source import request_frame
 from serve_apps.policies import FixedPolicy, OffPolicy
 from tests.orchestrator.analysis.test_analysis_inputs import START_NS, trace_table
 

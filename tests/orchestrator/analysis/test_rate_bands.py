@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from loadshapes.shapes import CrossAndRecover, Quiet, Ramp, ShapeBase, Sustained
-from orchestrator.analysis import auto_rate_bands, request_frame
-from orchestrator.analysis.bands import BandSet, rate_bands_from_edges
+from orchestrator.analysis.opmap.bands import BandSet, auto_rate_bands, rate_bands_from_edges
+from orchestrator.analysis.read.source import request_frame
 from orchestrator.analysis.summary import offered_rate_bands
 from tests.orchestrator.analysis.test_analysis_inputs import START_NS, trace_table
 
@@ -80,7 +80,7 @@ def test_a_campaign_without_quiet_keeps_the_request_quantiles() -> None:
 
 
 def test_the_shipped_gpu_campaign_separates_quiet_from_peak() -> None:
-    from orchestrator.campaign import load_campaign
+    from orchestrator.plan.campaign import load_campaign
 
     campaign = load_campaign(str(Path(__file__).parents[3] / "campaigns" / "gpu-llama3.1-8b-eagle.yaml"))
     rates = _offered(dict(campaign.shapes))

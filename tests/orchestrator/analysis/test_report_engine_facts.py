@@ -10,11 +10,11 @@ from typing import Any
 
 from rich.console import Console
 
-from orchestrator.campaign import Campaign
-from orchestrator.report import write_report
-from orchestrator.run_manifest import arm_entry
-from orchestrator.rundir import MANIFEST
-from orchestrator.simulate_campaign import simulate_campaign
+from orchestrator.plan.campaign import Campaign
+from orchestrator.report.build import write_report
+from orchestrator.rundir.layout import MANIFEST
+from orchestrator.rundir.manifest import arm_entry
+from orchestrator.virtual.campaign import simulate_campaign
 from tests.tiny_campaigns import sim_campaign
 
 # vLLM 0.33's warning (config/vllm.py 0.33:3043-3050), as it reads after formatting
@@ -40,7 +40,7 @@ def test_a_lowered_max_model_len_and_engines_that_differ_are_said(tmp_path: Path
         shapes={"quiet": {"kind": "quiet", "rate": 2, "duration_s": 4}}, warmup={"requests": 0},
     ))  # fmt: skip
     store, _ = simulate_campaign(campaign)
-    # The real runner writes each arm's entry from its replica's telemetry (orchestrator/run.py warmed_entry).
+    # The real runner writes each arm's entry from its replica's telemetry (execute/ray_executor.py warmed_entry).
     manifest: dict[str, Any] = store.read_json(MANIFEST, "the manifest")
     facts = {
         "off-single": _telemetry("0.33.0", "V2", "uni", True, 8192, None),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
+from orchestrator.analysis.read.source import Requests
 from orchestrator.analysis.serve_path import serve_paths
-from orchestrator.analysis.source import Requests
 
 
 def test_each_pair_of_nodes_gets_its_exact_quantiles_and_says_where_clocks_differ() -> None:

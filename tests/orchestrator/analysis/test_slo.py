@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from loadshapes.slo import Deadlines, SloConfig
-from orchestrator.analysis import request_frame
-from orchestrator.analysis.slo import met_sql
+from orchestrator.analysis.opmap.slo import met_sql
+from orchestrator.analysis.read.source import request_frame
 from tests.orchestrator.analysis.test_analysis_inputs import START_NS, trace_table
 
 SLOS = [

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.analysis import verify_executed_policy
-from orchestrator.analysis.results import ArmVerification
-from orchestrator.analysis.verify_findings import verdict_line
-from orchestrator.report_html.verification import as_configured, verification_section
+from orchestrator.analysis.opmap.results import ArmVerification
+from orchestrator.analysis.verify.executed import verify_executed_policy
+from orchestrator.analysis.verify.findings import verdict_line
+from orchestrator.report.html.verification import as_configured, verification_section
 from tests.orchestrator.analysis.test_analysis_inputs import trace_table
 from tests.orchestrator.analysis.test_analysis_verify import BATCHES, DP, DROPPED, OFF, SINGLE, step_rows
 

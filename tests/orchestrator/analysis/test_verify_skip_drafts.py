@@ -15,9 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from loadshapes.trace import TraceWriter
-from orchestrator.analysis import ArmInfo, ArmVerification, run_requests, verify_executed_policy
-from orchestrator.report import finding_lines
-from orchestrator.unit_files import timeline_table
+from orchestrator.analysis.opmap.results import ArmVerification
+from orchestrator.analysis.read.arms import ArmInfo
+from orchestrator.analysis.read.views import run_requests
+from orchestrator.analysis.verify.executed import verify_executed_policy
+from orchestrator.report.build import finding_lines
+from orchestrator.rundir.unit_files import timeline_table
 from serve_apps.engines.step_timeline import StepStats, StepTimeline, drafts_unused
 from serve_apps.policies import DynamicPolicy
 from tests.orchestrator.analysis.test_analysis_inputs import START_NS, trace_table
@@ -191,7 +194,7 @@ def test_a_remote_run_directory_reads_the_column_as_a_local_one(
     """The steps view of a run on object storage reads each timeline with Arrow (not DuckDB's union_by_name)."""
     import pyarrow.fs as pafs
 
-    from orchestrator.analysis import run_views
+    from orchestrator.analysis.read import views as run_views
 
     steps, skips = _v2_steps()
     plain, _ = _v2_steps(skip_every=10**9)

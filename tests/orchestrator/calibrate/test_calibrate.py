@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.analysis.arm_steps import BLOCK_STEPS, timeline_files, timeline_steps
-from orchestrator.analysis.inputs import load_run
-from orchestrator.analysis.kswitch_cost import k_switch_lines
+from orchestrator.analysis.read.inputs import load_run
+from orchestrator.analysis.steps.arm_steps import BLOCK_STEPS, timeline_files, timeline_steps
+from orchestrator.analysis.steps.kswitch_cost import k_switch_lines
 from serve_apps.sim.profile import load_profile
 from tests import REPO
 from tests.orchestrator.calibrate.distant import distant_base, step_costs
@@ -259,7 +259,7 @@ def test_engines_that_differ_get_separate_fits_and_alike_ones_one_pooled_fit(tmp
 def test_engines_differ_only_beyond_both_intervals_and_by_a_material_share() -> None:
     import numpy as np
 
-    from orchestrator.analysis.stepfit import COEFFICIENTS, Fit
+    from orchestrator.analysis.steps.stepfit import COEFFICIENTS, Fit
     from orchestrator.calibrate.engines import compare_engines
 
     def fit(per_batched: float, stderr: float) -> Fit:
@@ -295,8 +295,8 @@ def test_runs_that_identify_the_model_only_together_are_pooled_and_said_so(tmp_p
 def test_the_step_overhead_outside_steps_is_the_mean_gap_between_busy_steps() -> None:
     import numpy as np
 
-    from orchestrator.analysis.arm_steps import ArmSteps
-    from orchestrator.analysis.step_model import busy_gap
+    from orchestrator.analysis.steps.arm_steps import ArmSteps
+    from orchestrator.analysis.steps.step_model import busy_gap
 
     n = 5
     # a unit's first step has no gap; the idle gap before the step that only prefills is the traffic's, not the
@@ -316,8 +316,8 @@ def test_the_step_overhead_outside_steps_is_the_mean_gap_between_busy_steps() ->
 def test_a_noisy_hosts_stalls_scale_the_fit_to_the_mean_step() -> None:
     import numpy as np
 
-    from orchestrator.analysis.arm_steps import ArmSteps
-    from orchestrator.analysis.step_model import fit_steps
+    from orchestrator.analysis.steps.arm_steps import ArmSteps
+    from orchestrator.analysis.steps.step_model import fit_steps
 
     rng = np.random.default_rng(3)
     truth = load_profile(SHIPPED)

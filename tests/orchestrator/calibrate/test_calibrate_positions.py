@@ -8,14 +8,14 @@ import duckdb
 import pytest
 
 from loadshapes.mixes import builtin_workload
-from orchestrator.analysis.inputs import load_run
-from orchestrator.analysis.run_views import run_requests
+from orchestrator.analysis.read.inputs import load_run
+from orchestrator.analysis.read.views import run_requests
 from orchestrator.calibrate.acceptance import fit_acceptance
 from orchestrator.calibrate.command import Calibration, calibrate
 from orchestrator.calibrate.positions import EXTRAPOLATED, JOINT, MEASURED, block_values
-from orchestrator.campaign import Campaign
-from orchestrator.simulate import fixed_batch
-from orchestrator.simulate_campaign import simulate_campaign
+from orchestrator.plan.campaign import Campaign
+from orchestrator.virtual.campaign import simulate_campaign
+from orchestrator.virtual.experiments import fixed_batch
 from serve_apps.policies import FixedPolicy
 from serve_apps.sim.profile import CategoryAcceptance, Profile, load_profile
 from tests.tiny_campaigns import sim_campaign

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.analysis.time_scale import time_scale_of
-from orchestrator.campaign import Campaign
+from orchestrator.analysis.read.time_scale import time_scale_of
+from orchestrator.plan.campaign import Campaign
 from serve_apps.sim.profile import load_profile
 from tests import REPO
 from tests.orchestrator.calibrate.distant import distant_base, step_costs

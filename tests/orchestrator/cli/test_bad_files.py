@@ -28,8 +28,8 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from orchestrator.campaign import load_campaign
-    from orchestrator.simulate_campaign import simulate_campaign
+    from orchestrator.plan.campaign import load_campaign
+    from orchestrator.virtual.campaign import simulate_campaign
 
     root = tmp_path_factory.mktemp("bad")
     (root / "small.yaml").write_text(CAMPAIGN)

@@ -72,9 +72,9 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     from rich.console import Console
 
-    from orchestrator.campaign import load_campaign
-    from orchestrator.report import write_report
-    from orchestrator.simulate_campaign import simulate_campaign
+    from orchestrator.plan.campaign import load_campaign
+    from orchestrator.report.build import write_report
+    from orchestrator.virtual.campaign import simulate_campaign
 
     root = tmp_path_factory.mktemp("fuzzed")
     (root / "fuzzed.yaml").write_text(CAMPAIGN)

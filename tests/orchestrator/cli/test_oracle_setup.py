@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from loadshapes.mixes import Workload, builtin_workload
-from orchestrator.analysis.results import MapSettings
+from orchestrator.analysis.opmap.results import MapSettings
 from orchestrator.cli import cli
 from orchestrator.decide.oracle import oracle
 from serve_apps.sim.profile import load_profile

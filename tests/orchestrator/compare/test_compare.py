@@ -284,7 +284,7 @@ def test_ten_other_traffic_seeds_raise_the_gate_no_more_often_than_the_nominal_r
     is 95% two-sided, so a cell falsely worse (or better) is 2.5% of cells at most (the margin makes it fewer).
     Measured 2026-12-05: 0 of 240 cells worse, 1 better (batch 3-8, fixed3's goodput), 0 verdict changes beyond
     the intervals. Before each run's blocks were stretches of two request lifetimes with a Welch t interval
-    (orchestrator/analysis/compare_runs.py), 15 of 240 were better (6%): the map's blocks (1/200 of a unit's
+    (orchestrator/compare/cells.py), 15 of 240 were better (6%): the map's blocks (1/200 of a unit's
     clock) treat requests that shared the engine as independent. On 135 other seed pairs the same change took
     falsely better cells from 3.7% to 0.8% and falsely worse ones from 6.5% to 1.2% (of 3192)."""
     judged = worse = better = gate_failed = benefits = benefit_alarms = 0

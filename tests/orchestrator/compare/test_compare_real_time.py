@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from loadshapes.null_server import NullConfig, NullServer, ServerThread
-from orchestrator.campaign import Campaign
-from orchestrator.report import write_report
-from orchestrator.run import run_campaign
+from orchestrator.execute.ray_executor import run_campaign
+from orchestrator.plan.campaign import Campaign
+from orchestrator.report.build import write_report
 from tests.orchestrator.compare.test_compare import compare, simulate
 from tests.ray_helpers import free_port, local_ray
 from tests.tiny_campaigns import EAGLE, sim_campaign

@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from orchestrator.analysis.results import MapSettings
-from orchestrator.campaign import Campaign, load_campaign
+from orchestrator.analysis.opmap.results import MapSettings
 from orchestrator.decide.ground_truth import (
     FIXED_ARMS,
     costly_verify_profile,
@@ -31,9 +30,10 @@ from orchestrator.decide.ground_truth import (
     sweep_crossover,
 )
 from orchestrator.decide.oracle import Oracle, OraclePoint, oracle
-from orchestrator.decide.recommendation import BandDecision, Recommendation
-from orchestrator.report import write_report
-from orchestrator.simulate_campaign import simulate_campaign
+from orchestrator.decide.recommend.recommendation import BandDecision, Recommendation
+from orchestrator.plan.campaign import Campaign, load_campaign
+from orchestrator.report.build import write_report
+from orchestrator.virtual.campaign import simulate_campaign
 from serve_apps.sim.profile import Profile, load_profile
 
 MARGIN = MapSettings().margin

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.analysis.kchoice import BandChoice, KCandidate
-from orchestrator.analysis.results import RatioCI, Verdict
-from orchestrator.campaign import Campaign, load_campaign
-from orchestrator.decide.recommend import EXIT_INSUFFICIENT, build, vllm_snippet
-from orchestrator.decide.recommend_evidence import BatchEvidence
-from orchestrator.decide.runs import RecommendError, RunEvidence, check_same_traffic
+from orchestrator.analysis.opmap.kchoice import BandChoice, KCandidate
+from orchestrator.analysis.opmap.results import RatioCI, Verdict
+from orchestrator.decide.recommend.build import EXIT_INSUFFICIENT, build, vllm_snippet
+from orchestrator.decide.recommend.evidence import BatchEvidence
+from orchestrator.decide.recommend.runs import RecommendError, RunEvidence, check_same_traffic
+from orchestrator.plan.campaign import Campaign, load_campaign
 
 ENGINE = {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"}
 MIX = {"entries": [{"workload": "chat", "weight": 1}]}

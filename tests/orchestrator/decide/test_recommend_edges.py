@@ -18,11 +18,11 @@ import pytest
 from click.testing import CliRunner
 
 from orchestrator.analysis.summary import Summary
-from orchestrator.campaign import Campaign
 from orchestrator.cli import cli
 from orchestrator.decide.oracle import DEFAULT_BATCH_SIZES, Oracle, oracle
-from orchestrator.report import write_report
-from orchestrator.simulate_campaign import simulate_campaign
+from orchestrator.plan.campaign import Campaign
+from orchestrator.report.build import write_report
+from orchestrator.virtual.campaign import simulate_campaign
 from serve_apps.sim.profile import load_profile
 
 PROFILE = "llama3.1-8b-h100-eagle"

@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 import yaml
 
-from orchestrator.campaign import Campaign
 from orchestrator.cli import main
 from orchestrator.decide.ground_truth import costly_verify_profile, crossover_campaign
-from orchestrator.decide.search import (
+from orchestrator.plan.campaign import Campaign
+from orchestrator.report.build import write_report
+from orchestrator.search.bracket import (
     Outcome,
     SearchConfig,
     Step,
@@ -28,10 +29,9 @@ from orchestrator.decide.search import (
     next_step,
     path_line,
 )
-from orchestrator.decide.search_point import VERDICTS, SearchPoint, Side, across_samples
-from orchestrator.decide.search_record import SEARCH_FILE
-from orchestrator.report import write_report
-from orchestrator.search_run import run_search
+from orchestrator.search.point import VERDICTS, SearchPoint, Side, across_samples
+from orchestrator.search.record import SEARCH_FILE
+from orchestrator.search.run import run_search
 from tests.orchestrator.decide.test_search_shipped import reference_crossover, sweep
 
 

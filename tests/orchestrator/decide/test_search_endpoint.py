@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from loadshapes.null_server import NullConfig, NullServer, ServerThread
-from orchestrator.campaign import Campaign
-from orchestrator.decide.search import SearchConfig
-from orchestrator.report import write_report
-from orchestrator.search_run import run_search
+from orchestrator.plan.campaign import Campaign
+from orchestrator.report.build import write_report
+from orchestrator.search.bracket import SearchConfig
+from orchestrator.search.run import run_search
 from tests.ray_helpers import local_ray
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.campaign import Campaign
 from orchestrator.decide.ground_truth import costly_verify_profile, crossover_campaign
-from orchestrator.decide.search import SearchConfig
-from orchestrator.report import write_report
-from orchestrator.search_run import SEARCH_FILE, run_search
+from orchestrator.plan.campaign import Campaign
+from orchestrator.report.build import write_report
+from orchestrator.search.bracket import SearchConfig
+from orchestrator.search.run import SEARCH_FILE, run_search
 from tests.ray_helpers import free_port, local_ray
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -21,8 +21,8 @@ import yaml
 from loadshapes.mixes import Workload
 from orchestrator.cli import main
 from orchestrator.decide.oracle import oracle
-from orchestrator.decide.search_record import SEARCH_FILE
-from orchestrator.report import write_report
+from orchestrator.report.build import write_report
+from orchestrator.search.record import SEARCH_FILE
 from serve_apps.sim.profile import load_profile
 from tests import REPO as ROOT
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.campaign import Campaign
-from orchestrator.decide.search import SearchConfig
-from orchestrator.report import write_report
-from orchestrator.search_run import SEARCH_FILE, run_search
+from orchestrator.plan.campaign import Campaign
+from orchestrator.report.build import write_report
+from orchestrator.search.bracket import SearchConfig
+from orchestrator.search.run import SEARCH_FILE, run_search
 from tests.ray_helpers import free_port, local_ray
 from tests.tiny_model import SHORT_FIXED_WORKLOAD, tiny_vllm_engine
 

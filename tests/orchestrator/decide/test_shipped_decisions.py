@@ -18,11 +18,11 @@ import yaml
 from click.testing import CliRunner
 
 from orchestrator.analysis.summary import Summary
-from orchestrator.campaign import Campaign
 from orchestrator.cli import cli
 from orchestrator.decide.oracle import Oracle, oracle
-from orchestrator.report import write_report
-from orchestrator.simulate_campaign import simulate_campaign
+from orchestrator.plan.campaign import Campaign
+from orchestrator.report.build import write_report
+from orchestrator.virtual.campaign import simulate_campaign
 from serve_apps.sim.profile import load_profile
 from tests import REPO as ROOT
 from tests.orchestrator.decide.test_recommend_edges import max_typical_batch

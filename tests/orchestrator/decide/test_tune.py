@@ -9,20 +9,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.analysis.prediction_check import prediction_check
-from orchestrator.analysis.results import MapSettings
-from orchestrator.campaign import Campaign, load_campaign
+from orchestrator.analysis.opmap.results import MapSettings
+from orchestrator.analysis.steps.prediction_check import prediction_check
 from orchestrator.decide.ground_truth import costly_verify_profile, fixed_k_campaign, short_chat
 from orchestrator.decide.oracle import Oracle, OraclePoint, oracle
 from orchestrator.decide.played import CampaignTraffic
 from orchestrator.decide.scoring import Cell, Objective, Scored, compare, robust, winner
-from orchestrator.decide.tune import OFF, coarse_edges, coarse_tables, exhaustive, tune
-from orchestrator.decide.tune_outputs import run_tune
-from orchestrator.decide.tune_simplify import simplest_oracle_schedule
-from orchestrator.decide.tune_space import Space, table_of
-from orchestrator.decide.tune_words import TIE_RULE
-from orchestrator.report import write_report
-from orchestrator.simulate_campaign import simulate_campaign
+from orchestrator.decide.tune.build import OFF, coarse_edges, coarse_tables, exhaustive, tune
+from orchestrator.decide.tune.outputs import run_tune
+from orchestrator.decide.tune.simplify import simplest_oracle_schedule
+from orchestrator.decide.tune.space import Space, table_of
+from orchestrator.decide.tune.words import TIE_RULE
+from orchestrator.plan.campaign import Campaign, load_campaign
+from orchestrator.report.build import write_report
+from orchestrator.virtual.campaign import simulate_campaign
 from serve_apps.sim.profile import load_profile
 from tests import REPO
 from tests.tune_checks import batch_weights, oracle_latency

@@ -9,14 +9,14 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
-from orchestrator.analysis.prediction_check import SeedRange
-from orchestrator.analysis.results import MapSettings
-from orchestrator.campaign import Campaign
+from orchestrator.analysis.opmap.results import MapSettings
+from orchestrator.analysis.steps.prediction_check import SeedRange
 from orchestrator.decide.ground_truth import costly_verify_profile, fixed_k_campaign
 from orchestrator.decide.oracle import Oracle, oracle
 from orchestrator.decide.played import Played
-from orchestrator.decide.tune import OFF, Tuned, tune
-from orchestrator.decide.tune_outputs import with_profile
+from orchestrator.decide.tune.build import OFF, Tuned, tune
+from orchestrator.decide.tune.outputs import with_profile
+from orchestrator.plan.campaign import Campaign
 from serve_apps.sim.profile import Profile
 from tests.tune_checks import batch_weights, oracle_best, oracle_latency, without_effect
 from tests.tune_proof import (

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from orchestrator.analysis.results import MapSettings
-from orchestrator.campaign import load_campaign
+from orchestrator.analysis.opmap.results import MapSettings
 from orchestrator.decide.oracle import Oracle, oracle
-from orchestrator.decide.tune import Tuned, tune
-from orchestrator.decide.tune_outputs import with_profile
+from orchestrator.decide.tune.build import Tuned, tune
+from orchestrator.decide.tune.outputs import with_profile
+from orchestrator.plan.campaign import load_campaign
 from serve_apps.sim.profile import Profile
 from tests import REPO
 from tests.tune_checks import batch_weights, oracle_latency, without_effect

@@ -18,17 +18,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.analysis.prediction_check import SeedRange
-from orchestrator.analysis.results import MapSettings
-from orchestrator.campaign import ArmSelection, Campaign, load_campaign
+from orchestrator.analysis.opmap.results import MapSettings
+from orchestrator.analysis.steps.prediction_check import SeedRange
 from orchestrator.decide.ground_truth import costly_verify_profile, fixed_k_campaign, short_chat
 from orchestrator.decide.oracle import Oracle, oracle
 from orchestrator.decide.scoring import Objective
-from orchestrator.decide.tune import Tuned
-from orchestrator.decide.tune_outputs import TuneOutputs, run_tune, with_profile, write_tune
-from orchestrator.decide.tune_static import static_policy, tune_on
-from orchestrator.decide.tune_topology import BandFigure, StaticAnswer, TopologyTraffic, choose_topology
-from orchestrator.decide.tune_words import static_lines
+from orchestrator.decide.tune.build import Tuned
+from orchestrator.decide.tune.outputs import TuneOutputs, run_tune, with_profile, write_tune
+from orchestrator.decide.tune.static import static_policy, tune_on
+from orchestrator.decide.tune.topology import BandFigure, StaticAnswer, TopologyTraffic, choose_topology
+from orchestrator.decide.tune.words import static_lines
+from orchestrator.plan.campaign import ArmSelection, Campaign, load_campaign
 from tests.tune_checks import batch_weights, oracle_latency
 
 MARGIN = MapSettings().margin

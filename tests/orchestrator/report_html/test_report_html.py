@@ -17,7 +17,9 @@ import pyarrow as pa
 import pytest
 
 from loadshapes.shapes import CrossAndRecover, Quiet
-from orchestrator.analysis import (
+from orchestrator.analysis.answer import BandAnswer
+from orchestrator.analysis.opmap.bands import batch_bands, rate_bands
+from orchestrator.analysis.opmap.results import (
     ArmVerification,
     BandKCheck,
     Crossover,
@@ -31,12 +33,9 @@ from orchestrator.analysis import (
     SwitchTiming,
     Verdict,
     VerificationReport,
-    batch_bands,
-    rate_bands,
 )
-from orchestrator.analysis.answer import BandAnswer
-from orchestrator.analysis.timelines import MAX_POINTS, series_of_table
-from orchestrator.report_html import ReportData, render_report_html
+from orchestrator.analysis.steps.timelines import MAX_POINTS, series_of_table
+from orchestrator.report.html import ReportData, render_report_html
 from tests import REPO
 
 START_NS = 1_700_000_000 * 10**9
@@ -364,7 +363,7 @@ def test_chromium_loads_the_page(page: str, tmp_path: Path) -> None:
 
 
 def test_a_check_without_evidence_reads_not_verifiable_not_fail() -> None:
-    from orchestrator.report_html.verification import verification_section
+    from orchestrator.report.html.verification import verification_section
 
     unverified = ArmVerification(
         arm="off-ep", kind="off", topology="single", steps=0, match_fraction=None, bands=[], passed=False,
@@ -503,7 +502,7 @@ def test_coinciding_goodput_lines_are_each_drawn_differently_and_named() -> None
 
 
 def test_not_exercised_reads_as_its_own_status_never_pass() -> None:
-    from orchestrator.report_html.verification import verification_section
+    from orchestrator.report.html.verification import verification_section
 
     arm = ArmVerification(
         arm="dyn", kind="dynamic", topology="single", steps=100, match_fraction=1.0, bands=[], passed=False,
@@ -654,7 +653,7 @@ def test_timelines_are_charted_only_where_k_varies() -> None:
 
 
 def test_no_negative_zero_is_printed() -> None:
-    from orchestrator.analysis.kswitch import KSwitch, describe
+    from orchestrator.analysis.steps.kswitch import KSwitch, describe
     from orchestrator.numfmt import fixed, signed
 
     assert (fixed(-0.0004, 3), signed(-0.0004, 3), signed(0.0004, 3)) == ("0.000", "0.000", "0.000")
@@ -766,7 +765,7 @@ def test_the_console_map_names_a_comparison_not_on_equal_hardware() -> None:
 
     from rich.console import Console
 
-    from orchestrator.report import map_table
+    from orchestrator.report.build import map_table
 
     opmap = _map("batch_size")
     cells = [

@@ -16,7 +16,7 @@ import yaml
 from click.testing import CliRunner
 
 from loadshapes.trace import read_traces
-from orchestrator.campaign import Campaign
+from orchestrator.plan.campaign import Campaign
 from serve_apps.engine_kinds.base import EngineConfigBase, EngineKind, Simulation
 from serve_apps.engine_kinds.registry import kind_of, kinds, register, unregister
 from serve_apps.sim.profile import load_profile
@@ -158,7 +158,7 @@ def test_isinstance_on_engine_configs_only_in_the_registry() -> None:
 
 
 def test_metrics_dialect_names_what_a_scrape_sums() -> None:
-    from orchestrator.endpoint_metrics import parse
+    from orchestrator.execute.endpoint_scrape import parse
     from serve_apps.engine_kinds.vllm import VLLM_METRICS
 
     text = "\n".join([

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.campaign import Campaign
+from orchestrator.plan.campaign import Campaign
 from tests.ray_helpers import free_port, local_ray
 from tests.tiny_model import SHORT_FIXED_WORKLOAD, tiny_vllm_engine
 
@@ -53,7 +53,7 @@ def engine_core_of_replica(deployment: str, gcs_address: str) -> tuple[int, int,
 
     alive = list_actors(address=gcs_address, filters=[("state", "=", "ALIVE")], limit=1000)
     # Serve names a replica's actor class ServeReplica:<application>:<deployment>; the application is the arm's
-    # <campaign>.<arm> (orchestrator/deploy.py), the deployment the arm.
+    # <campaign>.<arm> (orchestrator/execute/deploy.py), the deployment the arm.
     replicas = [a for a in alive if a.class_name == f"ServeReplica:{CAMPAIGN}.{deployment}:{deployment}"]
     assert len(replicas) == 1, sorted(a.class_name for a in alive)
     replica = psutil.Process(replicas[0].pid)
@@ -71,8 +71,8 @@ def test_an_engine_core_killed_inside_its_replica_is_replaced_and_its_window_mar
     tiny_model_dir: str, tmp_path: Path
 ) -> None:
     from loadshapes.trace import read_traces
-    from orchestrator.report import write_report
-    from orchestrator.run import run_campaign
+    from orchestrator.execute.ray_executor import run_campaign
+    from orchestrator.report.build import write_report
 
     output = tmp_path / "run"
     campaign = _campaign(tiny_model_dir, output)

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator.campaign import Campaign
+from orchestrator.plan.campaign import Campaign
 from serve_apps.policies import dense_schedule, validate_schedule
 from tests.ray_helpers import free_port, local_ray
 
@@ -70,8 +70,8 @@ def test_a_data_parallel_vllm_arm_runs_static_k_and_the_verifier_names_the_fallb
     tiny_model_dir: str, tiny_draft_dir: str, tmp_path: Path
 ) -> None:
     from loadshapes.trace import read_traces
-    from orchestrator.report import write_report
-    from orchestrator.run import run_campaign
+    from orchestrator.execute.ray_executor import run_campaign
+    from orchestrator.report.build import write_report
 
     output = tmp_path / "run"
     campaign = _campaign(tiny_model_dir, tiny_draft_dir, output)

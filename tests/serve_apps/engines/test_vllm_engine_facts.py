@@ -142,7 +142,7 @@ def test_a_length_below_the_request_without_a_known_warning_is_still_said() -> N
 
 
 def test_the_engine_reports_what_the_arm_asked_for_and_what_vllm_finalised() -> None:
-    from orchestrator.campaign import Campaign
+    from orchestrator.plan.campaign import Campaign
     from serve_apps.engines.vllm_engine import VllmEngine
 
     campaign = Campaign.model_validate(

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from loadshapes.mixes import builtin_workload
-from orchestrator.simulate import fixed_batch
+from orchestrator.virtual.experiments import fixed_batch
 from serve_apps.policies import FixedPolicy
 from serve_apps.sim.profile import Profile
 

@@ -7,7 +7,7 @@ import pytest
 
 from loadshapes.arrivals import poisson_arrivals
 from loadshapes.mixes import Fixed, Workload, builtin_workload
-from orchestrator.simulate import make_requests
+from orchestrator.virtual.experiments import make_requests
 from serve_apps.policies import SINGLE, DynamicPolicy, FixedPolicy, OffPolicy, Topology
 from serve_apps.sim.engine import EngineCore
 from serve_apps.sim.profile import Profile

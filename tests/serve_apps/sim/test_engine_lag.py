@@ -10,15 +10,14 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from orchestrator.agreement import compare_summaries, format_agreement
 from orchestrator.analysis.gates import engine_lagged, evaluate_gates
-from orchestrator.analysis.results import VerificationReport
-from orchestrator.analysis.run_views import steps_view
-from orchestrator.campaign import load_campaign
-from orchestrator.report_html import ReportData, render_report_html
-from orchestrator.run import engine_lag_of
-from orchestrator.rundir import RunStore, Unit, UnitResult
-from orchestrator.unit_files import timeline_table, write_timeline
+from orchestrator.analysis.opmap.results import VerificationReport
+from orchestrator.analysis.read.views import steps_view
+from orchestrator.execute.ray_executor import engine_lag_of
+from orchestrator.plan.campaign import load_campaign
+from orchestrator.report.html import ReportData, render_report_html
+from orchestrator.rundir.layout import RunStore, Unit, UnitResult
+from orchestrator.rundir.unit_files import timeline_table, write_timeline
 from serve_apps.engines.base import GenerationInput
 from serve_apps.engines.simulated import SimulatedEngine
 from serve_apps.policies import FixedPolicy
@@ -27,6 +26,7 @@ from serve_apps.sim.profile import Profile
 from serve_apps.sim.realtime import Finished, RealtimeEngine
 from serve_apps.sim.request import SimRequest
 from tests import REPO
+from tools.agreement import compare_summaries, format_agreement
 
 QUICKSTART = REPO / "campaigns" / "quickstart.yaml"
 

@@ -1,0 +1,1 @@
+"""`specdrill report`: summary.json, the console report and report.html for a finished run."""
