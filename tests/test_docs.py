@@ -22,7 +22,7 @@ from tests import REPO, cli_record
 from tests.conftest import CLI_LOG, RAN, REQUIRE_ALL, require_all
 from tests.orchestrator.cli.test_cli_forms import documented_commands
 
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 SPECDRILL = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 
 # Every command other than `specdrill ...` shown in a code block of the README or docs/, and where it runs: (file,
@@ -407,14 +407,14 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproces
 
 def test_the_first_run(first_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     """README: `specdrill simulate campaigns/quickstart.yaml` prints the report, the DP arm's fallback found; then
-    docs/simulator.md's `python -m orchestrator.agreement` on that run against itself agrees."""
+    docs/simulator.md's `python -m tools.agreement` on that run against itself agrees."""
     run, result = first_run
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "vLLM's data-parallel fallback" in result.stdout and "all gates pass" in result.stdout
     assert (run / "report.html").is_file()
     summary = run / "summary.json"
     agreement = subprocess.run(
-        [sys.executable, "-m", "orchestrator.agreement", str(summary), str(summary)],
+        [sys.executable, "-m", "tools.agreement", str(summary), str(summary)],
         capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
     )  # fmt: skip
     assert agreement.returncode == 0, agreement.stdout + agreement.stderr

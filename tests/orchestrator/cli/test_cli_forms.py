@@ -14,7 +14,7 @@ from orchestrator.cli import cli
 from tests import REPO as ROOT
 from tests.cli_record import resolve
 
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def _alternatives(text: str) -> list[str]:
