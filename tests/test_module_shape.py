@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests import REPO as ROOT
@@ -31,10 +32,38 @@ def _calls(path: Path, names: frozenset[str]) -> list[str]:
     ]
 
 
+_WRITES = re.compile(r"write|open|put|save|dump|copy|move|rename")
+
+
+def _marker_writes(path: Path) -> list[str]:
+    """Calls that write a unit's marker: a write-like call (write_json today; write_text, open, put, copy, move or
+    rename tomorrow) given `<store>.unit_marker(...)` as its path."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return [
+        f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)[:100]}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and _WRITES.search(ast.unparse(node.func).rpartition(".")[2])
+        and node.args
+        and isinstance(first := node.args[0], ast.Call)
+        and (first.func.attr if isinstance(first.func, ast.Attribute) else getattr(first.func, "id", ""))
+        == "unit_marker"
+    ]
+
+
+RUNNER = ROOT / "orchestrator" / "execute" / "runner.py"
+MANIFEST = ROOT / "orchestrator" / "rundir" / "manifest.py"
+
+
 def test_the_unit_loops_bookkeeping_lives_in_the_runner_only() -> None:
-    """Removing a partial unit, writing a unit's marker and recording it in the manifest: one place. (Reading
-    whether a unit is complete is also the report's and the CLI's business, so it is not in the list.)"""
-    writes = frozenset({"remove_partial", "record_unit", "write_marker"})
-    found = [c for p in _modules() if p.name != "runner.py" for c in _calls(p, writes) if "def " not in c]
+    """Removing a partial unit and recording a unit done (its marker, then its manifest entry) are called from the
+    unit loop only, and a marker is written in one place, record_unit. (Reading whether a unit is complete is also
+    the report's and the CLI's business, so it is not in the list.)"""
+    writes = frozenset({"remove_partial", "record_unit"})
+    found = [c for p in _modules() if p != RUNNER for c in _calls(p, writes) if "def " not in c]
     assert not found, "the unit loop's bookkeeping outside orchestrator/execute/runner.py:\n" + "\n".join(found)
-    assert _calls(ROOT / "orchestrator" / "execute" / "runner.py", writes), "runner.py no longer does it: update this test"
+    assert _calls(RUNNER, writes), "runner.py no longer does it: update this test"
+    markers = [w for p in _modules() for w in _marker_writes(p)]
+    assert len(markers) == 1 and markers[0].startswith("orchestrator/rundir/manifest.py"), (
+        "a unit's marker is written only by record_unit (orchestrator/rundir/manifest.py):\n" + "\n".join(markers)
+    )

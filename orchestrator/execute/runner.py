@@ -93,8 +93,7 @@ def _run_one(
     result = executor.run_unit(work, run=manifest["run"], store=store)
     warn_unit(result)
     raise_pending()  # a signal that came during the unit leaves it incomplete, even one Python swallowed
-    store.write_json(store.unit_marker(unit), result.model_dump(mode="json"))
-    record_unit(store, manifest, result)
+    record_unit(store, manifest, result)  # the unit's marker, then its manifest entry
     if on_unit:
         on_unit(unit, "done", result)
     return result

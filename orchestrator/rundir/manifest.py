@@ -163,8 +163,9 @@ def arm_entry(arm: ArmSpec, url: str, telemetry: dict[str, Any]) -> dict[str, An
 
 
 def record_unit(store: RunStore, manifest: dict[str, Any], result: UnitResult) -> None:
-    """The unit's manifest entry, written at once: the manifest says how far an interrupted run got. The marker is
-    written again first with its trace files' sizes and rows (TraceStamp), what the report checks it against."""
+    """A unit done: its marker (the proof it completed, with its trace files' sizes and rows, TraceStamp, what the
+    report checks it against), then its manifest entry at once (the manifest says how far an interrupted run got).
+    The one place a marker is written: a marker without its stamps would pass for a complete unit unchecked."""
     stamped = result.model_copy(update={"trace_stamps": store.unit_trace_files(result.unit)})
     store.write_json(store.unit_marker(result.unit), stamped.model_dump(mode="json"))
     manifest["units"][result.unit.key] = {

@@ -61,24 +61,19 @@ def test_an_adaptive_source_sees_each_result_before_it_names_the_next_unit(tmp_p
     assert not store.is_complete(Unit(arm=off.name, shape="calm", repeat=0))
 
 
-def test_the_unit_marker_and_the_partial_removal_have_one_home() -> None:
-    """Resume and interrupts live once: only the runner removes a partial unit and writes the first marker (the
-    manifest's record_unit stamps it again), whatever runner runs the unit."""
-    callers: dict[str, set[str]] = {"remove_partial": set(), "raise_pending": set(), "write_json": set()}
+def test_the_partial_removal_and_the_signal_check_have_one_home() -> None:
+    """Resume and interrupts live once: only the runner removes a partial unit, whatever runner runs the unit (the
+    marker's one home is checked by tests/test_module_shape.py)."""
+    callers: dict[str, set[str]] = {"remove_partial": set(), "raise_pending": set()}
     for path in sorted((REPO / "orchestrator").rglob("*.py")):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name)):
                 continue
             name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
-            if name == "write_json" and not any(
-                isinstance(n, ast.Attribute) and n.attr == "unit_marker" for n in ast.walk(node)
-            ):
-                continue
             if name in callers:
                 callers[name].add(str(path.relative_to(REPO)))
     assert callers["remove_partial"] == {"orchestrator/execute/runner.py"}
-    assert callers["write_json"] == {"orchestrator/execute/runner.py", "orchestrator/rundir/manifest.py"}
     # A unit's signal check is the runner's; the load workers' wait checks for a stop once a second.
     assert callers["raise_pending"] == {
         "orchestrator/execute/runner.py", "orchestrator/execute/interrupts.py", "orchestrator/execute/load_workers.py"
