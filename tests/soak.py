@@ -18,7 +18,8 @@ from loadshapes.null_server import ServerThread
 from loadshapes.plan import Target, WorkerPlan
 from loadshapes.shapes import Day
 from loadshapes.trace import read_traces
-from orchestrator.execute.load_workers import WorkerSummary, run_load
+from orchestrator.execute.load_workers import run_load
+from orchestrator.rundir.worker_summary import WorkerSummary
 from tests.ray_helpers import local_ray
 
 SOAK_COLUMNS = ["request_id", "status", "error_class", "worker", "scheduled_ns", "send_lateness_ns"]

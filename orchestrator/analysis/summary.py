@@ -36,8 +36,8 @@ from orchestrator.analysis.steps.prediction_check import prediction_check
 from orchestrator.analysis.steps.timelines import TimelineSeries, timeline_series
 from orchestrator.analysis.verify.executed import verify_executed_policy
 from orchestrator.analysis.verify.settings import VerifySettings
-from orchestrator.execute.endpoint_scrape import read_samples
 from orchestrator.plan.campaign import Campaign
+from orchestrator.rundir.endpoint_samples import read_samples
 from orchestrator.rundir.evidence import seal_problem
 from orchestrator.rundir.layout import UnitResult
 from serve_apps.engine_kinds.registry import kind_of

@@ -1,5 +1,5 @@
 """What a foreign server (an endpoint arm: `vllm serve`, any OpenAI server with Prometheus /metrics) says about
-its engine while a unit runs, sampled from /metrics into `endpoint_metrics/arm=/shape=/r<repeat>.parquet`.
+its engine while a unit runs, sampled from /metrics into the run directory (orchestrator/rundir/endpoint_samples.py).
 
 Such a server has no step timeline; its per-request `per_step_drafted` gives the executed k of every drafting
 step, but not the batch it ran in. The running gauge (vLLM's `vllm:num_requests_running`; the names are the engine
@@ -15,30 +15,12 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from urllib.parse import quote
 
 import pyarrow as pa
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
-from loadshapes.trace import filesystem
+from orchestrator.rundir.endpoint_samples import COUNTERS, SCHEMA
 from serve_apps.engine_kinds.base import MetricsDialect
 from timebase.clock import now_ns
-
-ROOT = "endpoint_metrics"
-COUNTERS = ("num_drafts", "draft_tokens", "accepted_tokens")  # the keys of every dialect's counters
-
-SCHEMA = pa.schema(
-    [
-        pa.field("time_ns", pa.int64()),
-        pa.field("running", pa.float64()),  # summed over the server's engines (DP ranks)
-        pa.field("waiting", pa.float64()),
-        pa.field("engines", pa.int32()),  # label sets reporting `running`: one per engine
-        pa.field("num_drafts", pa.float64()),  # null where the server exports no such counter (no speculation)
-        pa.field("draft_tokens", pa.float64()),
-        pa.field("accepted_tokens", pa.float64()),
-    ]
-)
 
 
 @dataclass(frozen=True)
@@ -161,41 +143,3 @@ class MetricsSampler:
             },
             schema=SCHEMA,
         )
-
-
-def unit_path(root: str, arm: str, shape: str, repeat: int) -> str:
-    return f"{root}/{ROOT}/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}/r{repeat}.parquet"
-
-
-def write_samples(run_root: str, arm: str, shape: str, repeat: int, table: pa.Table) -> int:
-    fs, base = filesystem(run_root)
-    path = unit_path(base, arm, shape, repeat)
-    directory = path.rsplit("/", 1)[0]
-    fs.create_dir(directory, recursive=True)
-    temporary = f"{directory}/.tmp-r{repeat}.parquet"
-    with fs.open_output_stream(temporary) as sink:
-        pq.write_table(table, sink, compression="zstd")
-    fs.move(temporary, path)
-    return int(table.num_rows)
-
-
-def read_samples(run_root: str, units: list[tuple[str, str, int]]) -> pa.Table:
-    """Every complete unit's samples, with arm, shape and repeat columns; empty when the run has none."""
-    fs, base = filesystem(run_root)
-    parts = []
-    for arm, shape, repeat in units:
-        path = unit_path(base, arm, shape, repeat)
-        if fs.get_file_info(path).type != pafs.FileType.File:
-            continue
-        with fs.open_input_file(path) as handle:
-            part = pq.read_table(handle, schema=SCHEMA)
-        n = part.num_rows
-        parts.append(
-            part.append_column("arm", pa.array([arm] * n, pa.string()))
-            .append_column("shape", pa.array([shape] * n, pa.string()))
-            .append_column("repeat", pa.array([repeat] * n, pa.int32()))
-        )
-    if not parts:
-        empty = SCHEMA.append(pa.field("arm", pa.string())).append(pa.field("shape", pa.string()))
-        return pa.Table.from_batches([], schema=empty.append(pa.field("repeat", pa.int32())))
-    return pa.concat_tables(parts)

@@ -21,45 +21,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
+import loadshapes
 from loadshapes.plan import WorkerPlan
 from orchestrator.execute.interrupts import raise_pending
 from orchestrator.logs import get_logger
+from orchestrator.rundir.worker_summary import WorkerSummary
 from timebase.clock import now_ns
 
 log = get_logger(__name__)
-LOCUSTFILE = Path(__file__).resolve().parent.parent / "loadshapes" / "locustfile.py"
-
-
-class WorkerSummary(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    worker: int
-    arm: str
-    shape: str
-    repeat: int
-    scheduled: int
-    sent: int
-    rows_written: int
-    files: list[str]
-    start_ns: int | None
-    lateness_p50_s: float
-    lateness_p99_s: float
-    lateness_max_s: float
-    saturated: bool
-    max_in_flight: int
-    connections_opened: int = 0  # keep-alive connections the worker opened to the target
-    cpu_s: float = 0.0  # the worker process's CPU time
-    cpu_share: float | None = None  # of one core, over the unit: near 1, the worker was CPU-bound
-    niceness: int | None = None  # the priority it ran at (it raises itself to 0 where it may)
-    niceness_at_start: int | None = None
-    connection_wait_p99_s: float = 0.0  # actual send minus dispatch: waits for a free or new connection
-    waited_at_connection_cap: int = 0  # requests that found all max_in_flight connections busy (saturated)
-    statuses: dict[str, int]  # rows by status, as the worker counted them
-    node_id: str | None = None
-    exit_code: int | None = None
-    lost: bool = False  # the worker died mid-run: its flushed rows are in the trace, the rest is missing
-    lost_reason: str | None = None
+LOCUSTFILE = Path(loadshapes.__file__).resolve().parent / "locustfile.py"  # run by path: a program, not an import
 
 
 def _child_setup(cpu: int | None) -> Callable[[], None]:

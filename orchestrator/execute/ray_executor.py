@@ -21,11 +21,12 @@ import numpy as np
 
 from loadshapes.tokens import TokenizerUnavailable, tokenizer_json
 from orchestrator.execute.deploy import connect, deploy, preflight, proxy_routes, teardown_arms
-from orchestrator.execute.endpoint_scrape import MetricsSampler, speculation_counters, write_samples
+from orchestrator.execute.endpoint_scrape import MetricsSampler, speculation_counters
 from orchestrator.execute.load_workers import LoadWorkers
 from orchestrator.execute.runner import OnUnit, Work, arm_by_arm, run_units
 from orchestrator.logs import get_logger
 from orchestrator.plan.campaign import Campaign, CampaignError
+from orchestrator.rundir.endpoint_samples import write_samples
 from orchestrator.rundir.layout import MANIFEST, RunStore, Unit, UnitResult
 from orchestrator.rundir.manifest import arm_entry, open_run, plans_for
 from orchestrator.rundir.unit_files import merge_parts, rows_on_disk, unit_tpot_p50, write_timeline

@@ -23,8 +23,8 @@ from loadshapes.badfile import (
     write_failed,
 )
 from loadshapes.trace import FILE_SCHEMA, PART_FILE, filesystem, writer_id
-from orchestrator.execute.endpoint_scrape import ROOT as ENDPOINT_METRICS
-from orchestrator.execute.load_workers import WorkerSummary
+from orchestrator.rundir.endpoint_samples import ROOT as ENDPOINT_METRICS
+from orchestrator.rundir.worker_summary import WorkerSummary
 from serve_apps.config_io import first_error
 
 MANIFEST = "manifest.json"

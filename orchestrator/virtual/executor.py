@@ -20,13 +20,13 @@ import pyarrow as pa
 
 from loadshapes.plan import WorkerPlan
 from loadshapes.trace import PartWriter, writer_id
-from orchestrator.execute.load_workers import WorkerSummary
 from orchestrator.execute.runner import Work
 from orchestrator.logs import get_logger
 from orchestrator.plan.campaign import Campaign
 from orchestrator.rundir.layout import RunStore, Unit, UnitResult
 from orchestrator.rundir.manifest import arm_entry, plans_for, units_of
 from orchestrator.rundir.unit_files import unit_tpot_p50, write_timeline
+from orchestrator.rundir.worker_summary import WorkerSummary
 from orchestrator.virtual.arrays import to_ns
 from orchestrator.virtual.rows import RowContext, trace_table
 from orchestrator.virtual.traffic import Traffic, UnitRun, play, traffic_of

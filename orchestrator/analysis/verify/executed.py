@@ -153,7 +153,7 @@ def verify_executed_policy(
     endpoint_samples: pa.Table | None = None,
 ) -> VerificationReport:
     """`source`: a run's views (orchestrator.analysis.read.source), or a trace table in memory. `endpoint_samples`:
-    the /metrics samples of endpoint arms (orchestrator.execute.endpoint_scrape.read_samples); every arm with samples is
+    the /metrics samples of endpoint arms (orchestrator.rundir.endpoint_samples.read_samples); every arm with samples is
     verified as a foreign server: steps from per_step_drafted, batch sizes from the samples, totals reconciled."""
     requests = request_frame(source) if isinstance(source, pa.Table) else source
     try:

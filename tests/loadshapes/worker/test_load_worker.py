@@ -20,7 +20,8 @@ from loadshapes.plan import Target, WorkerPlan, open_loop_schedule
 from loadshapes.shapes import Concurrency, Quiet, Step
 from loadshapes.sse import StreamError, StreamResult, body_lines, latency_columns
 from loadshapes.trace import read_traces
-from orchestrator.execute.load_workers import LocustProcess, WorkerSummary
+from orchestrator.execute.load_workers import LocustProcess
+from orchestrator.rundir.worker_summary import WorkerSummary
 from tests import raw_client
 from timebase.clock import now_ns
 

@@ -256,7 +256,7 @@ def _endpoint_case(arm: ArmInfo, running: int, drafted: int, *, counters_off_by:
     server's counters move by exactly the trace's totals (plus `counters_off_by` drafts)."""
     import pyarrow as pa
 
-    from orchestrator.execute.endpoint_scrape import SCHEMA
+    from orchestrator.rundir.endpoint_samples import SCHEMA
 
     n = 30
     steps = 5 if drafted else 0  # vLLM omits steps without drafts from per_step_drafted
