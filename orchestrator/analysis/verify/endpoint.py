@@ -34,8 +34,9 @@ def endpoint_findings(
                 check="endpoint_approximation", arm=arm.name, passed=True,
                 message=(
                     f"{arm.name}: foreign server: executed k from per_step_drafted ({exact}); batch size from "
-                    "/metrics vllm:num_requests_running sampled during the unit (the latest sample before each "
-                    "step, divided over the server's engines; steps placed evenly between first token and end), "
+                    "the server's running-requests gauge on /metrics, sampled during the unit (the latest sample "
+                    "before each step, divided over the server's engines; steps placed evenly between first token and "
+                    "end), "
                     f"so batch sizes near a schedule boundary are approximate; steps count once per request{left}"
                 ),
             )

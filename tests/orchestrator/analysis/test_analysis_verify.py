@@ -292,7 +292,7 @@ def test_an_endpoint_arm_following_its_schedule_passes_with_evidence_and_reconci
     assert status["static_fallback"] == "pass" and status["reconciliation"] == "pass"
     assert status["schedule_dropped"] == "not_verifiable"  # a foreign server reports no resolved config
     approximation = next(f for f in result.findings if f.check == "endpoint_approximation")
-    assert "exact for a draft-model" in approximation.message and "num_requests_running" in approximation.message
+    assert "exact for a draft-model" in approximation.message and "running-requests gauge" in approximation.message
     assert not result.failed and not result.passed  # not every check had evidence
 
 
