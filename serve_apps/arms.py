@@ -10,8 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 import serve_apps.engine_kinds  # noqa: F401 (registers the built-in kinds before the union is built)
 from serve_apps.engine_kinds.base import EngineConfigBase
 from serve_apps.engine_kinds.registry import bind_engine_field, config_union, kind_of
-from serve_apps.placement import Resources, plan_placement
+from serve_apps.placement import plan_placement
 from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
+from serve_apps.resources import Resources
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 

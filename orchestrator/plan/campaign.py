@@ -23,8 +23,8 @@ from orchestrator.plan.size import PlanSize, planned_size, refusal
 from serve_apps.arms import ArmSpec, EngineConfig
 from serve_apps.config_io import first_error, load_yaml_model, read_text
 from serve_apps.engine_kinds.registry import bind_engine_field, kind_of
-from serve_apps.placement import Resources
 from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topology, runnable_as_written
+from serve_apps.resources import Resources
 from serve_apps.sim.profile import Profile
 
 

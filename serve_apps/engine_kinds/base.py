@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from serve_apps.engines.base import Engine
 from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
+from serve_apps.resources import Resources
 from serve_apps.sim.profile import Profile
 
 
@@ -23,8 +24,13 @@ class EngineConfigBase(BaseModel):
 
 class ServedArm(Protocol):
     """What a kind reads of the arm whose engine it builds (serve_apps.arms.ArmSpec, named by shape: arms imports
-    the registry, so the registry does not import arms)."""
+    the registry, so the registry does not import arms). It holds placement's PlacedArm (serve_apps/placement.py):
+    an engine that lays out its own workers (vLLM) plans the arm's placement in its replica."""
 
+    @property
+    def name(self) -> str: ...
+    @property
+    def resources(self) -> Resources: ...
     @property
     def engine(self) -> EngineConfigBase: ...
     @property

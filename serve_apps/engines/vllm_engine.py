@@ -12,8 +12,8 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-from serve_apps.arms import ArmSpec
-from serve_apps.engine_kinds.vllm import as_vllm
+from serve_apps.engine_kinds.base import ServedArm
+from serve_apps.engine_kinds.vllm_config import as_vllm
 from serve_apps.engines.base import EngineDead, GenerationInput, GenerationResult, TextDelta
 from serve_apps.engines.step_timeline import StepTimeline
 from serve_apps.engines.vllm_stats import (
@@ -36,7 +36,7 @@ def rank_engine_id(engine_id: str, rank: int, data_parallel_size: int) -> str:
 class VllmEngine:
     kind = "vllm"
 
-    def __init__(self, arm: ArmSpec, *, engine_id: str) -> None:
+    def __init__(self, arm: ServedArm, *, engine_id: str) -> None:
         self.arm = arm
         self.config = as_vllm(arm.engine)
         self.engine_id = engine_id

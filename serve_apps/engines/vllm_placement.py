@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from serve_apps.arms import ArmSpec
-from serve_apps.placement import plan_placement
+from serve_apps.placement import PlacedArm, plan_placement
 
 
 def ray_dp_local_ranks(dp: int, tp: int) -> int:
@@ -23,7 +22,9 @@ def ray_dp_local_ranks(dp: int, tp: int) -> int:
     return min(dp, int(free + 1e-9) // tp)
 
 
-def placement_engine_args(arm: ArmSpec, local_ranks: Callable[[int, int], int] = ray_dp_local_ranks) -> dict[str, Any]:
+def placement_engine_args(
+    arm: PlacedArm, local_ranks: Callable[[int, int], int] = ray_dp_local_ranks
+) -> dict[str, Any]:
     """AsyncEngineArgs fields the layout decides: vLLM's executor and data-parallel backends (and on ray_dp the
     ranks on the replica's node, which only the replica can tell)."""
     plan = plan_placement(arm)
@@ -37,7 +38,7 @@ def placement_engine_args(arm: ArmSpec, local_ranks: Callable[[int, int], int] =
     return args
 
 
-def attach_placement_group(vllm_config: Any, arm: ArmSpec) -> None:
+def attach_placement_group(vllm_config: Any, arm: PlacedArm) -> None:
     """On a spanning layout, hand vLLM the replica's placement group explicitly (as Ray Serve LLM does): its Ray
     executor (RayExecutorV2) puts its ranks on that group's GPU bundles, driver node first."""
     if plan_placement(arm).layout != "spanning":

@@ -167,7 +167,7 @@ def test_owned_engine_kwargs_are_fields_of_vllms_engine_args() -> None:
 
     from vllm.engine.arg_utils import EngineArgs
 
-    from serve_apps.engine_kinds.vllm import (
+    from serve_apps.engine_kinds.vllm_config import (
         ARM_OWNED_ENGINE_ARGS,
         PLACEMENT_OWNED_ENGINE_ARGS,
         VLLM_DEFAULT_GPU_MEMORY_UTILIZATION,
