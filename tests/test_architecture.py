@@ -92,30 +92,6 @@ def test_packages_import_downward_only() -> None:
     assert not found, "imports against the package layering (MAY_IMPORT):\n" + "\n".join(found)
 
 
-# Inside orchestrator, the flow's layers: the analysis of a run (maps, verification, the step fit, the prediction
-# check) below the decisions and the calibration built on it, and those below the report and the command line
-# that present them. A module of a layer imports nothing of the layers named against it.
-ORCHESTRATOR_BELOW: dict[str, frozenset[str]] = {
-    "orchestrator.analysis": frozenset(
-        {"calibrate", "decide", "report", "report_html", "cli", "run", "search_run", "simulate_campaign", "virtual"}
-    ),
-    "orchestrator.calibrate": frozenset({"decide", "report", "report_html", "cli"}),
-    "orchestrator.decide": frozenset({"calibrate", "report", "report_html", "cli"}),
-}
-
-
-def test_orchestrators_layers_import_downward_only() -> None:
-    found = [
-        f"{path.relative_to(ROOT)}:{line}: imports {module}"
-        for _, path, tree in _sources()
-        for layer, above in ORCHESTRATOR_BELOW.items()
-        if ".".join(path.relative_to(ROOT).parts).startswith(layer + ".")
-        for line, module, _ in _imports(tree)
-        if module.startswith("orchestrator.") and module.split(".")[1] in above
-    ]
-    assert not found, "imports against orchestrator's layers (ORCHESTRATOR_BELOW):\n" + "\n".join(found)
-
-
 def test_the_layering_is_acyclic() -> None:
     seen: list[str] = []
     remaining = dict(MAY_IMPORT)
@@ -269,3 +245,109 @@ def test_the_walk_finds_a_circle_through_a_late_relative_import(tmp_path: Path) 
     assert cycles(graph) == [["pkg.a", "pkg.sub.b", "pkg.a"]]
     (package / "sub" / "b.py").write_text("def late():\n    return 1\n")
     assert cycles(import_graph(modules)) == []
+
+
+# Inside orchestrator, its folders in the flow's order, lowest first: a module imports only from its own layer and
+# the layers before it. The campaign and its plan; the run directory (its files' data models, read by the analysis
+# and written by the executors, so it imports no runtime); the analysis of a run (its reading, the operating map,
+# steps and fits, verification, then the answer and summary.json built on them); the executors (real time, then
+# virtual time, which reuses the loop); the decisions, the calibration and the search that run and read them; the
+# report, the comparison of two runs (which draws with the report's charts), the docs generator and the command
+# line that present them. Every module of orchestrator belongs to exactly one layer: a root module is named itself,
+# any other by its folder, every folder (nested ones too) by its own name, so a new folder fails until placed.
+ORCHESTRATOR_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("orchestrator", "orchestrator.logs", "orchestrator.numfmt"),  # the package and its utilities
+    ("orchestrator.plan",),
+    ("orchestrator.rundir",),
+    ("orchestrator.analysis.read",),
+    ("orchestrator.analysis.opmap",),
+    ("orchestrator.analysis.steps",),
+    ("orchestrator.analysis.verify",),
+    ("orchestrator.analysis",),
+    ("orchestrator.execute",),
+    ("orchestrator.virtual",),
+    ("orchestrator.decide.recommend",),
+    ("orchestrator.decide",),
+    ("orchestrator.decide.tune",),
+    ("orchestrator.calibrate",),
+    ("orchestrator.search",),
+    ("orchestrator.report.html",),
+    ("orchestrator.report",),
+    ("orchestrator.compare",),
+    ("orchestrator.doc_source", "orchestrator.doc_trace", "orchestrator.docgen"),  # `make docs`
+    ("orchestrator.cli",),
+    ("orchestrator.entry",),
+)
+
+
+def orchestrator_layer(module: str, path: Path, layers: tuple[tuple[str, ...], ...]) -> int | None:
+    """The index of the module's layer: a root module's own name, else its folder's (a package is its own folder);
+    None when neither is listed."""
+    index = {name: i for i, layer in enumerate(layers) for name in layer}
+    folder = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    if folder.count(".") == 0:  # orchestrator/__init__.py and the root's modules: named one by one
+        return index.get(module)
+    return index.get(folder)
+
+
+def layer_breaches(root: Path, layers: tuple[tuple[str, ...], ...]) -> list[str]:
+    """Every module without a layer, and every import (module level, in a function, under TYPE_CHECKING, relative
+    or absolute) of a module in a later layer."""
+    modules = module_files(root, ("orchestrator",))
+    graph = import_graph(modules)
+    layer = {module: orchestrator_layer(module, path, layers) for module, path in modules.items()}
+    found = [f"{modules[m].relative_to(root)}: {m} is in no layer of ORCHESTRATOR_LAYERS" for m, i in layer.items()
+             if i is None]  # fmt: skip
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            mine, theirs = layer[module], layer[target]
+            if mine is not None and theirs is not None and theirs > mine:
+                found.append(
+                    f"{modules[module].relative_to(root)}: {module} (layer {mine}: {', '.join(layers[mine])}) imports "
+                    f"{target} (layer {theirs}: {', '.join(layers[theirs])}), a later one"
+                )
+    return found
+
+
+def test_orchestrators_folders_import_in_the_flows_order() -> None:
+    found = layer_breaches(ROOT, ORCHESTRATOR_LAYERS)
+    assert not found, "imports against orchestrator's folder order (ORCHESTRATOR_LAYERS, lowest first):\n" + "\n".join(
+        found
+    )
+
+
+def test_every_layer_names_a_folder_or_module_that_exists() -> None:
+    modules = module_files(ROOT, ("orchestrator",))
+    stale = [name for layer in ORCHESTRATOR_LAYERS for name in layer if name not in modules]
+    names = [name for layer in ORCHESTRATOR_LAYERS for name in layer]
+    assert not stale, f"ORCHESTRATOR_LAYERS names what is gone: {stale}"
+    assert len(names) == len(set(names)), "a name in two layers"
+
+
+def test_the_folder_order_catches_every_spelling_of_an_import_upward(tmp_path: Path) -> None:
+    # Graded on a package whose breaches are known: low imports high in a function, under TYPE_CHECKING and
+    # through a relative import; high imports low (allowed); a nested folder nobody placed.
+    package = tmp_path / "orchestrator"
+    for folder in ("low", "high", "high/deep"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "high" / "top.py").write_text("from orchestrator.low import base\n")
+    (package / "low" / "base.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from orchestrator.high.top import X\n"
+        "def late():\n    import orchestrator.high.top\n    from ..high import top\n"
+    )
+    layers = (("orchestrator",), ("orchestrator.low",), ("orchestrator.high",))
+    found = layer_breaches(tmp_path, layers)
+    assert sum("orchestrator.low.base (layer 1" in f and "imports orchestrator.high.top" in f for f in found) == 1
+    assert [f for f in found if "in no layer" in f] == [
+        "orchestrator/high/deep/__init__.py: orchestrator.high.deep is in no layer of ORCHESTRATOR_LAYERS"
+    ]
+    (package / "low" / "base.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import orchestrator.high\n"
+    )
+    assert any("imports orchestrator.high (layer 2" in f for f in layer_breaches(tmp_path, layers))
+    (package / "low" / "base.py").write_text("def late():\n    from ..high import top\n")
+    assert any("imports orchestrator.high.top" in f for f in layer_breaches(tmp_path, layers))
+    (package / "low" / "base.py").write_text("X = 1\n")
+    assert [f for f in layer_breaches(tmp_path, layers) if "in no layer" not in f] == []
