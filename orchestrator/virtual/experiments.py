@@ -85,17 +85,23 @@ def closed_batch(
     total = max(batch_size * rounds, min_requests)
     template = make_requests(workload, np.zeros(total), seed=seed + 1)
 
-    def make(index: int, arrival: float) -> SimRequest:
-        r = template[index]
-        r.arrival = arrival
-        return r
+    issued = 0
 
-    run = run_closed_loop(core, make, concurrency=batch_size, total_requests=total)
-    finishes = np.sort([r.finished for r in run.records])
+    def send(_user: int, at: float) -> tuple[int, SimRequest | None] | None:
+        nonlocal issued
+        if issued == total:
+            return None
+        request = template[issued]
+        request.arrival = at
+        issued += 1
+        return 0, request
+
+    (records,) = run_closed_loop([core], send, users=min(batch_size, total))
+    finishes = np.sort([r.finished for r in records])
     start = finishes[batch_size - 1]
     end = finishes[total - batch_size - 1] if total > 2 * batch_size else finishes[-1]
-    tokens = sum(int(((r.token_times > start) & (r.token_times <= end)).sum()) for r in run.records)
-    inside_window = [r for r in run.records if r.first_scheduled >= start and r.finished <= end]
+    tokens = sum(int(((r.token_times > start) & (r.token_times <= end)).sum()) for r in records)
+    inside_window = [r for r in records if r.first_scheduled >= start and r.finished <= end]
     steady = [r.tpot for r in inside_window if r.output_tokens > 1]
     executed_k = np.concatenate([r.step_k for r in inside_window]) if inside_window else np.zeros(0)
     drafted = np.concatenate([r.step_drafted for r in inside_window]) if inside_window else np.zeros(0)

@@ -5,7 +5,6 @@ offsets or closed loop user by user, each to its engine round-robin."""
 from __future__ import annotations
 
 import hashlib
-import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from orchestrator.virtual.twins import ArmModel
 from serve_apps.arms import ArmSpec
 from serve_apps.sim.engine import EngineCore
 from serve_apps.sim.request import RequestRecord, SimRequest
-from serve_apps.sim.virtual import run_open_loop
+from serve_apps.sim.virtual import run_closed_loop, run_open_loop
 
 SPEC_BATCH = 64  # closed-loop requests built at a time
 ERROR_RESPONSE_S = 0.001  # how long a refused request takes to come back (a closed-loop user then sends again)
@@ -154,66 +153,35 @@ def simulate_closed_loop(model: ArmModel, unit: Unit, plans: Sequence[WorkerPlan
     """`users` users, each sending its next request when its previous one ends, until the shape's duration.
 
     As the load workers do: user u belongs to worker u mod W, and a worker numbers its requests w, w + W, ...
-    in send order. Request j (in send order) goes to engine j mod N. With several engines a finish on one can
-    send a request to another, so the engine furthest behind in time always steps next.
+    in send order. Request j (in send order) goes to engine j mod N.
     """
     n_workers = len(plans)
     shape = plans[0].shape
     scale = model.time_scale
     duration = shape.duration / scale  # engine seconds
-    stop = (shape.duration + drain_s) / scale
     phase = shape.phases()[0].name
-    users = int(getattr(shape, "users", 0))
     cores = [model.core(rank, unit) for rank in range(len(model.engines))]
-    clocks = [0.0] * len(cores)
     counters = [0] * n_workers
-    owner: dict[str, int] = {}  # request id -> user
     sent: list[Sent] = []
-    finished: list[list[SimRequest]] = [[] for _ in cores]
-    sends: list[tuple[float, int, int]] = [(0.0, u, u) for u in range(users)]  # (engine time, tie-break, user)
-    heapq.heapify(sends)
-    ticket = users
-    while True:
-        busy = [e for e, core in enumerate(cores) if core.has_work()]
-        earliest = min((clocks[e] for e in busy), default=math.inf)
-        if sends and sends[0][0] <= earliest:
-            at, _, user = heapq.heappop(sends)
-            if at >= duration:
-                continue  # the user's loop ends at the shape's duration
-            worker = user % n_workers
-            index = worker + n_workers * counters[worker]
-            counters[worker] += 1
-            spec, sha = traffic.spec(index)
-            rank = len(sent) % len(cores)
-            request_id = plans[worker].request_id(index)
-            error = _refusal(model, cores[rank], spec)
-            request = None if error else _sim_request(request_id, spec, at)
-            sent.append(Sent(index, request_id, worker, at * scale, phase, spec, sha, rank, request, error))
-            if request is None:
-                heapq.heappush(sends, (at + ERROR_RESPONSE_S / scale, ticket, user))
-                ticket += 1
-                continue
-            owner[request_id] = user
-            if not cores[rank].has_work():
-                clocks[rank] = max(clocks[rank], at)  # an idle engine starts when the request arrives
-            cores[rank].add_request(request)
-            continue
-        if not busy or earliest > stop:
-            break  # every user is done and nothing is in flight, or the drain is over
-        e = min(busy, key=lambda i: clocks[i])
-        others = min((clocks[i] for i in busy if i != e), default=math.inf)
-        outcome = cores[e].run_steps(clocks[e], next_arrival=min(others, sends[0][0] if sends else math.inf),
-                                     stop_on_finish=True)  # fmt: skip
-        if outcome.steps == 0:
-            raise RuntimeError(f"simulated engine {model.engines[e].engine_id} is stuck: work queued, none schedulable")
-        clocks[e] = outcome.end
-        finished[e] += outcome.finished
-        for request in outcome.finished:
-            assert request.finished_at is not None
-            heapq.heappush(sends, (request.finished_at, ticket, owner[request.request_id]))
-            ticket += 1
-    # Records once per engine at the end: records_for reads the whole step table on every call.
-    records = {r.request_id: r for core, done in zip(cores, finished, strict=True) for r in core.records_for(done)}
+
+    def send(user: int, at: float) -> tuple[int, SimRequest | None] | None:
+        if at >= duration:
+            return None  # the user's loop ends at the shape's duration
+        worker = user % n_workers
+        index = worker + n_workers * counters[worker]
+        counters[worker] += 1
+        spec, sha = traffic.spec(index)
+        rank = len(sent) % len(cores)
+        request_id = plans[worker].request_id(index)
+        error = _refusal(model, cores[rank], spec)
+        request = None if error else _sim_request(request_id, spec, at)
+        sent.append(Sent(index, request_id, worker, at * scale, phase, spec, sha, rank, request, error))
+        return rank, request
+
+    users = int(getattr(shape, "users", 0))
+    stop = (shape.duration + drain_s) / scale
+    done = run_closed_loop(cores, send, users=users, stop_at=stop, retry_s=ERROR_RESPONSE_S / scale)
+    records = {r.request_id: r for engine in done for r in engine}
     # A worker stops at the duration once nothing of its own is in flight, at the latest drain_s after it.
     until = {plan.worker: shape.duration for plan in plans}
     stops = worker_stops(sent, records, scale=scale, until=until, drain_s=drain_s)
