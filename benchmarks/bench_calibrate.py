@@ -10,7 +10,8 @@ same run: repeat 2 against repeat 1 of the same arm, two identical units (same e
 same offsets), so what separates them is the host and the engine, the part of the error no fit can remove.
 
 The random drafter agrees with the random target almost never, so the speedups are negative: the check is of
-the cost model and of the replay, not of a drafter. Figures in docs/simulator.md. `make bench-calibrate`.
+the cost model and of the replay, not of a drafter. Figures in docs/engineering/simulator-internals.md.
+`make bench-calibrate`.
 """
 
 from __future__ import annotations

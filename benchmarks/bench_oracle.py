@@ -9,7 +9,7 @@ tests/orchestrator/decide/test_ground_truth.py (issue 15).
 
 Profiles: the tests' costly-verify profile (crossovers at a few to ~25 req/s) and, for 1 and 2, the shipped
 H100 EAGLE profile (k = 4, 3, 2 across batch 1-128; no crossover for k = 3 at loads a run reaches).
-Figures are in docs/ground-truth.md. `make bench-oracle`; --quick for the tests' sizes.
+Figures are in docs/engineering/grading.md. `make bench-oracle`; --quick for the tests' sizes.
 """
 
 from __future__ import annotations

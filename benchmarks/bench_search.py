@@ -49,7 +49,7 @@ def one_seed(
     data["engine"]["time_scale"] = time_scale  # virtual time too: the slowed engine's own answer, for comparison
     # The slowed campaign is the scale-1 campaign dilated in time: rates divided by the scale, so deadlines
     # multiplied by it. Unscaled wall-second deadlines bind near the crossover on a slowed engine where they do
-    # not at scale 1, and turn the goodput ratio there into a few requests' coin flip (docs/ground-truth.md).
+    # not at scale 1, and turn the goodput ratio there into a few requests' coin flip (docs/engineering/grading.md).
     slo = SloConfig()
     data["slo"] = {"ttft_s": slo.ttft_s * time_scale, "tpot_s": slo.tpot_s * time_scale}
     if mode == "real":

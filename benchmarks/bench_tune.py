@@ -11,7 +11,7 @@ fixed k = 1..4 over a ramp of short chat, in virtual time on the campaign's own 
    fixed-batch oracle tune starts from (oracle.DENSE_BATCH_SIZES), interpolated in between;
 4. the rehearsal campaign `tune` writes, simulated in virtual time: its report's measured speedup per band
    against the prediction.
-Figures are in docs/ground-truth.md. `make bench-tune`; --quick for smaller sizes.
+Figures are in docs/engineering/grading.md. `make bench-tune`; --quick for smaller sizes.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ The arrivals are an inhomogeneous Poisson process: a slow daily swing of the bas
 start at random, last tens of seconds, and multiply the rate), the way BurstGPT's published traces look.
 Lengths are log-normal like BurstGPT's (requests longer than responses, GPT-4 with longer answers), and a few
 requests failed (0 response tokens), as in the real file. It is made up: it only looks like the real thing, so
-docs/replay.md says where to get the real traces.
+docs/operator/replay.md says where to get the real traces.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ ray_bin="${RAY_BIN:-$here/.venv/bin/ray}"
 python_bin="${PYTHON_BIN:-$here/.venv/bin/python}"
 num_cpus="${1:-8}"
 temp_dir="${2:-${SPECDRILL_RAY_TMP:-/tmp/specdrill-ray}}"
-export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0   # keeps GCS and raylet on 127.0.0.1 (docs/security.md)
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0   # keeps GCS and raylet on 127.0.0.1 (docs/operator/security.md)
 mkdir -p "$temp_dir"
 (cd "$here" && "$python_bin" -m tools.localray ports) > "$temp_dir/ports.env"
 set -a

@@ -1,5 +1,5 @@
 """How big a run specdrill agrees to plan before it writes anything: limits an operator raises with
-`--limit NAME=VALUE` (docs/campaign-reference.md, "Limits").
+`--limit NAME=VALUE` (docs/reference/campaign-reference.md, "Limits").
 
 The defaults keep any input reachable from a file within a few GiB of memory on a small machine (a 24 GiB
 workstation): beyond them a command refuses in one line with the figures, and the operator who means it raises the

@@ -72,7 +72,7 @@ class Workload(_Strict):
     prompt_tokens: Lengths = Field(
         description=(
             "prompt length distribution: the served model's tokens where its tokenizer is known, else words "
-            "(docs/traffic.md)"
+            "(docs/operator/traffic.md)"
         )
     )
     output_tokens: Lengths = Field(description="where the model stops (EOS)")

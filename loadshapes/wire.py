@@ -4,7 +4,7 @@ gevent's event loop without a greenlet per request.
 Why not geventhttpclient's `request()` (what FastHttpUser uses): a streamed completion arrives in ~15-20 socket
 reads, and there each read is a greenlet switch through the hub plus a Python response parser's callbacks; with
 per-request header objects and a timeout timer that came to 1.8x the CPU this client needs per request against
-the null server (benchmarks/http_client_cost.py; the figures are in docs/performance.md). Here a request is
+the null server (benchmarks/http_client_cost.py; the figures are in docs/engineering/performance.md). Here a request is
 its bytes written with one `send`; each time its socket is readable a libev callback in the hub reads what
 arrived, stamps it with the one clock and feeds llhttp (geventhttpclient's C parser) only to find where the
 response ends. Status and body are decoded later, off the send path (`http_framing.decode_response`).

@@ -1,5 +1,5 @@
-"""docs/trace-schema.md, generated from loadshapes/trace.py (the trace files' columns and the comments beside them)
-and orchestrator/rundir/layout.py (the step timeline files' columns)."""
+"""docs/reference/trace-schema.md, generated from loadshapes/trace.py (the trace files' columns and the comments beside
+them) and orchestrator/rundir/layout.py (the step timeline files' columns)."""
 
 from __future__ import annotations
 
@@ -88,7 +88,8 @@ TIMELINE_NOTES: dict[str, str] = {
     "eagle3, mtp, draft_model, dflash); k = 0 there is vLLM's design, and the executed-policy check counts these "
     "steps apart, never as a mismatch. No stat of vLLM carries the scheduler's flag, so specdrill recomputes its "
     "condition from the step: every scheduled request was on a non-final prefill chunk or finished in the step for "
-    "length (see docs/verification.md). Present only where an engine could skip drafts; absent (read as false) for "
+    "length (see docs/operator/verification.md). Present only where an engine could skip drafts; absent (read as "
+    "false) for "
     "vLLM 0.32, model runner V1, the n-gram and suffix methods, the simulated engine and older timelines",
     "lag_s": "wall seconds the real-time simulated engine handed the step's tokens out after the model's step end "
     "(its latencies are the host's where this grows); present only where some engine reported it (null for the "

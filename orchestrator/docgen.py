@@ -48,7 +48,7 @@ FIELD_NOTES: dict[str, str] = {
     "SimulatedEngineConfig.time_scale": (
         "> 1 slows the simulated hardware uniformly, in real and virtual time alike, so a small host keeps up in "
         "real time; rates, durations and `slo` deadlines stay wall-clock: divide the rates and multiply the "
-        "durations and deadlines by it to rehearse the unslowed campaign (docs/simulator.md)"
+        "durations and deadlines by it to rehearse the unslowed campaign (docs/operator/simulator.md)"
     ),
     "SimulatedEngineConfig.seed": "seeds the engine's acceptance draws (each engine of an arm gets its own offset)",
     "SimulatedEngineConfig.max_model_len": "a request whose prompt + max_tokens exceeds it is refused",

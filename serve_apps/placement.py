@@ -1,6 +1,6 @@
 """Where an arm's engines run in the Ray cluster: what each Serve replica holds, and how vLLM finds its devices.
 
-Two layouts carry GPUs, chosen the way vLLM 0.32 and Ray Serve LLM expect them (see docs/gpu-runbook.md):
+Two layouts carry GPUs, chosen the way vLLM 0.32 and Ray Serve LLM expect them (see docs/engineering/gpu-review.md):
 
 - `replica`: the engine fits on one node. The replica itself holds every GPU of its engine (dp x tp workers for a
   vLLM data-parallel group), no placement group, and vLLM's multiprocessing backends start the ranks and workers

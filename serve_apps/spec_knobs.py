@@ -3,11 +3,11 @@ and the lossy fly included) and draft_lm_head_quantization, validated as vLLM va
 line naming the version, by a vLLM that lacks them.
 
 vLLM's rules (vllm/config/speculative.py; line numbers per wheel in serve_apps/vllm_versions.py and
-docs/gpu-runbook.md): synthetic takes exactly one of synthetic_acceptance_rates (length num_speculative_tokens,
-entries in [0, 1], non-increasing: *unconditional* rates, entry i the chance the first i+1 drafts are all
-accepted) and synthetic_acceptance_length (in [1, k + 1], resolved to rates by the minimum-variance schedule); either
-without synthetic is refused; fly needs num_speculative_tokens >= 2; draft_lm_head_quantization is for EAGLE,
-EAGLE-3 and MTP drafters, which share the target's lm_head.
+docs/engineering/gpu-review.md): synthetic takes exactly one of synthetic_acceptance_rates (length
+num_speculative_tokens, entries in [0, 1], non-increasing: *unconditional* rates, entry i the chance the first i+1
+drafts are all accepted) and synthetic_acceptance_length (in [1, k + 1], resolved to rates by the minimum-variance
+schedule); either without synthetic is refused; fly needs num_speculative_tokens >= 2; draft_lm_head_quantization is for
+EAGLE, EAGLE-3 and MTP drafters, which share the target's lm_head.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ reviewed against that minor's code, the methods it no longer has, and the dynami
 
 The version is always the installed vLLM's (where the engine runs: the replica, the placement probe; and on the
 orchestrator where it has one); no campaign names a version. Line numbers are of the vllm/ tree in each wheel
-(`pip download --no-deps vllm==0.3X.0`); docs/gpu-runbook.md has the same table for people.
+(`pip download --no-deps vllm==0.3X.0`); docs/engineering/gpu-review.md has the same table for people.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """specdrill's test suite. Test modules sit under subdirectories that mirror the package they mainly test
-(docs/testing.md, "Layout"), at different depths: they find the checkout and the suite's own files from here."""
+(docs/engineering/testing.md, "Layout"), at different depths: they find the checkout and the suite's own files from
+here."""
 
 from pathlib import Path
 

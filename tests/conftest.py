@@ -202,8 +202,8 @@ COLLECTED = pytest.StashKey[list[pytest.Item]]()
 
 # Under pytest -n (make test: --dist loadfile --no-loadscope-reorder) a module runs whole on one worker (its Ray
 # cluster, Serve apps and vLLM servers shared by its tests as in a serial run), and modules are handed out in
-# collection order: these go first, longest first (module totals of a clean-clone run, docs/testing.md), so that
-# no long module starts when the others are nearly done. Unlisted modules follow in their usual order.
+# collection order: these go first, longest first (module totals of a clean-clone run, docs/engineering/testing.md),
+# so that no long module starts when the others are nearly done. Unlisted modules follow in their usual order.
 LONGEST_FIRST = (  # seconds: module totals under -n 2, 2026-12-05 12:12 (a clean clone, helpers' work beside it)
     "tests/orchestrator/test_endpoint_vllm.py",  # 291
     "tests/serve_apps/test_placement.py",  # 278
@@ -245,9 +245,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # ---- Skips that hide coverage (issue 33) ---------------------------------------------------------------------
-# docs/testing.md counts the Chromium, network-namespace and vLLM tests as coverage. Where a prerequisite is missing
-# they skip (a developer's laptop); CI sets SPECDRILL_REQUIRE_ALL=1 (.ci/run), and then every skip is a failure that
-# names what is missing, so a green CI run means every one of them ran.
+# docs/engineering/testing.md counts the Chromium, network-namespace and vLLM tests as coverage. Where a prerequisite is
+# missing they skip (a developer's laptop); CI sets SPECDRILL_REQUIRE_ALL=1 (.ci/run), and then every skip is a failure
+# that names what is missing, so a green CI run means every one of them ran.
 REQUIRE_ALL = "SPECDRILL_REQUIRE_ALL"
 # What provides each prerequisite, by words of the skip reasons (tests/netbed.py, test_report_html.py, importorskip).
 PREREQUISITES = (

@@ -112,6 +112,21 @@ FORMS: dict[str, str] = {
         "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
     "specdrill tune RUN_DIR/recommended-campaign.yaml":
         "tests/test_docs.py::test_the_recommended_campaign_tunes",
+    "specdrill tune CAMPAIGN.yaml --profile fitted.yaml":
+        "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
+    "specdrill simulate oracle --profile fitted.yaml":
+        "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
+    # docs/operator/'s worked example (a DP = 2 fleet serving chat), run as the pages show it
+    "specdrill simulate dp2-chat.yaml --output runs/dp2-chat":
+        "tests/test_docs_operator.py::test_the_operator_pages_worked_example_runs_as_shown",
+    "specdrill recommend runs/dp2-chat --topology data_parallel:2":
+        "tests/test_docs_operator.py::test_the_operator_pages_worked_example_runs_as_shown",
+    "specdrill tune dp2-chat.yaml --topology data_parallel:2":
+        "tests/test_docs_operator.py::test_the_operator_pages_worked_example_runs_as_shown",
+    "specdrill simulate dp2-chat-ngram.yaml --output runs/dp2-chat-ngram":
+        "tests/test_docs_operator.py::test_the_operator_pages_worked_example_runs_as_shown",
+    "specdrill compare runs/dp2-chat runs/dp2-chat-ngram --fail-on worse --fail-on policy-change -o release-check":
+        "tests/test_docs_operator.py::test_the_operator_pages_worked_example_runs_as_shown",
 }  # fmt: skip
 # Forms no test runs, and why; each reason names what is checked instead.
 NOT_RUN: dict[str, str] = {
@@ -135,8 +150,8 @@ _BENCH_FORWARD = (
     "{exclude}--shapes examples/bench-forward/{stem}.yaml --output-json {stem}.json"
 )
 NEEDS_A_CLUSTER: dict[str, tuple[str, str]] = {
-    # a GPU and vLLM 0.33+ (docs/simulator.md's recipe): what they would write from these shapes is the fixtures'
-    # format, and the fixtures are written from these shapes
+    # a GPU and vLLM 0.33+ (docs/operator/simulator.md's recipe): what they would write from these shapes is the
+    # fixtures' format, and the fixtures are written from these shapes
     **{_BENCH_FORWARD.format(k=k, exclude=exclude, stem=stem): (
         "tests/orchestrator/calibrate/test_bench_forward.py",
         "def test_the_fixtures_are_the_shipped_profiles_forward_in_vllms_format",
@@ -344,8 +359,8 @@ def documented_forms_problems(ran: dict[str, bool], log: Path, every_test_ran: b
 
 
 def test_the_recommended_campaign_tunes(tmp_path: Path) -> None:
-    """docs/running.md: recommend writes RUN_DIR/recommended-campaign.yaml and points to `specdrill tune` on it;
-    that line runs (in process: the oracle tune starts from is most of its ~8 s, one candidate besides it)."""
+    """docs/operator/which-k.md: recommend writes RUN_DIR/recommended-campaign.yaml and points to `specdrill tune` on
+    it; that line runs (in process: the oracle tune starts from is most of its ~8 s, one candidate besides it)."""
     campaign = tmp_path / "c.yaml"
     campaign.write_text(yaml.safe_dump({
         "name": "tunable", "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
@@ -407,7 +422,7 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproces
 
 def test_the_first_run(first_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     """README: `specdrill simulate campaigns/quickstart.yaml` prints the report, the DP arm's fallback found; then
-    docs/simulator.md's `python -m tools.agreement` on that run against itself agrees."""
+    docs/engineering/simulator-internals.md's `python -m tools.agreement` on that run against itself agrees."""
     run, result = first_run
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "vLLM's data-parallel fallback" in result.stdout and "all gates pass" in result.stdout
@@ -425,7 +440,8 @@ FirstRun = tuple[Path, subprocess.CompletedProcess[str]]
 
 
 def test_running_md_shows_the_quickstarts_answer_block(first_run: FirstRun) -> None:
-    """docs/running.md's answer block is the one this run printed first, line for line (make docs writes it)."""
+    """docs/operator/first-run.md's answer block is the one this run printed first, line for line (make docs writes
+    it)."""
     run, result = first_run
     lines = json.loads((run / "summary.json").read_text())["answer"]["lines"]
     printed = result.stdout.splitlines()

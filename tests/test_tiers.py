@@ -85,7 +85,7 @@ def test_every_slow_entry_names_collected_tests(request: pytest.FixtureRequest) 
 
 
 def test_not_vllm_collects_on_a_machine_without_vllm() -> None:
-    """docs/testing.md: `-m "not vllm"` on a machine without the vLLM CPU build. The suite is collected with
+    """docs/engineering/testing.md: `-m "not vllm"` on a machine without the vLLM CPU build. The suite is collected with
     `import vllm` failing (tests/no_vllm.py): no module may need vLLM to be imported, and every test left after
     `-m "not vllm"` is one that does not reach it (~9 s: the collection imports every test module)."""
     done = subprocess.run(

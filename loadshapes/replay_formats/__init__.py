@@ -1,6 +1,6 @@
 """Readers for the traces `replay` plays back, one module per format behind one interface (base.ReplayFormat).
 
-Formats (docs/traffic.md, docs/replay.md):
+Formats (docs/operator/traffic.md, docs/operator/replay.md):
   - azure: Azure LLM inference traces 2023 / 2024, CSV `TIMESTAMP, ContextTokens, GeneratedTokens`, date-times;
   - burstgpt: BurstGPT, CSV `Timestamp, Model, Request tokens, Response tokens, Total tokens, Log Type`, seconds
     from the trace's start; 0 response tokens is a failed request;

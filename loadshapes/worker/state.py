@@ -25,7 +25,7 @@ from timebase.clock import now_ns
 def load_plan() -> WorkerPlan:
     path = os.environ.get("SPECDRILL_LOAD_PLAN")
     if not path:
-        sys.exit("SPECDRILL_LOAD_PLAN is not set: point it at a load plan (YAML or JSON, see docs/traffic.md)")
+        sys.exit("SPECDRILL_LOAD_PLAN is not set: point it at a load plan (YAML or JSON, see docs/operator/traffic.md)")
     # A standby worker is started before its plan exists (Locust's import costs seconds): it waits here, bounded.
     wait_s = float(os.environ.get("SPECDRILL_PLAN_WAIT_S", "0"))
     deadline = time.monotonic() + wait_s

@@ -32,7 +32,7 @@ def _set_limits(ctx: click.Context, param: click.Parameter, value: tuple[str, ..
         raise click.BadParameter(str(exc)) from None
 
 
-# The plan-size limits of the command (docs/campaign-reference.md, "Limits"): set before the campaign is read,
+# The plan-size limits of the command (docs/reference/campaign-reference.md, "Limits"): set before the campaign is read,
 # since reading a replay file already counts against two of them.
 limit_option = click.option(
     "--limit", "limits", multiple=True, metavar="NAME=VALUE", callback=_set_limits, expose_value=False,

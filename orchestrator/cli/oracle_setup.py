@@ -1,7 +1,7 @@
 """What `specdrill simulate oracle` computes the ground truth of: the profile, the workload and the largest k. With
 `--campaign`, taken from the campaign as `tune` takes them (decide/tune.py: the mix's heaviest workload, the
 speculative arms' largest k), so the oracle an operator runs is the one the decisions are graded against
-(docs/ground-truth.md); without, the defaults below, named in the command's output."""
+(docs/engineering/grading.md); without, the defaults below, named in the command's output."""
 
 from __future__ import annotations
 

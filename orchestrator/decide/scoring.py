@@ -11,7 +11,7 @@ Comparing two candidates in a band: goodput first; only where it ties within the
 seed (the same requests), a difference counting only when the per-seed ratio's robust range lies beyond the
 analysis' margin.
 
-The tie rule (the one rule of `tune`, printed by it and stated in docs/ground-truth.md): the candidates tied with
+The tie rule (the one rule of `tune`, printed by it and stated in docs/engineering/grading.md): the candidates tied with
 the best-loss one are those not worse than it beyond the margin in any band nor slower in total (paired) by one
 band's margin (log 1.02). Among them, in this order:
 1. the fixed-batch oracle's k: the least speedup given up against its best k at the batch sizes the traffic

@@ -29,7 +29,7 @@ from serve_apps.placement import ArmPlacement, plan_placement
 
 log = get_logger(__name__)
 
-# Keep every Ray listener on loopback (docs/security.md).
+# Keep every Ray listener on loopback (docs/operator/security.md).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 

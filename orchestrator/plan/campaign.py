@@ -40,7 +40,7 @@ class ServeConfig(_Strict):
     host: str = Field(
         default="127.0.0.1",
         min_length=1,
-        description="Ray Serve's HTTP host; loopback unless you open it (docs/security.md)",
+        description="Ray Serve's HTTP host; loopback unless you open it (docs/operator/security.md)",
     )
     port: int = Field(
         default=8000,
@@ -92,7 +92,7 @@ class LoadConfig(_Strict):
     # than this share to the model's step time is flagged like a saturated generator: its latencies are the
     # host's. 0.1: the engine ran within 10% of its model's pace, five times the verdicts' 2% margin, so a
     # verdict is only at risk where the arms were slowed very unequally; beyond it they measurably were
-    # (docs/simulator.md).
+    # (docs/operator/simulator.md).
     engine_lag_bound: float = Field(default=0.1, gt=0)
     drain_s: float = Field(
         default=120.0,

@@ -2,7 +2,7 @@
 
 Cheap by construction: requests come from the shapes' integrals (rate x duration, never the arrivals themselves),
 tokens from the mix's `high` bounds (or a replay window's recorded lengths, read and counted when the campaign was
-loaded), memory and time from costs measured on the simulator (docs/campaign-reference.md, "Limits"). A figure
+loaded), memory and time from costs measured on the simulator (docs/reference/campaign-reference.md, "Limits"). A figure
 over its limit refuses the run in one line naming every figure, and how to raise the limit.
 """
 

@@ -10,7 +10,7 @@ lock from another host cannot be checked from here: it is named and refused unle
 (`--force-lock`), having made sure that run is gone.
 
 Local directories are locked with an atomic link (a lock is never seen half-written); a pyarrow filesystem URI
-(an object store has no atomic create) is checked, then written: best effort, said in docs/running.md.
+(an object store has no atomic create) is checked, then written: best effort, said in docs/operator/running.md.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ class EndpointEngineConfig(EngineConfigBase):
     max_num_seqs: int = Field(default=512, ge=1)
     # The served model's tokenizer (a local path, or a Hugging Face id already in the local cache of every node
     # a load worker runs on; never downloaded): prompt lengths are counted in its tokens. None: in words, said at
-    # run start (docs/traffic.md).
+    # run start (docs/operator/traffic.md).
     tokenizer: str | None = None
 
     @field_validator("urls")

@@ -127,8 +127,8 @@ class StepTimeline:
             # Under async scheduling this step was scheduled before the previous one's output was processed, so
             # the requests that finished there (by a stop token, or by max_tokens reached through accepted drafts)
             # ran in it again: vLLM counts them among its decoding requests and discards their output, drafts
-            # included (scheduler.py update_from_output skips finished requests; docs/gpu-runbook.md). At most that
-            # many of its decodes are such leftovers.
+            # included (scheduler.py update_from_output skips finished requests; docs/engineering/gpu-review.md). At
+            # most that many of its decodes are such leftovers.
             leftovers = self._finished_last.get(step.rank, 0) if self.async_scheduling else 0
             self._finished_last[step.rank] = len(step.finished)
             if previous is not None:
@@ -204,7 +204,7 @@ class StepTimeline:
         token a step without speculation). Never by time: under async scheduling a step's start is not vLLM's
         measure (see the class doc). Neither known: no steps, counted in fallbacks. Async scheduling moves
         neither end: vLLM 0.32-0.34 deliver a step's first tokens and finishes with that step's own stats
-        (docs/gpu-runbook.md, "Async scheduling and the step timeline")."""
+        (docs/engineering/gpu-review.md, "Async scheduling and the step timeline")."""
         with self._lock:
             mine = self._rank_rows.get(rank, [])
             hi = bisect.bisect_left(mine, last_row)

@@ -95,7 +95,7 @@ def test_scripts_parse(script: str) -> None:
     subprocess.run(["bash", "-n", str(REPO / "infra" / script)], check=True)
 
 
-# --- models on a cluster: token, cache, /dev/shm (docs/models-on-a-cluster.md) ---------------------------------
+# --- models on a cluster: token, cache, /dev/shm (docs/operator/models-on-a-cluster.md) -----------------------
 
 MANIFESTS = [("raycluster.yaml", "rayclusters"), ("rayjob.yaml", "rayjobs")]
 

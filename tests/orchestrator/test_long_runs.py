@@ -52,7 +52,8 @@ def server() -> Iterator[ServerThread]:
 
 
 def test_a_minute_of_real_time_load_on_ray_loses_no_row(server: ServerThread, tmp_path: Path) -> None:
-    # The ten-minute version, with its memory and lateness drift, is `make bench-soak` (docs/performance.md).
+    # The ten-minute version, with its memory and lateness drift, is `make bench-soak`
+    # (docs/engineering/performance.md).
     shape, summaries, table = soak(server, tmp_path, duration_s=60.0, burst_s=5.0)
     expected = shape.expected_requests
     assert not any(s.lost for s in summaries)

@@ -211,7 +211,7 @@ def test_vllm_cpu_runs_no_async_scheduling_even_when_an_arm_asks_for_it(
     """vllm/platforms/cpu.py (check_and_update_config) sets scheduler_config.async_scheduling = False after the
     engine args asked for it, and logs nothing: the engine facts say what runs. The timeline's async-scheduling
     rule is proven by tests/serve_apps/engines/test_step_timeline.py only; if a vllm-cpu release keeps it on, this
-    fails and a vLLM-tier timeline test under async scheduling can be written (docs/gpu-runbook.md)."""
+    fails and a vLLM-tier timeline test under async scheduling can be written (docs/engineering/gpu-review.md)."""
     from orchestrator.plan.campaign import Campaign
     from serve_apps.engines.vllm_engine import VllmEngine
     from serve_apps.engines.vllm_stats import resolved_engine_facts

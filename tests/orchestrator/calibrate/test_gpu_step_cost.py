@@ -1,5 +1,6 @@
 """benchmarks/gpu_step_cost.py, run as the script it is (the GPU machine runs it with no specdrill install): the
-measuring side on a CPU with --tiny dims (the GPU run is recorded in benchmarks/results/ and docs/simulator.md),
+measuring side on a CPU with --tiny dims (the GPU run is recorded in benchmarks/results/ and
+docs/engineering/simulator-internals.md),
 its attention against per-query loops written here, and --compare (orchestrator/calibrate/stepshape.py) against
 cost models and ratios computed here from the profile's YAML."""
 

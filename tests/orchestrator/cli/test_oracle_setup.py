@@ -1,4 +1,4 @@
-"""`specdrill simulate oracle` computes the oracle the decisions are graded against (docs/ground-truth.md: ties
+"""`specdrill simulate oracle` computes the oracle the decisions are graded against (docs/engineering/grading.md: ties
 within the analysis margin, the campaign's own workload and largest k). Issue 40: its defaults were a 1% tie and
 the `reasoning` workload, so an operator's oracle differed from the graded one. The reference here is oracle()
 called with the grading's parameters, the workload read from the campaign's YAML by this test."""
@@ -20,7 +20,8 @@ from tests import REPO
 
 QUICKSTART = REPO / "campaigns" / "quickstart.yaml"
 SIZES = [1, 64]
-MARGIN = 0.02  # the grading's tie (docs/ground-truth.md "The oracle's tie tolerance is the analysis' margin (2%)")
+# the grading's tie (docs/engineering/grading.md "The oracle's tie tolerance is the analysis' margin (2%)")
+MARGIN = 0.02
 
 
 def _run(*args: str) -> tuple[dict[str, Any], str]:

@@ -119,7 +119,7 @@ def test_a_run_compared_with_itself_and_its_rerun_shows_no_change_and_passes_the
         assert "No change in any of the" in found.answer
         assert found.recommended[2] == "the recommended schedule is the same"
         assert (out / "compare.html").read_text().count("<script") == 0
-    # the release check's lines (docs/running.md): a wider margin and two gates pass too
+    # the release check's lines (docs/operator/release-check.md): a wider margin and two gates pass too
     for gate in (["--fail-on", "worse", "--margin", "0.05"], ["--fail-on", "worse", "--fail-on", "policy-change"]):
         code, err, found = compare(capsys, str(base), str(again), *gate, "-o", str(runs / "release-check"))
         assert code == 0 and found is not None and found.gate_failures == [], err

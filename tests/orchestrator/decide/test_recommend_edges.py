@@ -27,7 +27,7 @@ from serve_apps.sim.profile import load_profile
 
 PROFILE = "llama3.1-8b-h100-eagle"
 MARGIN = 0.02  # the map's margin: within it two k are equal
-SLACK = 1 + MARGIN + 0.02  # the margin and the oracle's own tie tolerance (docs/ground-truth.md)
+SLACK = 1 + MARGIN + 0.02  # the margin and the oracle's own tie tolerance (docs/engineering/grading.md)
 LADDER: dict[str, Any] = {
     "name": "ladder",
     "engine": {"kind": "simulated", "profile": PROFILE},

@@ -319,7 +319,8 @@ def test_search_finds_the_crossover_and_leaves_a_run_the_report_reads(
         assert "req/s (bracket within 10%)" in lines[-1] and hi / lo - 1 <= 0.10
     else:  # wider than asked: the words say so, and name each end's samples
         assert "not the 10% asked, settled across traffic samples: helps at " in lines[-1]
-    assert 16 < lo < 27 < hi <= 48  # around the costly profile's k = 3 crossover, ~27 req/s (docs/ground-truth.md)
+    # around the costly profile's k = 3 crossover, ~27 req/s (docs/engineering/grading.md)
+    assert 16 < lo < 27 < hi <= 48
     summary = write_report(str(out))
     assert len(summary.units) == 2 * len(record["steps"])  # every unit of both arms, read as a normal run
     assert summary.mode == "virtual"

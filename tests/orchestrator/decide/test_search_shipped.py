@@ -204,7 +204,7 @@ def test_first_yaml_searches_its_dp_arm_against_off_on_two_engines(
 # The dense sweep's crossover of first.yaml's dyn-single against off-single, 150-request units: 24 rates 4.0-9.9
 # req/s 4% apart, 16 traffic samples each (campaign seeds 1000-1015), each rate's ratio read from `specdrill
 # simulate`'s summary.json, a cubic in log rate through every sample's log ratio; 95% over the seeds resampled.
-# benchmarks/bench_search_seeds.py, 2026-12-05 23:49 UTC (docs/ground-truth.md). None of the search's code.
+# benchmarks/bench_search_seeds.py, 2026-12-05 23:49 UTC (docs/engineering/grading.md). None of the search's code.
 FIRST_DYN_CROSSOVER = (6.31, 6.43, 6.55)
 
 

@@ -142,7 +142,7 @@ def test_a_search_the_budget_stops_says_so_and_never_calls_its_schedule_tuned(
     assert json.loads(Path(out.files["tune.json"]).read_text())["stopped_by_budget"] is True
     # The tie rule the output states is the one the docs state (and test_the_tie_rule_... holds the code to).
     assert TIE_RULE in text and "ties go to the smaller k" not in text
-    docs = " ".join((REPO / "docs" / "ground-truth.md").read_text().split())
+    docs = " ".join((REPO / "docs" / "engineering" / "grading.md").read_text().split())
     assert TIE_RULE in docs
 
 

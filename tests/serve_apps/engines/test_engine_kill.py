@@ -66,7 +66,8 @@ def engine_core_of_replica(deployment: str, gcs_address: str) -> tuple[int, int,
     return replica.pid, cores[0][0], cores[0][1]
 
 
-@pytest.mark.timeout(600)  # a bound against a hang: 5.8 min here under load average ~30 (docs/gpu-runbook.md)
+# a bound against a hang: 5.8 min here under load average ~30 (docs/engineering/gpu-review.md)
+@pytest.mark.timeout(600)
 def test_an_engine_core_killed_inside_its_replica_is_replaced_and_its_window_marked(
     tiny_model_dir: str, tmp_path: Path
 ) -> None:

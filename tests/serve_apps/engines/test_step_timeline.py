@@ -107,15 +107,15 @@ def test_without_vllms_ttft_the_first_step_is_counted_back_or_left_unknown_never
     assert timeline.fallbacks == {"first_step_by_count": 1, "first_step_unknown": 1, "finish_not_reported": 0}
 
 
-# --- Async scheduling: the order vLLM 0.32-0.34 deliver a step's stats (docs/gpu-runbook.md, "Async scheduling
-# and the step timeline"). With a batch queue of two, EngineCore.step_with_batch_queue schedules step N+1 before it
-# pops step N and hands N's own SchedulerOutput to capture_iteration_details and update_from_output; the latter
-# puts N's finishes and N's stats (make_stats, spec-decode stats of N's verified drafts) in one EngineCoreOutputs,
-# and AsyncLLM's output handler builds one IterationStats (TTFTs, finished requests) from those outputs and
-# records it with those stats. So a step's first tokens and finishes come with that step's own stats, in both
-# modes. What differs: step N+1 was scheduled before N's finishes were known, so a request that finished in N runs
-# in N+1 again, counted among its decodes (generation requests by its placeholders), its output and drafts
-# discarded (update_from_output skips finished requests). Read at these lines, the same order in each version:
+# --- Async scheduling: the order vLLM 0.32-0.34 deliver a step's stats (docs/engineering/gpu-review.md, "Async
+# scheduling and the step timeline"). With a batch queue of two, EngineCore.step_with_batch_queue schedules step N+1
+# before it pops step N and hands N's own SchedulerOutput to capture_iteration_details and update_from_output; the
+# latter puts N's finishes and N's stats (make_stats, spec-decode stats of N's verified drafts) in one
+# EngineCoreOutputs, and AsyncLLM's output handler builds one IterationStats (TTFTs, finished requests) from those
+# outputs and records it with those stats. So a step's first tokens and finishes come with that step's own stats, in
+# both modes. What differs: step N+1 was scheduled before N's finishes were known, so a request that finished in N runs
+# in N+1 again, counted among its decodes (generation requests by its placeholders), its output and drafts discarded
+# (update_from_output skips finished requests). Read at these lines, the same order in each version:
 DELIVERY_READ = {
     "0.32": "core.py:753-759,768-786 scheduler.py:2091,2116-2129,2227,2409-2422 async_llm.py:853-902",
     "0.33": "core.py:763-769,778-796 scheduler.py:2327,2352-2365,2473,2661-2674 async_llm.py:884-933",
