@@ -126,9 +126,7 @@ def search_campaign(campaign: Campaign, pair: Pair, output: str, shapes: dict[st
     names = {pair.arm_name, pair.base_name}
     gates = data.get("gates") or {}
     gates["exempt_arms"] = [a for a in gates.get("exempt_arms", []) if a in names]
-    engine = data["engine"]
-    if engine.get("kind") == "endpoint":
-        engine["urls"] = {arm: url for arm, url in engine["urls"].items() if arm in names}
+    data["engine"] = kind_of(campaign.engine).for_arms(campaign.engine, names).model_dump(mode="json", by_alias=True)
     if pair.off_policy_added:
         data["policies"] = {**data["policies"], OFF_NAME: "off"}
         data["analysis"] = {**(data.get("analysis") or {}), "absolute_only": False}

@@ -125,6 +125,10 @@ class EngineKind:
     def check_arm_names(self, config: EngineConfigBase, names: set[str]) -> None:
         """Raises ValueError when the config does not fit the campaign's arms."""
 
+    def for_arms(self, config: EngineConfigBase, names: set[str]) -> EngineConfigBase:
+        """The config of a campaign cut down to the named arms (search runs two): what named the others goes."""
+        return config
+
     def check_arm(self, arm: ServedArm) -> None:
         """Raises ValueError (one line) when this kind cannot run the arm as written (a knob it cannot model)."""
 

@@ -76,6 +76,10 @@ class EndpointKind(EngineKind):
     def api_key_env(self, config: EngineConfigBase) -> str | None:
         return as_endpoint(config).api_key_env
 
+    def for_arms(self, config: EngineConfigBase, names: set[str]) -> EngineConfigBase:
+        endpoint = as_endpoint(config)
+        return endpoint.model_copy(update={"urls": {arm: url for arm, url in endpoint.urls.items() if arm in names}})
+
     def check_arm_names(self, config: EngineConfigBase, names: set[str]) -> None:
         urls = as_endpoint(config).urls
         missing = sorted(names - set(urls))
