@@ -1,6 +1,7 @@
 """A policy played through a campaign's own traffic in virtual time, without writing a run directory: the
-virtual-time runner's units (orchestrator/virtual/) and its trace rows, kept in memory as per-request
-arrays for the searches (tune, search) to score thousands of candidate schedules on.
+virtual executor's units (orchestrator/virtual/executor.py, play_unit) and their trace rows, judged by
+loadshapes.experience and kept in memory as per-request arrays for the searches (tune, search) to score
+thousands of candidate schedules on.
 
 Every policy sees the same requests in the same order (request i of every (shape, repeat) is the same request
 for every policy, as in a campaign), so two Played of one Traffic pair by position.
@@ -13,16 +14,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from loadshapes.experience import LATENCIES, Felt, felt
 from orchestrator.plan.campaign import Campaign, CampaignError
 from orchestrator.rundir.layout import Unit
 from orchestrator.virtual.campaign import require_simulated
-from orchestrator.virtual.rows import RowContext, trace_table
-from orchestrator.virtual.traffic import Traffic, play, traffic_of
+from orchestrator.virtual.executor import play_unit
+from orchestrator.virtual.traffic import Traffic, traffic_of
 from orchestrator.virtual.twins import arm_model
 from serve_apps.arms import ArmSpec
 from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
 
-LATENCIES = ("tpot", "ttft", "e2e")
 AnyPolicy = OffPolicy | FixedPolicy | DynamicPolicy
 
 
@@ -76,67 +77,28 @@ class CampaignTraffic:
         return ArmSpec.model_validate(data)
 
     def play(self, policy: AnyPolicy, name: str = "candidate-single") -> Played:
+        """The policy on one engine through every unit, as the virtual executor plays a unit (play_unit)."""
         arm = self.arm(name, policy)
         model = arm_model(arm)
-        campaign = self.campaign
-        parts: list[dict[str, np.ndarray]] = []
+        parts: list[Felt] = []
+        seeds: list[np.ndarray] = []
         max_batch = 0
         for shape_name, repeat in self.units:
             unit = Unit(arm=arm.name, shape=shape_name, repeat=repeat)
             traffic = self.traffic[(shape_name, repeat)]
-            open_loop = campaign.shapes[shape_name].open_loop
-            outcome = play(model, unit, traffic.plans, traffic, campaign.load.drain_s, open_loop=open_loop)
+            outcome, table = play_unit(self.campaign, model, unit, traffic.plans, traffic, run="tune", start_ns=0,
+                                       stored=False)  # fmt: skip
             for core in outcome.cores:
                 batches = core.steps.column("batch_size")
                 if len(batches):
                     max_batch = max(max_batch, int(batches.max()))
-            ctx = RowContext.of(campaign, arm, shape_name, repeat, run="tune", start_ns=0, time_scale=model.time_scale,
-                                stored=False)  # fmt: skip
-            table = trace_table(ctx, outcome, model.engines)
-            parts.append(_columns(table, campaign, repeat))
-        merged = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+            parts.append(felt(table, self.campaign.slo))
+            seeds.append(np.full(table.num_rows, repeat, np.int32))
+        merged = Felt.concat(parts)
         return Played(
-            seed=merged["seed"], offered_rate=merged["offered_rate"], ok=merged["ok"], met=merged["met"],
-            latency={name: merged[name] for name in LATENCIES}, max_batch=max_batch,
+            seed=np.concatenate(seeds), offered_rate=merged.offered_rate, ok=merged.ok, met=merged.met,
+            latency={name: getattr(merged, name) for name in LATENCIES}, max_batch=max_batch,
         )  # fmt: skip
-
-
-def _columns(table: object, campaign: Campaign, repeat: int) -> dict[str, np.ndarray]:
-    import pyarrow as pa
-
-    assert isinstance(table, pa.Table)
-    n = table.num_rows
-    ok = np.asarray(table.column("status").to_pylist(), dtype=object) == "ok"
-    values = {
-        name: np.asarray(table.column(f"{name}_s").to_numpy(zero_copy_only=False), dtype=np.float64)
-        for name in LATENCIES
-    }
-    values = {name: np.where(ok, v, np.nan) for name, v in values.items()}
-    tpot = values["tpot"]
-    # The report's usable per-token latency: an ok request with more than one token (tpot > 0).
-    values["tpot"] = np.where(tpot > 0, tpot, np.nan)
-    categories = table.column("category").to_pylist()
-    met = np.fromiter(
-        (
-            bool(ok[i])
-            and campaign.slo.met(
-                categories[i],
-                ok=True,
-                ttft_s=_opt(values["ttft"][i]),
-                tpot_s=_opt(tpot[i]),
-                e2e_s=_opt(values["e2e"][i]),
-            )
-            for i in range(n)
-        ),
-        bool,
-        n,
-    )
-    rates = np.asarray(table.column("offered_rate_rps").to_numpy(zero_copy_only=False), dtype=np.float64)
-    return {"seed": np.full(n, repeat, np.int32), "offered_rate": rates, "ok": ok, "met": met, **values}
-
-
-def _opt(value: float) -> float | None:
-    return None if np.isnan(value) else float(value)
 
 
 def drafter_arms(campaign: Campaign) -> Sequence[ArmSpec]:

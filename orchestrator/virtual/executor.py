@@ -115,6 +115,19 @@ def unit_starts(campaign: Campaign) -> dict[str, int]:
     return starts
 
 
+def play_unit(
+    campaign: Campaign, model: ArmModel, unit: Unit, plans: Sequence[WorkerPlan], traffic: Traffic, *, run: str,
+    start_ns: int, stored: bool = True,
+) -> tuple[UnitRun, pa.Table]:  # fmt: skip
+    """A unit's traffic played into its arm's engines, and its trace rows: what a virtual unit writes, and what
+    `tune` and `search` score in memory (stored=False: without the columns only a stored trace needs)."""
+    shape = campaign.shapes[unit.shape]
+    outcome = play(model, unit, plans, traffic, campaign.load.drain_s, open_loop=shape.open_loop)
+    ctx = RowContext.of(campaign, model.arm, unit.shape, unit.repeat, run=run, start_ns=start_ns,
+                        time_scale=model.time_scale, stored=stored)  # fmt: skip
+    return outcome, trace_table(ctx, outcome, model.engines)
+
+
 def simulate_unit(
     campaign: Campaign, model: ArmModel, unit: Unit, *, run: str, store: RunStore, start_ns: int,
     traffic: Traffic | None = None,
@@ -124,10 +137,8 @@ def simulate_unit(
     began = time.perf_counter()
     plans = plans_for(campaign, arm, unit, run=run, url=f"virtual://{arm.name}", traces=store.traces)
     shape = campaign.shapes[unit.shape]
-    outcome = play(model, unit, plans, traffic or Traffic(plans), campaign.load.drain_s, open_loop=shape.open_loop)
+    outcome, table = play_unit(campaign, model, unit, plans, traffic or Traffic(plans), run=run, start_ns=start_ns)
     simulated = time.perf_counter()
-    ctx = RowContext.of(campaign, arm, unit.shape, unit.repeat, run=run, start_ns=start_ns, time_scale=model.time_scale)
-    table = trace_table(ctx, outcome, model.engines)
     # The writer id of load worker 0, so RunStore.remove_partial finds these files when the unit is redone.
     writer = PartWriter(store.traces, writer_id=writer_id(unit.arm, unit.shape, unit.repeat, 0))
     if table.num_rows:
@@ -141,7 +152,7 @@ def simulate_unit(
     )  # fmt: skip
     log.info(
         "unit.simulated", unit=unit.key, rows=result.rows, steps=steps, simulate_s=round(simulated - began, 3),
-        rows_s=round(time.perf_counter() - simulated, 3),
+        write_s=round(time.perf_counter() - simulated, 3),
     )  # fmt: skip
     return result
 

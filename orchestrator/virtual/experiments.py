@@ -1,4 +1,7 @@
-"""Offline experiments on the virtual-time simulated engine: fixed batch sizes and open-loop rate sweeps."""
+"""Offline experiments on the virtual-time simulated engine: fixed batch sizes (closed loop, the oracle's) and
+open-loop rate sweeps (ground truth's), their engines stepped by the one driver (serve_apps/sim/virtual.py) and
+what users felt judged by loadshapes.experience. Their requests are a workload's token counts (no prompt text):
+a campaign's traffic is the load workers' requests, played by orchestrator/virtual/traffic.py."""
 
 from __future__ import annotations
 
@@ -8,15 +11,15 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from loadshapes.arrivals import poisson_arrivals
+from loadshapes.experience import LatencySummary, met, quantile, quantiles
 from loadshapes.mixes import Workload
 from loadshapes.slo import SloConfig
 from orchestrator.logs import get_logger
-from orchestrator.virtual.latency import WindowSummary, summarize_window
 from serve_apps.policies import SINGLE, OffPolicy, Topology
 from serve_apps.policies import Policy as PolicyT
 from serve_apps.sim.engine import EngineCore
 from serve_apps.sim.profile import Profile
-from serve_apps.sim.request import SimRequest
+from serve_apps.sim.request import RequestRecord, SimRequest
 from serve_apps.sim.virtual import run_closed_loop, run_open_loop
 
 AnyPolicy = PolicyT  # the discriminated union of policy models
@@ -113,7 +116,7 @@ def closed_batch(
     durations = (ends - starts)[inside]
     return ClosedBatch(
         tokens_per_s=tokens / (end - start),
-        tpot_p50_s=float(np.median(steady)) if steady else float("nan"),
+        tpot_p50_s=quantile(steady, 0.5),
         steady_requests=len(steady),
         mean_batch=float(np.average(steps.column("batch_size")[inside], weights=durations))
         if durations.sum() > 0
@@ -147,6 +150,70 @@ def fixed_batch(
             )
         )
     return points
+
+
+class WindowSummary(BaseModel):
+    """Throughput over a measurement window; latencies of the requests that arrived in it."""
+
+    model_config = ConfigDict(frozen=True)
+    window_s: float
+    arrived: int
+    completed_in_window: int
+    completion_rate: float  # completed requests per second within the window
+    output_tokens_per_s: float
+    goodput: float  # requests per second finishing in the window and meeting the SLO
+    goodput_fraction: float  # of requests that arrived in the window, the share that met the SLO
+    unfinished: int  # arrived in the window and never finished before the run stopped
+    ttft: LatencySummary
+    tpot: LatencySummary
+    e2e: LatencySummary
+    queue_wait: LatencySummary
+    mean_executed_k: float  # per request-step, k = 0 steps included
+    mean_drafted: float  # drafts actually verified per request-step (the drafter may propose fewer than k)
+    mean_acceptance_length: float | None
+
+
+def _met(records: Sequence[RequestRecord], slo: SloConfig) -> np.ndarray:
+    # A record is a finished request: completed, with every latency measured (a one-token answer: tpot 0).
+    return met(
+        slo, [r.category for r in records], ok=np.ones(len(records), bool),
+        ttft=np.fromiter((r.ttft for r in records), np.float64, len(records)),
+        tpot=np.fromiter((r.tpot for r in records), np.float64, len(records)),
+        e2e=np.fromiter((r.e2e for r in records), np.float64, len(records)),
+    )  # fmt: skip
+
+
+def window_summary(
+    records: Sequence[RequestRecord], *, start: float, end: float, arrived: int, slo: SloConfig
+) -> WindowSummary:
+    """Throughput of the window [start, end); what users felt: the requests that arrived in it."""
+    window = end - start
+    done_in_window = [r for r in records if start <= r.finished < end]
+    cohort = [r for r in records if start <= r.arrival < end]
+    tokens = sum(int(((r.token_times >= start) & (r.token_times < end)).sum()) for r in records)
+    steps_k = np.concatenate([r.step_k for r in cohort]) if cohort else np.zeros(0)
+    drafted = np.concatenate([r.step_drafted for r in cohort]) if cohort else np.zeros(0)
+    spec_steps = np.concatenate([r.step_drafted > 0 for r in cohort]) if cohort else np.zeros(0, dtype=bool)
+    accepted = np.concatenate([r.step_accepted for r in cohort]) if cohort else np.zeros(0)
+    return WindowSummary(
+        window_s=window,
+        arrived=arrived,
+        completed_in_window=len(done_in_window),
+        completion_rate=len(done_in_window) / window,
+        output_tokens_per_s=tokens / window,
+        goodput=int(_met(done_in_window, slo).sum()) / window,
+        goodput_fraction=int(_met(cohort, slo).sum()) / arrived if arrived else 0.0,
+        unfinished=arrived - len(cohort),
+        ttft=quantiles([r.ttft for r in cohort]),
+        tpot=quantiles([r.tpot for r in cohort if r.output_tokens > 1]),
+        e2e=quantiles([r.e2e for r in cohort]),
+        queue_wait=quantiles([r.queue_wait for r in cohort]),
+        mean_executed_k=float(steps_k.mean()) if steps_k.size else 0.0,
+        mean_drafted=float(drafted.mean()) if drafted.size else 0.0,
+        mean_acceptance_length=1.0 + float(accepted[spec_steps].sum()) / int(spec_steps.sum())
+        if spec_steps.any()
+        else None,
+    )
 
 
 class SweepPoint(BaseModel):
@@ -186,7 +253,7 @@ def sweep(
                 rate=rate,
                 policy=policy.label,
                 topology=topology.label,
-                summary=summarize_window(run.records, start=start, end=duration, arrived=in_window, slo=slo),
+                summary=window_summary(run.records, start=start, end=duration, arrived=in_window, slo=slo),
                 preemptions=core.num_preemptions,
             )
             log.info(
