@@ -111,6 +111,7 @@ bench-calibrate: $(STAMP)
 # The reference pages generated from the code (orchestrator/docgen.py); tests/test_docs.py fails when they are stale.
 docs: $(DEMO_STAMP)
 	$(BIN)/python -m orchestrator.docgen
+	$(BIN)/python -m orchestrator.cli.reference
 
 # docs/report.png: report.html of the quickstart in virtual time (seconds, no Ray), as headless Chromium shows it.
 # Exit code 3 is a failed gate: the report is still written.

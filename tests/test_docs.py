@@ -202,6 +202,13 @@ def test_the_trace_schema_page_is_current() -> None:
     _stale(docgen.TRACE_PAGE)
 
 
+def test_the_command_reference_is_current() -> None:
+    from orchestrator.cli import reference
+
+    if (REPO / reference.CLI_PAGE).read_text() != reference.cli_reference():
+        pytest.fail(f"{reference.CLI_PAGE} is stale: run make docs", pytrace=False)
+
+
 def test_every_note_names_a_real_field_or_column() -> None:
     from loadshapes.trace import COLUMNS
 
