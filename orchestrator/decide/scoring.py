@@ -37,8 +37,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from loadshapes.experience import LATENCIES, quantile
 from orchestrator.analysis.opmap.bands import BandSet
-from orchestrator.decide.played import LATENCIES, Played
+from orchestrator.decide.played import Played
 
 MAD_SCALE = 1.4826  # MAD of a normal sample times this estimates its standard deviation
 NOISY_RELATIVE_MAD = 0.1
@@ -126,7 +127,7 @@ def cells(played: Played, base: Played, bands: BandSet, objective: Objective) ->
             usable = mine & both
             if usable.any():
                 q = objective.quantile
-                latencies.append(float(np.quantile(latency[usable], q) / np.quantile(reference[usable], q)))
+                latencies.append(quantile(latency[usable], q) / quantile(reference[usable], q))
             else:
                 latencies.append(math.nan)
         out.append(Cell(goodput=robust(goodputs, True), latency=robust(latencies, False)))
