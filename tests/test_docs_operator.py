@@ -55,6 +55,7 @@ def test_a_shown_line_the_command_did_not_print_is_found() -> None:
     assert not_printed(["  k=3 1.645x"], printed) == ["  k=3 1.645x"]
 
 
+@pytest.mark.slow  # ~30 s: two simulated campaigns, recommend, a short tune, compare
 @pytest.mark.timeout(900)
 def test_the_operator_pages_worked_example_runs_as_shown(tmp_path: Path) -> None:
     """worth-it.md's campaign simulated, recommend for data_parallel:2, tune for it (a small budget: the page's
