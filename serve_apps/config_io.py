@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -9,6 +10,23 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+
+def derived(model: BaseModel, name: str, inputs: tuple[Any, ...], compute: Callable[[], T]) -> T:
+    """`compute()`, once per model instance and inputs (the fields it is derived from).
+
+    Kept in the instance's __dict__ beside the fields, as functools.cached_property keeps its value: pydantic
+    neither dumps, compares nor hashes it. Computed again when any input is not the very object it was computed
+    from: `model_copy(update=...)` copies the __dict__, so a copy with a changed input would otherwise hand back
+    the original's value. An unchanged copy (or a deep copy, whose inputs and value are copied together) keeps it.
+    """
+    held = model.__dict__.get(name)
+    if held is not None and len(held[0]) == len(inputs) and all(a is b for a, b in zip(held[0], inputs, strict=True)):
+        return held[1]  # type: ignore[no-any-return]
+    value = compute()
+    model.__dict__[name] = (inputs, value)  # a frozen model's fields stay frozen; this is not one
+    return value
 
 
 def first_error(exc: ValidationError, *, skip_loc: int = 0) -> str:

@@ -36,7 +36,7 @@ from orchestrator.analysis.steps.prediction_check import prediction_check
 from orchestrator.analysis.steps.timelines import TimelineSeries, timeline_series
 from orchestrator.analysis.verify.executed import verify_executed_policy
 from orchestrator.analysis.verify.settings import VerifySettings
-from orchestrator.plan.campaign import Campaign
+from orchestrator.plan.arms import CampaignArms
 from orchestrator.rundir.endpoint_samples import read_samples
 from orchestrator.rundir.evidence import seal_problem
 from orchestrator.rundir.layout import UnitResult
@@ -79,16 +79,16 @@ class Summary(BaseModel):
     passed: bool
 
 
-def schedule_bands(campaign: Campaign) -> BandSet:
+def schedule_bands(planned: CampaignArms) -> BandSet:
     """Batch-size bands on the boundaries of the campaign's dynamic schedules, so each band has one k."""
     edges: set[int] = set()
-    for arm in campaign.arms():
+    for arm in planned.arms:
         if isinstance(arm.policy, DynamicPolicy):
             edges.update(start for start, _, _ in arm.policy.schedule)
             edges.update(end + 1 for _, end, _ in arm.policy.schedule)
     if not edges:
         return batch_bands()
-    limit = campaign.max_num_seqs()
+    limit = planned.max_num_seqs
     cuts = [*sorted(e for e in edges | {1} if 1 <= e <= limit), limit + 1]
     return batch_bands([(low, high - 1) for low, high in itertools.pairwise(cuts)])
 
@@ -116,7 +116,7 @@ def build_summary(
     requests = run_requests(inputs.store.root, units, settings=engine or EngineSettings.from_env())
     try:
         shapes = dict(campaign.shapes)
-        band_sets = [schedule_bands(campaign)]
+        band_sets = [schedule_bands(inputs.planned)]
         rate_bands = offered_rate_bands(requests, campaign.analysis.rate_bands)
         if rate_bands is not None:
             band_sets.append(rate_bands)

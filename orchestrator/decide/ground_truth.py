@@ -190,7 +190,7 @@ def rehearsal_vs_fixed(
         rate_bands = offered_rate_bands(requests, inputs.campaign.analysis.rate_bands)
         if rate_bands is None:
             raise ValueError(f"{run_dir}: no offered rates (closed loop only)")
-        band_sets = [schedule_bands(inputs.campaign), rate_bands]
+        band_sets = [schedule_bands(inputs.planned), rate_bands]
         maps = operating_maps(requests, inputs.arms, inputs.campaign.slo, band_sets, settings=chosen)
         rate_map = maps[1]
         comparisons = [(b, recommended, a) for b in range(len(rate_map.bands)) for a in fixed]

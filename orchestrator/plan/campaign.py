@@ -11,21 +11,24 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from loadshapes.campaign_files import FILES_RELATIVE_TO
 from loadshapes.mixes import MixEntry, RequestMix
 from loadshapes.shapes import Shape, Sustained
 from loadshapes.slo import SloConfig
+from orchestrator.plan.arms import CampaignArms, build_arms, engine_max_num_seqs
 from orchestrator.plan.baselines import BaselineError, baselines
 from orchestrator.plan.plausible import slo_warnings
 from orchestrator.plan.size import PlanSize, planned_size, refusal
 from serve_apps.arms import ArmSpec, EngineConfig
-from serve_apps.config_io import first_error, load_yaml_model, read_text
+from serve_apps.config_io import derived, load_yaml_model, read_text
 from serve_apps.engine_kinds.registry import bind_engine_field, kind_of
-from serve_apps.policies import PolicyError, Topology, parse_policy, parse_topology, runnable_as_written
+from serve_apps.policies import Topology, parse_topology
 from serve_apps.resources import Resources
 from serve_apps.sim.profile import Profile
+
+ARMS = "_arms"  # where a Campaign keeps its CampaignArms (config_io.derived)
 
 
 class CampaignError(ValueError):
@@ -171,11 +174,6 @@ class AnalysisConfig(_Strict):
 
 def _default_mix() -> RequestMix:
     return RequestMix(entries=[MixEntry(workload="chat", weight=1.0)])
-
-
-def arm_name(policy: str, topology: str) -> str:
-    """The name Campaign.arms() gives the arm of a policy on a topology (its traces, markers and flags use it)."""
-    return f"{policy}-{topology}"
 
 
 class Campaign(_Strict):
@@ -339,61 +337,29 @@ class Campaign(_Strict):
         return self
 
     def _profile(self) -> Profile | None:
-        simulation = kind_of(self.engine).simulation(self.engine)
-        return simulation.profile if simulation is not None else None
+        return self.planned_arms().profile
 
     def max_num_seqs(self, profile: Profile | None = None) -> int:
         """The engines' max_num_seqs: the profile's or the engine's where the campaign sets it, else 512 (vLLM's
         default the simulated profiles share)."""
-        profile = profile or self._profile()
         if profile is not None:
-            return profile.limits.max_num_seqs
-        return kind_of(self.engine).max_num_seqs(self.engine) or 512
+            return engine_max_num_seqs(self.engine, profile)
+        return self.planned_arms().max_num_seqs
 
     def arms(self) -> list[ArmSpec]:
-        profile = self._profile()
-        # A simulated engine drafts with its profile's drafter; elsewhere the short form means n-gram (no model).
-        method, drafter = (profile.drafter_method, profile.drafter_model) if profile else ("ngram", None)
-        max_num_seqs = self.max_num_seqs(profile)
-        drafter_limit = profile.limits.max_draft_tokens if profile else None
-        wanted = None
-        if self.arms_only is not None:
-            wanted = set()
-            for i, pick in enumerate(self.arms_only):
-                if pick.policy not in self.policies:
-                    raise ValueError(f"arms.{i}: no policy named {pick.policy!r}")
-                if pick.topology not in self.topologies:
-                    raise ValueError(f"arms.{i}: no topology named {pick.topology!r}")
-                wanted.add((pick.policy, pick.topology))
-        arms = []
-        for policy_name, raw in self.policies.items():
-            # A policy is the CLI short form ("fixed:3") or a mapping in vLLM's terms ({kind: dynamic, ...}).
-            policy: Any = raw
-            if isinstance(raw, str):
-                try:
-                    policy = parse_policy(raw, default_method=method, default_model=drafter)
-                except PolicyError as exc:
-                    raise ValueError(f"policies.{policy_name}: {exc}") from None
-            for topo_name, topology in self.topologies.items():
-                if wanted is not None and (policy_name, topo_name) not in wanted:
-                    continue
-                data: dict[str, Any] = {
-                    "name": arm_name(policy_name, topo_name),
-                    "campaign": self.name,
-                    "policy": policy,
-                    "topology": topology,
-                    "engine": self.engine,
-                    "resources": self.resources,
-                }
-                try:
-                    arms.append(ArmSpec.model_validate(data))
-                except ValidationError as exc:
-                    raise ValueError(f"policies.{policy_name} on topologies.{topo_name}: {first_error(exc)}") from None
-                try:
-                    runnable_as_written(arms[-1].policy, max_num_seqs=max_num_seqs, max_draft_tokens=drafter_limit)
-                except PolicyError as exc:
-                    raise ValueError(f"policies.{policy_name}: {exc}") from None
-        return arms
+        """The campaign's arms (orchestrator/plan/arms.py), built once per loaded campaign: the same arm objects
+        on every call, in a list of the caller's own."""
+        return list(self.planned_arms().arms)
+
+    def planned_arms(self) -> CampaignArms:
+        """The arms with the profile and max_num_seqs they were built with, computed on the first call and kept
+        (a model_copy that changes what they are built from builds its own)."""
+        inputs = (self.name, self.engine, self.policies, self.topologies, self.arms_only, self.resources)
+        picks = None if self.arms_only is None else [(p.policy, p.topology) for p in self.arms_only]
+        return derived(self, ARMS, inputs, lambda: build_arms(
+            campaign=self.name, engine=self.engine, policies=self.policies, topologies=self.topologies, picks=picks,
+            resources=self.resources,
+        ))  # fmt: skip
 
 
 bind_engine_field(Campaign)  # a kind registered later (a plug-in, a test's toy) is accepted here too
@@ -412,3 +378,10 @@ def load_campaign(path: str | Path) -> Campaign:
     # The files it names (a replay's trace, a mix's dataset) are read relative to the file's own directory.
     context = {FILES_RELATIVE_TO: str(p.absolute().parent)}
     return load_yaml_model(text, Campaign, origin=f"campaign {p}", error=CampaignError, context=context)
+
+
+def campaign_with_arms(data: Any) -> tuple[Campaign, CampaignArms]:
+    """A campaign as a run's manifest holds it, validated, with its arms: what a reader of a run derives from the
+    campaign, in one call. Raises pydantic's ValidationError, or ValueError, where it is not a valid campaign."""
+    campaign = Campaign.model_validate(data)
+    return campaign, campaign.planned_arms()

@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.plan.arms import arm_name
 from orchestrator.plan.baselines import BaselineError, baselines
-from orchestrator.plan.campaign import Campaign, CampaignError, arm_name
+from orchestrator.plan.campaign import Campaign, CampaignError
 from serve_apps.arms import ArmSpec
 from serve_apps.engine_kinds.registry import kind_of
 

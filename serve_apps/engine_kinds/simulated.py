@@ -7,9 +7,12 @@ from typing import Literal
 
 from pydantic import Field
 
+from serve_apps.config_io import derived
 from serve_apps.engine_kinds.base import EngineConfigBase, EngineKind, ServedArm, Simulation
 from serve_apps.engine_kinds.registry import register
 from serve_apps.sim.profile import load_profile
+
+SIMULATION = "_simulation"  # where a config holds its Simulation (config_io.derived)
 
 
 class SimulatedEngineConfig(EngineConfigBase):
@@ -34,10 +37,12 @@ class SimulatedKind(EngineKind):
 
     def simulation(self, config: EngineConfigBase) -> Simulation:
         sim = as_simulated(config)
-        return Simulation(
+        # Held by the config: a loaded campaign's arms share its one engine config, so the profile's file is read
+        # once per campaign load, not once per arm or unit (a copy with another profile reads its own).
+        return derived(sim, SIMULATION, (sim.profile, sim.time_scale, sim.max_model_len, sim.seed), lambda: Simulation(
             profile=load_profile(sim.profile), time_scale=sim.time_scale, max_model_len=sim.max_model_len,
             seed=sim.seed,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     def served_model_name(self, config: EngineConfigBase) -> str:
         return f"sim-{as_simulated(config).profile}"

@@ -7,6 +7,7 @@ serve_apps/profiles/; a user points `--profile` at a YAML file of their own to m
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -142,13 +143,16 @@ def shipped_profiles() -> list[str]:
 
 
 def load_profile(name_or_path: str) -> Profile:
+    """The profile a name (shipped) or a YAML path names. The file is read on every call, parsed once per path and
+    content: a file changed on disk is parsed again; a campaign holds its engine's profile once it has it
+    (serve_apps/engine_kinds/simulated.py), so one campaign load reads it once."""
     path = Path(name_or_path)
     if path.suffix in {".yaml", ".yml"} or path.exists():
         if path.is_file() and path.stat().st_size > MAX_PROFILE_BYTES:  # parsed whole, at ~50x its size
             raise ProfileError(f"profile file {path}: {path.stat().st_size >> 20} MiB, over the "
                                f"{MAX_PROFILE_BYTES >> 20} MiB a profile may be")  # fmt: skip
         text = read_text(path, "profile file", ProfileError)
-        origin = str(path)
+        origin, where = str(path), str(path.resolve())
     else:
         resource = resources.files("serve_apps").joinpath(PROFILE_DIR, f"{name_or_path}.yaml")
         if not resource.is_file():
@@ -156,5 +160,18 @@ def load_profile(name_or_path: str) -> Profile:
                 f"unknown profile {name_or_path!r}; shipped: {', '.join(shipped_profiles())}, or give a YAML path"
             )
         text = resource.read_text()
-        origin = name_or_path
+        origin, where = name_or_path, str(resource)
+    return _parsed(where, text, origin)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(where: str, text: str, origin: str) -> Profile:
+    """One parse per (resolved path, content, name it was given by: its errors say that name). A Profile is frozen,
+    so the callers that get the same one cannot change it for each other."""
     return load_yaml_model(text, Profile, origin=f"profile {origin}", error=ProfileError)
+
+
+def profile_parses() -> tuple[int, int]:
+    """(parsed, handed back already parsed) since the process started: how often a profile's YAML was parsed."""
+    info = _parsed.cache_info()
+    return info.misses, info.hits

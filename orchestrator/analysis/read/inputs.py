@@ -11,8 +11,9 @@ from pydantic import ValidationError
 
 from loadshapes.badfile import BadFileError
 from orchestrator.analysis.read.arms import ArmInfo
+from orchestrator.plan.arms import CampaignArms
 from orchestrator.plan.baselines import baselines
-from orchestrator.plan.campaign import Campaign
+from orchestrator.plan.campaign import Campaign, campaign_with_arms
 from orchestrator.rundir.evidence import check_unit_evidence, traces_digest
 from orchestrator.rundir.layout import MANIFEST, RunStore, TraceStamp, UnitResult
 from orchestrator.rundir.manifest import read_manifest, units_of
@@ -26,6 +27,8 @@ class RunInputs:
     store: RunStore
     manifest: dict[str, Any]
     campaign: Campaign
+    # The campaign's arms (ArmSpec), profile and max_num_seqs, derived once at load: read these, not the campaign
+    planned: CampaignArms
     units: list[UnitResult]
     arms: list[ArmInfo]
     not_run: list[str]  # units the campaign plans that are not complete (an interrupted or unfinished run)
@@ -64,20 +67,20 @@ def load_run(run_dir: str) -> RunInputs:
         raise BadFileError(store.root, f"no {MANIFEST} (not a specdrill run directory)")
     manifest = read_manifest(store)
     try:
-        campaign = Campaign.model_validate(manifest["campaign"])
-        specs = campaign.arms()
+        campaign, planned = campaign_with_arms(manifest["campaign"])
     except ValidationError as exc:
         raise BadFileError(store.path(MANIFEST), f"campaign: {first_error(exc)}") from None
     except ValueError as exc:
         raise BadFileError(store.path(MANIFEST), f"campaign: {exc}") from None
-    planned = [u for arm in specs for u in units_of(campaign, arm)]
-    units = [store.read_marker(u) for u in planned if store.is_complete(u)]
-    not_run = [u.key for u in planned if not store.is_complete(u)]
+    specs = planned.arms
+    planned_units = [u for arm in specs for u in units_of(campaign, arm)]
+    units = [store.read_marker(u) for u in planned_units if store.is_complete(u)]
+    not_run = [u.key for u in planned_units if not store.is_complete(u)]
     trace_files: dict[str, dict[str, TraceStamp]] = {}
     for unit in units:
         store.check_unit_files(unit)
         trace_files[unit.unit.key] = check_unit_evidence(store, unit, manifest["units"].get(unit.unit.key))
-    max_num_seqs = campaign.max_num_seqs()
+    max_num_seqs = planned.max_num_seqs
     # off on the same hardware, else on one engine per engine; none where the campaign asks for absolute figures
     compared = {} if campaign.analysis.absolute_only else baselines(specs)
     # A partial run: an arm whose baseline has no complete unit yet has nothing to be compared with; its units
@@ -93,8 +96,8 @@ def load_run(run_dir: str) -> RunInputs:
             if waiting
             else "none complete"
         )
-        raise BadFileError(store.root, f"nothing to analyse yet: {len(planned)} units planned, {what}; resume with "
-                                       f"specdrill {command} CAMPAIGN --output {store.root}")  # fmt: skip
+        raise BadFileError(store.root, f"nothing to analyse yet: {len(planned_units)} units planned, {what}; resume "
+                                       f"with specdrill {command} CAMPAIGN --output {store.root}")  # fmt: skip
     arms = [
         ArmInfo.from_policy(
             arm.name,
@@ -106,10 +109,10 @@ def load_run(run_dir: str) -> RunInputs:
             vllm=engine_vllm(manifest, arm.name, kind_of(campaign.engine).replica_env(campaign.engine)),
             engine_warning=(manifest.get("arms", {}).get(arm.name) or {}).get("schedule_dropped_reason"),
         )
-        for arm in campaign.arms()
+        for arm in specs
         if arm.name in {u.unit.arm for u in units}
     ]
-    return RunInputs(store, manifest, campaign, units, arms, not_run, waiting, trace_files)
+    return RunInputs(store, manifest, campaign, planned, units, arms, not_run, waiting, trace_files)
 
 
 def engine_vllm(manifest: dict[str, Any], arm: str, env: dict[str, str]) -> VllmTarget | None:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.plan.campaign import Campaign
 from serve_apps.engine_kinds.registry import kind_of
-from serve_apps.sim.profile import ProfileError, load_profile
+from serve_apps.sim.profile import ProfileError
 
 
 class TimeScale(BaseModel):
@@ -28,11 +28,13 @@ def engine_time_scale(campaign: Campaign) -> float:
     return 1.0 if scaled is None else scaled[0]
 
 
-def _hardware(profile: str) -> str | None:
+def _hardware(campaign: Campaign) -> str | None:
+    # The engine's own simulation: the profile the campaign was loaded with, not its file read once more
     try:
-        return load_profile(profile).hardware
+        simulation = kind_of(campaign.engine).simulation(campaign.engine)
     except (ProfileError, OSError):  # moved or deleted since the run: the line names the profile only
         return None
+    return simulation.profile.hardware if simulation is not None else None
 
 
 def _listed(items: list[str]) -> str:
@@ -50,7 +52,7 @@ def time_scale_of(campaign: Campaign, *, mode: str, peak_rate: float | None) -> 
     if scaled is None or scaled[0] == 1.0:
         return None
     scale, profile = scaled
-    hardware = _hardware(profile)
+    hardware = _hardware(campaign)
     gpu = f"the modelled {hardware}" if hardware else f"profile {profile}'s hardware"
     speed = "half" if scale == 2.0 else f"{1 / scale:.3g}x its"
     said = [

@@ -116,7 +116,7 @@ def arm_steps(
     """Per arm with a timeline (`arms`: only these), its steps (complete units; `repeats`: only these repeats).
     `every` > 1: one block of BLOCK_STEPS consecutive steps of an engine in `every`, evenly over the run, so that
     the memory a fit holds is bounded however long the run. Endpoint runs: {}."""
-    policies = {arm.name: arm.policy for arm in inputs.campaign.arms()}
+    policies = {arm.name: arm.policy for arm in inputs.planned.arms}
     out = {}
     for arm, files in timeline_files(inputs, repeats=repeats).items():
         if arms is None or arm in arms:

@@ -27,7 +27,7 @@ def k_switch_lines(inputs: RunInputs, *, max_steps: int = REPORT_FIT_STEPS) -> l
     """One line per dynamic arm with a step timeline; none for runs without (endpoint arms) or without a
     dynamic arm."""
     files = timeline_files(inputs)
-    policies = {arm.name: arm.policy for arm in inputs.campaign.arms()}
+    policies = {arm.name: arm.policy for arm in inputs.planned.arms}
     dynamic = sorted(arm for arm in files if isinstance(policies.get(arm), DynamicPolicy))
     if not dynamic:
         return []

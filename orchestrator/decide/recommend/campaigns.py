@@ -11,7 +11,8 @@ import yaml
 
 from orchestrator.decide.recommend.recommendation import Recommendation
 from orchestrator.decide.recommend.runs import RunEvidence
-from orchestrator.plan.campaign import Campaign, CampaignError, arm_name
+from orchestrator.plan.arms import arm_name
+from orchestrator.plan.campaign import Campaign, CampaignError
 from serve_apps.config_io import load_yaml_model
 from serve_apps.policies import DynamicPolicy, FixedPolicy
 

@@ -52,7 +52,7 @@ def batch_evidence(inputs: RunInputs, summary: Summary) -> BatchEvidence:
     if not summary.maps or not summary.k_choices:
         return BatchEvidence(measured=[None] * len(summary.k_choices), fine=[], peak_rate=None)
     baseline = summary.maps[0].baseline
-    bands = schedule_bands(campaign)
+    bands = schedule_bands(inputs.planned)
     units = [(u.unit.arm, u.unit.shape, u.unit.repeat) for u in inputs.units]
     requests = run_requests(inputs.store.root, units, settings=EngineSettings.from_env())
     try:

@@ -20,7 +20,8 @@ from orchestrator.decide.tune.simplify import k_table
 from orchestrator.decide.tune.static import tune_on
 from orchestrator.decide.tune.topology import TopologyChoice, TopologyTraffic, arms_on, choose_topology
 from orchestrator.decide.tune.words import describe
-from orchestrator.plan.campaign import Campaign, arm_name
+from orchestrator.plan.arms import arm_name
+from orchestrator.plan.campaign import Campaign
 from serve_apps.engine_kinds.simulated import as_simulated
 from serve_apps.policies import Topology, parse_topology
 from serve_apps.sim.profile import Profile, load_profile

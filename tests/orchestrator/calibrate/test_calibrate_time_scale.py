@@ -170,10 +170,15 @@ def test_the_time_scale_line_on_hard_cases(tmp_path: Path) -> None:
     assert "req/s" not in closed.line and "deadlines" not in closed.line
     assert closed.line.endswith("in real time the host's own delays (HTTP, Ray) are not slowed, only the engine's "
                                 "steps")  # fmt: skip
-    # a profile file gone since the run: named, not its hardware
+    # a loaded campaign keeps the profile it was loaded with (its file is read once per load): a file gone since
+    # changes nothing; an engine whose profile file cannot be read: named, not its hardware
     fitted = tmp_path / "fitted.yaml"
     fitted.write_text((REPO / "serve_apps" / "profiles" / "llama3.1-8b-h100-eagle.yaml").read_text())
     campaign = _campaign(profile=str(fitted))
     fitted.unlink()
-    gone = time_scale_of(campaign, mode="virtual", peak_rate=None)
-    assert gone is not None and gone.hardware is None and f"profile {fitted}'s hardware" in gone.line
+    kept = time_scale_of(campaign, mode="virtual", peak_rate=None)
+    assert kept is not None and kept.hardware == "1x H100 80GB SXM"
+    missing = tmp_path / "missing.yaml"
+    engine = campaign.engine.model_copy(update={"profile": str(missing)})  # another profile: its file is read
+    gone = time_scale_of(campaign.model_copy(update={"engine": engine}), mode="virtual", peak_rate=None)
+    assert gone is not None and gone.hardware is None and f"profile {missing}'s hardware" in gone.line
