@@ -99,6 +99,43 @@ def test_stop_ends_its_own_ray_and_nothing_else(fake_ray: tuple[str, list[subpro
     assert ours.wait(5) is not None and other.poll() is None and processes_of(temp_dir) == []
 
 
+# A process that notes, when SIGTERM reaches it, its own name and whether the other one was still there, then ends.
+NOTE_ON_TERM = """
+import os, signal, sys, time
+name, other, notes = sys.argv[1], sys.argv[2], sys.argv[3]
+def noted(*_):
+    with open(notes, "a") as out:
+        out.write(f"{name} {os.path.exists(f'/proc/{open(other).read()}')}\\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, noted)
+open(sys.argv[4], "w").write(str(os.getpid()))
+while True:
+    time.sleep(1)
+"""
+
+
+def test_stop_signals_the_gcs_only_once_the_rest_of_its_ray_has_ended(tmp_path: Path) -> None:
+    # A raylet signalled together with its GCS waits ~10 s for it before it exits: the GCS must go last.
+    temp_dir = str(tmp_path / "ray")
+    notes, gcs_pid, raylet_pid = tmp_path / "notes", tmp_path / "gcs.pid", tmp_path / "raylet.pid"
+    started = [
+        subprocess.Popen(["/x/ray/core/src/ray/gcs/gcs_server", "-c", NOTE_ON_TERM, "gcs", str(raylet_pid),
+                          str(notes), str(gcs_pid), f"--log_dir={temp_dir}/session_1/logs"], executable=sys.executable),
+        subprocess.Popen(["/x/ray/core/src/ray/raylet/raylet", "-c", NOTE_ON_TERM, "raylet", str(gcs_pid),
+                          str(notes), str(raylet_pid), f"--temp_dir={temp_dir}"], executable=sys.executable),
+    ]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while not (gcs_pid.exists() and raylet_pid.exists()) and time.monotonic() < deadline:  # handlers set
+            time.sleep(0.05)
+        assert stop(temp_dir, grace_s=5) == 2
+        assert notes.read_text().splitlines() == ["raylet True", "gcs False"]
+    finally:
+        for process in started:
+            process.kill()
+            process.wait()
+
+
 def test_the_job_agent_wait_says_in_one_line_who_holds_its_port(tmp_path: Path) -> None:
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
