@@ -18,6 +18,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -32,44 +33,71 @@ MAX_K = 4
 MAX_NUM_SEQS = 16
 
 
+@dataclass(frozen=True)
+class Server:
+    """One `python -m vllm.entrypoints.openai.api_server` on 127.0.0.1:`port`, its output in `log`."""
+
+    model: str
+    draft: str | None
+    log: Path
+    port: int
+    extra: tuple[str, ...] = ()
+
+    def args(self) -> list[str]:
+        args = [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port",
+            str(self.port), "--model", self.model, "--served-model-name", "tiny", "--dtype", "float32",
+            "--enforce-eager", "--max-model-len", "512", "--max-num-seqs", str(MAX_NUM_SEQS), *self.extra,
+        ]  # fmt: skip
+        if self.draft is not None:
+            spec = {"method": "draft_model", "model": self.draft, "num_speculative_tokens": MAX_K,
+                    "num_speculative_tokens_per_batch_size": SCHEDULE}  # fmt: skip
+            # vLLM refuses per-request spec metrics without speculation
+            args += ["--speculative-config", json.dumps(spec), "--per-request-spec-decode-metrics", "detailed"]
+        return args
+
+
 @contextmanager
-def vllm_server(model: str, draft: str | None, log: Path, port: int, *extra: str) -> Iterator[str]:
-    """`python -m vllm.entrypoints.openai.api_server` on 127.0.0.1, stopped by its PID (its process group) after."""
-    args = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port),
-        "--model", model, "--served-model-name", "tiny", "--dtype", "float32", "--enforce-eager",
-        "--max-model-len", "512", "--max-num-seqs", str(MAX_NUM_SEQS), *extra,
-    ]  # fmt: skip
-    if draft is not None:
-        spec = {"method": "draft_model", "model": draft, "num_speculative_tokens": MAX_K,
-                "num_speculative_tokens_per_batch_size": SCHEDULE}  # fmt: skip
-        # vLLM refuses per-request spec metrics without speculation
-        args += ["--speculative-config", json.dumps(spec), "--per-request-spec-decode-metrics", "detailed"]
+def vllm_servers(*servers: Server) -> Iterator[None]:
+    """The servers, all started before any is waited for (their start-ups, ~1-2 min each and mostly one core's
+    work, overlap on this 2-core machine), stopped by their PIDs (their process groups) after."""
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    with log.open("w") as out:
-        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    processes: list[subprocess.Popen[bytes]] = []
     try:
+        for server in servers:
+            with server.log.open("w") as out:
+                processes.append(subprocess.Popen(server.args(), stdout=out, stderr=subprocess.STDOUT, env=env,
+                                                  start_new_session=True))  # fmt: skip
         deadline = time.monotonic() + 600
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"vLLM server exited {process.returncode}: {log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/v1/models", timeout=5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"vLLM server not up: {log.read_text()[-3000:]}") from None
-                time.sleep(2)
-        yield url
+        for server, process in zip(servers, processes, strict=True):
+            _wait_up(server, process, deadline)
+        yield
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            _stop(process)
+
+
+def _wait_up(server: Server, process: subprocess.Popen[bytes], deadline: float) -> None:
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"vLLM server exited {process.returncode}: {server.log.read_text()[-3000:]}")
         try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # the session started here: the server and its engine workers
-            process.wait(30)
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/v1/models", timeout=5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"vLLM server not up: {server.log.read_text()[-3000:]}") from None
+            time.sleep(2)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # the session started here: the server and its engine workers
+        process.wait(30)
 
 
 def _campaign(urls: dict[str, str], output: Path) -> Campaign:
@@ -116,13 +144,13 @@ def test_foreign_vllm_servers_are_verified_from_their_own_telemetry(
     ports = {name: free_port() for name in names}  # the campaign (its fingerprint) is the same in both calls
     campaign = _campaign({name: f"http://127.0.0.1:{port}" for name, port in ports.items()}, output)
     with local_ray(num_cpus=4):
-        with (
-            vllm_server(tiny_model_dir, None, tmp_path / "off.log", ports["off-single"]),
-            vllm_server(tiny_model_dir, tiny_draft_dir, tmp_path / "dyn.log", ports["dyn-single"]),
+        with vllm_servers(
+            Server(tiny_model_dir, None, tmp_path / "off.log", ports["off-single"]),
+            Server(tiny_model_dir, tiny_draft_dir, tmp_path / "dyn.log", ports["dyn-single"]),
         ):
             run_campaign(campaign, arms=list(names[:2]))
         log = tmp_path / "dp2.log"
-        with vllm_server(tiny_model_dir, tiny_draft_dir, log, ports["dyn-dp2"], "--data-parallel-size", "2"):
+        with vllm_servers(Server(tiny_model_dir, tiny_draft_dir, log, ports["dyn-dp2"], ("--data-parallel-size", "2"))):
             assert "not supported with data parallelism" in log.read_text()  # vLLM says it drops the schedule
             run_campaign(campaign, arms=["dyn-dp2"])
     summary = write_report(str(output))
