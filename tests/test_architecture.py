@@ -351,3 +351,32 @@ def test_the_folder_order_catches_every_spelling_of_an_import_upward(tmp_path: P
     assert any("imports orchestrator.high.top" in f for f in layer_breaches(tmp_path, layers))
     (package / "low" / "base.py").write_text("X = 1\n")
     assert [f for f in layer_breaches(tmp_path, layers) if "in no layer" not in f] == []
+
+
+# A folder a reader can take in at a glance: the flow is in the folders, not in a long listing.
+MAX_ROOT_MODULES = 6
+MAX_FOLDER_MODULES = 20
+
+
+def folder_sizes(root: Path) -> dict[str, int]:
+    """Modules per folder of orchestrator/ (its __init__.py aside), the root included."""
+    return {
+        str(folder.relative_to(root)): len([p for p in folder.glob("*.py") if p.name != "__init__.py"])
+        for folder in [root / "orchestrator", *sorted(p.parent for p in (root / "orchestrator").rglob("*/__init__.py"))]
+    }
+
+
+def test_orchestrators_root_and_folders_stay_small() -> None:
+    sizes = folder_sizes(ROOT)
+    assert sizes["orchestrator"] <= MAX_ROOT_MODULES, f"orchestrator/ holds {sizes['orchestrator']} modules: file them"
+    big = {folder: n for folder, n in sizes.items() if n > MAX_FOLDER_MODULES}
+    assert not big, f"folders over {MAX_FOLDER_MODULES} modules (split them by idea): {big}"
+
+
+def test_the_size_check_counts_nested_folders(tmp_path: Path) -> None:
+    (tmp_path / "orchestrator" / "a" / "b").mkdir(parents=True)
+    for folder, count in (("orchestrator", 2), ("orchestrator/a", 0), ("orchestrator/a/b", 21)):
+        (tmp_path / folder / "__init__.py").write_text("")
+        for i in range(count):
+            (tmp_path / folder / f"m{i}.py").write_text("")
+    assert folder_sizes(tmp_path) == {"orchestrator": 2, "orchestrator/a": 0, "orchestrator/a/b": 21}
