@@ -169,7 +169,7 @@ def timeline_schema() -> list[str]:
         "## Step timelines",
         "",
         "One file per unit, `timelines/arm=<arm>/shape=<shape>/r<repeat>.parquet` (arm, shape and repeat live in the "
-        "path), written by orchestrator/rundir/unit_files.py: one row per engine step of every engine of the arm, "
+        "path), written when the unit ends: one row per engine step of every engine of the arm, "
         "in the "
         "order the engines reported them (the ranks of a data-parallel group interleave). The executed-policy check, "
         "the cross-and-recover switch timings, `specdrill calibrate` and report.html's engine timelines read them. "
