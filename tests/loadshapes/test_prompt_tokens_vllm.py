@@ -16,7 +16,7 @@ from loadshapes.plan import Planned, open_loop_schedule
 from orchestrator.plan.campaign import Campaign
 from orchestrator.rundir.layout import Unit
 from orchestrator.rundir.manifest import plans_for
-from tests.orchestrator.test_endpoint_vllm import Server, vllm_servers
+from tests.orchestrator.execute.test_endpoint_vllm import Server, vllm_servers
 from tests.ray_helpers import free_port
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
