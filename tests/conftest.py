@@ -67,7 +67,8 @@ INTEGRATION_NAMES = frozenset({
 # --durations`, other work sharing the cores; a module's Ray start, paid by whichever of its tests runs first, is
 # not counted). Node id prefixes.
 SLOW = (
-    "tests/orchestrator/execute/test_long_runs.py::",  # 100k requests in virtual time (~45 s); ten minutes of real time on Ray
+    # 100k requests in virtual time (~45 s); ten minutes of real time on Ray
+    "tests/orchestrator/execute/test_long_runs.py::",
     "tests/test_campaign_e2e_fuzz.py::test_every_valid_campaign_runs_to_a_report",  # ~14 s
     "tests/orchestrator/plan/test_campaign_fuzz.py::test_fuzzed_campaigns_are_accepted_or_refused_in_one_line",  # ~12 s
     "tests/orchestrator/decide/test_ground_truth.py::test_the_reports_crossover_for_k3_is_the_dense_sweeps",  # ~10 s

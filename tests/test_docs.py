@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import doc_trace, docgen
 from orchestrator.cli import main as cli_main
 from tests import REPO, cli_record
 from tests.conftest import CLI_LOG, RAN, REQUIRE_ALL, require_all
 from tests.orchestrator.cli.test_cli_forms import documented_commands
+from tools import doc_trace, docgen
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 SPECDRILL = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
@@ -203,7 +203,7 @@ def test_the_trace_schema_page_is_current() -> None:
 
 
 def test_the_command_reference_is_current() -> None:
-    from orchestrator.cli import reference
+    from tools import cli_reference as reference
 
     if (REPO / reference.CLI_PAGE).read_text() != reference.cli_reference():
         pytest.fail(f"{reference.CLI_PAGE} is stale: run make docs", pytrace=False)
