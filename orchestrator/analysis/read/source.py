@@ -65,6 +65,7 @@ def _request_columns(start_ns: str) -> str:
        {_measure("step_batch_mean")} AS typical_batch,
        coalesce(t.engine_steps, 0)::INTEGER AS steps, coalesce(t.step_k_sum, 0)::BIGINT AS k_sum,
        coalesce(t.spec_steps, 0)::INTEGER AS spec_steps, coalesce(t.accepted_tokens, 0)::BIGINT AS accepted,
+       coalesce(t.drafted_tokens, 0)::BIGINT AS drafted,
        (t.scheduled_ns - {start_ns}) / 1e9 AS offset_s,
        {_measure("offered_rate_rps")} AS offered_rate"""
 

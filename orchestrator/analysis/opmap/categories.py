@@ -1,0 +1,85 @@
+"""Acceptance per arm and workload category, over the whole run: what the drafter accepted of each category's
+requests (the trace's per-request drafted and accepted counts), with the interval its sampling error allows, and,
+on a simulated engine, the profile category whose acceptance it drafted with (a fallback where the request's own
+category has none: serve_apps/sim/profile.py category_map, default_category)."""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.analysis.opmap.operating_map import NO_CATEGORY
+from orchestrator.analysis.read.source import Requests
+from serve_apps.sim.profile import Profile
+
+Z95 = 1.959963984540054  # the two-sided 95% normal quantile
+
+# One group per (arm, category): the sums a per-request ratio estimator and its variance need. A request is the
+# sampling unit: its steps share its text (and, in the simulator, its category's acceptance), so the interval is
+# over requests, not over draft tokens.
+_SQL = """
+SELECT arm, category, count(*) AS requests, sum(drafted)::DOUBLE, sum(accepted)::DOUBLE, sum(spec_steps)::DOUBLE,
+       sum(drafted * drafted)::DOUBLE, sum(accepted * accepted)::DOUBLE, sum(accepted * drafted)::DOUBLE,
+       count(*) FILTER (WHERE drafted > 0) AS drafting
+FROM requests GROUP BY arm, category ORDER BY arm, category NULLS FIRST
+"""
+
+
+class CategoryAcceptance(BaseModel):
+    """One arm's acceptance on one workload category's requests."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    arm: str
+    category: str
+    requests: int
+    drafted: int  # draft tokens verified
+    accepted: int
+    acceptance_rate: float | None  # accepted / drafted; None where nothing was drafted
+    rate_low: float | None  # 95% interval over requests (delta method on the ratio); None under 2 drafting requests
+    rate_high: float | None
+    acceptance_length: float | None  # 1 + accepted drafts per drafting step
+    # A simulated engine: the profile category whose acceptance these requests drafted with, where it is not
+    # their own (a fallback); None on the request's own category or a real engine.
+    drafted_as: str | None = None
+
+
+def category_acceptance(requests: Requests, profile: Profile | None) -> list[CategoryAcceptance]:
+    """Per arm and category, every arm (an `off` arm drafts nothing: its rates are None)."""
+    out = []
+    for arm, category, n, d, a, steps, dd, aa, ad, drafting in requests.con.execute(_SQL).fetchall():
+        name = NO_CATEGORY if category is None else str(category)
+        rate = a / d if d > 0 else None
+        low = high = None
+        if rate is not None and drafting >= 2:
+            # Var(sum a / sum d) ~ sum (a_i - r d_i)^2 / (m (m - 1) mean(d)^2) over the m drafting requests.
+            residual = max(aa - 2 * rate * ad + rate * rate * dd, 0.0)
+            se = math.sqrt(residual * drafting / (drafting - 1)) / d
+            low, high = max(rate - Z95 * se, 0.0), min(rate + Z95 * se, 1.0)
+        used = profile.resolve_category(name) if profile is not None and category is not None else None
+        out.append(
+            CategoryAcceptance(
+                arm=str(arm), category=name, requests=int(n), drafted=round(d), accepted=round(a),
+                acceptance_rate=rate, rate_low=low, rate_high=high,
+                acceptance_length=1 + a / steps if steps > 0 else None,
+                drafted_as=used if used is not None and used != name else None,
+            )
+        )  # fmt: skip
+    return out
+
+
+def fallback_lines(rows: list[CategoryAcceptance], profile: Profile | None) -> list[str]:
+    """One line saying which categories drafted with another category's acceptance, with their request counts
+    (over the run's arms, each request counted once: the arms send the same requests)."""
+    if profile is None:
+        return []
+    fell: dict[tuple[str, str], int] = {}
+    for r in rows:
+        if r.drafted_as is not None:
+            key = (r.category, r.drafted_as)
+            fell[key] = max(fell.get(key, 0), r.requests)
+    if not fell:
+        return []
+    parts = [f"{category} ({n} requests) as {used}" for (category, used), n in sorted(fell.items())]
+    return [f"profile {profile.name} has no acceptance of its own for {len(fell)} categor"
+            f"{'y' if len(fell) == 1 else 'ies'}; simulated with its fallback: {', '.join(parts)}"]  # fmt: skip
