@@ -21,6 +21,7 @@ from orchestrator.analysis.opmap.bands import (
     rate_bands_from_edges,
 )
 from orchestrator.analysis.opmap.categories import CategoryAcceptance, category_acceptance, fallback_lines
+from orchestrator.analysis.opmap.category_speedup import CategorySpeedup, category_speedups
 from orchestrator.analysis.opmap.kchoice import BandChoice, choose_k, paired_both
 from orchestrator.analysis.opmap.operating_map import operating_maps
 from orchestrator.analysis.opmap.results import OperatingMap, VerificationReport
@@ -78,6 +79,8 @@ class Summary(BaseModel):
     # Per arm and workload category over the run: accepted / drafted with its interval, and on a simulated engine
     # the profile category a category without acceptance of its own drafted as
     acceptance_by_category: list[CategoryAcceptance] = Field(default_factory=list)
+    # Per batch band, speculative arm and category: the per-token speedup over `off` on the same requests
+    speedup_by_category: list[CategorySpeedup] = Field(default_factory=list)
     # A simulated engine slowed (or sped up) by engine.time_scale: what its numbers mean on the modelled GPU
     time_scale: TimeScale | None = None
     passed: bool
@@ -125,6 +128,8 @@ def build_summary(
         if rate_bands is not None:
             band_sets.append(rate_bands)
         maps = operating_maps(requests, inputs.arms, campaign.slo, band_sets)
+        # over the pairing operating_maps left on the connection, before anything pairs other arms
+        speedups_by_category = category_speedups(requests, maps[0]) if maps else []
         verification = verify_executed_policy(
             requests,
             inputs.arms,
@@ -202,6 +207,7 @@ def build_summary(
         else answer_of(maps, comparisons, verification, inputs.arms, repeats=campaign.repeats),
         exempt_arms=[a.name for a in inputs.arms if a.name in campaign.gates.exempt_arms],
         acceptance_by_category=by_category,
+        speedup_by_category=speedups_by_category,
         time_scale=scale,
         passed=all(g.passed for g in gates),
     )

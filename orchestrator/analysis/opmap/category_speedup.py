@@ -1,0 +1,66 @@
+"""Per batch band, arm and workload category: the arm's per-token speedup over its `off` twin on the same requests
+(the map's pairing: a request and its copy in the baseline arm, banded by the baseline's batch), with the interval
+the pairs' spread allows. A schedule chosen on the whole mix is checked with it per category (decide/recommend,
+decide/tune): a k that helps the mix can hurt the category whose drafts are rejected most."""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.analysis.opmap.categories import Z95
+from orchestrator.analysis.opmap.operating_map import NO_CATEGORY
+from orchestrator.analysis.opmap.results import OperatingMap, Verdict
+from orchestrator.analysis.read.source import Requests
+
+# Over the map's `scored` view (operating_map.scored_sql, on the same connection, band set 0): per pair the log of
+# baseline tpot / arm tpot. The interval is over pairs (a normal interval on the mean log ratio), not the map's
+# time-block bootstrap: a category's requests are spread over the run, and per category the blocks are too few.
+_SQL = """
+SELECT band_0, arm, category, count(*) AS pairs, sum(twin_log_tpot - log_tpot),
+       sum((twin_log_tpot - log_tpot) * (twin_log_tpot - log_tpot))
+FROM scored WHERE pair_0 AND both_usable AND band_0 >= 0
+GROUP BY ALL ORDER BY band_0, arm, category NULLS FIRST
+"""
+MIN_PAIRS = 30  # fewer: no verdict for the category in that band
+
+
+class CategorySpeedup(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    band: str
+    band_index: int
+    arm: str
+    category: str
+    pairs: int
+    speedup: float  # baseline per-token latency / the arm's, geometric mean over the pairs (> 1: the arm faster)
+    low: float | None  # 95% interval; None under 2 pairs
+    high: float | None
+    verdict: Verdict  # helps / hurts beyond the map's margin, no_difference, or insufficient_data (< MIN_PAIRS)
+
+
+def category_speedups(requests: Requests, batch_map: OperatingMap) -> list[CategorySpeedup]:
+    """Every speculative arm's per-category speedup per band of `batch_map` (the run's band set 0), from the views
+    operating_maps left on `requests.con`."""
+    margin = batch_map.settings.margin
+    out = []
+    for band, arm, category, n, total, squares in requests.con.execute(_SQL).fetchall():
+        mean = total / n
+        low = high = None
+        if n >= 2:
+            se = math.sqrt(max(squares - n * mean * mean, 0.0) / (n - 1) / n)
+            low, high = math.exp(mean - Z95 * se), math.exp(mean + Z95 * se)
+        if n < MIN_PAIRS or low is None or high is None:
+            verdict = Verdict.INSUFFICIENT_DATA
+        elif low > 1 + margin:
+            verdict = Verdict.HELPS
+        elif high < 1 / (1 + margin):
+            verdict = Verdict.HURTS
+        else:
+            verdict = Verdict.NO_DIFFERENCE
+        out.append(CategorySpeedup(
+            band=batch_map.bands[int(band)].label, band_index=int(band), arm=str(arm),
+            category=NO_CATEGORY if category is None else str(category), pairs=int(n), speedup=math.exp(mean),
+            low=low, high=high, verdict=verdict,
+        ))  # fmt: skip
+    return out
