@@ -46,8 +46,16 @@ def located_files_replaced(dumped: dict[str, Any]) -> dict[str, Any]:
         out["shapes"] = {name: _shape_files_replaced(shape) for name, shape in shapes.items()}
     mix = out.get("mix")
     if isinstance(mix, dict) and isinstance(mix.get("dataset"), str):
-        out["mix"] = {**mix, "dataset": file_identity(mix["dataset"])}
+        out["mix"] = mix = {**mix, "dataset": file_identity(mix["dataset"])}
+    if isinstance(mix, dict) and isinstance(mix.get("datasets"), list):
+        out["mix"] = {**mix, "datasets": [_entry_file_replaced(e) for e in mix["datasets"]]}
     return out
+
+
+def _entry_file_replaced(entry: Any) -> Any:
+    if isinstance(entry, dict) and isinstance(entry.get("dataset"), str):
+        return {**entry, "dataset": file_identity(entry["dataset"])}
+    return entry
 
 
 def _shape_files_replaced(shape: Any) -> Any:

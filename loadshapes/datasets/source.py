@@ -1,0 +1,125 @@
+"""A data set as a source of requests, in the order `vllm bench serve` sends them for the same seed.
+
+vLLM's classes shuffle the kept rows with Python's `random` seeded with `--seed` and walk them in that order
+(ShareGPT skipping pairs outside `is_valid_sequence`), then, when more requests are asked than rows remain, append
+`random.choice` draws after seeding again. Request k of a source here is the k-th request of that sequence, so
+the same file, count and seed give the same prompts and output lengths in both tools. The permutation is of row
+offsets, not rows: a 2 GB file costs 8 bytes a row.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from loadshapes.campaign_files import anchored
+from loadshapes.datasets.formats import FORMATS, DatasetFormat, detect
+from loadshapes.datasets.index import Index, index
+from loadshapes.datasets.reading import DatasetError
+from loadshapes.datasets.records import Record
+
+if TYPE_CHECKING:
+    from loadshapes.tokens import PromptTokenizer
+
+# vLLM's is_valid_sequence defaults (ShareGPT only): both at least 4 tokens, the prompt at most 1024, both 2048.
+MIN_TOKENS, MAX_PROMPT_TOKENS, MAX_TOTAL_TOKENS = 4, 1024, 2048
+
+
+class DatasetSource(BaseModel):
+    """A data set file in one of the formats `vllm bench serve` reads."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    dataset: str = Field(
+        description="the file (a SPEED-Bench directory); a relative path is read from the campaign file's directory"
+    )
+    format: DatasetFormat | None = Field(
+        default=None, description="detected from the file where left out (mt_bench: named only)"
+    )
+    categories: tuple[str, ...] | None = Field(
+        default=None, min_length=1, description="only rows of these categories (Spec-Bench, SPEED-Bench, MT-Bench)"
+    )
+    subset: str = Field(default="qualitative", description="SPEED-Bench: the subset file `{subset}.jsonl`")
+    category: str | None = Field(
+        default=None, description="the category requests carry; default: the row's own, else the format's name"
+    )
+    output_tokens: int | None = Field(
+        default=None, ge=1, description="every request's output length (vLLM's --*-output-len); default: the row's"
+    )
+
+    @field_validator("dataset", mode="after")
+    @classmethod
+    def _relative_to_the_campaign(cls, v: str, info: ValidationInfo) -> str:
+        return anchored(v, info)
+
+    @property
+    def resolved_format(self) -> DatasetFormat:
+        return self.format if self.format is not None else detect(self.dataset)
+
+    def index(self) -> Index:
+        """The rows it may send (read once per file version; one line naming the file where it cannot be used)."""
+        return index(self.dataset, self.resolved_format, self.categories, self.subset)
+
+    def label(self, record: Record) -> str:
+        if self.category is not None:
+            return self.category
+        return record.category if record.category else self.resolved_format
+
+
+class Deck:
+    """Requests 0, 1, 2, ... of a source for one seed and one way of counting tokens, built as far as asked."""
+
+    def __init__(self, source: DatasetSource, seed: int, tokenizer: PromptTokenizer | None) -> None:
+        self.source = source
+        self.rows = source.index()
+        self.fmt = self.rows.fmt
+        self.tokenizer = tokenizer
+        self.order = list(range(len(self.rows)))
+        random.Random(seed).shuffle(self.order)  # random.seed(seed); random.shuffle(data), on positions
+        self.seed = seed
+        self.walked = 0  # how far along `order` the kept requests are built
+        self.kept: list[tuple[Record, int, int]] = []  # (record, prompt tokens, output tokens)
+        self.extra: random.Random | None = None
+        self.extra_picks: list[int] = []
+
+    def count(self, text: str) -> int:
+        """Tokens of the served model's tokenizer where known, else words."""
+        return self.tokenizer.count(text) if self.tokenizer is not None else len(text.split())
+
+    def _lengths(self, record: Record) -> tuple[int, int] | None:
+        prompt = self.count(record.prompt)
+        if record.reply is not None:  # ShareGPT: the reply's length, and vLLM's pruning
+            output = self.source.output_tokens or self.count(record.reply)
+            valid = (
+                prompt >= MIN_TOKENS
+                and (self.source.output_tokens is not None or output >= MIN_TOKENS)
+                and prompt <= MAX_PROMPT_TOKENS
+                and prompt + output <= MAX_TOTAL_TOKENS
+            )
+            return (prompt, output) if valid else None
+        given = self.source.output_tokens or record.output_tokens or FORMATS[self.fmt].default_output_tokens
+        assert given is not None, f"{self.fmt} rows carry their output length"
+        return max(1, prompt), given
+
+    def request(self, k: int) -> tuple[Record, int, int]:
+        """Request k: (record, prompt tokens, output tokens)."""
+        while len(self.kept) <= k and self.walked < len(self.order):
+            record = self.rows.record(self.order[self.walked])
+            self.walked += 1
+            lengths = self._lengths(record)
+            if lengths is not None:
+                self.kept.append((record, *lengths))
+        if k < len(self.kept):
+            return self.kept[k]
+        if not self.kept:
+            raise DatasetError(
+                f"{self.rows.path}: no {self.fmt} row is within vLLM's limits (prompt {MIN_TOKENS}-"
+                f"{MAX_PROMPT_TOKENS} tokens, prompt + output at most {MAX_TOTAL_TOKENS})"
+            )
+        # vLLM's maybe_oversample_requests: random.seed(seed), then random.choice over the kept requests.
+        if self.extra is None:
+            self.extra = random.Random(self.seed)
+        while len(self.extra_picks) <= k - len(self.kept):
+            self.extra_picks.append(self.extra.randrange(len(self.kept)))
+        return self.kept[self.extra_picks[k - len(self.kept)]]

@@ -1,0 +1,72 @@
+"""A data set a campaign cannot use is refused by `specdrill simulate` in one line naming the file and what is
+wrong, exit 2, before the run's folder exists."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestrator.cli import main
+from tests.loadshapes.datasets import files
+
+
+def simulate(tmp_path: Path, mix: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> str:
+    """`specdrill simulate` on a small campaign with `mix`: its one error line (asserting exit 2, nothing written)."""
+    output = tmp_path / "run"
+    campaign = tmp_path / "c.yaml"
+    campaign.write_text(yaml.safe_dump({
+        "name": "datasets", "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
+        "policies": {"off": "off", "fixed3": "fixed:3"},
+        "shapes": {"s": {"kind": "sustained", "rate": 5, "duration_s": 2}}, "mix": mix, "output": str(output),
+    }))  # fmt: skip
+    with pytest.raises(SystemExit) as exit_:
+        main(["simulate", str(campaign)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2, err
+    assert len(err) == 1 and err[0].startswith("specdrill: error: "), err
+    assert not output.exists()
+    return err[0]
+
+
+def test_a_file_in_none_of_the_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = files.jsonl(tmp_path / "rows.jsonl", [{"text": "hello", "label": 3}])
+    line = simulate(tmp_path, {"dataset": "rows.jsonl"}, capsys)
+    assert str(path) in line and "not a data set in any known format" in line
+    for tried in ("sharegpt", "spec_bench", "speed_bench", "custom", "openai_chat", "specdrill"):
+        assert tried in line, line
+
+
+def test_a_sharegpt_entry_that_is_not_a_conversation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    entries = json.loads(files.sharegpt(tmp_path / "sg.json").read_text())
+    entries[4]["conversations"][1] = {"role": "assistant", "content": "hi"}  # no `from`/`value`
+    (tmp_path / "sg.json").write_text(json.dumps(entries))
+    line = simulate(tmp_path, {"dataset": "sg.json"}, capsys)
+    assert "sg.json: record 5: not a sharegpt row: conversations.1.from: Field required" in line, line
+
+
+def test_a_sharegpt_file_cut_short(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = files.sharegpt(tmp_path / "sg.json").read_text()
+    (tmp_path / "sg.json").write_text(text[: len(text) // 2])
+    line = simulate(tmp_path, {"dataset": "sg.json"}, capsys)
+    assert "sg.json: record" in line and "the file is truncated" in line, line
+
+
+def test_an_empty_category_filter(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files.spec_bench(tmp_path / "question.jsonl")
+    line = simulate(tmp_path, {"dataset": "question.jsonl", "categories": ["poetry"]}, capsys)
+    assert "question.jsonl: no spec_bench rows in categories poetry; the file has coding (8)" in line, line
+
+
+def test_a_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = simulate(tmp_path, {"datasets": [{"dataset": "gone.json", "weight": 1}]}, capsys)
+    assert "gone.json: no such data set file or directory" in line, line
+
+
+def test_a_named_format_the_file_is_not(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files.spec_bench(tmp_path / "question.jsonl")
+    line = simulate(tmp_path, {"dataset": "question.jsonl", "format": "gsm8k"}, capsys)
+    assert "question.jsonl:1: not a gsm8k row: question: Field required" in line, line
