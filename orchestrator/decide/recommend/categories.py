@@ -30,8 +30,8 @@ def category_checks(runs: Sequence[RunEvidence], bands: Sequence[BandDecision]) 
             checked.update(r.category for r in rows)
             cell = next((c for m in summary.maps[:1] for c in m.cells if c.band == label and c.arm == b.arm), None)
             mix = cell.speedup.verdict if cell is not None and cell.speedup is not None else None
-            few = [r for r in rows if r.verdict == Verdict.INSUFFICIENT_DATA]
-            thin += [f"{r.category} in {b.band} ({r.pairs} pairs)" for r in few]
+            short = [r for r in rows if r.verdict == Verdict.INSUFFICIENT_DATA]
+            thin += [f"{r.category} in {b.band} ({r.pairs} pairs)" for r in short]
             for r in rows:
                 if r.verdict != Verdict.HURTS or r.low is None or r.high is None:
                     continue

@@ -29,7 +29,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> str:
     return out
 
 
-def _workload(category: str, weight: int) -> dict[str, object]:
+def category_workload(category: str, weight: int) -> dict[str, object]:
     return {"workload": {
         "name": category, "category": category,
         "prompt_tokens": {"kind": "lognormal", "median": 64, "sigma": 0.3, "low": 16, "high": 256},
@@ -47,7 +47,7 @@ def _recommend(capsys: pytest.CaptureFixture[str], root: Path, acceptance: dict[
         "cats", engine={"kind": "simulated", "profile": str(root / "p.yaml")},
         policies={"off": "off", "k1": "fixed:1", "k3": "fixed:3"},
         shapes={"light": {"kind": "quiet", "rate": 6, "duration_s": 60}},
-        mix={"entries": [_workload("chat", 3), _workload("coding", 1)]}, load={"drain_s": 30},
+        mix={"entries": [category_workload("chat", 3), category_workload("coding", 1)]}, load={"drain_s": 30},
     )  # fmt: skip
     (root / "c.yaml").write_text(as_yaml(campaign))
     _cli(capsys, "simulate", str(root / "c.yaml"), "--output", str(root / "run"))
