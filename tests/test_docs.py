@@ -57,6 +57,12 @@ FORMS: dict[str, str] = {
         "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
     "specdrill calibrate RUN_DIR -o profile.yaml":
         "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
+    "specdrill simulate mixed.yaml --no-report":
+        "tests/loadshapes/datasets/test_dataset_refusals.py::test_a_weighted_mix_of_data_sets_simulates_with_its_categories",
+    "specdrill simulate empty.yaml":
+        "tests/loadshapes/datasets/test_dataset_refusals.py::test_an_empty_category_filter",
+    "specdrill simulate labels.yaml":
+        "tests/loadshapes/datasets/test_dataset_refusals.py::test_a_file_in_none_of_the_formats",
     "specdrill compare BASELINE_RUN CANDIDATE_RUN":
         "tests/orchestrator/compare/test_compare.py::test_a_run_compared_with_itself_and_its_rerun_shows_no_change_and_passes_the_gate",
     "specdrill compare BASELINE_RUN CANDIDATE_RUN --fail-on worse --margin 0.05 -o release-check":

@@ -70,3 +70,34 @@ def test_a_named_format_the_file_is_not(tmp_path: Path, capsys: pytest.CaptureFi
     files.spec_bench(tmp_path / "question.jsonl")
     line = simulate(tmp_path, {"dataset": "question.jsonl", "format": "gsm8k"}, capsys)
     assert "question.jsonl:1: not a gsm8k row: question: Field required" in line, line
+
+
+def test_a_weighted_mix_of_data_sets_simulates_with_its_categories(tmp_path: Path) -> None:
+    """The operator page's example: 60% Spec-Bench coding, 40% ShareGPT; every arm gets the same requests, each
+    with its category in the trace."""
+    import pyarrow.dataset as ds
+
+    files.spec_bench(tmp_path / "question.jsonl")
+    files.sharegpt(tmp_path / "ShareGPT_V3_unfiltered_cleaned_split.json")
+    campaign = tmp_path / "mixed.yaml"
+    campaign.write_text(yaml.safe_dump({
+        "name": "datasets", "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
+        "policies": {"off": "off", "fixed3": "fixed:3"},
+        "shapes": {"steady": {"kind": "sustained", "rate": 4, "duration_s": 30}},
+        "mix": {"datasets": [
+            {"dataset": "question.jsonl", "categories": ["coding"], "weight": 60},
+            {"dataset": "ShareGPT_V3_unfiltered_cleaned_split.json", "weight": 40},
+        ]},
+        "output": str(tmp_path / "runs" / "mixed"),
+    }))  # fmt: skip
+    main(["simulate", str(campaign), "--no-report"])
+    table = ds.dataset(tmp_path / "runs" / "mixed" / "traces", format="parquet", partitioning="hive").to_table()
+    rows = table.select(["policy", "request_index", "category", "prompt_tokens"]).to_pylist()
+    by_arm: dict[str, list[tuple[int, str, int]]] = {}
+    for r in rows:
+        by_arm.setdefault(r["policy"], []).append((r["request_index"], r["category"], r["prompt_tokens"]))
+    arms = [sorted(v) for v in by_arm.values()]
+    assert len(arms) == 2 and arms[0] == arms[1]  # the same requests in both arms
+    categories = [c for _, c, _ in arms[0]]
+    assert set(categories) == {"coding", "sharegpt"}
+    assert 0.45 < categories.count("coding") / len(categories) < 0.75, categories
