@@ -25,12 +25,13 @@ class DatasetEntry(DatasetSource):
 
 
 _LOCK = threading.Lock()
-_DECKS: dict[tuple[DatasetSource, int, int], Deck] = {}
+_DECKS: dict[tuple[DatasetSource, int, tuple[str, bool] | None], Deck] = {}
 _PICKS: dict[tuple[tuple[float, ...], int], list[int]] = {}
 
 
 def _deck(source: DatasetSource, seed: int, tokenizer: PromptTokenizer | None) -> Deck:
-    key = (source, seed, id(tokenizer))
+    # By the tokenizer's identity (name, special tokens), not the object's: the same counts give the same deck.
+    key = (source, seed, None if tokenizer is None else (tokenizer.name, tokenizer.add_special_tokens))
     deck = _DECKS.get(key)
     if deck is None:
         if len(_DECKS) > 32:

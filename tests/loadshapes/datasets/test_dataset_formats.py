@@ -126,3 +126,55 @@ def test_specdrill_jsonl_weighted_with_another(tmp_path: Path) -> None:
     )
     requests = mix.sample(30, seed=0)
     assert {(r.category, r.max_tokens) for r in requests} == {("editing", 9), ("stem", 256)}
+
+
+class CharTokenizer:
+    """A served model's tokenizer as the mix uses it (name, special tokens, count): one token a character."""
+
+    name = "chars"
+    add_special_tokens = False
+
+    def count(self, text: str) -> int:
+        return len(text)
+
+
+def test_lengths_are_the_tokenizers_and_filter_by_it(tmp_path: Path) -> None:
+    long_in_characters = {"from": "human", "value": "abcd " * 300}  # 300 words, 1500 characters
+    reply = {"from": "gpt", "value": "fine thanks " * 10}
+    short = {"from": "human", "value": "how are you today?"}
+    path = tmp_path / "ShareGPT.json"
+    path.write_text(json.dumps([{"conversations": [long_in_characters, reply]}, {"conversations": [short, reply]}]))
+    mix = RequestMix.model_validate({"dataset": str(path)})
+    counted = mix.sample(4, seed=0, tokenizer=CharTokenizer())  # type: ignore[arg-type]
+    assert all(r.prompt == short["value"] for r in counted)  # over 1024 tokens of this tokenizer: skipped as vLLM does
+    assert counted[0].prompt_tokens == len(short["value"]) and counted[0].max_tokens == len(reply["value"])
+    in_words = mix.sample(4, seed=0)
+    assert {r.prompt_tokens for r in in_words} == {300, 4}  # in words both pairs are within the limits
+
+
+def test_a_replayed_trace_takes_its_categories_from_the_data_sets(tmp_path: Path) -> None:
+    import numpy as np
+
+    from loadshapes.mixes import ReplayedRequests
+
+    spec = files.spec_bench(tmp_path / "question.jsonl")
+    mix = RequestMix.model_validate({"dataset": str(spec), "categories": ["coding", "stem"]})
+    recorded = ReplayedRequests(
+        prompt_tokens=np.array([50, 60, 70]), output_tokens=np.array([5, 6, 7]), categories=[None, "chat", None],
+        prefixes=None, expect_error=np.zeros(3, bool),
+    )  # fmt: skip
+    requests = mix.replayed([0, 1, 2], seed=3, recorded=recorded)
+    drawn = mix.at([0, 2], seed=3)
+    assert [r.category for r in requests] == [drawn[0].category, "chat", drawn[1].category]
+    assert {drawn[0].category, drawn[1].category} <= {"coding", "stem"}
+    assert [r.max_tokens for r in requests] == [5, 6, 7]  # the trace's lengths, as for any replay
+
+
+def test_a_campaigns_identity_is_its_data_sets_content(tmp_path: Path) -> None:
+    from loadshapes.campaign_files import file_identity, located_files_replaced
+
+    spec = files.spec_bench(tmp_path / "question.jsonl")
+    dumped = RequestMix.model_validate({"datasets": [{"dataset": str(spec)}]}).model_dump(mode="json")
+    replaced = located_files_replaced({"mix": dumped})
+    assert replaced["mix"]["datasets"][0]["dataset"] == file_identity(str(spec))
+    assert file_identity(str(spec)).startswith("sha256:")

@@ -101,3 +101,10 @@ def test_a_weighted_mix_of_data_sets_simulates_with_its_categories(tmp_path: Pat
     categories = [c for _, c, _ in arms[0]]
     assert set(categories) == {"coding", "sharegpt"}
     assert 0.45 < categories.count("coding") / len(categories) < 0.75, categories
+
+
+def test_a_sharegpt_file_without_a_conversation_to_send(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """vLLM drops entries with fewer than two turns; a file of only those has nothing to send."""
+    (tmp_path / "sg.json").write_text(json.dumps([{"id": "a", "conversations": [{"from": "human", "value": "hi"}]}]))
+    line = simulate(tmp_path, {"dataset": "sg.json"}, capsys)
+    assert "sg.json: no sharegpt rows to send (none with two turns)" in line, line
