@@ -18,6 +18,7 @@ from rich.table import Table
 from loadshapes.badfile import BadFileError
 from orchestrator.analysis.gates import GateResult
 from orchestrator.analysis.headline import ABSOLUTE_ONLY, EXEMPT_MARK, engine_confounds
+from orchestrator.analysis.opmap.categories import FALLBACK_MARK, acceptance_lines
 from orchestrator.analysis.opmap.measures import console_measures
 from orchestrator.analysis.opmap.results import ArmVerification, OperatingMap, Verdict
 from orchestrator.analysis.read.inputs import RunInputs, load_run
@@ -118,9 +119,14 @@ def print_report(summary: Summary, console: Console, engine_lines: Sequence[str]
         console.print(summary.time_scale.line, style="yellow", markup=False, highlight=False, soft_wrap=True)
     for line in engine_lines:
         console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
+    for line in summary.headline:
+        if FALLBACK_MARK in line:  # a category drafted with another's acceptance: said before any figure
+            console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
     print_answer(summary, console)
     for operating_map in summary.maps:
         console.print(map_table(operating_map))
+    for line in acceptance_lines(summary.acceptance_by_category):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print("[bold]executed policy[/bold]")
     exempt = set(summary.exempt_arms)
     for checked in summary.verification.arms:

@@ -13,6 +13,7 @@ from orchestrator.analysis.opmap.operating_map import NO_CATEGORY
 from orchestrator.analysis.read.source import Requests
 from serve_apps.sim.profile import Profile
 
+FALLBACK_MARK = "simulated with its fallback"  # in the headline line fallback_lines writes
 Z95 = 1.959963984540054  # the two-sided 95% normal quantile
 
 # One group per (arm, category): the sums a per-request ratio estimator and its variance need. A request is the
@@ -82,4 +83,27 @@ def fallback_lines(rows: list[CategoryAcceptance], profile: Profile | None) -> l
         return []
     parts = [f"{category} ({n} requests) as {used}" for (category, used), n in sorted(fell.items())]
     return [f"profile {profile.name} has no acceptance of its own for {len(fell)} categor"
-            f"{'y' if len(fell) == 1 else 'ies'}; simulated with its fallback: {', '.join(parts)}"]  # fmt: skip
+            f"{'y' if len(fell) == 1 else 'ies'}; {FALLBACK_MARK}: {', '.join(parts)}"]  # fmt: skip
+
+
+def acceptance_lines(rows: list[CategoryAcceptance]) -> list[str]:
+    """The console's per-category acceptance: one line per arm that drafted, where the run has two categories or
+    more (one category is the map's acceptance already)."""
+    if len({r.category for r in rows}) < 2:
+        return []
+    by_arm: dict[str, list[CategoryAcceptance]] = {}
+    for r in rows:
+        if r.acceptance_rate is not None:
+            by_arm.setdefault(r.arm, []).append(r)
+    out = []
+    for arm, mine in by_arm.items():
+        parts = []
+        for r in mine:
+            interval = (
+                f" [{r.rate_low:.3f}, {r.rate_high:.3f}]" if r.rate_low is not None and r.rate_high is not None else ""
+            )
+            length = f", length {r.acceptance_length:.2f}" if r.acceptance_length is not None else ""
+            drafted_as = f", drafted as {r.drafted_as}" if r.drafted_as is not None else ""
+            parts.append(f"{r.category} {r.acceptance_rate:.3f}{interval} (n={r.requests}{length}{drafted_as})")
+        out.append(f"  {arm}: " + "; ".join(parts))
+    return ["acceptance by category (accepted / drafted, 95% interval over requests):", *out] if out else []

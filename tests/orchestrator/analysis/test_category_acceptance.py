@@ -34,7 +34,7 @@ def _workload(category: str) -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-def summary(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("categories")
     profile = yaml.safe_load(SHIPPED.read_text())
     profile["name"], profile["acceptance"] = "apart", {c: {"per_position": p} for c, p in APART.items()}
@@ -52,8 +52,12 @@ def summary(tmp_path_factory: pytest.TempPathFactory) -> dict:
         main(["simulate", str(root / "c.yaml"), "--output", str(root / "run")])
         raise SystemExit(0)
     assert caught.value.code in (0, None)
-    (summary_file,) = (root / "run").rglob("summary.json")
-    return json.loads(summary_file.read_text())
+    return root / "run"
+
+
+@pytest.fixture(scope="module")
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
 
 
 def _per_position(category: str) -> list[float]:
@@ -95,3 +99,15 @@ def test_the_run_says_which_categories_fell_back(summary: dict) -> None:
     assert "math_reasoning (" in line and ") as reasoning" in line
     off = _rows(summary, "off-single")
     assert all(r["acceptance_rate"] is None and r["drafted"] == 0 for r in off.values())
+
+
+def test_the_console_says_it_before_any_figure_and_splits_acceptance(run_dir: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["report", str(run_dir)])
+        raise SystemExit(0)
+    assert caught.value.code in (0, None)
+    out = capsys.readouterr().out.splitlines()
+    fell = next(i for i, line in enumerate(out) if "simulated with its fallback" in line)
+    assert fell < next(i for i, line in enumerate(out) if line.startswith("answer"))
+    (k1,) = [line for line in out if line.startswith("  k1-single: ")]
+    assert "coding 0." in k1 and "drafted as chat" in k1 and "math_reasoning 0." in k1 and "drafted as reasoning" in k1
