@@ -19,6 +19,7 @@ from loadshapes.badfile import BadFileError
 from orchestrator.analysis.gates import GateResult
 from orchestrator.analysis.headline import ABSOLUTE_ONLY, EXEMPT_MARK, engine_confounds
 from orchestrator.analysis.opmap.categories import FALLBACK_MARK, acceptance_lines
+from orchestrator.analysis.opmap.category_speedup import disagreeing_lines
 from orchestrator.analysis.opmap.measures import console_measures
 from orchestrator.analysis.opmap.results import ArmVerification, OperatingMap, Verdict
 from orchestrator.analysis.read.inputs import RunInputs, load_run
@@ -123,6 +124,8 @@ def print_report(summary: Summary, console: Console, engine_lines: Sequence[str]
         if FALLBACK_MARK in line:  # a category drafted with another's acceptance: said before any figure
             console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
     print_answer(summary, console)
+    for line in disagreeing_lines(summary.speedup_by_category):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     for operating_map in summary.maps:
         console.print(map_table(operating_map))
     for line in acceptance_lines(summary.acceptance_by_category):

@@ -64,3 +64,25 @@ def category_speedups(requests: Requests, batch_map: OperatingMap) -> list[Categ
             low=low, high=high, verdict=verdict,
         ))  # fmt: skip
     return out
+
+
+def disagreeing_lines(rows: list[CategorySpeedup]) -> list[str]:
+    """The answer split by category, where it differs by category: per (band, arm) whose categories' verdicts
+    are not all the same (one helps, another hurts or shows no difference), every category's speedup."""
+    cells: dict[tuple[int, str], list[CategorySpeedup]] = {}
+    for r in rows:
+        cells.setdefault((r.band_index, r.arm), []).append(r)
+    out = []
+    for (_, arm), mine in sorted(cells.items()):
+        decided = {r.verdict for r in mine if r.verdict != Verdict.INSUFFICIENT_DATA}
+        if len(decided) < 2:
+            continue
+        parts = [
+            f"{r.category} {r.speedup:.2f}x"
+            + (f" [{r.low:.2f}, {r.high:.2f}]" if r.low is not None and r.high is not None else "")
+            + f" {r.verdict.value.replace('_', ' ')} (n={r.pairs})"
+            for r in mine
+        ]
+        out.append(f"  batch {mine[0].band} {arm}: " + "; ".join(parts))
+    head = "by category, where the verdict differs (per-token speedup vs off on the same requests):"
+    return [head, *out] if out else []

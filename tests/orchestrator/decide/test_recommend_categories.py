@@ -50,10 +50,10 @@ def _recommend(capsys: pytest.CaptureFixture[str], root: Path, acceptance: dict[
         mix={"entries": [category_workload("chat", 3), category_workload("coding", 1)]}, load={"drain_s": 30},
     )  # fmt: skip
     (root / "c.yaml").write_text(as_yaml(campaign))
-    _cli(capsys, "simulate", str(root / "c.yaml"), "--output", str(root / "run"))
+    simulated = _cli(capsys, "simulate", str(root / "c.yaml"), "--output", str(root / "run"))
     printed = _cli(capsys, "recommend", str(root / "run"))
     (found,) = (root / "run").rglob("recommendation.json")
-    return {"printed": printed, **json.loads(found.read_text())}
+    return {"printed": printed, "simulated": simulated, **json.loads(found.read_text())}
 
 
 def test_recommend_names_the_category_the_mixs_schedule_hurts(capsys, tmp_path: Path) -> None:
@@ -63,6 +63,11 @@ def test_recommend_names_the_category_the_mixs_schedule_hurts(capsys, tmp_path: 
     assert hurt and all("helps the mix, hurts coding: per-token latency" in line for line in hurt), rec
     assert not any("hurts chat" in line for line in rec["category_checks"])
     assert "hurts coding" in rec["printed"]
+    # the run's own answer, split where the categories' verdicts differ: chat helped, coding hurt, same arm
+    (split,) = [line for line in rec["simulated"].splitlines() if line.startswith("  batch 1-8 k3-single: chat ")]
+    chat, coding = split.split("; coding ")
+    assert " helps (n=" in chat, split
+    assert " hurts (n=" in coding, split
     # the figure against the cost model's: ~1.2-1.35x off's (a k = 3 step's cost over ~1.1 tokens a step)
     ratio = float(hurt[0].split("per-token latency ")[1].split("x")[0])
     assert 1.1 < ratio < 1.5, hurt[0]
@@ -72,3 +77,4 @@ def test_on_categories_that_accept_alike_no_category_is_named(capsys, tmp_path: 
     rec = _recommend(capsys, tmp_path, None)  # chat and coding (-> chat) alike
     assert rec["status"] == "schedule"
     assert rec["category_checks"] and "no category is slower than off" in rec["category_checks"][0], rec
+    assert "by category, where the verdict differs" not in rec["simulated"]
