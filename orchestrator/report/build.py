@@ -109,6 +109,15 @@ def finding_lines(checked: ArmVerification) -> list[str]:
     return [*failed, *notes]
 
 
+def html_category_lines(summary: Summary) -> list[str]:
+    """report.html's section by workload category, where there is something to read in it: categories whose
+    verdicts differ, or one drafted with another's acceptance (else the page stays one screenful)."""
+    differ = disagreeing_lines(summary.speedup_by_category)
+    if not differ and not any(r.drafted_as for r in summary.acceptance_by_category):
+        return []
+    return [*differ, *acceptance_lines(summary.acceptance_by_category)]
+
+
 def print_report(summary: Summary, console: Console, engine_lines: Sequence[str] = ()) -> None:
     """The console report; engine_lines: the arms' engine warnings and confounds (engine_confounds), also in the
     summary's headline and report.html's notes."""
@@ -245,6 +254,7 @@ def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
             exempt_arms=summary.exempt_arms,
             exempt_failures=[gate_item(g) for g in summary.gates if g.exempt],
             slo=inputs.campaign.slo,
+            by_category=html_category_lines(summary),
         )
     )
     store.write_text("report.html", html)

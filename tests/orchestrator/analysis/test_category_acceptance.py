@@ -111,3 +111,9 @@ def test_the_console_says_it_before_any_figure_and_splits_acceptance(run_dir: Pa
     assert fell < next(i for i, line in enumerate(out) if line.startswith("answer"))
     (k1,) = [line for line in out if line.startswith("  k1-single: ")]
     assert "coding 0." in k1 and "drafted as chat" in k1 and "math_reasoning 0." in k1 and "drafted as reasoning" in k1
+
+
+def test_report_html_has_the_split(run_dir: Path) -> None:
+    html = (run_dir / "report.html").read_text()
+    section = html[html.index("<h2>By workload category</h2>") :].split("</pre>")[0]
+    assert "acceptance by category" in section and "coding 0." in section and "drafted as chat" in section
