@@ -80,7 +80,7 @@ SLOW = (
     # the module's tune and comparison arms (~15 s, in its first test)
     "tests/orchestrator/decide/test_tune_proof.py::test_the_tuned_schedule_is_no_worse_than_the_best_fixed_k_or_vllms_example_in_any_band",
     "tests/orchestrator/decide/test_tune_topology.py::",  # a DP group's static k and a schedule search: ~20-50 s
-    "tests/orchestrator/execute/test_job_submit.py::",  # `ray job submit` runs and reruns: 1.5-2 min each
+    "tests/orchestrator/execute/test_job_submit.py::",  # `ray job submit` runs and reruns: 1-1.5 min each
     "tests/orchestrator/execute/test_multinode.py::test_a_campaign_runs_across_nodes",  # ~50 s
     "tests/serve_apps/test_multinode_vllm.py::",  # a bed's Ray and a job: ~1.5 min
     # ~40 s
@@ -212,11 +212,12 @@ LONGEST_FIRST = (
     "tests/serve_apps/test_placement.py",  # 244
     "tests/serve_apps/engines/test_vllm_data_parallel.py",  # 202 - 7
     "tests/orchestrator/search/test_search_ray.py",  # 190 - 7
-    "tests/orchestrator/execute/test_job_submit.py",  # 187 - 7
     "tests/orchestrator/search/test_search_vllm.py",  # 229, alone 251 -> 190: ~173
     "tests/orchestrator/execute/test_endpoint_vllm.py",  # 199 - 40 (its first two servers start together) - 7
     "tests/serve_apps/test_serve_sim.py",  # 148 - 7
     "tests/orchestrator/compare/test_compare_real_time.py",  # ~170 since 01:16, alone 171 -> 124: ~125
+    # 187 - 7, less the first test's rerun job (~25 s of its 91 alone) and 20 s of the second's rerun unit: ~120
+    "tests/orchestrator/execute/test_job_submit.py",
     "tests/infra/test_manifests_start.py",  # 100
     "tests/serve_apps/engines/test_engine_kill.py",  # 102 - 7
     "tests/orchestrator/search/test_search_endpoint.py",  # 124, alone 146 -> 96: ~82
