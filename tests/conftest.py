@@ -209,12 +209,12 @@ COLLECTED = pytest.StashKey[list[pytest.Item]]()
 # testing.md), less the cuts measured later that day on the module alone, old and new back to back: ~7 s a Ray
 # head (tools.localray.stop's order), and the changed modules scaled by their alone figures (old -> new).
 LONGEST_FIRST = (
-    "tests/serve_apps/engines/test_vllm_data_parallel.py",  # 202 - 7
     "tests/orchestrator/search/test_search_vllm.py",  # 229, alone 251 -> 190: ~173
     # 244 less ~80 (one try of a failed probe, Serve's slow-start notice at 15 s; alone, under load 13-24, the two
     # tests 163 -> 87 back to back)
     "tests/serve_apps/test_placement.py",
     "tests/orchestrator/execute/test_endpoint_vllm.py",  # 199 - 40 (its first two servers start together) - 7
+    "tests/serve_apps/engines/test_vllm_data_parallel.py",  # 202 - 7 - ~48 (units 30 -> 6 s: 33 -> 13 s, 32 -> 8 s)
     "tests/serve_apps/test_serve_sim.py",  # 148 - 7
     "tests/orchestrator/compare/test_compare_real_time.py",  # ~170 since 01:16, alone 171 -> 124: ~125
     # 187 - 7, less the first test's rerun job (~25 s of its 91 alone) and 20 s of the second's rerun unit: ~120
