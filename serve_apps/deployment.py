@@ -32,6 +32,11 @@ METRICS_PERIOD_S = 1.0
 # Serve's default period (10 s) a dead engine would answer errors for 30 s; the check is an attribute read.
 HEALTH_CHECK_PERIOD_S = 2.0
 HEALTH_CHECK_TIMEOUT_S = 10.0
+# A replica being stopped sleeps this long before it first counts its requests in flight, then again each time
+# some remain (Serve's default: 2 s). Arms are deleted after their units, with nothing in flight, so the default
+# was 2 s of every arm's teardown spent asleep; requests still running are waited for as before (up to Serve's
+# graceful_shutdown_timeout_s).
+GRACEFUL_SHUTDOWN_WAIT_LOOP_S = 0.25
 PROBE_CONSTRUCTOR_TRIES = 1  # `specdrill deploy --check`: see build_arm_app
 
 
@@ -204,6 +209,7 @@ def build_arm_app(arm: ArmSpec, serve_host: str = "127.0.0.1", *, probe: bool = 
     options: dict[str, Any] = {
         "name": arm.name, "num_replicas": plan.replicas, "ray_actor_options": actor,
         "health_check_period_s": HEALTH_CHECK_PERIOD_S, "health_check_timeout_s": HEALTH_CHECK_TIMEOUT_S,
+        "graceful_shutdown_wait_loop_s": GRACEFUL_SHUTDOWN_WAIT_LOOP_S,
     }  # fmt: skip
     if probe:
         # A probe that failed fails the same way again (its layout, its vLLM): report the first failure instead
