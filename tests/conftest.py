@@ -215,7 +215,7 @@ LONGEST_FIRST = (
     "tests/serve_apps/test_placement.py",
     "tests/serve_apps/engines/test_vllm_data_parallel.py",  # 202 - 7 - ~48 (units 30 -> 6 s: 33 -> 13 s, 32 -> 8 s)
     "tests/serve_apps/test_serve_sim.py",  # 148 - 7
-    # ~170 since 01:16, alone 171 -> 124: ~125; less ~4 (its four arm teardowns 3.1 -> 1.0 s): ~121
+    # ~170 since 01:16, alone 171 -> 124: ~125; less ~4 (its two arm teardowns 3.1 -> 1.0 s): ~121
     "tests/orchestrator/compare/test_compare_real_time.py",
     # 187 - 7, less the first test's rerun job (~25 s of its 91 alone) and 20 s of the second's rerun unit: ~120
     "tests/orchestrator/execute/test_job_submit.py",
