@@ -107,7 +107,7 @@ SLOW = (
     # ~40 s
     "tests/serve_apps/test_placement.py::test_cli_deploy_check_prints_each_workers_device_and_refuses_in_one_line",
     "tests/serve_apps/test_placement.py::test_a_tensor_parallel_engine_larger_than_a_node_spans_nodes",  # ~10 s
-    "tests/infra/test_infra.py::test_the_hf_token_reaches_every_replica_from_the_cluster_env_and_no_file",  # ~40 s
+    "tests/infra/test_infra.py::test_the_hf_token_reaches_every_replica_from_the_cluster_env_and_no_file",  # ~25 s
 )
 
 
@@ -209,7 +209,6 @@ COLLECTED = pytest.StashKey[list[pytest.Item]]()
 # testing.md), less the cuts measured later that day on the module alone, old and new back to back: ~7 s a Ray
 # head (tools.localray.stop's order), and the changed modules scaled by their alone figures (old -> new).
 LONGEST_FIRST = (
-    "tests/orchestrator/search/test_search_vllm.py",  # 229, alone 251 -> 190: ~173
     # 244 less ~80 (one try of a failed probe, Serve's slow-start notice at 15 s; alone, under load 13-24, the two
     # tests 163 -> 87 back to back)
     "tests/serve_apps/test_placement.py",
@@ -223,17 +222,19 @@ LONGEST_FIRST = (
     # 199 - 40 - 7 - ~36 (units 20 -> 8 s: 23 -> 11-13 s each); its three servers and Ray now start together, not
     # measured apart on the loaded host
     "tests/orchestrator/execute/test_endpoint_vllm.py",
-    "tests/infra/test_manifests_start.py",  # 100
     "tests/serve_apps/engines/test_engine_kill.py",  # 102 - 7 - ~7 (unit 40 -> 20 s; alone, its unit 42 -> 35 s)
+    "tests/infra/test_manifests_start.py",  # 112 at 05:20, alone 179 -> 139 (node polls by HTTP): ~87
     "tests/orchestrator/search/test_search_endpoint.py",  # 124, alone 146 -> 96: ~82
     "tests/orchestrator/execute/test_long_runs.py",  # 79
+    # 132 at 05:20; alone its call 221 -> 104 (three steps of 20 requests, not four of 24; units 102 -> 44 s): ~75
+    "tests/orchestrator/search/test_search_vllm.py",
     "tests/orchestrator/execute/test_multinode.py",  # 78, alone 118 -> 102: ~67
     "tests/serve_apps/test_serve_vllm.py",  # 73 - 7
     "tests/serve_apps/test_multinode_vllm.py",  # 62 - 7
-    "tests/infra/test_infra.py",  # 51 - 7
     "tests/orchestrator/search/test_search.py",  # 36
     "tests/orchestrator/search/test_search_shipped.py",  # 35
-    "tests/loadshapes/test_prompt_tokens_vllm.py",  # 25
+    "tests/infra/test_infra.py",  # 51 - 7 - 13 (its HF_TOKEN test's unit 20 -> 5 s): ~31
+    "tests/loadshapes/test_prompt_tokens_vllm.py",  # 25 (35.5 at 05:20; alone 33)
     "tests/test_campaign_e2e_fuzz.py",  # 23
     "tests/orchestrator/calibrate/test_calibrate.py",  # 23
     "tests/orchestrator/decide/test_tune_proof.py",  # 22
