@@ -178,7 +178,7 @@ def run_unit(
         fetch_timelines(url, replicas=replicas_of(arm), since=since)  # skip steps from warm-up and earlier units
     key_env = plans[0].target.api_key_env
     secrets = {key_env: os.environ[key_env]} if key_env and key_env in os.environ else None
-    dialect = kind.metrics if endpoint else None
+    dialect = kind.dialect if endpoint else None
     with MetricsSampler(url, auth_headers(campaign), dialect) if dialect else nullcontext() as sampler:
         summaries = workers.run(
             plans,
@@ -266,8 +266,8 @@ def warmed_entry(campaign: Campaign, arm: ArmSpec, url: str) -> dict[str, Any]:
     telemetry = warm(url, arm, campaign.warmup.requests, headers)
     entry = arm_entry(arm, url, telemetry)
     kind = kind_of(campaign.engine)
-    if kind.telemetry == "server_metrics" and kind.metrics is not None and not telemetry:
-        entry["metrics_spec_decode"] = speculation_counters(url, headers, kind.metrics)
+    if kind.telemetry == "server_metrics" and not telemetry:
+        entry["metrics_spec_decode"] = speculation_counters(url, headers, kind.dialect)
     return entry
 
 

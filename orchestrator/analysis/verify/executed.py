@@ -20,7 +20,7 @@ from orchestrator.analysis.opmap.results import ArmVerification, BandKCheck, Fin
 from orchestrator.analysis.read.arms import ArmInfo
 from orchestrator.analysis.read.source import Requests, request_frame
 from orchestrator.analysis.read.telemetry import ArmTelemetry, arm_telemetry
-from orchestrator.analysis.verify.endpoint import endpoint_findings
+from orchestrator.analysis.verify.endpoint import endpoint_findings, without_steps
 from orchestrator.analysis.verify.findings import (
     dropped_finding,
     executed_k_finding,
@@ -33,6 +33,8 @@ from orchestrator.analysis.verify.findings import (
 from orchestrator.analysis.verify.recovery import switch_timings
 from orchestrator.analysis.verify.settings import VerifySettings
 from orchestrator.analysis.verify.step_counts import binned_step_runs, endpoint_step_arms, step_counts
+from serve_apps.engine_kinds.dialects import vllm
+from serve_apps.engine_kinds.dialects.base import Dialect
 
 
 def _k_tables(arms: Sequence[ArmInfo], batch_limit: int) -> np.ndarray:
@@ -151,15 +153,23 @@ def verify_executed_policy(
     bands: BandSet | None = None,
     settings: VerifySettings | None = None,
     endpoint_samples: pa.Table | None = None,
+    dialect: Dialect = vllm.DIALECT,
 ) -> VerificationReport:
     """`source`: a run's views (orchestrator.analysis.read.source), or a trace table in memory. `endpoint_samples`:
     the /metrics samples of endpoint arms (orchestrator.rundir.endpoint_samples.read_samples); every arm with samples is
-    verified as a foreign server: steps from per_step_drafted, batch sizes from the samples, totals reconciled."""
+    verified as a foreign server in `dialect` (its engine kind's): steps from what it reports per request, batch sizes
+    from the samples, totals reconciled with its counters, and what it cannot show reported not verifiable."""
     requests = request_frame(source) if isinstance(source, pa.Table) else source
     try:
         chosen = settings or VerifySettings()
         return _verify(
-            requests, arms, shapes=shapes, bands=bands or batch_bands(), settings=chosen, samples=endpoint_samples
+            requests,
+            arms,
+            shapes=shapes,
+            bands=bands or batch_bands(),
+            settings=chosen,
+            samples=endpoint_samples,
+            dialect=dialect,
         )
     finally:
         if requests is not source:
@@ -174,6 +184,7 @@ def _verify(
     bands: BandSet,
     settings: VerifySettings,
     samples: pa.Table | None = None,
+    dialect: Dialect = vllm.DIALECT,
 ) -> VerificationReport:
     names = [a.name for a in arms]
     unknown = sorted(set(requests.arms) - set(names))
@@ -191,18 +202,17 @@ def _verify(
         extra = (
             endpoint_findings(
                 requests, arm, samples, counts.steps_without_batch.get(arm.name, 0),
-                steps_from_drafts=arm.name in endpoint_arms,
+                steps_from_drafts=arm.name in endpoint_arms, dialect=dialect,
             )
             if endpoint and samples is not None
             else []
         )  # fmt: skip
-        results.append(
-            _verify_arm(
-                arm, counts.histogram[i], tables[i], telemetry[i], bands, settings, counts.mismatched_requests,
-                counts.steps_without_k.get(arm.name, 0),
-                steps_skipped_drafts=counts.steps_skipped_drafts.get(arm.name, 0), endpoint=endpoint, extra=extra,
-            )
+        result = _verify_arm(
+            arm, counts.histogram[i], tables[i], telemetry[i], bands, settings, counts.mismatched_requests,
+            counts.steps_without_k.get(arm.name, 0),
+            steps_skipped_drafts=counts.steps_skipped_drafts.get(arm.name, 0), endpoint=endpoint, extra=extra,
         )  # fmt: skip
+        results.append(without_steps(result, dialect) if endpoint and dialect.steps == "none" else result)
     # A schedule of one k at every batch size has no switch to time (whether that k ran is executed_k's check)
     switching = [a for a in arms if a.kind != "dynamic" or one_k(a) is None]
     timings = (

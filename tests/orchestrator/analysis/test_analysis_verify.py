@@ -276,6 +276,7 @@ def _endpoint_case(arm: ArmInfo, running: int, drafted: int, *, counters_off_by:
             "num_drafts": [100.0] + [100.0 + total + counters_off_by] * 13,
             "draft_tokens": [400.0] + [400.0 + total * drafted] * 13,
             "accepted_tokens": [50.0] + [50.0 + total] * 13,
+            "generation_tokens": [None] * 14, "draft_length": [None] * 14,  # vLLM exports neither
         },
         schema=SCHEMA,
     ).append_column("arm", pa.array([arm.name] * 14)).append_column("shape", pa.array(["s"] * 14)).append_column(
