@@ -133,6 +133,10 @@ class OffPolicy(_Strict):
     def label(self) -> str:
         return "off"
 
+    @property
+    def max_k(self) -> int:
+        return 0
+
     def to_vllm_speculative_config(self) -> dict[str, Any] | None:
         return None
 
@@ -198,6 +202,10 @@ class FixedPolicy(_Speculative):
 
     @property
     def draft_window(self) -> int:
+        return self.k
+
+    @property
+    def max_k(self) -> int:
         return self.k
 
     @property

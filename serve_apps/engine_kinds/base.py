@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from serve_apps.engine_kinds.dialects import vllm as vllm_dialect
 from serve_apps.engine_kinds.dialects.base import Dialect
 from serve_apps.engines.base import Engine
-from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
+from serve_apps.policies import AnyPolicy, Topology
 from serve_apps.resources import Resources
 from serve_apps.sim.profile import Profile
 
@@ -36,7 +36,7 @@ class ServedArm(Protocol):
     @property
     def engine(self) -> EngineConfigBase: ...
     @property
-    def policy(self) -> OffPolicy | FixedPolicy | DynamicPolicy: ...
+    def policy(self) -> AnyPolicy: ...
     @property
     def topology(self) -> Topology: ...
 
