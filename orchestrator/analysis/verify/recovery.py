@@ -119,7 +119,7 @@ def binned_runs(
 ) -> list[BinnedRun]:
     """The steps of `steps_sql` (run_id, time_s in seconds from the run's start, batch_size, k) counted per bin,
     for the `runs` (run_id, key) of dynamic arms on cross_and_recover shapes; in run order."""
-    by_arm = {a.name: a for a in arms if a.kind == "dynamic"}
+    by_arm = {a.name: a for a in arms if a.facts.switches_with_load}
     cross = {name: s for name, s in shapes.items() if isinstance(s, CrossAndRecover)}
     wanted = sorted(((i, key) for i, key in runs if key[0] in by_arm and key[1] in cross), key=lambda r: r[1])
     if not wanted:
@@ -295,13 +295,13 @@ def switch_timings(
     *,
     bound_s: float = 10.0,
 ) -> list[SwitchTiming]:
-    """One timing per (dynamic arm, cross_and_recover run) in `runs` (binned_runs: its bins and reference)."""
+    """One timing per (load-switching arm, cross_and_recover run) in `runs` (binned_runs: its bins and reference)."""
     by_name = {a.name: a for a in arms}
     timings = []
     for binned in runs:
         arm_name, shape_name, _, _ = binned.run
         arm, shape = by_name.get(arm_name), shapes.get(shape_name)
-        if arm is None or arm.kind != "dynamic" or not isinstance(shape, CrossAndRecover):
+        if arm is None or not arm.facts.switches_with_load or not isinstance(shape, CrossAndRecover):
             continue
         timings.append(_timing(arm=arm, shape=shape, binned=binned, bound_s=bound_s))
     return timings

@@ -123,9 +123,9 @@ def step_counts(
 def binned_step_runs(
     requests: Requests, arms: Sequence[ArmInfo], shapes: Mapping[str, ShapeBase], settings: VerifySettings
 ) -> list[BinnedRun]:
-    """The steps of the dynamic arms' cross_and_recover runs, in time (seconds from the run's start) and binned:
+    """The steps of the load-switching arms' cross_and_recover runs, in time (seconds from the run's start) and binned:
     from the timeline where the arm has one, else each request's steps spread evenly over its time in the engine."""
-    wanted = [a.name for a in arms if a.kind == "dynamic"]
+    wanted = [a.name for a in arms if a.facts.switches_with_load]
     cross = [name for name, shape in shapes.items() if isinstance(shape, CrossAndRecover)]
     if not wanted or not cross:
         return []
