@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow  # ~15 s: the shipped campaign, 18 units in virtua
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("three-designs") / "run"
+    out = tmp_path_factory.mktemp("three-designs") / "runs" / "three-designs"  # as the page names it
     result = CliRunner().invoke(cli, ["simulate", str(REPO / "campaigns" / "three-designs.yaml"), "--output", str(out)])
     assert result.exit_code == 0, result.output
     return out
