@@ -108,7 +108,7 @@ FORMS: dict[str, str] = {
         "tests/orchestrator/decide/test_oracle.py::test_cli_oracle_json",
     "specdrill simulate oracle --campaign CAMPAIGN.yaml":
         "tests/orchestrator/cli/test_oracle_setup.py::test_with_a_campaign_the_oracle_is_the_graded_one",
-    "specdrill tune CAMPAIGN --design D":
+    "specdrill tune CAMPAIGN --design sglang_adaptive":
         "tests/orchestrator/decide/test_tune_designs.py::test_the_command",
     "specdrill tune campaigns/three-designs.yaml --design all --seeds 1 --max-k 4":
         "tests/orchestrator/decide/test_tune_designs.py::test_the_command",
