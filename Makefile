@@ -108,10 +108,10 @@ bench-calibrate: $(STAMP)
 
 .PHONY: docs screenshot
 
-# The reference pages generated from the code (orchestrator/docgen.py); tests/test_docs.py fails when they are stale.
+# The reference pages generated from the code (tools/docgen.py); tests/test_docs.py fails when they are stale.
 docs: $(DEMO_STAMP)
-	$(BIN)/python -m orchestrator.docgen
-	$(BIN)/python -m orchestrator.cli.reference
+	$(BIN)/python -m tools.docgen
+	$(BIN)/python -m tools.cli_reference
 
 # docs/report.png: report.html of the quickstart in virtual time (seconds, no Ray), as headless Chromium shows it.
 # Exit code 3 is a failed gate: the report is still written.

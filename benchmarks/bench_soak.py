@@ -2,13 +2,12 @@
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_soak.py [--duration-s 600] [--json out.json]
 
-The suite runs the same scenario for 60 s (tests/orchestrator/test_long_runs.py, tests/soak.py). This run adds what only
-length shows: whether the load workers' memory or send lateness drift. Every 5 s it reads the resident set of
-each Locust process of this run (found by the plan path in its environment), compared from the end of the
-first minute (imports and warm-up before it) to the end; per minute of the schedule it takes
-the send lateness's p50 and p99 from the trace. It prints the last minute against the first as ratios, and
-checks, as the suite does, that every scheduled request is exactly one row.
-"""
+The suite runs the same scenario for 60 s (tests/orchestrator/execute/test_long_runs.py, tests/soak.py). This run
+adds what only length shows: whether the load workers' memory or send lateness drift. Every 5 s it reads the
+resident set of each Locust process of this run (found by the plan path in its environment), compared from the end
+of the first minute (imports and warm-up before it) to the end; per minute of the schedule it takes the send
+lateness's p50 and p99 from the trace. It prints the last minute against the first as ratios, and checks, as the
+suite does, that every scheduled request is exactly one row. """
 
 from __future__ import annotations
 

@@ -22,14 +22,14 @@ class Limits(BaseModel):
     requests from the shapes' integrals (rate x duration; a replay window's count; a closed loop's users served
     back to back at the engine's fastest step, or at 1 ms a request where the mix can ask for more than
     max_model_len), tokens from the mix's `high` bounds (or the replay window's recorded lengths), memory and time
-    from costs measured on the simulator (orchestrator/plan/size.py). A figure over its limit refuses the run in
+    from costs measured on the simulator. A figure over its limit refuses the run in
     one line with every figure and the flag that raises it (`planned run too large: 5,184,000 requests, over the
     limit of 5,000,000 (limit requests; raise it with --limit requests=5200000): ...`), exit 2, nothing written.
     Replay files are read a bounded line at a time and a window's rows counted as they stream: a longer line or
     more rows is one line naming the file (and line). Raise a limit per command (`run`, `simulate`, `search`,
     `tune`): `specdrill simulate CAMPAIGN.yaml --limit requests=2e7 --limit memory_gib=16`. The defaults keep any
     campaign within a few GiB on a 24 GiB machine; the memory estimate is an upper bound of the measured peak RSS
-    (tests/loadshapes/test_bounded_inputs.py).
+    (a run planned just under a lowered memory limit stays under it).
     Valid settings that cannot mean what they say are run with a one-line warning: an SLO deadline below the
     simulated engine's fastest step (TTFT, end-to-end) or its fastest token (TPOT, every draft accepted)."""
 

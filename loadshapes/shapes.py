@@ -221,7 +221,7 @@ class Replay(ShapeBase):
 
     kind: Literal["replay"] = "replay"
     # One file, or several of one format replayed as one trace merged by time (Azure's code and conversation files);
-    # a relative path is read from the campaign file's directory (loadshapes/campaign_files.py).
+    # a relative path is read from the campaign file's directory.
     path: str | tuple[str, ...] = Field(min_length=1)
     # None: from the path and the header (replay_formats.registry); parquet is the older name of specdrill.
     format: Literal["azure", "burstgpt", "mooncake", "specdrill", "csv", "parquet"] | None = None

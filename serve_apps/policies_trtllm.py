@@ -29,7 +29,8 @@ class _TrtllmBase(StrictModel):
     max_draft_len: int = Field(ge=1, description="`max_draft_len`: drafts per step when speculating")
     floor0_fault: bool = Field(
         default=False,
-        description="plant bug #16888: requests that decoded through a k = 0 step accept no draft afterwards",
+        description="plant TensorRT-LLM's floor-0 fault: requests that decoded through a k = 0 step accept no "
+        "draft afterwards",
     )
 
     @property
@@ -61,9 +62,9 @@ class TrtllmSchedulePolicy(_TrtllmBase):
     )
     keys: Literal["lower_bounds", "upper_bounds"] = Field(
         description=(
-            "`lower_bounds`: the largest key <= the batch wins (two-model drafter, PR #8194; `{1: 4, 4: 2, 8: 0}`); "
-            "`upper_bounds`: the smallest key >= the batch wins, above every key 0 (one-model EAGLE3/MTP, PR "
-            "#10860; `{4: 4, 8: 2, 32: 1}` = 1-4 -> 4, 5-8 -> 2, 9-32 -> 1, 33+ -> 0)"
+            "`lower_bounds`: the largest key <= the batch wins (the two-model drafter; `{1: 4, 4: 2, 8: 0}`); "
+            "`upper_bounds`: the smallest key >= the batch wins, above every key 0 (the one-model "
+            "EAGLE3/MTP path; `{4: 4, 8: 2, 32: 1}` = 1-4 -> 4, 5-8 -> 2, 9-32 -> 1, 33+ -> 0)"
         )
     )
 

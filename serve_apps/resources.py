@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Resources(BaseModel):
-    """What each engine of the arm reserves in the Ray cluster (serve_apps/placement.py lays it out)."""
+    """What each engine of the arm reserves in the Ray cluster (`specdrill deploy --check` shows where it lands)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

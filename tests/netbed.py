@@ -75,6 +75,14 @@ def _pids_in(netns: str) -> list[int]:
     return [int(p) for p in done.stdout.split() if p.isdigit()]
 
 
+def _is_gcs(pid: int) -> bool:
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return False
+    return os.path.basename(argv0) == b"gcs_server"
+
+
 def _stop_pids(pids: Sequence[int], grace_s: float = 10.0) -> None:
     for pid in pids:
         try:
@@ -317,9 +325,12 @@ def ray_cluster(bed: NetBed, *, gpus_per_worker: int = 2, num_cpus: int = 4,
             raise RuntimeError(f"{len(nodes)} of {len(names)} Ray nodes came up on the bed")
         yield ray
     finally:
-        for name in reversed(names):
+        for name in reversed(names):  # the head last, and on it the GCS last (see tools.localray.stop)
             if name in bed.hosts:
-                _stop_pids(bed.pids(name))
+                pids = bed.pids(name)
+                gcs = [pid for pid in pids if _is_gcs(pid)]
+                _stop_pids([pid for pid in pids if pid not in gcs])
+                _stop_pids(gcs)
         for directory in temp_dirs.values():
             shutil.rmtree(directory, ignore_errors=True)
 

@@ -1,5 +1,5 @@
 """Real-time load on Ray load workers against the null server, with a fault burst half-way: the scenario the
-suite runs for 60 s (tests/orchestrator/test_long_runs.py) and `make bench-soak` for ten minutes
+suite runs for 60 s (tests/orchestrator/execute/test_long_runs.py) and `make bench-soak` for ten minutes
 (benchmarks/bench_soak.py)."""
 
 from __future__ import annotations

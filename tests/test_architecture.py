@@ -274,7 +274,6 @@ ORCHESTRATOR_LAYERS: tuple[tuple[str, ...], ...] = (
     ("orchestrator.report.html",),
     ("orchestrator.report",),
     ("orchestrator.compare",),
-    ("orchestrator.doc_source", "orchestrator.doc_trace", "orchestrator.docgen"),  # `make docs`
     ("orchestrator.cli",),
     ("orchestrator.entry",),
 )

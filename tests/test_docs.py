@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import doc_trace, docgen
 from orchestrator.cli import main as cli_main
 from tests import REPO, cli_record
 from tests.conftest import CLI_LOG, RAN, REQUIRE_ALL, require_all
 from tests.orchestrator.cli.test_cli_forms import documented_commands
+from tools import doc_trace, docgen
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 SPECDRILL = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
@@ -32,7 +32,7 @@ RUN_HERE: dict[str, tuple[str, str]] = {
     "make test": ("Makefile", "\ntest:"),
     "make test-fast": ("Makefile", "\ntest-fast:"),
     "ray job submit --address http://127.0.0.1:8265 --working-dir . -- specdrill run CAMPAIGN.yaml": (
-        "tests/orchestrator/test_job_submit.py", '"job", "submit"',
+        "tests/orchestrator/execute/test_job_submit.py", '"job", "submit"',
     ),
     "infra/ray-up.sh": ("infra/demo.sh", "infra/ray-up.sh"),
     "infra/ray-down.sh": ("infra/demo.sh", "infra/ray-down.sh"),
@@ -76,17 +76,17 @@ FORMS: dict[str, str] = {
     "specdrill models pull CAMPAIGN --here":
         "tests/infra/test_infra.py::test_models_pull_lists_target_and_drafters_and_skips_local_directories",
     "specdrill recommend RUN_DIR":
-        "tests/orchestrator/test_campaign_run.py::test_recommend_builds_a_valid_vllm_schedule_and_a_rehearsal",
+        "tests/orchestrator/virtual/test_campaign_run.py::test_recommend_builds_a_valid_vllm_schedule_and_a_rehearsal",
     "specdrill recommend RUN_DIR RUN_DIR-followup":
         "tests/orchestrator/decide/test_recommend.py::test_runs_of_the_same_traffic_combine",
     "specdrill report RUN_DIR":
-        "tests/orchestrator/test_campaign_run.py::test_report_fails_the_gate_on_the_data_parallel_fallback",
+        "tests/orchestrator/virtual/test_campaign_run.py::test_report_fails_the_gate_on_the_data_parallel_fallback",
     "specdrill report --no-gate-exit":
-        "tests/orchestrator/test_campaign_run.py::test_report_fails_the_gate_on_the_data_parallel_fallback",
+        "tests/orchestrator/virtual/test_campaign_run.py::test_report_fails_the_gate_on_the_data_parallel_fallback",
     "specdrill run CAMPAIGN.yaml":
-        "tests/orchestrator/test_job_submit.py::test_job_submit_runs_the_campaign_and_a_rerun_resumes",
+        "tests/orchestrator/execute/test_job_submit.py::test_job_submit_runs_the_campaign_and_a_rerun_resumes",
     "specdrill search CAMPAIGN.yaml --arm A":
-        "tests/orchestrator/decide/test_search.py::test_search_finds_the_crossover_and_leaves_a_run_the_report_reads",
+        "tests/orchestrator/search/test_search.py::test_search_finds_the_crossover_and_leaves_a_run_the_report_reads",
     "specdrill simulate CAMPAIGN.yaml":
         "tests/test_docs.py::test_the_readme_campaign_runs_and_its_dp_arm_fails_the_gate",
     "specdrill simulate campaigns/quickstart.yaml":
@@ -211,7 +211,7 @@ def test_the_trace_schema_page_is_current() -> None:
 
 
 def test_the_command_reference_is_current() -> None:
-    from orchestrator.cli import reference
+    from tools import cli_reference as reference
 
     if (REPO / reference.CLI_PAGE).read_text() != reference.cli_reference():
         pytest.fail(f"{reference.CLI_PAGE} is stale: run make docs", pytrace=False)

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import docgen
 from orchestrator.cli import cli
 from orchestrator.plan.campaign import load_campaign
 from tests import REPO
+from tools import docgen
 
 SHIPPED = sorted(
     str(path.relative_to(REPO)) for folder in ("campaigns", "examples") for path in (REPO / folder).glob("*.yaml")

@@ -18,6 +18,7 @@ from tests import TESTS
 from tests.conftest import (
     COLLECTED,
     INTEGRATION_NAMES,
+    LONGEST_FIRST,
     SLOW,
     TIERS,
     VLLM_FIXTURES,
@@ -82,6 +83,13 @@ def test_every_slow_entry_names_collected_tests(request: pytest.FixtureRequest) 
         matched = [item for item in items if item.nodeid.startswith(prefix)]
         assert matched, f"SLOW entry {prefix!r} matches no test"
         assert all(item.get_closest_marker("slow") for item in matched)
+
+
+def test_every_longest_first_entry_names_a_collected_module(request: pytest.FixtureRequest) -> None:
+    # A module moved or renamed would silently lose its early place under -n, and its worker would finish last.
+    modules = {item.nodeid.split("::", 1)[0] for item in _suite(request)}
+    assert [module for module in LONGEST_FIRST if module not in modules] == []
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
 
 
 def test_not_vllm_collects_on_a_machine_without_vllm() -> None:

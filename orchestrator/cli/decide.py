@@ -76,6 +76,7 @@ def tune_cmd(
 
     from orchestrator.decide.scoring import Objective
     from orchestrator.decide.tune.outputs import run_tune
+    from orchestrator.decide.tune.progress import TuneProgress
     from orchestrator.decide.tune.topology import choose_topology
     from orchestrator.virtual.campaign import require_simulated
 
@@ -93,9 +94,11 @@ def tune_cmd(
         campaign.model_copy(update={"repeats": seeds}).require_traffic(all_units_at_once=True)
         directory = Path(out_dir or f"runs/{campaign.name}-tune")
         output_directory(str(directory), "tune output directory")  # before the search, not after it
+        # While it searches (minutes), a line per stage and every few seconds to stderr: stdout is the answer.
+        progress = TuneProgress(say=lambda line: click.echo(line, err=True))
         outputs = run_tune(
             campaign, profile=profile_name, objective=objective, seeds=seeds, max_k=max_k, budget=budget,
-            out_dir=directory, topology=topology,
+            out_dir=directory, topology=topology, progress=progress,
         )  # fmt: skip
     except (CampaignError, ValueError) as exc:
         fail(str(exc))

@@ -7,7 +7,7 @@ schedules are tested against this oracle (`specdrill simulate oracle`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -85,7 +85,9 @@ def oracle(
     seed: int = 0,
     rounds: int = 6,
     tolerance: float = 0.01,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Oracle:
+    """`progress(done, total)`: called after each batch size (tune says how far a long build got)."""
     limit = profile.limits.max_draft_tokens
     if limit is not None and max_k > limit:  # a fitted profile's: past it its acceptance was never measured
         raise ValueError(
@@ -124,6 +126,8 @@ def oracle(
                 near_best=near,
             )
         )
+        if progress is not None:
+            progress(len(points), len(sizes))
     return Oracle(
         profile=profile.name, workload=workload.name, method=profile.drafter_method, max_k=max_k, seed=seed,
         tolerance=tolerance, points=tuple(points),

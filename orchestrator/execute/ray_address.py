@@ -47,7 +47,7 @@ def _no_gcs(host: str, port: int) -> str | None:
         return None
     import grpc
 
-    try:  # Ray's generated GCS protocol (private; tests/orchestrator/test_ray_address.py pins it): without it,
+    try:  # Ray's generated GCS protocol (private; tests/orchestrator/execute/test_ray_address.py pins it): without it,
         # ray.init decides as before
         from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 

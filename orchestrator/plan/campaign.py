@@ -116,7 +116,7 @@ class LoadConfig(_Strict):
     store_step_lists: bool = False
     # "fresh": each repeat draws its own arrivals and requests (repeats sample the traffic as well as the
     # engine); "same": every repeat replays repeat 0's traffic, so two repeats differ only by the host and the
-    # engine (a noise floor: benchmarks/bench_calibrate.py).
+    # engine (a noise floor: how far two runs of the very same traffic differ on this host).
     repeat_traffic: Literal["fresh", "same"] = "fresh"
     # Trace part files: a worker writes one every flush_rows rows or flush_s seconds (and at stop), so a fault
     # loses at most that much of what was measured.

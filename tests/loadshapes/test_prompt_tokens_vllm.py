@@ -16,7 +16,7 @@ from loadshapes.plan import Planned, open_loop_schedule
 from orchestrator.plan.campaign import Campaign
 from orchestrator.rundir.layout import Unit
 from orchestrator.rundir.manifest import plans_for
-from tests.orchestrator.test_endpoint_vllm import vllm_server
+from tests.orchestrator.execute.test_endpoint_vllm import Server, vllm_servers
 from tests.ray_helpers import free_port
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -73,7 +73,7 @@ def test_a_mixs_prompt_lengths_are_the_servers_prompt_tokens(tiny_model_dir: str
     schedule = open_loop_schedule(plan)
     asked = [item.spec.prompt_tokens for item in schedule]
     assert set(asked) == set(LENGTHS)  # every length drawn at least once
-    with vllm_server(tiny_model_dir, None, tmp_path / "server.log", port):
+    with vllm_servers(Server(tiny_model_dir, None, tmp_path / "server.log", port)):
         before = _prompt_tokens_total(url)
         counted = [_usage(url, item)["prompt_tokens"] for item in schedule]
         after = _prompt_tokens_total(url)

@@ -1,6 +1,9 @@
-"""The campaigns `specdrill recommend` writes beside its recommendation: one that rehearses the recommended
-schedule, and a follow-up that measures what is missing beside the current best. Both on the same traffic as the
-first run, and validated as `specdrill run` would before they are written."""
+"""The campaigns `specdrill recommend` writes beside its recommendation: one that rehearses what was recommended
+(the schedule on one engine; for a data-parallel answer also the static k beside `off` on data_parallel:N, and the
+schedule on replicas:N where recommend advised it), and a follow-up that measures what is missing beside the
+current best, on the deployment the answer is for too. Both on the same traffic as the first run, their arms the
+runs' own where they run the same policy (recommend_deployment.py), and validated as `specdrill run` would before
+they are written."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from orchestrator.decide.recommend.deployment import arm_names, deployment_arms, fixed_policy, named_policy
 from orchestrator.decide.recommend.recommendation import Recommendation
 from orchestrator.decide.recommend.runs import RunEvidence
 from orchestrator.plan.arms import arm_name
@@ -23,20 +27,14 @@ REACH_SHAPE = "past-measured"
 REACH_FACTOR = 4.0  # the follow-up aims at this many times the highest measured batch (within max_num_seqs)
 
 
-def _arm_names(campaign: Campaign) -> dict[str, tuple[str, str]]:
-    """arm name -> (policy name, topology name)."""
-    pairs = (
-        [(a.policy, a.topology) for a in campaign.arms_only] if campaign.arms_only is not None
-        else [(p, t) for p in campaign.policies for t in campaign.topologies]
-    )  # fmt: skip
-    return {arm_name(p, t): (p, t) for p, t in pairs}
-
-
 def followup_campaign(runs: Sequence[RunEvidence], recommendation: Recommendation) -> dict[str, Any] | None:
     """On the same traffic, one engine: `off`, the arms behind the current choices (so the follow-up run measures
     the current best beside what is new), the dynamic policies (their edges are the batch bands, so the two runs'
-    evidence combines), a fixed-k arm for every k some band never measured, and the repeats a band short of
-    requests needs. None when nothing is missing."""
+    evidence combines), a fixed-k arm for every k some band with requests has no verdict-sized evidence of (never
+    measured there, or too thin: recommend keeps one run's candidate per band and k, it does not pool them), the
+    runs' own arm where one ran that k (matched by policy, not by name: never a second name for a policy the runs
+    ran), the repeats a band short of requests needs, and, for a data-parallel answer, `off` and the static k on
+    that data_parallel:N (the deployment the answer is for). None when nothing is missing."""
     first = runs[0]
     if max(r.max_k for r in runs) == 0:  # no speculative arm: what is missing is not more of the same
         return None
@@ -53,7 +51,7 @@ def followup_campaign(runs: Sequence[RunEvidence], recommendation: Recommendatio
         return None
     repeats = max(first.repeats, more)
     data = first.campaign.model_dump(mode="json", by_alias=True, exclude_none=True)
-    names = {r.run_dir: _arm_names(r.campaign) for r in runs}
+    names = {r.run_dir: arm_names(r.campaign) for r in runs}
     raw = {r.run_dir: r.campaign.model_dump(mode="json", by_alias=True, exclude_none=True) for r in runs}
     off_policy, topology, topology_data = _one_engine_baseline(first, recommendation.off_arm)
     policies: dict[str, Any] = {off_policy: data["policies"][off_policy]}
@@ -67,13 +65,12 @@ def followup_campaign(runs: Sequence[RunEvidence], recommendation: Recommendatio
     for name in dict.fromkeys(dynamic):
         policies.setdefault(name, data["policies"][name])
         arms.append((name, topology))
-    drafter: dict[str, Any] = {"method": recommendation.method}
-    if recommendation.model:
-        drafter["model"] = recommendation.model
-    for k in missing:
-        name = f"fixed{k}" if f"fixed{k}" not in policies else f"fixed{k}-followup"
-        policies[name] = {"kind": "fixed", **drafter, "k": k}
-        arms.append((name, topology))
+    for k in missing:  # the runs' own arm where one ran this k (`fixed:1` named k1 stays k1), else fixed{k}
+        policy = fixed_policy(recommendation.method, recommendation.model, k)
+        arms.append((named_policy(runs, policy, policies, f"fixed{k}"), topology))
+    # The deployment the answer is for: off and the static k on data_parallel:N (not counted as one-engine
+    # evidence: the follow-up measures them there, beside the one-engine arms that decide the bands).
+    arms += deployment_arms(runs, recommendation, off_policy, policies, topologies, schedule=None)
     unique = list(dict.fromkeys(arms))
     if reach is not None:
         data["shapes"] = {**data["shapes"], REACH_SHAPE: reach}
@@ -110,7 +107,7 @@ def _one_engine_baseline(run: RunEvidence, off_arm: str | None) -> tuple[str, st
     engine, else one engine of its tensor parallelism (a schedule is per engine, and recommend counts only arms
     on one engine: a follow-up on data parallelism would never be counted, and the loop would not end)."""
     campaign = run.campaign
-    names = _arm_names(campaign)
+    names = arm_names(campaign)
     off = [a for a in campaign.arms() if a.policy.kind == "off"]
     chosen = next((a for a in off if a.name == off_arm), None) or min(
         off, key=lambda a: (a.topology.kind != "single", a.topology.tensor_parallel_size, a.name)
@@ -128,8 +125,9 @@ def _one_engine_baseline(run: RunEvidence, off_arm: str | None) -> tuple[str, st
 
 def rehearsal_campaign(runs: Sequence[RunEvidence], recommendation: Recommendation) -> dict[str, Any] | None:
     """The first run's one-engine arms (and its `off` on one engine) plus the recommended schedule, on the same
-    traffic, into a new run dir;
-    None where no schedule is recommended (there is nothing to rehearse)."""
+    traffic, into a new run dir; for a data-parallel answer also `off` and the static k on data_parallel:N, and
+    the schedule on replicas:N where recommend advised it. None where no schedule is recommended (there is
+    nothing to rehearse)."""
     if recommendation.speculative_config is None:
         return None
     first = runs[0]
@@ -148,11 +146,15 @@ def rehearsal_campaign(runs: Sequence[RunEvidence], recommendation: Recommendati
     data["topologies"] = {**data.get("topologies", {}), topology: topology_data}
     arms = [{"policy": off_policy, "topology": topology}] + [
         {"policy": p, "topology": t}
-        for name, (p, t) in _arm_names(campaign).items()
+        for name, (p, t) in arm_names(campaign).items()
         if campaign.topologies[t].kind == "single" and (p, t) != (off_policy, topology)
     ]
     arms.append({"policy": "recommended", "topology": topology})
-    data.update(policies=policies, arms=arms, name=f"{campaign.name}-rec"[:41], output=f"{first.run_dir}-recommended")
+    topologies = data["topologies"]
+    deployed = deployment_arms(runs, recommendation, off_policy, policies, topologies, schedule="recommended")
+    arms += [{"policy": p, "topology": t} for p, t in deployed]
+    data.update(policies=policies, topologies=topologies, arms=arms, name=f"{campaign.name}-rec"[:41],
+                output=f"{first.run_dir}-recommended")  # fmt: skip
     return _validated(_exempt_only_its_arms(data), "the rehearsal campaign")
 
 

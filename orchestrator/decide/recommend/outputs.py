@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from orchestrator.decide.recommend.build import data_parallel_snippet, vllm_snippet
+from orchestrator.decide.recommend.deployment import deployment_words
 from orchestrator.decide.recommend.recommendation import Recommendation
 from orchestrator.decide.recommend.runs import RunEvidence
 from orchestrator.rundir.layout import RunStore
@@ -41,7 +42,8 @@ def write_recommendation(
     snippet = vllm_snippet(recommendation) + data_parallel_snippet(recommendation)
     if rehearsal is not None:
         lines.append(recommendation.frame)
-        lines.append(f"rehearse it: {command} {store.root}/{REHEARSAL}")
+        what = deployment_words(runs, recommendation)
+        lines.append(f"rehearse it{f' ({what})' if what else ''}: {command} {store.root}/{REHEARSAL}")
         if kind_of(first.campaign.engine).runs_in_virtual_time:  # tune rehearses in virtual time
             lines.append(f"a schedule in its own frame: specdrill tune {store.root}/{REHEARSAL}")
         else:

@@ -4,7 +4,9 @@ num_speculative_tokens in every step (the verifier proves it from the trace: sch
 answer is one static k: the one fastest at the measured load, from the one-engine evidence per band (each
 candidate's per-token latency over the band's fastest, on the same requests) weighted by the requests per band of
 the load the deployment saw (the data-parallel `off` arm's, per engine; else the one-engine `off` arm's). The
-smallest k within the margin of the fastest is chosen, as per band. Where the recommended schedule is faster
+smallest k within the margin of the fastest is chosen, as per band and as `tune` chooses its static k: within the
+margin the evidence does not tell them apart, and the smaller k drafts less and loses less as load grows (the
+oracle's best k falls with the batch). Where the recommended schedule is faster
 than that k beyond the margin at the same load, the figure is said with the deployment that keeps the schedule:
 `replicas:N` (N engines, each applying the schedule to its own batch) instead of `data_parallel:N`.
 """
@@ -107,8 +109,17 @@ def answer(
     top = max((r[1] for r in ranges), default=max(bands[i].high for i in used))
     reach = f"batch {min(bands[i].low for i in used)}-{top} of the one-engine `off` arm's frame"
     said = ", ".join(f"{n} ({names[n][1]}) {v:.3f}x" for n, v in scores.items())
-    lines = [header + ".", f"the fastest static k at the measured load ({reach}, weighted by {weighted_by}): "
-             f"{'off' if k == 0 else f'k={k}'} | per-token latency over the fastest: {said}"]  # fmt: skip
+    k_said = "off" if k == 0 else f"k={k}"
+    first = min(scores, key=lambda n: (scores[n], names[n][0]))
+    if first == chosen:
+        lines = [header + ".", f"the fastest static k at the measured load ({reach}, weighted by {weighted_by}): "
+                 f"{k_said} | per-token latency over the fastest: {said}"]  # fmt: skip
+    else:  # within the margin the smaller k wins, as tune's static answer (tune_static.smallest_within)
+        fastest_said = "off" if names[first][0] == 0 else f"k={names[first][0]}"
+        lines = [header + ".", f"the smallest static k within the {margin:.0%} margin of the fastest at the measured "
+                 f"load ({reach}, weighted by {weighted_by}): {k_said}, not {fastest_said} (the fastest; {k_said} "
+                 f"{scores[chosen]:.3f}x: within the margin the smaller k wins, as in tune: it drafts less and loses "
+                 f"less as load grows) | per-token latency over the fastest: {said}"]  # fmt: skip
     gain = None
     if all(schedule_k.get(i) is not None for i in used):
         per_band = []

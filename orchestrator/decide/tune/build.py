@@ -33,6 +33,7 @@ from orchestrator.analysis.opmap.results import MapSettings
 from orchestrator.decide.oracle import DEFAULT_BATCH_SIZES, DENSE_BATCH_SIZES, Oracle, oracle
 from orchestrator.decide.played import AnyPolicy, CampaignTraffic, Played
 from orchestrator.decide.scoring import Objective, Scored, best_by_loss, cells, score, winner
+from orchestrator.decide.tune.progress import TuneProgress, silent
 from orchestrator.decide.tune.simplify import no_predicted_gain, simplest_oracle_schedule
 from orchestrator.decide.tune.space import KTable, Space, key_of, table_of
 from orchestrator.decide.tune.topology import StaticAnswer, TopologyTraffic, with_single_off
@@ -57,6 +58,7 @@ class Evaluator:
     played: dict[str, Played] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)  # the search path
     stopped_by_budget: bool = False  # the search wanted a candidate the budget did not afford
+    progress: TuneProgress = field(default_factory=silent)  # what tune says while it plays candidates (stderr)
 
     def policy_of(self, key: str) -> AnyPolicy:
         if key == OFF:
@@ -73,7 +75,14 @@ class Evaluator:
             self.evaluated[key] = score(key, tie, band_cells, self.scored_bands)
             self.played[key] = played
             self.order.append(key)
+            self.progress.step(f"searching schedules on {self.traffic_label}: candidates played (budget "
+                               f"{self.budget})", len(self.evaluated))  # fmt: skip
         return self.evaluated[key]
+
+    @property
+    def traffic_label(self) -> str:
+        topology = getattr(self.traffic, "topology", None)
+        return "one engine" if topology is None or topology.kind == "single" else f"{topology.kind}:{topology.size}"
 
     def pick(self, margin: float) -> Scored:
         return winner(list(self.evaluated.values()), self.scored_bands, margin)
@@ -274,21 +283,26 @@ class Tuned:
 def prepare(
     campaign: Campaign, profile: Profile, *, objective: Objective, seeds: int, max_k: int | None = None,
     edges: Sequence[int] | None = None, oracle_fn: Callable[..., Oracle] = oracle, budget: int = 600,
-    topology: Topology | None = None,
+    topology: Topology | None = None, progress: TuneProgress | None = None,
 ) -> tuple[Evaluator, Oracle, list[list[int]]]:  # fmt: skip
     """The traffic on `topology`'s engines (default one), the oracle's start, the space and the bands, with `off`
     played: ready to search. The reach is the largest batch one engine ran."""
     traffic = TopologyTraffic.on(CampaignTraffic.of(with_single_off(campaign), seeds=seeds), topology or Topology())
     method, model, limit = drafter_of(traffic.campaign, profile)
     max_k = limit if max_k is None else max_k
+    said = progress or silent()
+    said.stage(f"playing speculation off ({seeds} seeds of the campaign's traffic)")
     off = traffic.play(OffPolicy())
     # The report's bands: the campaign's own edges where it sets them, else automatic ones on the same rates.
     edges_set = traffic.campaign.analysis.rate_bands
     bands = rate_bands_from_edges(edges_set) if edges_set else auto_rate_bands(off.offered_rate)
     top = profile.limits.max_num_seqs
     sizes = [b for b in DENSE_BATCH_SIZES if b <= top]
+    building = f"building the fixed-batch oracle (closed batches of k 0-{max_k}): batch sizes"
+    said.stage(f"building the fixed-batch oracle ({len(sizes)} batch sizes up to {sizes[-1]}, k 0-{max_k})")
     truth = oracle_fn(profile, workload=oracle_workload(traffic.campaign), max_k=max_k, batch_sizes=sizes,
-                      tolerance=MapSettings().margin)  # fmt: skip
+                      tolerance=MapSettings().margin,
+                      progress=lambda done, total: said.step(building, done, total))  # fmt: skip
     start_schedule = simplest_oracle_schedule(truth)
     if start_schedule[-1][1] < top:
         start_schedule[-1][1] = top
@@ -307,7 +321,7 @@ def prepare(
     tail = tuple(int(start_dense[min(b, len(start_dense) - 1)]) for b in range(reach + 1, top + 1))
     space = Space(edges=tuple(chosen), reach=reach, top=top, tail=tail, max_k=max_k, regret=tuple(regret))
     ev = Evaluator(traffic=traffic, space=space, bands=bands, objective=objective, scored_bands=[], method=method,
-                   model=model, budget=budget)  # fmt: skip
+                   model=model, budget=budget, progress=said)  # fmt: skip
     ev.played[OFF] = off
     return ev, truth, start_schedule
 
@@ -316,14 +330,18 @@ def tune(
     campaign: Campaign, profile: Profile, *, objective: Objective | None = None, seeds: int = 3,
     max_k: int | None = None, budget: int = 600, margin: float = MapSettings().margin,
     edges: Sequence[int] | None = None, search: Callable[..., Scored] | None = None, topology: Topology | None = None,
+    progress: TuneProgress | None = None,
 ) -> Tuned:  # fmt: skip
     """The schedule search on `topology`'s engines (default one engine; a schedule: not data-parallel)."""
     if budget < 2:
         raise ValueError(f"--budget {budget}: at least 2 candidates (speculation off and the oracle's schedule)")
     began = time.perf_counter()
     objective = objective or Objective()
+    said = progress or silent()
     ev, truth, start_schedule = prepare(campaign, profile, objective=objective, seeds=seeds, max_k=max_k,
-                                        edges=edges, budget=budget, topology=topology)  # fmt: skip
+                                        edges=edges, budget=budget, topology=topology, progress=said)  # fmt: skip
+    said.stage(f"searching schedules on {ev.traffic_label} ({len(ev.space.edges)} edges up to batch "
+               f"{ev.space.reach}, k 0-{ev.space.max_k}, budget {budget} candidates)")  # fmt: skip
     start = ev.space.snap(start_schedule)
     # Bands where the start's own cells are noisy over seeds are not scored, for any candidate: comparing
     # candidates there would be comparing noise (#49163 rejects such cells).

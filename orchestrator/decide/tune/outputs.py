@@ -16,6 +16,7 @@ from orchestrator.decide.oracle import Oracle
 from orchestrator.decide.scoring import Objective
 from orchestrator.decide.tune.build import Tuned, TuneResult
 from orchestrator.decide.tune.prediction import TUNED, predict
+from orchestrator.decide.tune.progress import TuneProgress, silent
 from orchestrator.decide.tune.simplify import k_table
 from orchestrator.decide.tune.static import tune_on
 from orchestrator.decide.tune.topology import TopologyChoice, TopologyTraffic, arms_on, choose_topology
@@ -108,12 +109,16 @@ def rehearsal_campaign(campaign: Campaign, tuned: Tuned, seeds: int, out_dir: Pa
 
 def run_tune(
     campaign: Campaign, *, profile: str | None, objective: Objective, seeds: int, out_dir: Path, budget: int,
-    max_k: int | None = None, topology: str | None = None,
+    max_k: int | None = None, topology: str | None = None, progress: TuneProgress | None = None,
 ) -> TuneOutputs:  # fmt: skip
-    """`topology`: the campaign's short form (None: the campaign's, tune_topology.choose_topology)."""
+    """`topology`: the campaign's short form (None: the campaign's, tune_topology.choose_topology); `progress`:
+    where the lines said while it searches go (the command: stderr)."""
     campaign, loaded, profile_name = with_profile(campaign, profile)
     choice: TopologyChoice = choose_topology(campaign, topology)
-    tuned = tune_on(campaign, loaded, choice, objective=objective, seeds=seeds, max_k=max_k, budget=budget)
+    said = progress or silent()
+    tuned = tune_on(campaign, loaded, choice, objective=objective, seeds=seeds, max_k=max_k, budget=budget,
+                    progress=said)  # fmt: skip
+    said.stage("playing the campaign's arms for the prediction and writing the files")
     return write_tune(campaign, tuned, loaded, profile_name, objective=objective, seeds=seeds, out_dir=out_dir)
 
 

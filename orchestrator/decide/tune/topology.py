@@ -138,8 +138,20 @@ class StaticAnswer(BaseModel):
     schedule_topology: str  # replicas:N: where the schedule would run
     speedups: dict[int, list[SeedRange]]  # per k, per band: off's per-token latency over k's on the DP group
     figures: list[BandFigure]  # the schedule against the static k, per band
+    # The schedule's per-token speedup over the static k on the traffic, the bands weighted by their requests (as
+    # the static k is chosen, and as recommend weighs its schedule): beyond the margin, it is worth replicas:N
+    schedule_gain: float | None = None
+    margin: float = 0.02
     beyond_reach: str | None  # the oracle's word on the static k above the batch the traffic reached
+    # Why this k and not the best-scoring static k, where they differ (within the margin the smaller k wins)
+    within: str | None = None
 
     @property
-    def schedule_wins(self) -> list[BandFigure]:
+    def schedule_wins(self) -> bool:
+        """Whether the schedule beats the static k beyond the margin on the traffic (request-weighted): within it,
+        the static k is the answer whatever one band says, as the static k itself was chosen."""
+        return self.schedule_gain is not None and self.schedule_gain > 1 + self.margin
+
+    @property
+    def faster_bands(self) -> list[BandFigure]:
         return [f for f in self.figures if f.verdict > 0]

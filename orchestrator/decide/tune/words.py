@@ -19,6 +19,11 @@ TIE_RULE = (
     "off is the simplest), then to the smaller k; a k change is removed where the traffic predicts no effect beyond "
     "the margin"
 )
+STATIC_RULE = (
+    "the static k on a data-parallel group: the smallest k within the margin of the best-scoring one (per-token "
+    "latency paired per seed, each band's median weighted by its requests; goodput no worse beyond the margin), "
+    "recommend's rule"
+)
 MEASURED = "measured (the simulator's prediction on the campaign's own load)"
 INHERITED = "inherited, not measured: the campaign's traffic never ran these batch sizes (confidence: none)"
 ORACLE_K = "the simulator's fixed-batch oracle's k, untested by this traffic"
@@ -51,7 +56,8 @@ def describe(result: TuneResult, prediction: Prediction, tuned_arm: str, objecti
         f"searched {result.candidates} candidate schedules{where} in {result.seconds:.1f} s (virtual time, "
         f"{prediction.seeds} seeds each), from {start}",
         f"objective per offered-rate band: SLO goodput first, then {objective.label}; a difference counts beyond "
-        f"the margin, over seeds by median -/+ 1.4826 MAD; {TIE_RULE}",
+        f"the margin, over seeds by median -/+ 1.4826 MAD; {TIE_RULE}"
+        + (f"; {STATIC_RULE}" if result.static is not None else ""),
     ]
     if result.noisy_bands:
         lines.append(f"not scored (noisy over seeds, relative MAD > 0.1): {', '.join(result.noisy_bands)}")
@@ -71,7 +77,8 @@ def answer_lines(result: TuneResult) -> list[str]:
         lines = [
             head + f"static k = {result.static.k} in every step. Under data parallelism vLLM drops "
             "num_speculative_tokens_per_batch_size and runs num_speculative_tokens in every step, so this is the "
-            "best static k on the campaign's traffic at this topology, and the config has no per-batch schedule:"
+            "static k for the campaign's traffic at this topology (the smallest within the margin of the best), and "
+            "the config has no per-batch schedule:"
         ]
     elif result.speculative_config is None:
         return [f"{found} for {topology}: speculation off in every band (no schedule beat it beyond the margin)"]
@@ -79,6 +86,8 @@ def answer_lines(result: TuneResult) -> list[str]:
         lines = [f"{found} for {topology}, in vLLM's own batch frame (the batch one engine running it reaches):"]
     lines.append(yaml.safe_dump({"speculative_config": result.speculative_config}, sort_keys=False,
                                 default_flow_style=None).rstrip())  # fmt: skip
+    if result.static is not None and result.static.within:
+        lines.append(result.static.within)
     return lines
 
 
@@ -113,22 +122,25 @@ def static_lines(result: TuneResult, static: StaticAnswer) -> list[str]:
         return lines
     figures = "; ".join(f"{f.band} req/s {f.speedup.text()}" for f in static.figures)
     schedule = json.dumps(result.final.schedule)
-    wins = static.schedule_wins
-    if wins:
-        where = ", ".join(f"{f.band} req/s ({f.speedup.text()})" for f in wins)
+    gain = "n/a" if static.schedule_gain is None else f"{static.schedule_gain:.3f}x"
+    weighed = f"{gain} faster per token on the traffic (its bands weighted by their requests)"
+    if static.schedule_wins:
+        faster = static.faster_bands
+        where = ("; beyond the margin in " + ", ".join(f"{f.band} req/s ({f.speedup.text()})" for f in faster)
+                 if faster else "")  # fmt: skip
         lines.append(
             f"a schedule would beat static k = {static.k} beyond the margin at the measured load: {schedule} is "
-            f"faster per token in {where} (static k's per-token latency over the schedule's, median [lowest, highest "
-            f"seed]). {static.topology} cannot run it (vLLM drops it); to keep it, serve {static.schedule_topology} "
-            f"instead: {static.topology.split(':')[1]} independent engines behind a router, each with "
-            f"num_speculative_tokens_per_batch_size {schedule} (per band: {figures})"
+            f"{weighed}{where}. {static.topology} cannot run it (vLLM drops it); to keep it, serve "
+            f"{static.schedule_topology} instead: {static.topology.split(':')[1]} independent engines behind a "
+            f"router, each with num_speculative_tokens_per_batch_size {schedule} (per band, static k's per-token "
+            f"latency over the schedule's, median [lowest, highest seed]: {figures})"
         )
     else:
         lines.append(
             f"no schedule beats static k = {static.k} beyond the margin at the measured load: the best tune found "
-            f"for {static.schedule_topology} (where vLLM keeps a schedule), {schedule}, per band against static "
-            f"k = {static.k}: {figures} (static k's per-token latency over the schedule's): data parallelism gives "
-            "up nothing measurable here"
+            f"for {static.schedule_topology} (where vLLM keeps a schedule), {schedule}, is {weighed}, within the "
+            f"{static.margin:.0%} margin; per band against static k = {static.k}: {figures} (static k's per-token "
+            "latency over the schedule's): data parallelism gives up nothing measurable here"
         )
     return lines
 

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 import orchestrator
 # The table's module is loaded, and the row added, before the analysis package (whose models it shapes) imports.
-path = Path(orchestrator.__file__).parent / "analysis" / "measures.py"
+path = Path(orchestrator.__file__).parent / "analysis" / "opmap" / "measures.py"
 spec = importlib.util.spec_from_file_location("orchestrator.analysis.opmap.measures", path)
 measures = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = measures

@@ -23,6 +23,7 @@ from orchestrator.decide.recommend.build import EXIT_INSUFFICIENT, build, vllm_s
 from orchestrator.decide.recommend.evidence import BatchEvidence
 from orchestrator.decide.recommend.runs import RecommendError, RunEvidence, check_same_traffic
 from orchestrator.plan.campaign import Campaign, load_campaign
+from serve_apps.policies import parse_topology
 
 ENGINE = {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"}
 MIX = {"entries": [{"workload": "chat", "weight": 1}]}
@@ -364,3 +365,22 @@ def test_a_band_is_split_where_finer_evidence_separates_k_and_kept_whole_where_n
     tied = _k3_k4(_ratio(1.030, 1.010, 1.050), None, 1, 2)
     whole = build([_run("a", band, fine=[tied, middle, busy])])
     assert whole.schedule == [[1, 8, 3]] and [b.band for b in whole.bands] == ["1-8"], whole.message
+
+
+def test_the_static_k_for_data_parallelism_is_the_smallest_within_the_margin_and_says_why() -> None:
+    """k = 3 fastest, k = 2 1.2% behind: the static k is 2, as tune chooses its static k, and the line says it is
+    not the fastest and why (before, it called the chosen k 'the fastest')."""
+    band = _band(1, 512, [
+        _candidate("off-single", 0, vs_best=_ratio(1.6, 1.55, 1.65)),
+        _candidate("fixed2-single", 2, speedup=_ratio(1.58, 1.53, 1.63), vs_best=_ratio(1.012, 1.008, 1.016)),
+        _candidate("fixed3-single", 3, speedup=_ratio(1.6, 1.55, 1.65)),
+    ], "fixed3-single")  # fmt: skip
+    answer = build([_run("a", band)], parse_topology("data_parallel:2")).data_parallel
+    assert answer is not None and (answer.k, answer.arm) == (2, "fixed2-single")
+    line = answer.message.splitlines()[1]
+    assert line.startswith(
+        "the smallest static k within the 2% margin of the fastest at the measured load (batch 1-512 of the "
+        "one-engine `off` arm's frame, weighted by the one-engine off arm's requests per band): k=2, not k=3 (the "
+        "fastest; k=2 1.012x: within the margin the smaller k wins, as in tune: it drafts less and loses less as "
+        "load grows) | per-token latency over the fastest: "
+    ), line

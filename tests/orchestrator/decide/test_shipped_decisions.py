@@ -200,7 +200,11 @@ def test_recommend_followup_recommend_ends_with_a_schedule(quickstart: tuple[Pat
     followup = copy / "followup-campaign.yaml"
     assert followup.exists()  # k = 1 and 2 were never measured
     data = yaml.safe_load(followup.read_text())
-    assert {t["kind"] for t in data["topologies"].values()} == {"single"}  # arms recommend counts
+    # The bands are decided on one engine (the arms recommend counts); the deployment the data-parallel answer is
+    # for (dyn-dp2's) is kept: off and the static k = 3 on dp2, nothing else there
+    kinds = {name: t["kind"] for name, t in data["topologies"].items()}
+    on_dp = sorted(a["policy"] for a in data["arms"] if kinds[a["topology"]] == "data_parallel")
+    assert set(kinds.values()) == {"single", "data_parallel"} and on_dp == ["fixed3", "off"], data["arms"]
     _simulate({**data}, tmp_path / "quickstart-followup")
     code, recommendation = _recommend(copy, tmp_path / "quickstart-followup")
     assert code == 0 and recommendation["status"] == "schedule", recommendation["message"]
@@ -229,7 +233,10 @@ def test_a_data_parallel_only_campaign_is_followed_up_on_one_engine(tmp_path: Pa
         if not followup.exists():
             break
         campaign = yaml.safe_load(followup.read_text())
-        assert {t["kind"] for t in campaign["topologies"].values()} == {"single"}
+        # Decided on one engine; on dp2 at most off and the static k, once there is a data-parallel answer
+        kinds = {name: t["kind"] for name, t in campaign["topologies"].items()}
+        on_dp = {a["policy"] for a in campaign["arms"] if kinds[a["topology"]] != "single"}
+        assert "single" in kinds.values() and on_dp <= {"off"} | {p for p in campaign["policies"] if p != "dyn"}
         runs.append(tmp_path / f"followup{round_}")
         _simulate(campaign, runs[-1])
         code, recommendation = _recommend(*runs)

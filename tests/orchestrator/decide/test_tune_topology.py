@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from orchestrator.analysis.opmap.results import MapSettings
 from orchestrator.analysis.steps.prediction_check import SeedRange
+from orchestrator.cli import cli
 from orchestrator.decide.ground_truth import costly_verify_profile, fixed_k_campaign, short_chat
 from orchestrator.decide.oracle import Oracle, oracle
 from orchestrator.decide.scoring import Objective
@@ -116,22 +118,27 @@ def test_the_data_parallel_answer_says_the_topology_rule_and_what_it_measured(dp
     assert dp.outputs.prediction.tuned_arm == "tuned-dp2"
 
 
-def _answer(verdicts: list[int]) -> StaticAnswer:
+def _answer(verdicts: list[int], gain: float) -> StaticAnswer:
     figures = [BandFigure(band=f"{i}-{i + 1}", speedup=SeedRange.of([1.05, 1.06]), verdict=v)
                for i, v in enumerate(verdicts)]  # fmt: skip
     return StaticAnswer(k=2, topology="data_parallel:2", schedule_topology="replicas:2", speedups={}, figures=figures,
-                        beyond_reach=None)  # fmt: skip
+                        schedule_gain=gain, margin=MARGIN, beyond_reach=None)  # fmt: skip
 
 
 def test_a_schedule_that_beats_the_static_k_is_said_with_the_deployment_that_keeps_it(dp: DataParallel) -> None:
+    """Beyond the margin on the traffic, its bands weighted by their requests (as the static k is chosen, and as
+    recommend weighs its schedule): one band faster beyond the margin is said, but decides nothing alone."""
     result = dp.tuned.result
-    (wins,) = static_lines(result, _answer([0, 1]))
+    (wins,) = static_lines(result, _answer([0, 1], 1.03))
     assert wins.startswith("a schedule would beat static k = 2 beyond the margin at the measured load: ")
-    assert "faster per token in 1-2 req/s (1.055 [1.050, 1.060])" in wins
+    assert "is 1.030x faster per token on the traffic (its bands weighted by their requests); beyond the margin " \
+           "in 1-2 req/s (1.055 [1.050, 1.060])" in wins  # fmt: skip
     assert "data_parallel:2 cannot run it (vLLM drops it); to keep it, serve replicas:2 instead: 2 independent " \
            "engines behind a router" in wins  # fmt: skip
-    (none,) = static_lines(result, _answer([0, 0]))
+    (none,) = static_lines(result, _answer([0, 1], 1.012))
     assert none.startswith("no schedule beats static k = 2 beyond the margin at the measured load")
+    assert "is 1.012x faster per token on the traffic (its bands weighted by their requests), within the 2% " \
+           "margin" in none  # fmt: skip
 
 
 def test_the_topology_is_the_campaigns_or_the_operators(tmp_path: Path) -> None:
@@ -185,3 +192,24 @@ def test_an_operators_data_parallel_topology_on_a_one_engine_campaign(tmp_path: 
     assert {"off-single", "fixed2-single", "off-dp2"} <= set(arms)
     if static.k:
         assert arms["tuned-dp2"].topology.data_parallel_size == 2 and arms["tuned-dp2"].policy.kind == "fixed"
+
+
+def test_tune_says_how_far_it_got_on_stderr_and_only_its_answer_on_stdout(tmp_path: Path) -> None:
+    path = tmp_path / "costly.yaml"
+    path.write_text(yaml.safe_dump(costly_verify_profile()))
+    data = fixed_k_campaign(path, tmp_path / "run", rate_to=36, duration_s=10)
+    data["policies"] = {"off": "off", "fixed2": "fixed:2"}
+    campaign_file = tmp_path / "small.yaml"
+    campaign_file.write_text(yaml.safe_dump(data))
+    result = CliRunner().invoke(cli, ["tune", str(campaign_file), "--seeds", "1", "--budget", "2", "--topology",
+                                      "data_parallel:2", "-o", str(tmp_path / "tune")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    said = result.stderr.splitlines()
+    assert said[0] == "tune: playing speculation off (1 seeds of the campaign's traffic) (0 s)", said
+    assert any(line.startswith("tune: building the fixed-batch oracle (") for line in said), said
+    assert any(line.startswith("tune: searching schedules on replicas:2 (") for line in said), said
+    assert [line.rsplit(" (", 1)[0] for line in said if "static k" in line][-1] == (
+        "tune: playing 3 static k (0-2) on data_parallel:2 ... 3/3"
+    ), said
+    assert result.stdout.startswith("answer for data_parallel:2 (dp2): static k = ")
+    assert "tune:" not in result.stdout

@@ -1,6 +1,6 @@
 """A server's Prometheus names live in its dialect's module (serve_apps/engine_kinds/dialects/<dialect>.py) and
-nowhere else in the product: a second copy of `vllm:num_requests_running` in a finding or a scraper would stay vLLM's when
-another server's dialect is read."""
+nowhere else in the product: a second copy of `vllm:num_requests_running` in a finding or a scraper would stay
+vLLM's when another server's dialect is read."""
 
 from __future__ import annotations
 

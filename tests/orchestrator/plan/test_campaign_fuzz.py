@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.plan.campaign import CampaignError, load_campaign
-from tests.orchestrator.test_campaign_run import BASE
+from tests.orchestrator.virtual.test_campaign_run import BASE
 
 VALUES = st.one_of(
     st.none(),

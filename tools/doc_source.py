@@ -1,4 +1,4 @@
-"""Descriptions from the source itself, for the generated reference pages (orchestrator/docgen.py): the comment
+"""Descriptions from the source itself, for the generated reference pages (tools/docgen.py): the comment
 block right above a field or column and the comment at the end of its line, read with ast + tokenize so they stay
 where the code's readers see them."""
 

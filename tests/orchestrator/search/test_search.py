@@ -32,7 +32,7 @@ from orchestrator.search.bracket import (
 from orchestrator.search.point import VERDICTS, SearchPoint, Side, across_samples
 from orchestrator.search.record import SEARCH_FILE
 from orchestrator.search.run import run_search
-from tests.orchestrator.decide.test_search_shipped import reference_crossover, sweep
+from tests.orchestrator.search.test_search_shipped import reference_crossover, sweep
 
 
 def _point(rate: float, *samples: float | None, requests: int = 300,
@@ -375,7 +375,7 @@ def test_search_bracket_holds_a_dense_sweeps_crossover(
 ) -> None:
     # The reference is computed apart from the search's code: a dense sweep run by `specdrill simulate`, each
     # rate's ratio read from its summary.json, the crossover taken by hand
-    # (tests/orchestrator/decide/test_search_shipped.py).
+    # (tests/orchestrator/search/test_search_shipped.py).
     campaign = Campaign.model_validate(yaml.safe_load(campaign_file.read_text()))
     config = SearchConfig(low=8, high=40, min_rate=2, max_rate=160, unit_requests=100)
     found = run_search(campaign, arm="fixed3", against="off", output=str(tmp_path / "search"), config=config,

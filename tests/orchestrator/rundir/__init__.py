@@ -1,0 +1,1 @@
+"""Tests of orchestrator/rundir/: the run directory's files, lock and evidence."""

@@ -1,0 +1,1 @@
+"""Tests of orchestrator/search/: the crossover search in virtual time, on Ray, on endpoints and on vLLM."""
