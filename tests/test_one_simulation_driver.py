@@ -46,6 +46,7 @@ USER_LATENCY = re.compile(r"tpot|ttft|e2e|queue_wait|latenc", re.IGNORECASE)
 OVER_SEEDS = {
     ("orchestrator/decide/scoring.py", "paired_excess"): "the median over seeds of per-seed latency ratios",
     ("orchestrator/decide/tune/simplify.py", "no_predicted_gain"): "the median over seeds of per-seed ratios",
+    ("orchestrator/decide/tune/static.py", "smallest_within"): "per band, the median over seeds of per-seed ratios",
 }
 
 
