@@ -7,7 +7,8 @@ Every ratio is a function of column totals, so it is computed from per-block tot
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,13 @@ class CellBlocks:
 
     totals: np.ndarray
     rows: int
+
+
+def weighted_log_mean(pairs: Iterable[tuple[float, float]]) -> float:
+    """sum(w * ln v) / sum(w) over (weight, value) pairs: the logarithm of the weighted geometric mean by which
+    recommend and tune weigh per-band ratios by their requests (one definition for both)."""
+    listed = list(pairs)
+    return sum(w * math.log(v) for w, v in listed) / sum(w for w, _ in listed)
 
 
 def verdict_for(low: float | None, high: float | None, margin: float) -> Verdict:

@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from orchestrator.analysis.opmap.speedup import weighted_log_mean
 from orchestrator.decide.recommend.extent import measured_range
 from orchestrator.decide.recommend.recommendation import BandDecision, Candidate, DataParallelAnswer
 from orchestrator.decide.recommend.runs import RunEvidence
@@ -87,7 +88,7 @@ def answer(
         if any(v is None or not v > 0 for _, v in per_band):
             names.pop(name)  # not measured in every band the load reached: not comparable
             continue
-        logs[name] = sum(w * math.log(v) for w, v in per_band if v is not None) / total
+        logs[name] = weighted_log_mean((w, v) for w, v in per_band if v is not None)
     header = (
         f"on {label}: vLLM drops num_speculative_tokens_per_batch_size under data parallelism and runs "
         "num_speculative_tokens in every step, so a schedule would be dropped"

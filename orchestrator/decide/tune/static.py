@@ -27,6 +27,7 @@ import numpy as np
 
 from orchestrator.analysis.opmap.bands import Band
 from orchestrator.analysis.opmap.results import MapSettings
+from orchestrator.analysis.opmap.speedup import weighted_log_mean
 from orchestrator.analysis.steps.prediction_check import SeedRange
 from orchestrator.decide.oracle import Oracle
 from orchestrator.decide.played import AnyPolicy, Played
@@ -143,7 +144,7 @@ def smallest_within(scored: Sequence[Scored], weights: dict[int, float], margin:
         counted = {b: w for b, w in weights.items() if b in per_band}
         if fewer_met or not counted or not total:
             continue
-        over = math.exp(sum(w * math.log(per_band[b]) for b, w in counted.items()) / sum(counted.values()))
+        over = math.exp(weighted_log_mean((w, per_band[b]) for b, w in counted.items()))
         found[int(candidate.key)] = WithinMargin(k=int(candidate.key), best=int(best.key), over_best=over,
                                                  per_band=per_band)  # fmt: skip
     chosen = min((k for k, f in found.items() if f.over_best <= 1 + margin), default=int(best.key))
@@ -158,7 +159,7 @@ def weighted_gain(ratios: Sequence[Sequence[float]], weights: dict[int, float]) 
     counted = {b: weights[b] for b in medians if weights[b] > 0}
     if not counted:
         return None
-    return math.exp(sum(w * math.log(medians[b]) for b, w in counted.items()) / sum(counted.values()))
+    return math.exp(weighted_log_mean((w, medians[b]) for b, w in counted.items()))
 
 
 def beyond_reach(truth: Oracle, k: int, reach: int, margin: float) -> str | None:
