@@ -1,4 +1,4 @@
-"""Endpoint mode against servers that speak SGLang's and TensorRT-LLM's telemetry (tests/dialects/servers.py):
+"""Endpoint mode against servers that speak SGLang's and TensorRT-LLM's telemetry (servers.py beside this module):
 the trace reconciles exactly with each server's counters, and what its telemetry cannot show is reported not
 verifiable, in words, never passed."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.dialects.endpoint_mode import endpoint_unit
-from tests.dialects.servers import SglangServer, TrtllmServer, serve
+from tests.serve_apps.engine_kinds.dialects.endpoint_mode import endpoint_unit
+from tests.serve_apps.engine_kinds.dialects.servers import SglangServer, TrtllmServer, serve
 
 pytestmark = [pytest.mark.integration]
 

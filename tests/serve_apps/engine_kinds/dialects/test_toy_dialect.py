@@ -15,8 +15,8 @@ from prometheus_client import Counter, Gauge
 from serve_apps.engine_kinds.dialects.base import Dialect, RequestFormat
 from serve_apps.engine_kinds.endpoint import EndpointEngineConfig, EndpointKind
 from serve_apps.engine_kinds.registry import register, unregister
-from tests.dialects.endpoint_mode import endpoint_unit
-from tests.dialects.servers import DialectServer, serve
+from tests.serve_apps.engine_kinds.dialects.endpoint_mode import endpoint_unit
+from tests.serve_apps.engine_kinds.dialects.servers import DialectServer, serve
 
 pytestmark = [pytest.mark.integration]
 
