@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.analysis.opmap.results import ArmVerification, VerificationReport
+from orchestrator.analysis.opmap.results import UNPROVEN, ArmVerification, VerificationReport
 from orchestrator.analysis.read.arms import ArmInfo
 from orchestrator.plan.campaign import Campaign, GateConfig
 from orchestrator.rundir.layout import UnitResult
@@ -59,8 +59,9 @@ def evaluate_gates(
             )  # fmt: skip
     if gates.max_recovery_s is not None:
         for timing in verification.switch_timings:
-            # A switch the load never asked for fails only where checks without evidence do (gates.not_verifiable)
-            held = timing.passed or (timing.status == "not_exercised" and gates.not_verifiable != "fail")
+            # A switch the load never asked for, or one the server's telemetry cannot show, fails only where checks
+            # without evidence do (gates.not_verifiable)
+            held = timing.passed or (timing.status in UNPROVEN and gates.not_verifiable != "fail")
             exempt = not held and timing.arm in gates.exempt_arms
             results.append(
                 GateResult(

@@ -31,10 +31,10 @@ from orchestrator.analysis.verify.findings import (
     switched_finding,
 )
 from orchestrator.analysis.verify.floor0 import floor0_finding
-from orchestrator.analysis.verify.recovery import switch_timings
+from orchestrator.analysis.verify.recovery import switch_timings, unverifiable_timings
 from orchestrator.analysis.verify.replayed import Replayed, replayed
 from orchestrator.analysis.verify.settings import VerifySettings
-from orchestrator.analysis.verify.step_counts import binned_step_runs, endpoint_step_arms, step_counts
+from orchestrator.analysis.verify.step_counts import binned_step_runs, endpoint_step_arms, run_keys, step_counts
 from serve_apps.engine_kinds.dialects import vllm
 from serve_apps.engine_kinds.dialects.base import Dialect
 
@@ -253,13 +253,19 @@ def _verify(
     # A schedule of one k at every batch size has no switch to time (whether that k ran is executed_k's check);
     # SGLang's slots switch by their rule whatever k each starts at
     switching = [a for a in arms if a.facts.switches_with_load and (a.rule is not None or one_k(a) is None)]
+    # An endpoint whose server shows no step's draft length has no steps to time: said, never silently absent
+    blind = [a for a in switching if a.name in sampled and dialect.steps == "none"]
+    timed = [a for a in switching if a not in blind]
     timings = (
         switch_timings(
-            binned_step_runs(requests, switching, shapes, settings), switching, shapes, bound_s=settings.switch_bound_s
+            binned_step_runs(requests, timed, shapes, settings), timed, shapes, bound_s=settings.switch_bound_s
         )
-        if shapes and switching
+        if shapes and timed
         else []
     )
+    if shapes and blind:
+        reason = "; ".join(n for n in (dialect.steps_note, dialect.gauge_note) if n)
+        timings += unverifiable_timings(run_keys(requests), blind, shapes, reason, bound_s=settings.switch_bound_s)
     return VerificationReport(
         arms=results, switch_timings=timings, passed=all(r.passed for r in results) and all(t.passed for t in timings)
     )

@@ -305,3 +305,24 @@ def switch_timings(
             continue
         timings.append(_timing(arm=arm, shape=shape, binned=binned, bound_s=bound_s))
     return timings
+
+
+def unverifiable_timings(
+    runs: Sequence[RunKey], arms: Sequence[ArmInfo], shapes: Mapping[str, ShapeBase], reason: str, *, bound_s: float
+) -> list[SwitchTiming]:
+    """One "not verifiable" timing per (load-switching arm, cross_and_recover run) of an arm whose server shows no
+    step's draft length: the load did cross, but nothing it reports can say when (or whether) k followed."""
+    by_name = {a.name: a for a in arms if a.facts.switches_with_load}
+    timings = []
+    for arm_name, shape_name, run_name, repeat in sorted(runs):
+        if arm_name not in by_name or not isinstance(shapes.get(shape_name), CrossAndRecover):
+            continue
+        timings.append(
+            SwitchTiming(
+                arm=arm_name, shape=shape_name, run=run_name, repeat=repeat, reference="shape", crossed_up_s=None,
+                switched_s=None, switch_lag_s=None, crossed_down_s=None, recovered_s=None, recovery_s=None,
+                quiet_k=None, loaded_k=None, bound_s=bound_s, passed=False, status="not_verifiable",
+                message=f"{arm_name} on {shape_name} (run {run_name}, repeat {repeat}): not verifiable: {reason}",
+            )
+        )  # fmt: skip
+    return timings

@@ -729,7 +729,8 @@ def test_switch_timing_from_binned_counts_equals_the_per_step_timing(bin_s: floa
         assert any(b.below_start.any() or b.past_end.any() for b in binned)  # times that round across an edge
 
 
-def test_a_switch_not_exercised_fails_the_recovery_gate_only_where_checks_without_evidence_fail() -> None:
+@pytest.mark.parametrize("status", ["not_exercised", "not_verifiable"])
+def test_a_switch_not_exercised_fails_the_recovery_gate_only_where_checks_without_evidence_fail(status: str) -> None:
 
     from orchestrator.analysis.gates import evaluate_gates
     from orchestrator.analysis.opmap.results import SwitchTiming
@@ -738,7 +739,7 @@ def test_a_switch_not_exercised_fails_the_recovery_gate_only_where_checks_withou
     timing = SwitchTiming(
         arm="dyn-single", shape="cross", run="r", repeat=0, reference="shape", crossed_up_s=None, switched_s=None,
         switch_lag_s=None, crossed_down_s=None, recovered_s=None, recovery_s=None, quiet_k=3, loaded_k=None,
-        bound_s=10.0, passed=False, status="not_exercised", message="dyn-single on cross: not exercised: ...",
+        bound_s=10.0, passed=False, status=status, message="dyn-single on cross: not exercised: ...",
     )  # fmt: skip
     failed = timing.model_copy(update={"arm": "dyn-dp2", "status": "fail", "message": "dyn-dp2 on cross: never"})
     campaign = load_campaign(REPO / "campaigns" / "quickstart.yaml")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from loadshapes.trace import read_traces
-from orchestrator.analysis.opmap.results import ArmVerification
+from orchestrator.analysis.opmap.results import VerificationReport
 from orchestrator.analysis.read.arms import ArmInfo
 from orchestrator.analysis.verify.executed import verify_executed_policy
 from orchestrator.execute.endpoint_scrape import MetricsSampler
@@ -22,12 +22,15 @@ from serve_apps.policies import DynamicPolicy, FixedPolicy
 from timebase.clock import now_ns
 
 
-def endpoint_unit(kind: str, url: str, root: Path, *, policy: str = "fixed:3", rate: float = 8) -> ArmVerification:
+def endpoint_unit(
+    kind: str, url: str, root: Path, *, policy: str = "fixed:3", rate: float = 8, shape: dict[str, Any] | None = None
+) -> VerificationReport:
+    """`shape`: the unit's load shape (default: `rate` req/s for 3 s)."""
     data: dict[str, Any] = {
         "name": f"dialect-{kind}",
         "engine": {"kind": kind, "model": "m", "urls": {"spec-single": url}},
         "policies": {"spec": policy}, "topologies": {"single": "single"},
-        "shapes": {"calm": {"kind": "quiet", "rate": rate, "duration_s": 3}},
+        "shapes": {"calm": shape or {"kind": "quiet", "rate": rate, "duration_s": 3}},
         "mix": {"entries": [{"workload": "chat", "weight": 1}]}, "warmup": {"requests": 0},
         "load": {"workers": 1, "drain_s": 10}, "analysis": {"absolute_only": True}, "output": str(root / "unused"),
     }  # fmt: skip
@@ -49,7 +52,6 @@ def endpoint_unit(kind: str, url: str, root: Path, *, policy: str = "fixed:3", r
     samples = read_samples(str(root), [(unit.arm, unit.shape, unit.repeat)])
     assert isinstance(arm.policy, FixedPolicy | DynamicPolicy)
     info = ArmInfo.from_policy(arm.name, arm.policy, topology=arm.topology, max_num_seqs=512)
-    report = verify_executed_policy(
-        read_traces(str(root / "traces")), [info], endpoint_samples=samples, dialect=dialect
+    return verify_executed_policy(
+        read_traces(str(root / "traces")), [info], shapes=campaign.shapes, endpoint_samples=samples, dialect=dialect
     )
-    return report.arms[0]

@@ -12,6 +12,8 @@ from tests.serve_apps.engine_kinds.dialects.endpoint_mode import endpoint_unit
 from tests.serve_apps.engine_kinds.dialects.servers import SglangServer, TrtllmServer, serve
 
 pytestmark = [pytest.mark.integration]
+CROSS = {"kind": "cross_and_recover", "quiet_rate": 2, "peak_rate": 12, "boundary_rate": 6, "quiet_s": 1, "rise_s": 0.5,
+         "hold_s": 1, "fall_s": 0.5}  # fmt: skip
 
 
 def statuses(result: object) -> dict[str, tuple[str, str]]:
@@ -21,7 +23,7 @@ def statuses(result: object) -> dict[str, tuple[str, str]]:
 def test_sglang_reconciles_verify_steps_and_tokens_and_cannot_show_the_draft_length_of_a_step(tmp_path: Path) -> None:
     server = serve(SglangServer())
     try:
-        result = endpoint_unit("sglang", server.url, tmp_path)
+        result = endpoint_unit("sglang", server.url, tmp_path).arms[0]
     finally:
         server.stop()
     found = statuses(result)
@@ -40,9 +42,14 @@ def test_sglang_reconciles_verify_steps_and_tokens_and_cannot_show_the_draft_len
 def test_tensorrt_llm_reconciles_output_tokens_and_its_schedule_is_never_a_pass(tmp_path: Path) -> None:
     server = serve(TrtllmServer())
     try:
-        result = endpoint_unit("trtllm", server.url, tmp_path, policy="dynamic:3:1-3=3,4-512=1")
+        report = endpoint_unit("trtllm", server.url, tmp_path, policy="dynamic:3:1-3=3,4-512=1", shape=CROSS)
     finally:
         server.stop()
+    result = report.arms[0]
+    # The load crossed the schedule's boundary, but nothing the server reports can time the switch: said, per run
+    (timing,) = report.switch_timings
+    assert (timing.status, timing.passed, timing.switch_lag_s) == ("not_verifiable", False, None), timing
+    assert "not verifiable: TensorRT-LLM reports no draft length per step" in timing.message
     found = statuses(result)
     status, message = found["reconciliation"]
     assert status == "pass", message

@@ -82,7 +82,7 @@ def test_a_fourth_dialect_declared_in_one_module_is_asked_sampled_and_reconciled
     server = ToyServer()
     thread = serve(server)
     try:
-        result = endpoint_unit("toy", thread.url, tmp_path)
+        result = endpoint_unit("toy", thread.url, tmp_path).arms[0]
     finally:
         thread.stop()
     found = {f.check: f for f in result.findings}
