@@ -122,6 +122,7 @@ class EngineCore:
         elif isinstance(speculation.rule, GateRule):
             self._rule_floats, self.rule_state = trtllm_gate.compile_gate(speculation.rule)
             self._rule = RULE_GATE
+        self._fresh_rule_state = self.rule_state.copy()
         self.max_window = max_window
         self.total_blocks = self.limits.kv_cache_tokens // self.limits.block_size
         self.waiting: deque[SimRequest] = deque()
@@ -154,6 +155,13 @@ class EngineCore:
         self._staged = np.zeros((kernel.STATE_ROWS, n), dtype=I64)
         self._staged_first_token = np.full(n, np.nan)
         self._admit_time = np.zeros(n)
+
+    def begin_unit(self) -> None:
+        """A unit starts from the rule's fresh state (SGLang's EMA and warm-up count, TensorRT-LLM's gate open), as
+        a virtual-time unit's new engine does: a real-time replica serves every unit, and its warm-up requests,
+        one after another, and would otherwise carry the last unit's state into the next. Called between units,
+        when no request is in flight."""
+        self.rule_state[...] = self._fresh_rule_state
 
     # --- requests -------------------------------------------------------------------------------------------
     @property

@@ -5,7 +5,8 @@ k is compared with the k the rule gives there.
 The replay reads what the rule itself reads of a step (batch size, prefills, drafts verified and accepted: the
 engine step timeline's columns) and calls the same functions the simulated engine calls
 (serve_apps/sim/rules/), so a match means the engine ran the rule, and a mismatch names the steps it did not
-take. Each unit is replayed from a fresh rule state, as a virtual-time engine starts each unit. Besides the
+take. Each unit is replayed from a fresh rule state, as both executors start each unit (a virtual-time unit
+gets a new engine; a real-time replica's engine is reset before each unit, engines/base.py begin_unit). Besides the
 executed-k share (the same per-band figures as a schedule's check), each design gets the finding an operator
 needs: SGLang's slots and their hysteresis lag (steps and seconds from the load first reaching a slot to the
 slot's first switch), whether its slots switched at all; the gate's shutting and whether it stayed shut.
