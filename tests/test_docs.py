@@ -112,6 +112,9 @@ FORMS: dict[str, str] = {
         "tests/orchestrator/decide/test_tune_designs.py::test_the_command",
     "specdrill tune campaigns/three-designs.yaml --design all --seeds 1 --max-k 4":
         "tests/orchestrator/decide/test_tune_designs.py::test_the_command",
+    "specdrill tune campaigns/three-designs.yaml --design vllm_schedule --design sglang_adaptive --design "
+    "trtllm_schedule --seeds 2 --max-k 4 --topology data_parallel:2":
+        "tests/orchestrator/decide/test_tune_designs.py::test_on_a_data_parallel_group_vllm_and_sglang_answer_a_static_k",
     "specdrill simulate campaigns/three-designs.yaml":
         "tests/test_docs_operator.py::test_the_three_designs_page_runs_as_shown",
     "specdrill recommend runs/three-designs":

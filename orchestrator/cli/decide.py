@@ -61,7 +61,9 @@ def recommend_cmd(run_dirs: tuple[str, ...], topology_text: str | None) -> None:
               type=click.Choice(["vllm_schedule", "sglang_adaptive", "trtllm_schedule", "trtllm_max_concurrency",
                                  "trtllm_acceptance_gate", "all"]),
               help="tune this engine's design instead (repeatable; all: every one): its best configuration on "
-                   "the campaign's traffic per offered-rate band, the oracle's beside it, which design wins where",
+                   "the campaign's traffic per offered-rate band on the topology answered for (where the engine "
+                   "drops the design to a static k, the best static k), the oracle's beside it, which design wins "
+                   "where",
               )  # fmt: skip
 @limit_option
 def tune_cmd(
@@ -82,7 +84,7 @@ def tune_cmd(
 
     campaign = campaign_of(campaign_file)
     if designs:
-        _tune_designs(campaign, profile_name, objective_text, seeds, max_k, designs)
+        _tune_designs(campaign, profile_name, objective_text, seeds, max_k, designs, topology)
         return
     try:
         objective = Objective.parse(objective_text)
@@ -109,10 +111,11 @@ def tune_cmd(
 
 def _tune_designs(
     campaign: Campaign, profile_name: str | None, objective_text: str, seeds: int, max_k: int | None,
-    designs: tuple[str, ...],
+    designs: tuple[str, ...], topology: str | None,
 ) -> None:  # fmt: skip
     from orchestrator.decide.scoring import Objective
-    from orchestrator.decide.tune.designs import DESIGNS, tune_designs, words
+    from orchestrator.decide.tune.designs import DESIGNS, tune_designs
+    from orchestrator.decide.tune.designs_words import words
     from orchestrator.decide.tune.outputs import with_profile
     from orchestrator.virtual.campaign import require_simulated
 
@@ -123,7 +126,7 @@ def _tune_designs(
             profile_named(profile_name)  # a bad --profile in words
         campaign, profile, _ = with_profile(campaign, profile_name)
         result = tune_designs(campaign, profile, chosen, seeds=seeds, max_k=max_k,
-                              objective=Objective.parse(objective_text))  # fmt: skip
+                              objective=Objective.parse(objective_text), topology=topology)  # fmt: skip
     except (CampaignError, ValueError) as exc:
         fail(str(exc))
         raise

@@ -17,19 +17,23 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.analysis.opmap.bands import BandSet, auto_rate_bands, rate_bands_from_edges
+from orchestrator.analysis.opmap.bands import auto_rate_bands, rate_bands_from_edges
 from orchestrator.analysis.opmap.results import MapSettings
+from orchestrator.analysis.steps.prediction_check import SeedRange
 from orchestrator.decide.oracle import DEFAULT_BATCH_SIZES, Oracle, oracle
-from orchestrator.decide.played import AnyPolicy, CampaignTraffic, Played
-from orchestrator.decide.scoring import Objective, cells
+from orchestrator.decide.played import AnyPolicy, CampaignTraffic
+from orchestrator.decide.scoring import Cell, Objective, cells, score
 from orchestrator.decide.tune.build import drafter_of, oracle_workload
 from orchestrator.decide.tune.simplify import simplest_oracle_schedule
-from orchestrator.decide.tune.topology import with_single_off
+from orchestrator.decide.tune.static import smallest_within
+from orchestrator.decide.tune.topology import TopologyTraffic, choose_topology, with_single_off
 from orchestrator.plan.campaign import Campaign
-from serve_apps.policies import OffPolicy, parse_policy
+from serve_apps.policies import OffPolicy, Topology, parse_policy
 from serve_apps.policies_sglang import SglangAdaptivePolicy
+from serve_apps.policy_kinds import facts, fallback_k
 from serve_apps.sim.profile import Profile
 
 Design = Literal[
@@ -46,9 +50,17 @@ GATE = ((50, 0.2), (50, 0.3), (50, 0.5), (100, 0.3))
 class DesignBest(BaseModel):
     model_config = ConfigDict(frozen=True)
     design: str
+    engine: str = "vLLM"  # whose design it is
     policy: str  # the short form a campaign's `policies:` takes (SGLang's slots: its adaptive_config JSON too)
-    speedups: list[float | None]  # per band, over `off` (> 1: faster); None: no request there
+    speedups: list[float | None]  # per band, over `off` on the same engines (> 1: faster): median over seeds
+    ranges: list[SeedRange]  # per band, the same over seeds: median, lowest and highest seed
     candidates: int
+    # Where the topology drops the design to a static k: its engine's fallback in the findings' words, what the
+    # engine says it runs instead, and the static k the best runs; None where the design runs as designed
+    fallback: str | None = None
+    dropped: str | None = None
+    static_k: int | None = None
+    within: str | None = None  # why this static k and not the best-scoring one, where they differ (plain tune's)
 
 
 class DesignsResult(BaseModel):
@@ -57,6 +69,14 @@ class DesignsResult(BaseModel):
     best: list[DesignBest]
     oracle_schedule: list[list[int]]
     oracle_speedups: list[float | None]
+    oracle_ranges: list[SeedRange] = []
+    oracle_topology: str = "single"  # where the oracle's schedule is played (replicas:N for a DP group)
+    topology: str = "single"  # the campaign's short form of the topology answered for
+    topology_name: str = "single"
+    topology_why: str = ""
+    seeds: int = 1
+    objective: str = "tpot p50"
+    reach: int = 0  # the largest batch one engine ran under off: settings above it are the oracle's, not measured
 
 
 def _ranges(schedule: Sequence[Sequence[int]], top: int) -> list[tuple[int, int, int]]:
@@ -131,30 +151,44 @@ def _label(spec: str | dict[str, object]) -> str:
     return f"sglang_adaptive:{spec['num_steps']} slots {steps}"
 
 
-def ratio(speedup: float | None) -> str:
-    return "-" if speedup is None else f"{speedup:.2f}x"
+def _speedups(band_cells: Sequence[Cell]) -> list[SeedRange]:
+    """Per band, off's latency quantile over the candidate's, per seed (scoring.cells' paired ratio, inverted)."""
+    return [SeedRange.of([1 / r if math.isfinite(r) and r > 0 else math.nan for r in c.latency.per_seed])
+            for c in band_cells]  # fmt: skip
 
 
-def _speedups(played: Played, off: Played, bands: BandSet, objective: Objective) -> list[float | None]:
-    out: list[float | None] = []
-    for cell in cells(played, off, bands, objective):
-        ratio = cell.latency.median
-        out.append(1 / ratio if math.isfinite(ratio) and ratio > 0 else None)
-    return out
-
-
-def _mean_log(speedups: Sequence[float | None]) -> float:
-    found = [math.log(s) for s in speedups if s is not None]
+def _mean_log(ranges: Sequence[SeedRange]) -> float:
+    found = [math.log(r.median) for r in ranges if r.median is not None and r.median > 0]
     return sum(found) / len(found) if found else -math.inf
+
+
+def static_candidates(design: Design, max_k: int, top: int) -> list[str | dict[str, object]]:
+    """A design its topology drops to a static k: the k it then runs, 1..max_k, each as the design's own form
+    (played as it is, the engine's fallback applies): vLLM's schedule's max k, SGLang's num_steps."""
+    if design == "vllm_schedule":
+        return [f"dynamic:{k}:1-{top}={k}" for k in range(1, max_k + 1)]
+    return [f"sglang_adaptive:{k}" for k in range(1, max_k + 1)]
+
+
+def _fallback(policy: AnyPolicy, topology: Topology) -> tuple[str, str, int] | None:
+    """The design's fallback on `topology` (its name, what the engine runs instead, the static k), or None."""
+    resolved = policy.resolve(topology)
+    if not resolved.schedule_dropped:
+        return None
+    name = facts(policy.kind).fallback or f"{facts(policy.kind).engine}'s fallback"
+    return name, resolved.dropped_reason or "", fallback_k(policy)
 
 
 def tune_designs(
     campaign: Campaign, profile: Profile, designs: Sequence[Design], *, seeds: int = 1, max_k: int | None = None,
-    objective: Objective | None = None,
+    objective: Objective | None = None, topology: str | None = None, margin: float = MapSettings().margin,
 ) -> DesignsResult:  # fmt: skip
-    """Each design's best configuration on the campaign's traffic, and the oracle's schedule on the same."""
+    """Each design's best configuration on the campaign's traffic on the topology answered for (`topology`, the
+    short form, else the campaign's: choose_topology), and the oracle's schedule on the same."""
     objective = objective or Objective()
-    traffic = CampaignTraffic.of(with_single_off(campaign), seeds=seeds)
+    choice = choose_topology(campaign, topology)
+    base = CampaignTraffic.of(with_single_off(campaign), seeds=seeds)
+    traffic = TopologyTraffic.on(base, choice.topology)
     method, model, limit = drafter_of(traffic.campaign, profile)
     max_k = limit if max_k is None else max_k
     off = traffic.play(OffPolicy())
@@ -163,42 +197,53 @@ def tune_designs(
     top = profile.limits.max_num_seqs
     sizes = [b for b in DEFAULT_BATCH_SIZES if b <= top]
     truth = oracle(profile, workload=oracle_workload(traffic.campaign), max_k=max_k, batch_sizes=sizes,
-                   tolerance=MapSettings().margin)  # fmt: skip
+                   tolerance=margin)  # fmt: skip
     schedule = [list(r) for r in _ranges(truth.schedule(), top)]
     oracle_policy = parse_policy(
         f"dynamic:{max(k for *_, k in schedule)}:" + ",".join(f"{a}-{b}={k}" for a, b, k in schedule),
         default_method=method, default_model=model,
     )  # fmt: skip
+    counts = np.bincount(bands.assign(off.offered_rate), minlength=len(bands.bands))
     best: list[DesignBest] = []
     for design in designs:
         space = candidates(design, truth, max_k, top)
-        scored = [(_label(s), _speedups(traffic.play(_policy(s, method, model)), off, bands, objective)) for s in space]
-        label, speedups = max(scored, key=lambda ls: _mean_log(ls[1]))
-        best.append(DesignBest(design=design, policy=label, speedups=speedups, candidates=len(space)))
+        if _fallback(_policy(space[0], method, model), choice.topology) is not None:
+            # The schedules never run there: the static k the design then runs is what there is to choose
+            space = static_candidates(design, max_k, top)
+        played = [cells(traffic.play(_policy(s, method, model)), off, bands, objective) for s in space]
+        pick = max(range(len(space)), key=lambda i: _mean_log(_speedups(played[i])))
+        within = None
+        policy = _policy(space[pick], method, model)
+        found = _fallback(policy, choice.topology)
+        if found is not None:  # plain tune's rule for a static k (recommend's), so that the two commands agree
+            clean = [b for b in range(len(bands.bands)) if counts[b] and not any(c[b].noisy for c in played)]
+            # static_candidates' i-th is k = i + 1, keyed by its k (smallest_within's words name it)
+            scored = [score(str(i + 1), (0.0, 1, i + 1), c, clean) for i, c in enumerate(played)]
+            chosen = smallest_within(scored, {b: float(counts[b]) for b in clean}, margin)
+            pick = chosen.k - 1
+            policy = _policy(space[pick], method, model)
+            found = _fallback(policy, choice.topology)
+            assert found is not None
+            if chosen.best != chosen.k:
+                within = chosen.words(bands.bands, margin, truth, off.max_batch)
+        ranges = _speedups(played[pick])
+        # A fallen-back vLLM schedule is vLLM's static k: what to set is num_speculative_tokens, no schedule
+        label = f"fixed:{found[2]}" if found and facts(policy.kind).runs_on_vllm else _label(space[pick])
+        best.append(DesignBest(
+            design=design, engine=facts(policy.kind).engine, policy=label, speedups=[r.median for r in ranges],
+            ranges=ranges, candidates=len(space), fallback=found[0] if found else None,
+            dropped=found[1] if found else None, static_k=found[2] if found else None, within=within,
+        ))  # fmt: skip
+    # The oracle's table is a schedule: on a DP group vLLM would drop it, so it is played where one runs (as many
+    # engines as replicas), against off on the group: what the best k per batch gives on these engines.
+    oracle_traffic = TopologyTraffic.on(base, choice.schedule_topology())
+    oracle_ranges = _speedups(cells(oracle_traffic.play(oracle_policy), off, bands, objective))
+    named = choice.schedule_topology()
     return DesignsResult(
         bands=[b.label for b in bands.bands], best=best, oracle_schedule=schedule,
-        oracle_speedups=_speedups(traffic.play(oracle_policy), off, bands, objective),
+        oracle_speedups=[r.median for r in oracle_ranges], oracle_ranges=oracle_ranges,
+        oracle_topology="single" if named.kind == "single" else f"{named.kind}:{named.size}",
+        topology=choice.short, topology_name=choice.name, topology_why=choice.why, seeds=seeds,
+        objective=objective.label,
+        reach=max(1, min(off.max_batch, top)),
     )  # fmt: skip
-
-
-def words(result: DesignsResult, margin: float = MapSettings().margin) -> list[str]:
-    """Each design's best with its per-band speedups, the oracle's beside them, and per band the winner (designs
-    within `margin` of it tie) and how far it is ahead of the next design beyond the margin."""
-    lines = [f"each design's best on this traffic (per-token speedup over off per offered-rate band: "
-             f"{', '.join(result.bands)} req/s):"]  # fmt: skip
-    for found in result.best:
-        per_band = ", ".join(ratio(s) for s in found.speedups)
-        lines.append(f"  {found.design}: {found.policy} ({found.candidates} tried): {per_band}")
-    lines.append(f"  oracle (best k per batch, {result.oracle_schedule}): "
-                 + ", ".join(ratio(s) for s in result.oracle_speedups))  # fmt: skip
-    for i, band in enumerate(result.bands):
-        ranked = sorted(((s, f.design) for f in result.best if (s := f.speedups[i]) is not None), reverse=True)
-        if not ranked:
-            continue
-        (top, winner), rest = ranked[0], ranked[1:]
-        tied = [d for s, d in rest if top / s <= 1 + margin]
-        ahead = [(s, d) for s, d in rest if top / s > 1 + margin]
-        lead = f"{winner}, {', '.join(tied)} tie within {margin:.0%}" if tied else f"{winner} wins"
-        beyond = f", {top / ahead[0][0]:.2f}x ahead of {ahead[0][1]}" if ahead else ""
-        lines.append(f"  {band} req/s: {lead} ({ratio(top)} over off{beyond})")
-    return lines
