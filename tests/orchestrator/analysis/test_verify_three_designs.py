@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from orchestrator.analysis.opmap.results import ArmVerification, VerificationReport
@@ -24,6 +25,7 @@ from orchestrator.analysis.verify.executed import verify_executed_policy
 from orchestrator.cli import cli
 from orchestrator.plan.campaign import Campaign, load_campaign
 from tests import REPO
+from tests.shipped_runs import shipped_run
 
 CAMPAIGN = REPO / "campaigns" / "three-designs.yaml"
 
@@ -36,8 +38,7 @@ def _simulate(campaign: Path, out: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    out = tmp_path_factory.mktemp("three-designs") / "run"
-    return out, _simulate(CAMPAIGN, out)
+    return shipped_run(tmp_path_factory, CAMPAIGN)  # shared with recommend's tests: read only, copied to plant
 
 
 def _arms(campaign: Campaign) -> list[ArmInfo]:
@@ -130,12 +131,11 @@ def test_a_gate_that_reopens_fails(shipped: tuple[Path, dict], tmp_path: Path) -
 def test_the_floor0_fault_shows_as_a_collapse(tmp_path: Path) -> None:
     # Turned on, TensorRT-LLM's fault spoils every request that decoded through a k = 0 step; off, the same arm
     # on the same traffic accepts as many drafts afterwards as before (test_every_design_passes_its_own_rule).
-    text = CAMPAIGN.read_text().replace(
-        '"trtllm_schedule:upper_bounds:4:4=4,8=2,32=1"', '"trtllm_schedule:upper_bounds:4:4=4,8=2,32=1:floor0_fault"'
-    )
-    assert "floor0_fault" in text
+    data = yaml.safe_load(CAMPAIGN.read_text())
+    data["policies"]["trt-upper"] += ":floor0_fault"
+    data["arms"] = [{"policy": p, "topology": "single"} for p in ("off", "fixed3", "trt-upper")]  # the rest as shipped
     faulty = tmp_path / "faulty.yaml"
-    faulty.write_text(text)
+    faulty.write_text(yaml.safe_dump(data))
     summary = _simulate(faulty, tmp_path / "run")
     (arm,) = [a for a in summary["verification"]["arms"] if a["arm"] == "trt-upper-single"]
     (finding,) = [f for f in arm["findings"] if f["check"] == "floor0_fault"]

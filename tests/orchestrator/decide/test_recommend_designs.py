@@ -17,6 +17,7 @@ from orchestrator.cli import cli
 from orchestrator.decide.recommend.band import decide_band
 from orchestrator.decide.recommend.runs import RunEvidence, load_evidence
 from tests import REPO
+from tests.shipped_runs import copy_of, shipped_run
 
 DESIGNS = {
     "sglang-single": "SGLang sglang_adaptive",
@@ -32,10 +33,9 @@ pytestmark = pytest.mark.slow  # ~15 s: the shipped campaign, 18 units in virtua
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("three-designs") / "runs" / "three-designs"  # as the page names it
-    result = CliRunner().invoke(cli, ["simulate", str(REPO / "campaigns" / "three-designs.yaml"), "--output", str(out)])
-    assert result.exit_code == 0, result.output
-    return out
+    shipped, _ = shipped_run(tmp_path_factory, REPO / "campaigns" / "three-designs.yaml")
+    # recommend writes recommendation.json into the run: a copy of the session's shared run, named as the page does
+    return copy_of(shipped, tmp_path_factory.mktemp("three-designs") / "runs" / "three-designs")
 
 
 def test_every_design_is_a_candidate_named_by_its_design(run: Path) -> None:
