@@ -33,6 +33,7 @@ METRICS_PERIOD_S = 1.0
 # Serve's default period (10 s) a dead engine would answer errors for 30 s; the check is an attribute read.
 HEALTH_CHECK_PERIOD_S = 2.0
 HEALTH_CHECK_TIMEOUT_S = 10.0
+PROBE_CONSTRUCTOR_TRIES = 1  # `specdrill deploy --check`: see build_arm_app
 
 
 def _versions() -> dict[str, str]:
@@ -209,6 +210,10 @@ def build_arm_app(arm: ArmSpec, serve_host: str = "127.0.0.1", *, probe: bool = 
         "name": arm.name, "num_replicas": plan.replicas, "ray_actor_options": actor,
         "health_check_period_s": HEALTH_CHECK_PERIOD_S, "health_check_timeout_s": HEALTH_CHECK_TIMEOUT_S,
     }  # fmt: skip
+    if probe:
+        # A probe that failed fails the same way again (its layout, its vLLM): report the first failure instead
+        # of Serve's three tries per replica, each importing vLLM and waiting out BUNDLE_TIMEOUT_S.
+        options["max_constructor_retry_count"] = PROBE_CONSTRUCTOR_TRIES
     if plan.bundles is not None:
         # Ray Serve LLM's recipe: the replica's CPUs live in the first bundle and it holds no GPU itself, so
         # every GPU bundle stays free for vLLM's Ray workers.

@@ -84,7 +84,7 @@ FORMS: dict[str, str] = {
     "specdrill report --no-gate-exit":
         "tests/orchestrator/virtual/test_campaign_run.py::test_report_fails_the_gate_on_the_data_parallel_fallback",
     "specdrill run CAMPAIGN.yaml":
-        "tests/orchestrator/execute/test_job_submit.py::test_job_submit_runs_the_campaign_and_a_rerun_resumes",
+        "tests/orchestrator/execute/test_job_submit.py::test_job_submit_runs_the_campaign_with_a_log_line_per_unit",
     "specdrill search CAMPAIGN.yaml --arm A":
         "tests/orchestrator/search/test_search.py::test_search_finds_the_crossover_and_leaves_a_run_the_report_reads",
     "specdrill simulate CAMPAIGN.yaml":
