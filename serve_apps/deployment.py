@@ -21,6 +21,7 @@ import serve_apps
 from serve_apps.arms import ArmSpec
 from serve_apps.engine_kinds.registry import kind_of
 from serve_apps.engines.base import EngineDead, live_by_rank, rank_engine_ids
+from serve_apps.engines.base import begin_unit as start_unit
 from serve_apps.engines.factory import build_engine
 from serve_apps.placement import plan_placement
 from serve_apps.service import ArmService, Placement, RequestError, engine_dead_body, error_body
@@ -182,10 +183,14 @@ class ArmDeployment:
         return {"replica_id": self.service.placement.replica_id, **engine.report}
 
     @app.get("/specdrill/timeline")
-    async def timeline(self, since_step: int = 0) -> dict[str, Any]:
+    async def timeline(self, since_step: int = 0, begin_unit: bool = False) -> dict[str, Any]:
         """This replica's step timeline from row `since_step`: every rank's steps (a `dp_rank` column), the
-        replica's `engine_id` (what since_step counts against) and `engine_ids`, each rank's engine id."""
+        replica's `engine_id` (what since_step counts against) and `engine_ids`, each rank's engine id.
+        `begin_unit`: the runner asks before a unit, with no request in flight: the engine's policy state starts
+        afresh (serve_apps/engines/base.py begin_unit)."""
         engine = self.service.engine
+        if begin_unit:
+            start_unit(engine)
         ids = {str(rank): engine_id for rank, engine_id in rank_engine_ids(engine).items()}
         return {"engine_id": engine.engine_id, "engine_ids": ids, **engine.timeline(since_step)}
 

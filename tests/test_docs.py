@@ -108,6 +108,17 @@ FORMS: dict[str, str] = {
         "tests/orchestrator/decide/test_oracle.py::test_cli_oracle_json",
     "specdrill simulate oracle --campaign CAMPAIGN.yaml":
         "tests/orchestrator/cli/test_oracle_setup.py::test_with_a_campaign_the_oracle_is_the_graded_one",
+    "specdrill tune CAMPAIGN --design sglang_adaptive":
+        "tests/orchestrator/decide/test_tune_designs.py::test_the_command",
+    "specdrill tune campaigns/three-designs.yaml --design all --seeds 1 --max-k 4":
+        "tests/orchestrator/decide/test_tune_designs.py::test_the_command",
+    "specdrill tune campaigns/three-designs.yaml --design vllm_schedule --design sglang_adaptive --design "
+    "trtllm_schedule --seeds 2 --max-k 4 --topology data_parallel:2":
+        "tests/orchestrator/decide/test_tune_designs.py::test_on_a_data_parallel_group_vllm_and_sglang_answer_a_static_k",
+    "specdrill simulate campaigns/three-designs.yaml":
+        "tests/test_docs_operator.py::test_the_three_designs_page_runs_as_shown",
+    "specdrill recommend runs/three-designs":
+        "tests/orchestrator/decide/test_recommend_designs.py::test_every_design_is_a_candidate_named_by_its_design",
     "specdrill tune CAMPAIGN.yaml":
         "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
     "specdrill tune RUN_DIR/recommended-campaign.yaml":
