@@ -11,6 +11,11 @@ from typing import Any
 import click
 import pytest
 
+# Before any test module imports Ray: Ray reads it once, at its import (ray_constants.ENABLE_RAY_CLUSTER), and
+# without it a driver resolves a head's 127.0.0.1 to this host's route address, where nothing listens (a module
+# whose first test imported Ray before tests/ray_helpers.py hung in ray.init: 38134c5).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 from serve_apps.sim.profile import Profile, load_profile
 from tests import cli_record
 from tools.localray import PORT_SLICE_ENV
