@@ -208,41 +208,38 @@ COLLECTED = pytest.StashKey[list[pytest.Item]]()
 
 # Under pytest -n (make test: --dist loadfile --no-loadscope-reorder) a module runs whole on one worker (its Ray
 # cluster, Serve apps and vLLM servers shared by its tests as in a serial run), and modules are handed out in
-# collection order: these go first, longest first (module totals of a clean-clone run, docs/engineering/testing.md),
-# so that no long module starts when the others are nearly done. Unlisted modules follow in their usual order.
-# Seconds: the module's tests of 7 s and more in the clean-clone run of 2026-12-06 01:16 under -n 2 (docs/engineering/
-# testing.md), less the cuts measured later that day on the module alone, old and new back to back: ~7 s a Ray
-# head (tools.localray.stop's order), and the changed modules scaled by their alone figures (old -> new).
+# collection order: these go first, longest first, so that no long module starts when the others are nearly done,
+# and alternating a module that starts vLLM engines (CPU-bound start-ups) with one that mostly waits on real-time
+# load, so that two vLLM modules rarely start their engines at once: on this 2-core VM a module run beside another
+# CPU-bound one takes up to twice its time alone (test_multinode 54 s alone, 115 s in the 07:15 clean clone).
+# Unlisted modules follow in their usual order. Seconds: the module's tests of 5.6 s and more in the clean-clone run
+# of 2026-12-06 07:15 under -n 2 (docs/engineering/testing.md); H: starts vLLM engines.
 LONGEST_FIRST = (
-    # 244 less ~80 (one try of a failed probe, Serve's slow-start notice at 15 s; alone, under load 13-24, the two
-    # tests 163 -> 87 back to back)
-    "tests/serve_apps/test_placement.py",
-    "tests/serve_apps/engines/test_vllm_data_parallel.py",  # 202 - 7 - ~48 (units 30 -> 6 s: 33 -> 13 s, 32 -> 8 s)
-    "tests/serve_apps/test_serve_sim.py",  # 148 - 7
-    # ~170 since 01:16, alone 171 -> 124: ~125; less ~4 (its two arm teardowns 3.1 -> 1.0 s): ~121
-    "tests/orchestrator/compare/test_compare_real_time.py",
-    # 187 - 7, less the first test's rerun job (~25 s of its 91 alone) and 20 s of the second's rerun unit: ~120
-    "tests/orchestrator/execute/test_job_submit.py",
-    "tests/orchestrator/search/test_search_ray.py",  # 190 - 7, alone its calls 201 -> 129: ~120
-    # 199 - 40 - 7 - ~36 (units 20 -> 8 s: 23 -> 11-13 s each); its three servers and Ray now start together, not
-    # measured apart on the loaded host
-    "tests/orchestrator/execute/test_endpoint_vllm.py",
-    "tests/serve_apps/engines/test_engine_kill.py",  # 102 - 7 - ~7 (unit 40 -> 20 s; alone, its unit 42 -> 35 s)
-    "tests/infra/test_manifests_start.py",  # 112 at 05:20, alone 179 -> 139 (node polls by HTTP): ~87
-    "tests/orchestrator/search/test_search_endpoint.py",  # 124, alone 146 -> 96: ~82
-    "tests/orchestrator/execute/test_long_runs.py",  # 79
-    # 132 at 05:20; alone its call 221 -> 104 (three steps of 20 requests, not four of 24; units 102 -> 44 s): ~75
-    "tests/orchestrator/search/test_search_vllm.py",
-    "tests/orchestrator/execute/test_multinode.py",  # 78, alone 118 -> 102: ~67
-    "tests/serve_apps/test_serve_vllm.py",  # 73 - 7
-    "tests/serve_apps/test_multinode_vllm.py",  # 62 - 7
-    "tests/orchestrator/search/test_search.py",  # 36
-    "tests/orchestrator/search/test_search_shipped.py",  # 35
-    "tests/infra/test_infra.py",  # 51 - 7 - 13 (its HF_TOKEN test's unit 20 -> 5 s): ~31
-    "tests/loadshapes/test_prompt_tokens_vllm.py",  # 25 (35.5 at 05:20; alone 33)
-    "tests/test_campaign_e2e_fuzz.py",  # 23
-    "tests/orchestrator/calibrate/test_calibrate.py",  # 23
-    "tests/orchestrator/decide/test_tune_proof.py",  # 22
+    "tests/serve_apps/test_placement.py",  # 216 H
+    "tests/orchestrator/execute/test_job_submit.py",  # 189
+    "tests/orchestrator/execute/test_endpoint_vllm.py",  # 194 H
+    "tests/serve_apps/test_serve_sim.py",  # 154
+    "tests/serve_apps/engines/test_vllm_data_parallel.py",  # 148 H
+    "tests/orchestrator/execute/test_multinode.py",  # 136 (54 + 14 alone)
+    "tests/orchestrator/search/test_search_vllm.py",  # 124 H
+    "tests/orchestrator/search/test_search_ray.py",  # 131
+    "tests/serve_apps/test_serve_vllm.py",  # 115 H
+    "tests/orchestrator/compare/test_compare_real_time.py",  # 103
+    "tests/serve_apps/engines/test_engine_kill.py",  # 93 H
+    "tests/infra/test_manifests_start.py",  # 103
+    "tests/serve_apps/test_multinode_vllm.py",  # 75 H
+    "tests/orchestrator/search/test_search_endpoint.py",  # 83 (+~6: longer null tokens)
+    "tests/loadshapes/test_prompt_tokens_vllm.py",  # 35 H
+    "tests/orchestrator/execute/test_long_runs.py",  # 78
+    "tests/orchestrator/search/test_search_shipped.py",  # 70
+    "tests/orchestrator/search/test_search.py",  # 67
+    "tests/orchestrator/calibrate/test_calibrate.py",  # 48
+    "tests/test_campaign_e2e_fuzz.py",  # 45
+    "tests/test_docs_operator.py",  # 43
+    "tests/infra/test_infra.py",  # 38
+    "tests/orchestrator/compare/test_compare.py",  # 31
+    "tests/orchestrator/decide/test_tune_proof.py",  # 30
+    "tests/orchestrator/decide/test_shipped_decisions.py",  # 30
 )
 
 
