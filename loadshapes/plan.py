@@ -29,6 +29,7 @@ from loadshapes.limits import Limits, current_limits, using
 from loadshapes.mixes import RequestMix, RequestSpec
 from loadshapes.shapes import Replay, Shape
 from loadshapes.slo import SloConfig
+from loadshapes.spec_fields import SpeculationFields
 from loadshapes.tokens import PromptTokenizer, prompt_tokenizer
 
 
@@ -38,6 +39,8 @@ class Target(BaseModel):
     model: str
     endpoint: Literal["completions", "chat"] = "completions"
     api_key_env: str | None = None  # the NAME of an environment variable; keys never enter plans or traces
+    # What to ask the server about speculation and where its answer lies: the engine kind's dialect.
+    speculation: SpeculationFields = Field(default_factory=SpeculationFields)
 
     @property
     def path(self) -> str:
@@ -153,6 +156,7 @@ def request_body(plan: WorkerPlan, spec: RequestSpec) -> bytes:
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         "specdrill": spec.body_hints(),
+        **plan.target.speculation.body,
     }
     if spec.ignore_eos:
         body["ignore_eos"] = True

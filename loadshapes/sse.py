@@ -1,7 +1,8 @@
 """Reading an OpenAI streaming response: token times per token, usage, and the server's telemetry.
 
 Pure (no I/O): the load worker feeds each SSE line with the time it arrived and turns the result into a trace
-row. A chunk may carry several tokens (speculative decoding accepts drafts in bursts); with vLLM's
+row. What the server says about speculation is read where the plan's `SpeculationFields` (its engine kind's
+dialect) says it is. A chunk may carry several tokens (speculative decoding accepts drafts in bursts); with vLLM's
 `continuous_usage_stats` every chunk says the cumulative completion tokens, so each token gets the time of the
 chunk that delivered it.
 """
@@ -15,7 +16,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadshapes.spec_fields import LIST_COLUMNS, SpecColumn, SpeculationFields, extract
 from loadshapes.trace import dumps_config, to_ns
+
+NO_FIELDS = SpeculationFields()
 
 
 def body_lines(chunks: Sequence[bytes], times: Sequence[int]) -> Iterator[tuple[bytes, int]]:
@@ -49,9 +53,14 @@ class StreamResult:
     output_tokens: int | None = None
     finish_reason: str | None = None
     telemetry: dict[str, Any] | None = None
-    spec_metrics: dict[str, Any] | None = None
+    speculation: SpeculationFields = NO_FIELDS  # where the server's per-request speculation figures are
+    spec_values: dict[SpecColumn, Any] = field(default_factory=dict)  # what was found there
     done: bool = False  # saw `data: [DONE]`
     counted_by_usage: bool = False
+
+    def __post_init__(self) -> None:
+        # Chunks holding one of these keys take the JSON path, so their fields are read.
+        self._json_keys = (b'"specdrill"', b'"error"', *self.speculation.top_keys())
 
     @property
     def first_token_ns(self) -> int | None:
@@ -91,7 +100,7 @@ class StreamResult:
         """
         if not line.startswith(b'data: {"') or b'"choices":[{' not in line:
             return False
-        if b'"specdrill"' in line or b'"metrics"' in line or b'"error"' in line:
+        if any(key in line for key in self._json_keys):
             return False
         usage = _COMPLETION_TOKENS.search(line)
         if usage is None:
@@ -134,9 +143,8 @@ class StreamResult:
             self.token_times_ns.extend([t_ns] * new_tokens)
         if "specdrill" in payload:
             self.telemetry = payload["specdrill"]
-        metrics = payload.get("metrics")
-        if isinstance(metrics, dict) and metrics.get("speculative_decoding") is not None:
-            self.spec_metrics = metrics["speculative_decoding"]
+        if self.speculation.fields:
+            self.spec_values.update(extract(payload, self.speculation.fields))
 
     def check_complete(self) -> None:
         if not self.done:
@@ -193,11 +201,12 @@ def _quantile(ordered: list[int], q: float) -> float:
 
 
 def telemetry_columns(result: StreamResult) -> dict[str, Any]:
-    """The server's `specdrill` object and vLLM's metrics.speculative_decoding, flattened into trace columns."""
+    """The server's `specdrill` object and its per-request speculation figures, flattened into trace columns (the
+    totals a dialect reports without per-step lists are in result.spec_values: see spec_totals)."""
     tel = result.telemetry or {}
     stamps = tel.get("timestamps") or {}
     executed = tel.get("executed") or {}
-    spec = result.spec_metrics or {}
+    spec = result.spec_values
     return {
         "queue_wait_s": tel.get("queue_wait_s"),
         "server_received_ns": to_ns(stamps.get("received")),
@@ -206,12 +215,16 @@ def telemetry_columns(result: StreamResult) -> dict[str, Any]:
         "server_done_ns": to_ns(stamps.get("done")),
         "step_batch_size": executed.get("step_batch_size"),
         "step_k": executed.get("step_k"),
-        "per_step_drafted": spec.get("per_step_drafted"),
-        "per_step_accepted": spec.get("per_step_accepted"),
-        "mean_acceptance_length": spec.get("mean_acceptance_length"),
+        **{column: spec.get(column) for column in LIST_COLUMNS},
         "resolved_speculative_config": dumps_config(tel.get("resolved_speculative_config")) if tel else None,
         "schedule_dropped": tel.get("schedule_dropped"),
         "replica_id": tel.get("replica_id"),
         "engine_id": tel.get("engine_id"),
         "node_id": tel.get("node_id"),
     }
+
+
+def spec_totals(result: StreamResult) -> dict[str, Any]:
+    """The per-request totals the server reported itself (a dialect without per-step lists): they replace the
+    ones summed from lists (loadshapes.trace.step_summaries)."""
+    return {c: v for c, v in result.spec_values.items() if c not in LIST_COLUMNS}

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 import serve_apps.engine_kinds  # noqa: F401 (registers the built-in kinds before the union is built)
 from serve_apps.engine_kinds.base import EngineConfigBase
 from serve_apps.engine_kinds.registry import bind_engine_field, config_union, kind_of
 from serve_apps.placement import plan_placement
-from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
+from serve_apps.policies import Policy, Topology
+from serve_apps.policy_kinds import facts, vllm_policy
 from serve_apps.resources import Resources
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -41,7 +42,7 @@ def prompt_length_notice(engine: EngineConfigBase) -> str | None:
 class ArmSpec(_Strict):
     name: str
     campaign: str = "default"
-    policy: Annotated[OffPolicy | FixedPolicy | DynamicPolicy, Field(discriminator="kind")]
+    policy: Policy
     topology: Topology = Topology()
     engine: EngineConfig
     resources: Resources = Resources()
@@ -55,8 +56,11 @@ class ArmSpec(_Strict):
 
     @model_validator(mode="after")
     def _placement_is_runnable(self) -> ArmSpec:
+        kind = kind_of(self.engine)
+        if not facts(self.policy.kind).runs_on_vllm and kind.deploys_in_serve and kind.simulation(self.engine) is None:
+            vllm_policy(self.policy)  # another engine's design on a vLLM engine: refused, naming whose it is
         plan_placement(self)  # raises PlacementError (a ValueError) naming the limitation
-        kind_of(self.engine).check_arm(self)  # a knob the kind cannot run, in one line
+        kind.check_arm(self)  # a knob the kind cannot run, in one line
         return self
 
     @property

@@ -21,6 +21,7 @@ import serve_apps
 from serve_apps.arms import ArmSpec
 from serve_apps.engine_kinds.registry import kind_of
 from serve_apps.engines.base import EngineDead, live_by_rank, rank_engine_ids
+from serve_apps.engines.base import begin_unit as start_unit
 from serve_apps.engines.factory import build_engine
 from serve_apps.placement import plan_placement
 from serve_apps.service import ArmService, Placement, RequestError, engine_dead_body, error_body
@@ -32,6 +33,12 @@ METRICS_PERIOD_S = 1.0
 # Serve's default period (10 s) a dead engine would answer errors for 30 s; the check is an attribute read.
 HEALTH_CHECK_PERIOD_S = 2.0
 HEALTH_CHECK_TIMEOUT_S = 10.0
+# A replica being stopped sleeps this long before it first counts its requests in flight, then again each time
+# some remain (Serve's default: 2 s). Arms are deleted after their units, with nothing in flight, so the default
+# was 2 s of every arm's teardown spent asleep; requests still running are waited for as before (up to Serve's
+# graceful_shutdown_timeout_s).
+GRACEFUL_SHUTDOWN_WAIT_LOOP_S = 0.25
+PROBE_CONSTRUCTOR_TRIES = 1  # `specdrill deploy --check`: see build_arm_app
 
 
 def _versions() -> dict[str, str]:
@@ -176,10 +183,14 @@ class ArmDeployment:
         return {"replica_id": self.service.placement.replica_id, **engine.report}
 
     @app.get("/specdrill/timeline")
-    async def timeline(self, since_step: int = 0) -> dict[str, Any]:
+    async def timeline(self, since_step: int = 0, begin_unit: bool = False) -> dict[str, Any]:
         """This replica's step timeline from row `since_step`: every rank's steps (a `dp_rank` column), the
-        replica's `engine_id` (what since_step counts against) and `engine_ids`, each rank's engine id."""
+        replica's `engine_id` (what since_step counts against) and `engine_ids`, each rank's engine id.
+        `begin_unit`: the runner asks before a unit, with no request in flight: the engine's policy state starts
+        afresh (serve_apps/engines/base.py begin_unit)."""
         engine = self.service.engine
+        if begin_unit:
+            start_unit(engine)
         ids = {str(rank): engine_id for rank, engine_id in rank_engine_ids(engine).items()}
         return {"engine_id": engine.engine_id, "engine_ids": ids, **engine.timeline(since_step)}
 
@@ -203,7 +214,12 @@ def build_arm_app(arm: ArmSpec, serve_host: str = "127.0.0.1", *, probe: bool = 
     options: dict[str, Any] = {
         "name": arm.name, "num_replicas": plan.replicas, "ray_actor_options": actor,
         "health_check_period_s": HEALTH_CHECK_PERIOD_S, "health_check_timeout_s": HEALTH_CHECK_TIMEOUT_S,
+        "graceful_shutdown_wait_loop_s": GRACEFUL_SHUTDOWN_WAIT_LOOP_S,
     }  # fmt: skip
+    if probe:
+        # A probe that failed fails the same way again (its layout, its vLLM): report the first failure instead
+        # of Serve's three tries per replica, each importing vLLM and waiting out BUNDLE_TIMEOUT_S.
+        options["max_constructor_retry_count"] = PROBE_CONSTRUCTOR_TRIES
     if plan.bundles is not None:
         # Ray Serve LLM's recipe: the replica's CPUs live in the first bundle and it holds no GPU itself, so
         # every GPU bundle stays free for vLLM's Ray workers.

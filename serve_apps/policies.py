@@ -12,8 +12,17 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import Field, TypeAdapter, model_validator
 
+from serve_apps.policies_sglang import SglangAdaptivePolicy
+from serve_apps.policies_trtllm import TrtllmAcceptanceGatePolicy, TrtllmMaxConcurrencyPolicy, TrtllmSchedulePolicy
+from serve_apps.resolved import SINGLE as SINGLE
+from serve_apps.resolved import PolicyError as PolicyError
+from serve_apps.resolved import ResolvedSpeculation as ResolvedSpeculation
+from serve_apps.resolved import ScheduleEntry as ScheduleEntry
+from serve_apps.resolved import StrictModel
+from serve_apps.resolved import Topology as Topology
+from serve_apps.resolved import dense_schedule as dense_schedule
 from serve_apps.spec_knobs import KnobFields, check_knobs, knob_config, knob_label
 from serve_apps.vllm_versions import VllmTarget, v1_drop
 
@@ -40,62 +49,7 @@ METHODS_NEEDING_DRAFTER: frozenset[str] = frozenset(
 )
 METHODS_WITHOUT_DRAFTER: frozenset[str] = frozenset({"ngram", "ngram_gpu", "suffix"})
 
-ScheduleEntry = tuple[int, int, int]
-
-
-class PolicyError(ValueError):
-    pass
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class Topology(_Strict):
-    """How an arm's engines are laid out: one engine, N independent replicas, or one vLLM DP group of N ranks."""
-
-    kind: Literal["single", "replicas", "data_parallel"] = Field(
-        default="single",
-        description="`data_parallel` is one vLLM DP group (vLLM drops a dynamic schedule there: static max k)",
-    )
-    size: int = Field(default=1, ge=1, description="engines (`replicas`) or data-parallel ranks (`data_parallel`)")
-    tensor_parallel_size: int = Field(default=1, ge=1, description="passed to vLLM")
-    # A topology's, not a policy's: vLLM reads it only in its data-parallel engine core (DPEngineCoreProc, MoE
-    # models; v1/engine/core.py 0.32:2162, 2318-2326), where it admits new prefills once every N steps, aligned
-    # across the ranks. It balances the ranks' step times; it does nothing to a single engine or to replicas.
-    prefill_schedule_interval: int = Field(
-        default=1,
-        ge=1,
-        description=(
-            "vLLM's `prefill_schedule_interval` (`data_parallel` only; MoE models): new prefills admitted once "
-            "every N engine steps, aligned across the ranks"
-        ),
-    )
-
-    @model_validator(mode="after")
-    def _single_is_one(self) -> Self:
-        if self.kind == "single" and self.size != 1:
-            raise ValueError(f"topology 'single' has exactly one engine, got size {self.size}")
-        if self.prefill_schedule_interval != 1 and self.kind != "data_parallel":
-            raise ValueError(
-                f"prefill_schedule_interval {self.prefill_schedule_interval}: vLLM reads it only in a data-parallel "
-                f"engine (kind data_parallel), not {self.kind}"
-            )
-        return self
-
-    @property
-    def data_parallel_size(self) -> int:
-        return self.size if self.kind == "data_parallel" else 1
-
-    @property
-    def label(self) -> str:
-        base = "single" if self.kind == "single" else f"{self.kind}{self.size}"
-        if self.tensor_parallel_size != 1:
-            base = f"{base}-tp{self.tensor_parallel_size}"
-        return base if self.prefill_schedule_interval == 1 else f"{base}-prefill-every{self.prefill_schedule_interval}"
-
-
-SINGLE = Topology()
+_Strict = StrictModel
 
 
 def parse_topology(text: str) -> Topology:
@@ -106,29 +60,6 @@ def parse_topology(text: str) -> Topology:
     if kind in {"replicas", "data_parallel"} and size.isdigit():
         return Topology(kind=kind, size=int(size))  # type: ignore[arg-type]
     raise ValueError(f"topology {text!r}: expected single, replicas:N or data_parallel:N")
-
-
-class ResolvedSpeculation(_Strict):
-    """The speculative config an engine really runs with, after vLLM has finalised it."""
-
-    method: str | None
-    num_speculative_tokens: int
-    schedule: tuple[ScheduleEntry, ...] | None
-    schedule_dropped: bool = False
-    dropped_reason: str | None = None
-
-    def k_table(self, max_num_seqs: int) -> list[int]:
-        """Dense 1-indexed batch size -> k for batch sizes 1..max_num_seqs (index 0 unused)."""
-        if self.method is None:
-            return [0] * (max_num_seqs + 1)
-        if self.schedule is None:
-            return [0] + [self.num_speculative_tokens] * max_num_seqs
-        return dense_schedule(self.schedule, max_num_seqs, self.num_speculative_tokens)
-
-    def k_for_batch(self, batch_size: int, max_num_seqs: int) -> int:
-        if not 1 <= batch_size <= max_num_seqs:
-            raise ValueError(f"batch size {batch_size} outside 1..max_num_seqs={max_num_seqs}")
-        return self.k_table(max_num_seqs)[batch_size]
 
 
 def validate_schedule(entries: Any) -> tuple[ScheduleEntry, ...]:
@@ -164,24 +95,7 @@ def validate_schedule(entries: Any) -> tuple[ScheduleEntry, ...]:
     return tuple(ordered)
 
 
-def dense_schedule(schedule: tuple[ScheduleEntry, ...], max_batch: int, max_k: int) -> list[int]:
-    """Expand a validated schedule: gaps and the tail inherit the previous k, every k clamped to max_k."""
-    table = [0] * (max_batch + 1)
-    k_so_far = min(schedule[0][2], max_k)
-    entries = iter(schedule)
-    current = next(entries, None)
-    for batch in range(1, max_batch + 1):
-        while current is not None and batch > current[1]:
-            current = next(entries, None)
-        if current is not None and current[0] <= batch:
-            k_so_far = min(current[2], max_k)
-        table[batch] = k_so_far
-    return table
-
-
-def runnable_as_written(
-    policy: OffPolicy | FixedPolicy | DynamicPolicy, *, max_num_seqs: int, max_draft_tokens: int | None
-) -> None:
+def runnable_as_written(policy: AnyPolicy, *, max_num_seqs: int, max_draft_tokens: int | None) -> None:
     """Refuse what vLLM would accept but run differently from how it is written; raises PolicyError.
 
     vLLM 0.32 (vllm/v1/spec_decode/dynamic/utils.py, build_dynamic_sd_schedule_lookup, run when the scheduler
@@ -219,6 +133,10 @@ class OffPolicy(_Strict):
     def label(self) -> str:
         return "off"
 
+    @property
+    def max_k(self) -> int:
+        return 0
+
     def to_vllm_speculative_config(self) -> dict[str, Any] | None:
         return None
 
@@ -237,6 +155,7 @@ class _Speculative(KnobFields, _Strict):
     prompt_lookup_min: int | None = Field(
         default=None, ge=1, description="n-gram: shortest n-gram to match (vLLM's name)"
     )
+
     @property
     def draft_window(self) -> int:
         """vLLM's num_speculative_tokens: what the knobs' rules measure their lengths against."""
@@ -283,6 +202,10 @@ class FixedPolicy(_Speculative):
 
     @property
     def draft_window(self) -> int:
+        return self.k
+
+    @property
+    def max_k(self) -> int:
         return self.k
 
     @property
@@ -356,10 +279,16 @@ class DynamicPolicy(_Speculative):
         return ResolvedSpeculation(method=self.method, num_speculative_tokens=self.max_k, schedule=self.schedule)
 
 
-Policy = Annotated[OffPolicy | FixedPolicy | DynamicPolicy, Field(discriminator="kind")]
-POLICY_ADAPTER: TypeAdapter[OffPolicy | FixedPolicy | DynamicPolicy] = TypeAdapter(Policy)
+# The other engines' designs (SGLang's adaptive steps, TensorRT-LLM's schedule, concurrency cap and acceptance
+# gate): mapping form only, each in its engine's own terms (policies_sglang.py, policies_trtllm.py).
+OtherEnginePolicy = (
+    SglangAdaptivePolicy | TrtllmSchedulePolicy | TrtllmMaxConcurrencyPolicy | TrtllmAcceptanceGatePolicy
+)
+AnyPolicy = OffPolicy | FixedPolicy | DynamicPolicy | OtherEnginePolicy
+Policy = Annotated[AnyPolicy, Field(discriminator="kind")]
+POLICY_ADAPTER: TypeAdapter[AnyPolicy] = TypeAdapter(Policy)
 
-_POLICY_START = re.compile(r",(?=\s*(?:off|fixed|dynamic)\b)")
+_POLICY_START = re.compile(r",(?=\s*(?:off|fixed|dynamic|sglang_adaptive|trtllm_\w+)\b)")
 _RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*=\s*(\d+)\s*$")
 
 
@@ -368,12 +297,13 @@ def split_policy_list(text: str) -> list[str]:
     return [part.strip() for part in _POLICY_START.split(text) if part.strip()]
 
 
-def parse_policy(
-    text: str, *, default_method: str, default_model: str | None
-) -> OffPolicy | FixedPolicy | DynamicPolicy:
-    """Short CLI form: off | fixed[:METHOD]:K | dynamic[:METHOD]:MAXK:S-E=K,S-E=K,..."""
+def parse_policy(text: str, *, default_method: str, default_model: str | None) -> AnyPolicy:
+    """Short CLI form: off | fixed[:METHOD]:K | dynamic[:METHOD]:MAXK:S-E=K,S-E=K,... | the other engines' forms
+    (_parse_other)."""
     parts = [p.strip() for p in text.strip().split(":")]
     kind = parts[0]
+    if kind == "sglang_adaptive" or kind.startswith("trtllm_"):
+        return policy_from_dict(_parse_other(text, parts, default_model), where=f"policy {text!r}")
     if kind == "off" and len(parts) == 1:
         return OffPolicy()
     if kind not in {"fixed", "dynamic"}:
@@ -402,7 +332,36 @@ def parse_policy(
     return policy_from_dict(data, where=f"policy {text!r}")
 
 
-def policy_from_dict(data: Any, *, where: str = "policy") -> OffPolicy | FixedPolicy | DynamicPolicy:
+def _parse_other(text: str, parts: list[str], default_model: str | None) -> dict[str, Any]:
+    """sglang_adaptive:STEPS (SGLang's shipped slots, EAGLE) | trtllm_schedule:lower_bounds|upper_bounds:MAXK:B=K,...
+    | trtllm_max_concurrency:MAXK:N | trtllm_acceptance_gate:MAXK:WINDOW:THRESHOLD; TensorRT-LLM's take a last
+    `:floor0_fault` to plant bug #16888."""
+    kind, args = parts[0], parts[1:]
+    fault = bool(args) and args[-1] == "floor0_fault"
+    args = args[:-1] if fault else args
+    arity = {"sglang_adaptive": 1, "trtllm_schedule": 3, "trtllm_max_concurrency": 2, "trtllm_acceptance_gate": 3}
+    if kind not in arity or len(args) != arity[kind] or (fault and kind == "sglang_adaptive"):
+        raise PolicyError(
+            f"policy {text!r}: expected sglang_adaptive:STEPS, trtllm_schedule:lower_bounds|upper_bounds:MAXK:B=K,..., "
+            "trtllm_max_concurrency:MAXK:N or trtllm_acceptance_gate:MAXK:WINDOW:THRESHOLD"
+        )
+    try:
+        if kind == "sglang_adaptive":
+            return {"kind": kind, "method": "eagle", "model": default_model or "", "num_steps": int(args[0])}
+        data: dict[str, Any] = {"kind": kind, "max_draft_len": int(args[1 if kind == "trtllm_schedule" else 0])}
+        if kind == "trtllm_schedule":
+            pairs = [piece.split("=") for piece in args[2].split(",")]
+            data.update(keys=args[0], draft_len_schedule={int(b): int(k) for b, k in pairs})
+        elif kind == "trtllm_max_concurrency":
+            data["max_concurrency"] = int(args[1])
+        else:
+            data.update(acceptance_rate_window_size=int(args[1]), acceptance_rate_threshold=float(args[2]))
+    except ValueError:
+        raise PolicyError(f"policy {text!r}: a number is not a number") from None
+    return {**data, "speculative_model": default_model, "floor0_fault": fault}
+
+
+def policy_from_dict(data: Any, *, where: str = "policy") -> AnyPolicy:
     from pydantic import ValidationError
 
     from serve_apps.config_io import first_error

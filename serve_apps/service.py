@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from serve_apps.arms import ArmSpec
 from serve_apps.engines.base import Engine, EngineDead, GenerationInput, GenerationResult, TextDelta, engine_facts
 from serve_apps.openai_protocol import ChatCompletionRequest, CompletionRequest, usage
+from serve_apps.policy_kinds import engine_config
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 
@@ -54,7 +55,7 @@ class ArmService:
         self.engine = engine
         self.placement = placement
         self.versions = {**versions, **engine.versions()}
-        self.configured = arm.policy.to_vllm_speculative_config()
+        self.configured = engine_config(arm.policy)
 
     def models(self) -> dict[str, Any]:
         return {

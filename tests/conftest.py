@@ -11,6 +11,11 @@ from typing import Any
 import click
 import pytest
 
+# Before any test module imports Ray: Ray reads it once, at its import (ray_constants.ENABLE_RAY_CLUSTER), and
+# without it a driver resolves a head's 127.0.0.1 to this host's route address, where nothing listens (a module
+# whose first test imported Ray before tests/ray_helpers.py hung in ray.init: 38134c5).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 from serve_apps.sim.profile import Profile, load_profile
 from tests import cli_record
 from tools.localray import PORT_SLICE_ENV
@@ -80,7 +85,7 @@ SLOW = (
     # the module's tune and comparison arms (~15 s, in its first test)
     "tests/orchestrator/decide/test_tune_proof.py::test_the_tuned_schedule_is_no_worse_than_the_best_fixed_k_or_vllms_example_in_any_band",
     "tests/orchestrator/decide/test_tune_topology.py::",  # a DP group's static k and a schedule search: ~20-50 s
-    "tests/orchestrator/execute/test_job_submit.py::",  # `ray job submit` runs and reruns: 1.5-2 min each
+    "tests/orchestrator/execute/test_job_submit.py::",  # `ray job submit` runs and reruns: 1-1.5 min each
     "tests/orchestrator/execute/test_multinode.py::test_a_campaign_runs_across_nodes",  # ~50 s
     "tests/serve_apps/test_multinode_vllm.py::",  # a bed's Ray and a job: ~1.5 min
     # ~40 s
@@ -88,7 +93,7 @@ SLOW = (
     "tests/serve_apps/test_serve_sim.py::test_a_load_worker_killed_mid_run_loses_only_its_unflushed_rows",  # ~40 s
     "tests/serve_apps/test_serve_sim.py::test_load_workers_on_ray_write_one_row_per_request",  # ~25 s
     "tests/serve_apps/test_serve_sim.py::test_cli_deploy_and_teardown",  # ~10 s
-    "tests/serve_apps/test_placement.py::test_replicas_ray_cannot_place_fail_the_deploy_with_rays_message",  # ~35 s
+    "tests/serve_apps/test_placement.py::test_replicas_ray_cannot_place_fail_the_deploy_with_rays_message",  # ~20 s
     # ~20 s: fit and replay
     "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
     # ~20 s: simulate, calibrate, report
@@ -101,13 +106,13 @@ SLOW = (
     "tests/orchestrator/calibrate/test_calibrate_time_scale.py::test_the_fitted_profile_stops_at_the_measured_k_and_its_note_holds",
     # vLLM tier
     "tests/serve_apps/test_serve_vllm.py::",  # its arms (vLLM on Serve) take ~2 min to start: any test of it pays that
-    "tests/serve_apps/test_placement.py::test_the_old_layout_is_caught_by_the_probe_within_seconds",  # ~65 s
+    "tests/serve_apps/test_placement.py::test_the_old_layout_is_caught_by_the_probe_within_seconds",  # ~30 s
     # 40 s
     "tests/serve_apps/test_placement.py::test_vllm_data_and_tensor_parallel_engines_get_every_device_from_their_replica",
     # ~40 s
     "tests/serve_apps/test_placement.py::test_cli_deploy_check_prints_each_workers_device_and_refuses_in_one_line",
     "tests/serve_apps/test_placement.py::test_a_tensor_parallel_engine_larger_than_a_node_spans_nodes",  # ~10 s
-    "tests/infra/test_infra.py::test_the_hf_token_reaches_every_replica_from_the_cluster_env_and_no_file",  # ~40 s
+    "tests/infra/test_infra.py::test_the_hf_token_reaches_every_replica_from_the_cluster_env_and_no_file",  # ~25 s
 )
 
 
@@ -203,34 +208,38 @@ COLLECTED = pytest.StashKey[list[pytest.Item]]()
 
 # Under pytest -n (make test: --dist loadfile --no-loadscope-reorder) a module runs whole on one worker (its Ray
 # cluster, Serve apps and vLLM servers shared by its tests as in a serial run), and modules are handed out in
-# collection order: these go first, longest first (module totals of a clean-clone run, docs/engineering/testing.md),
-# so that no long module starts when the others are nearly done. Unlisted modules follow in their usual order.
-# Seconds: the module's tests of 7 s and more in the clean-clone run of 2026-12-06 01:16 under -n 2 (docs/engineering/
-# testing.md), less the cuts measured later that day on the module alone, old and new back to back: ~7 s a Ray
-# head (tools.localray.stop's order), and the changed modules scaled by their alone figures (old -> new).
+# collection order: these go first, longest first, so that no long module starts when the others are nearly done,
+# and alternating a module that starts vLLM engines (CPU-bound start-ups) with one that mostly waits on real-time
+# load, so that two vLLM modules rarely start their engines at once: on this 2-core VM a module run beside another
+# CPU-bound one takes up to twice its time alone (test_multinode 54 s alone, 115 s in the 07:15 clean clone).
+# Unlisted modules follow in their usual order. Seconds: the module's tests of 5.6 s and more in the clean-clone run
+# of 2026-12-06 07:15 under -n 2 (docs/engineering/testing.md); H: starts vLLM engines.
 LONGEST_FIRST = (
-    "tests/serve_apps/test_placement.py",  # 244
-    "tests/serve_apps/engines/test_vllm_data_parallel.py",  # 202 - 7
-    "tests/orchestrator/search/test_search_ray.py",  # 190 - 7
-    "tests/orchestrator/execute/test_job_submit.py",  # 187 - 7
-    "tests/orchestrator/search/test_search_vllm.py",  # 229, alone 251 -> 190: ~173
-    "tests/orchestrator/execute/test_endpoint_vllm.py",  # 199 - 40 (its first two servers start together) - 7
-    "tests/serve_apps/test_serve_sim.py",  # 148 - 7
-    "tests/orchestrator/compare/test_compare_real_time.py",  # ~170 since 01:16, alone 171 -> 124: ~125
-    "tests/infra/test_manifests_start.py",  # 100
-    "tests/serve_apps/engines/test_engine_kill.py",  # 102 - 7
-    "tests/orchestrator/search/test_search_endpoint.py",  # 124, alone 146 -> 96: ~82
-    "tests/orchestrator/execute/test_long_runs.py",  # 79
-    "tests/orchestrator/execute/test_multinode.py",  # 78, alone 118 -> 102: ~67
-    "tests/serve_apps/test_serve_vllm.py",  # 73 - 7
-    "tests/serve_apps/test_multinode_vllm.py",  # 62 - 7
-    "tests/infra/test_infra.py",  # 51 - 7
-    "tests/orchestrator/search/test_search.py",  # 36
-    "tests/orchestrator/search/test_search_shipped.py",  # 35
-    "tests/loadshapes/test_prompt_tokens_vllm.py",  # 25
-    "tests/test_campaign_e2e_fuzz.py",  # 23
-    "tests/orchestrator/calibrate/test_calibrate.py",  # 23
-    "tests/orchestrator/decide/test_tune_proof.py",  # 22
+    "tests/serve_apps/test_placement.py",  # 216 H
+    "tests/orchestrator/execute/test_job_submit.py",  # 189
+    "tests/orchestrator/execute/test_endpoint_vllm.py",  # 194 H
+    "tests/serve_apps/test_serve_sim.py",  # 154
+    "tests/serve_apps/engines/test_vllm_data_parallel.py",  # 148 H
+    "tests/orchestrator/execute/test_multinode.py",  # 136 (54 + 14 alone)
+    "tests/orchestrator/search/test_search_vllm.py",  # 124 H
+    "tests/orchestrator/search/test_search_ray.py",  # 131
+    "tests/serve_apps/test_serve_vllm.py",  # 115 H
+    "tests/orchestrator/compare/test_compare_real_time.py",  # 103
+    "tests/serve_apps/engines/test_engine_kill.py",  # 93 H
+    "tests/infra/test_manifests_start.py",  # 103
+    "tests/serve_apps/test_multinode_vllm.py",  # 75 H
+    "tests/orchestrator/search/test_search_endpoint.py",  # 83 (+~6: longer null tokens)
+    "tests/loadshapes/test_prompt_tokens_vllm.py",  # 35 H
+    "tests/orchestrator/execute/test_long_runs.py",  # 78
+    "tests/orchestrator/search/test_search_shipped.py",  # 70
+    "tests/orchestrator/search/test_search.py",  # 67
+    "tests/orchestrator/calibrate/test_calibrate.py",  # 48
+    "tests/test_campaign_e2e_fuzz.py",  # 45
+    "tests/test_docs_operator.py",  # 43
+    "tests/infra/test_infra.py",  # 38
+    "tests/orchestrator/compare/test_compare.py",  # 31
+    "tests/orchestrator/decide/test_tune_proof.py",  # 30
+    "tests/orchestrator/decide/test_shipped_decisions.py",  # 30
 )
 
 

@@ -90,7 +90,7 @@ FORMS: dict[str, str] = {
     "specdrill report --no-gate-exit":
         "tests/orchestrator/virtual/test_campaign_run.py::test_report_fails_the_gate_on_the_data_parallel_fallback",
     "specdrill run CAMPAIGN.yaml":
-        "tests/orchestrator/execute/test_job_submit.py::test_job_submit_runs_the_campaign_and_a_rerun_resumes",
+        "tests/orchestrator/execute/test_job_submit.py::test_job_submit_runs_the_campaign_with_a_log_line_per_unit",
     "specdrill search CAMPAIGN.yaml --arm A":
         "tests/orchestrator/search/test_search.py::test_search_finds_the_crossover_and_leaves_a_run_the_report_reads",
     "specdrill simulate CAMPAIGN.yaml":
@@ -114,6 +114,17 @@ FORMS: dict[str, str] = {
         "tests/orchestrator/decide/test_oracle.py::test_cli_oracle_json",
     "specdrill simulate oracle --campaign CAMPAIGN.yaml":
         "tests/orchestrator/cli/test_oracle_setup.py::test_with_a_campaign_the_oracle_is_the_graded_one",
+    "specdrill tune CAMPAIGN --design sglang_adaptive":
+        "tests/orchestrator/decide/test_tune_designs.py::test_the_command",
+    "specdrill tune campaigns/three-designs.yaml --design all --seeds 1 --max-k 4":
+        "tests/orchestrator/decide/test_tune_designs.py::test_the_command",
+    "specdrill tune campaigns/three-designs.yaml --design vllm_schedule --design sglang_adaptive --design "
+    "trtllm_schedule --seeds 2 --max-k 4 --topology data_parallel:2":
+        "tests/orchestrator/decide/test_tune_designs.py::test_on_a_data_parallel_group_vllm_and_sglang_answer_a_static_k",
+    "specdrill simulate campaigns/three-designs.yaml":
+        "tests/test_docs_operator.py::test_the_three_designs_page_runs_as_shown",
+    "specdrill recommend runs/three-designs":
+        "tests/orchestrator/decide/test_recommend_designs.py::test_every_design_is_a_candidate_named_by_its_design",
     "specdrill tune CAMPAIGN.yaml":
         "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
     "specdrill tune RUN_DIR/recommended-campaign.yaml":

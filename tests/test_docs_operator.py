@@ -40,6 +40,9 @@ def not_printed(shown: list[str], printed: str) -> list[str]:
     return [line for line in shown if line.strip() != "..." and _same(line) not in lines]
 
 
+THREE_DESIGNS = "specdrill simulate campaigns/three-designs.yaml"
+
+
 def _specdrill(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*SPECDRILL, *args], capture_output=True, text=True, timeout=600, check=False, cwd=cwd)
 
@@ -75,7 +78,8 @@ def test_the_operator_pages_worked_example_runs_as_shown(tmp_path: Path) -> None
         ("specdrill compare runs/dp2-chat runs/dp2-chat-ngram --fail-on worse --fail-on policy-change"
          " -o release-check", 3),
     ]  # fmt: skip
-    assert {command for command, _ in runs} >= set(shown), "a marked block of a command this test does not run"
+    elsewhere = {THREE_DESIGNS}  # run by its own test below
+    assert {command for command, _ in runs} | elsewhere >= set(shown), "a marked block of a command no test runs"
     for command, code in runs:
         result = _specdrill(tmp_path, *command.split()[1:])
         assert result.returncode == code, f"{command}: {result.stdout[-2000:]}{result.stderr[-2000:]}"
@@ -87,3 +91,18 @@ def test_the_operator_pages_worked_example_runs_as_shown(tmp_path: Path) -> None
     page = (OPERATOR / "which-k.md").read_text()
     answer = page.split("answer for data_parallel:2 (dp2)", 1)[1].splitlines()[:2]
     assert not_printed(["answer for data_parallel:2 (dp2)" + answer[0], answer[1]], tune.stdout) == []
+
+
+@pytest.mark.slow  # ~15 s: the shipped three-designs campaign, 18 units
+@pytest.mark.timeout(600)
+def test_the_three_designs_page_runs_as_shown(tmp_path: Path) -> None:
+    """three-designs.md's command on the shipped campaign (a copy, so its run directory lands in tmp_path): every
+    marked block printed as shown, exit 0 (every arm ran its own rule)."""
+    shown = shown_outputs().get(THREE_DESIGNS, [])
+    assert shown, "three-designs.md shows no output of its command"
+    (tmp_path / "campaigns").mkdir()
+    (tmp_path / "campaigns" / "three-designs.yaml").write_text((REPO / "campaigns" / "three-designs.yaml").read_text())
+    result = _specdrill(tmp_path, *THREE_DESIGNS.split()[1:])
+    assert result.returncode == 0, f"{result.stdout[-2000:]}{result.stderr[-2000:]}"
+    for page, lines in shown:
+        assert not_printed(lines, result.stdout) == [], f"{page}: `{THREE_DESIGNS}` printed otherwise"

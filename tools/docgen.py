@@ -157,10 +157,10 @@ def _doc(cls: type) -> str:
 # mapping), so its models are named here.
 def campaign_models() -> list[tuple[type[BaseModel], list[str]]]:
     from orchestrator.plan.campaign import Campaign
-    from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy
+    from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, OtherEnginePolicy
 
     extra: dict[tuple[type[BaseModel], str], list[type[BaseModel]]] = {
-        (Campaign, "policies"): [OffPolicy, FixedPolicy, DynamicPolicy]
+        (Campaign, "policies"): [OffPolicy, FixedPolicy, DynamicPolicy, *OtherEnginePolicy.__args__]
     }
     seen: dict[type[BaseModel], list[str]] = {}
 
@@ -224,7 +224,8 @@ def campaign_reference() -> str:
         "(`campaign c.yaml: shapes.q.quiet.burst: Extra inputs are not permitted`), exit code 2, nothing deployed.",
         "Where a key takes one of several mappings, `kind` says which. Shipped examples:",
         "`campaigns/quickstart.yaml`, `campaigns/gpu-llama3.1-8b-eagle.yaml`,",
-        "`campaigns/replay-burstgpt-example.yaml`, `examples/sim-campaign.yaml`.",
+        "`campaigns/replay-burstgpt-example.yaml`, `campaigns/three-designs.yaml` (vLLM's, SGLang's and",
+        "TensorRT-LLM's load-dependent speculation on one ramp), `examples/sim-campaign.yaml`.",
         "",
     ]
     models = campaign_models()

@@ -24,6 +24,7 @@ from loadshapes.sse import (
     body_lines,
     cancelled_message,
     latency_columns,
+    spec_totals,
     telemetry_columns,
 )
 from loadshapes.trace import STEP_LIST_COLUMNS, PartWriter, rows_to_table_in_steps, step_summaries, writer_id
@@ -135,7 +136,7 @@ class RowKeeper:
 
     def finish(self, received: Received) -> None:
         """The trace row of one answered (or failed) request, from what the wire client stamped."""
-        result = StreamResult()
+        result = StreamResult(speculation=self.plan.target.speculation)
         failure: tuple[str, str, str] | None = None
         done_ns: int | None = None
         ended_ns: int | None = None
@@ -181,6 +182,7 @@ class RowKeeper:
             **telemetry_columns(result),
         )
         row.update(step_summaries(*(row[name] for name in STEP_LIST_COLUMNS)))
+        row.update(spec_totals(result))
         if not self.plan.store_step_lists:
             row.update(dict.fromkeys(STEP_LIST_COLUMNS))
         self.record(row)

@@ -64,6 +64,7 @@ class Sender:
         self.max_in_flight_seen = 0
         self.closed_loop_counter = 0
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
+        headers.update(plan.target.speculation.headers)
         if plan.target.api_key_env:
             key = os.environ.get(plan.target.api_key_env)
             if not key:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.analysis.opmap.results import ArmVerification, VerificationReport
+from orchestrator.analysis.opmap.results import UNPROVEN, ArmVerification, VerificationReport
 from orchestrator.analysis.read.arms import ArmInfo
 from orchestrator.plan.campaign import Campaign, GateConfig
 from orchestrator.rundir.layout import UnitResult
@@ -43,8 +43,8 @@ def evaluate_gates(
         exempt = arm.name in gates.exempt_arms
         if gates.baseline_is_off and arm.kind == "off":
             results.extend(_baseline_gate(arm.name, checked, arms, exempt))
-        if gates.dynamic_follows_schedule and arm.kind == "dynamic":
-            results.append(_follows_schedule_gate(gates, arm.name, checked, exempt))
+        if gates.dynamic_follows_schedule and arm.facts.adaptive:  # vLLM's schedule and the other engines' designs
+            results.append(_follows_schedule_gate(gates, arm.name, checked, exempt, rule=arm.facts.check != "table"))
         if gates.fail_on_schedule_dropped:
             dropped = [
                 f for f in checked.findings
@@ -59,8 +59,9 @@ def evaluate_gates(
             )  # fmt: skip
     if gates.max_recovery_s is not None:
         for timing in verification.switch_timings:
-            # A switch the load never asked for fails only where checks without evidence do (gates.not_verifiable)
-            held = timing.passed or (timing.status == "not_exercised" and gates.not_verifiable != "fail")
+            # A switch the load never asked for, or one the server's telemetry cannot show, fails only where checks
+            # without evidence do (gates.not_verifiable)
+            held = timing.passed or (timing.status in UNPROVEN and gates.not_verifiable != "fail")
             exempt = not held and timing.arm in gates.exempt_arms
             results.append(
                 GateResult(
@@ -107,7 +108,9 @@ def _baseline_gate(arm: str, checked: ArmVerification, arms: list[ArmInfo], exem
     ]
 
 
-def _follows_schedule_gate(gates: GateConfig, arm: str, checked: ArmVerification, exempt: bool) -> GateResult:
+def _follows_schedule_gate(
+    gates: GateConfig, arm: str, checked: ArmVerification, exempt: bool, *, rule: bool = False
+) -> GateResult:
     # A check without evidence fails only where the campaign says so (gates.not_verifiable).
     strict = gates.not_verifiable == "fail"
     executed = next((f for f in checked.findings if f.check == "executed_k"), None)
@@ -128,7 +131,7 @@ def _follows_schedule_gate(gates: GateConfig, arm: str, checked: ArmVerification
             and checked.match_fraction is not None
             and checked.match_fraction >= gates.min_follow_fraction
         )
-        basis = "executed k follows the schedule"
+        basis = "executed k follows its rule, replayed on its steps" if rule else "executed k follows the schedule"
     # The findings' messages name the arm already (no "dyn-dp2: dyn-dp2:"); the basis does not
     reason = "; ".join(f.message for f in checked.findings if f.failed) or f"{arm}: {basis}"
     unverified = [f.check for f in checked.unverified]

@@ -141,6 +141,7 @@ def build_summary(
             endpoint_samples=read_samples(inputs.store.root, units)
             if kind_of(campaign.engine).telemetry == "server_metrics"
             else None,
+            dialect=kind_of(campaign.engine).dialect,
         )
         verification = verification.model_copy(update={"k_switch_costs": k_switch_lines(inputs)})
         # An engine shown to have dropped its schedule did not run what its policy says. A check without

@@ -78,7 +78,8 @@ def _base_profile(inputs: Sequence[RunInputs], base: str | None) -> Profile:
     if model is not None:
         update["model"] = model
         update["limits"] = shipped.limits.model_copy(update={"max_num_seqs": campaign.max_num_seqs()})
-    drafters = [a.policy for a in campaign.arms() if not isinstance(a.policy, OffPolicy)]
+    # vLLM's methods name the profile's drafter; another engine's design names its own (not a vLLM method)
+    drafters = [a.policy for a in campaign.arms() if isinstance(a.policy, FixedPolicy | DynamicPolicy)]
     if drafters:
         update["drafter_method"] = drafters[0].method
         update["drafter_model"] = drafters[0].model

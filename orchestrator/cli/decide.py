@@ -8,7 +8,7 @@ import sys
 import click
 
 from orchestrator.cli.common import campaign_of, fail, force_lock_option, limit_option, output_directory, profile_named
-from orchestrator.plan.campaign import CampaignError
+from orchestrator.plan.campaign import Campaign, CampaignError
 
 
 @click.command("recommend")
@@ -57,10 +57,18 @@ def recommend_cmd(run_dirs: tuple[str, ...], topology_text: str | None) -> None:
               help="single, replicas:N or data_parallel:N (default: the campaign's speculative arms'; data parallel: "
                    "the best static k, vLLM drops schedules there)")  # fmt: skip
 @click.option("-o", "--output", "out_dir", default=None, help="directory for the files (default runs/<name>-tune)")
+@click.option("--design", "designs", multiple=True,
+              type=click.Choice(["vllm_schedule", "sglang_adaptive", "trtllm_schedule", "trtllm_max_concurrency",
+                                 "trtllm_acceptance_gate", "all"]),
+              help="tune this engine's design instead (repeatable; all: every one): its best configuration on "
+                   "the campaign's traffic per offered-rate band on the topology answered for (where the engine "
+                   "drops the design to a static k, the best static k), the oracle's beside it, which design wins "
+                   "where",
+              )  # fmt: skip
 @limit_option
 def tune_cmd(
     campaign_file: str, profile_name: str | None, objective_text: str, seeds: int, max_k: int | None, budget: int,
-    topology: str | None, out_dir: str | None,
+    topology: str | None, out_dir: str | None, designs: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Search vLLM schedules (k per batch range) in virtual time on the campaign's own traffic, for the topology
     it will be served on: the answer as vLLM's speculative_config (on data_parallel:N the best static k, with
@@ -75,6 +83,9 @@ def tune_cmd(
     from orchestrator.virtual.campaign import require_simulated
 
     campaign = campaign_of(campaign_file)
+    if designs:
+        _tune_designs(campaign, profile_name, objective_text, seeds, max_k, designs, topology)
+        return
     try:
         objective = Objective.parse(objective_text)
         require_simulated(campaign)
@@ -95,6 +106,31 @@ def tune_cmd(
         fail(str(exc))
         raise
     for line in outputs.lines:
+        click.echo(line)
+
+
+def _tune_designs(
+    campaign: Campaign, profile_name: str | None, objective_text: str, seeds: int, max_k: int | None,
+    designs: tuple[str, ...], topology: str | None,
+) -> None:  # fmt: skip
+    from orchestrator.decide.scoring import Objective
+    from orchestrator.decide.tune.designs import DESIGNS, tune_designs
+    from orchestrator.decide.tune.designs_words import words
+    from orchestrator.decide.tune.outputs import with_profile
+    from orchestrator.virtual.campaign import require_simulated
+
+    chosen = list(DESIGNS) if "all" in designs else [d for d in DESIGNS if d in designs]
+    try:
+        require_simulated(campaign)
+        if profile_name is not None:
+            profile_named(profile_name)  # a bad --profile in words
+        campaign, profile, _ = with_profile(campaign, profile_name)
+        result = tune_designs(campaign, profile, chosen, seeds=seeds, max_k=max_k,
+                              objective=Objective.parse(objective_text), topology=topology)  # fmt: skip
+    except (CampaignError, ValueError) as exc:
+        fail(str(exc))
+        raise
+    for line in words(result):
         click.echo(line)
 
 

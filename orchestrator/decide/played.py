@@ -22,9 +22,8 @@ from orchestrator.virtual.executor import play_unit
 from orchestrator.virtual.traffic import Traffic, traffic_of
 from orchestrator.virtual.twins import arm_model
 from serve_apps.arms import ArmSpec
-from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
-
-AnyPolicy = OffPolicy | FixedPolicy | DynamicPolicy
+from serve_apps.policies import AnyPolicy as AnyPolicy
+from serve_apps.policies import Topology
 
 
 @dataclass(frozen=True)

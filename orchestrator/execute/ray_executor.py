@@ -38,16 +38,21 @@ from timebase.clock import now_ns
 log = get_logger(__name__)
 
 
-def fetch_timelines(url: str, *, replicas: int, since: dict[str, int]) -> dict[str, dict[str, list[Any]]]:
+def fetch_timelines(
+    url: str, *, replicas: int, since: dict[str, int], begin_unit: bool = False
+) -> dict[str, dict[str, list[Any]]]:
     """Each engine's steps since the last fetch, keyed by engine id: a replica answers with every rank's steps
     (a vLLM data-parallel replica runs several engines, one per rank, told apart by `dp_rank`), split here into
     one entry per rank's engine. Serve routes each GET to one replica, so ask until every replica answered (or
-    enough tries that a missing one is really missing). `since` counts rows per replica."""
+    enough tries that a missing one is really missing). `since` counts rows per replica. `begin_unit` (before a
+    unit, nothing in flight): every replica that answers starts its policy state afresh, as a virtual-time unit's
+    engine does (a replica asked twice resets twice: harmless with no step between)."""
     seen: dict[str, dict[str, list[Any]]] = {}
     answered: set[str] = set()
+    query = "since_step=0&begin_unit=true" if begin_unit else "since_step=0"
     for _ in range(max(4, 8 * replicas)):
         try:
-            with urllib.request.urlopen(f"{url}/specdrill/timeline?since_step=0", timeout=60) as response:
+            with urllib.request.urlopen(f"{url}/specdrill/timeline?{query}", timeout=60) as response:
                 data = json.loads(response.read())
         except urllib.error.HTTPError as exc:
             if exc.code == 404:  # not a specdrill arm (an endpoint campaign): no step timeline to collect
@@ -175,10 +180,11 @@ def run_unit(
     kind = kind_of(campaign.engine)
     endpoint = kind.telemetry == "server_metrics"
     if not endpoint:
-        fetch_timelines(url, replicas=replicas_of(arm), since=since)  # skip steps from warm-up and earlier units
+        # Skip steps from warm-up and earlier units, and start the engines' policy state afresh
+        fetch_timelines(url, replicas=replicas_of(arm), since=since, begin_unit=True)
     key_env = plans[0].target.api_key_env
     secrets = {key_env: os.environ[key_env]} if key_env and key_env in os.environ else None
-    dialect = kind.metrics if endpoint else None
+    dialect = kind.dialect if endpoint else None
     with MetricsSampler(url, auth_headers(campaign), dialect) if dialect else nullcontext() as sampler:
         summaries = workers.run(
             plans,
@@ -266,8 +272,8 @@ def warmed_entry(campaign: Campaign, arm: ArmSpec, url: str) -> dict[str, Any]:
     telemetry = warm(url, arm, campaign.warmup.requests, headers)
     entry = arm_entry(arm, url, telemetry)
     kind = kind_of(campaign.engine)
-    if kind.telemetry == "server_metrics" and kind.metrics is not None and not telemetry:
-        entry["metrics_spec_decode"] = speculation_counters(url, headers, kind.metrics)
+    if kind.telemetry == "server_metrics" and not telemetry:
+        entry["metrics_spec_decode"] = speculation_counters(url, headers, kind.dialect)
     return entry
 
 

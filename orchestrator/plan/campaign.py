@@ -134,7 +134,9 @@ class WarmupConfig(_Strict):
 class GateConfig(_Strict):
     """What makes `specdrill run` / `report` exit non-zero."""
 
-    dynamic_follows_schedule: bool = True  # a dynamic arm whose executed k does not follow its schedule fails
+    # a load-dependent arm (vLLM's schedule, SGLang's adaptive steps, TensorRT-LLM's schedule, cap or gate) whose
+    # executed k does not follow its schedule or rule fails
+    dynamic_follows_schedule: bool = True
     baseline_is_off: bool = True  # an `off` arm that speculated fails: every speedup against it is void
     min_follow_fraction: float = Field(
         default=0.9, gt=0, le=1, description="share of steps whose executed k must equal the configured k"
@@ -187,8 +189,11 @@ class Campaign(_Strict):
         description=(
             'name -> policy: the short form (`"off"`, `"fixed:3"`, `"fixed:ngram:4"`, '
             '`"dynamic:3:1-64=3,65-128=1"`; method and drafter default to the simulated profile\'s, n-gram '
-            'otherwise) or a mapping in vLLM\'s terms (OffPolicy, FixedPolicy, DynamicPolicy); quote `"off"`: '
-            "YAML reads off as false"
+            "otherwise) or a mapping in vLLM's terms (OffPolicy, FixedPolicy, DynamicPolicy); the other engines' "
+            'designs, simulated: `"sglang_adaptive:3"` (SGLang\'s shipped slots), '
+            '`"trtllm_schedule:upper_bounds:4:4=4,8=2,32=1"` (or `lower_bounds`), `"trtllm_max_concurrency:3:32"`, '
+            '`"trtllm_acceptance_gate:3:50:0.3"` (TensorRT-LLM\'s take a last `:floor0_fault`), or a mapping in '
+            'their terms (SglangAdaptivePolicy, TrtllmSchedulePolicy, ...); quote `"off"`: YAML reads off as false'
         ),
     )
     topologies: dict[str, Annotated[Topology, Field()]] = Field(

@@ -11,9 +11,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from loadshapes.trace import filesystem
+from serve_apps.engine_kinds.dialects.base import COUNTER_KEYS
 
 ROOT = "endpoint_metrics"
-COUNTERS = ("num_drafts", "draft_tokens", "accepted_tokens")  # the keys of every dialect's counters
 
 SCHEMA = pa.schema(
     [
@@ -21,9 +21,10 @@ SCHEMA = pa.schema(
         pa.field("running", pa.float64()),  # summed over the server's engines (DP ranks)
         pa.field("waiting", pa.float64()),
         pa.field("engines", pa.int32()),  # label sets reporting `running`: one per engine
-        pa.field("num_drafts", pa.float64()),  # null where the server exports no such counter (no speculation)
-        pa.field("draft_tokens", pa.float64()),
-        pa.field("accepted_tokens", pa.float64()),
+        # The dialect's counters (serve_apps/engine_kinds/dialects/base.py COUNTER_KEYS); null where the server
+        # exports no such counter (no speculation, or a server that counts something else).
+        *(pa.field(key, pa.float64()) for key in COUNTER_KEYS),
+        pa.field("draft_length", pa.float64()),  # the server's draft-length gauge, where it exports one
     ]
 )
 
@@ -53,7 +54,15 @@ def read_samples(run_root: str, units: list[tuple[str, str, int]]) -> pa.Table:
         if fs.get_file_info(path).type != pafs.FileType.File:
             continue
         with fs.open_input_file(path) as handle:
-            part = pq.read_table(handle, schema=SCHEMA)
+            part = pq.read_table(handle)
+        # A file written before a column existed (generation_tokens, draft_length) reads it as nulls.
+        part = pa.table(
+            {
+                f.name: part.column(f.name) if f.name in part.column_names else pa.nulls(part.num_rows, f.type)
+                for f in SCHEMA
+            },
+            schema=SCHEMA,
+        )
         n = part.num_rows
         parts.append(
             part.append_column("arm", pa.array([arm] * n, pa.string()))

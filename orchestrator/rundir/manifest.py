@@ -19,11 +19,13 @@ from loadshapes.badfile import (
 )
 from loadshapes.campaign_files import located_files_replaced
 from loadshapes.plan import Target, WorkerPlan
+from loadshapes.spec_fields import SpeculationFields
 from loadshapes.tokens import tokenizer_json
 from orchestrator.plan.campaign import Campaign, CampaignError
 from orchestrator.rundir import lock as run_lock
 from orchestrator.rundir.layout import MANIFEST, RunStore, Unit, UnitResult
 from serve_apps.arms import ArmSpec, prompt_tokenizer_name
+from serve_apps.engine_kinds.dialects.base import Dialect
 from serve_apps.engine_kinds.registry import kind_of
 from timebase.clock import now_ns
 
@@ -183,6 +185,13 @@ def finish_run(store: RunStore, manifest: dict[str, Any]) -> None:
     run_lock.release(store.root)
 
 
+def speculation_fields(dialect: Dialect) -> SpeculationFields:
+    """The plan's copy of what the dialect asks each request and where the answer lies (the load worker imports
+    no serve_apps)."""
+    request = dialect.request
+    return SpeculationFields(body=dict(request.body), headers=dict(request.headers), fields=dict(request.fields))
+
+
 def plans_for(campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: str, traces: str) -> list[WorkerPlan]:
     load = campaign.load
     kind = kind_of(campaign.engine)
@@ -194,7 +203,10 @@ def plans_for(campaign: Campaign, arm: ArmSpec, unit: Unit, *, run: str, url: st
             shape_name=unit.shape, shape=campaign.shapes[unit.shape], repeat=unit.repeat,
             traffic_repeat=0 if load.repeat_traffic == "same" else None, mix=campaign.mix,
             seed=campaign.seed, process=load.process, cv=load.cv, worker=w, workers=load.workers,
-            target=Target(base_url=url, model=arm.served_model_name, endpoint=load.endpoint, api_key_env=key_env),
+            target=Target(
+                base_url=url, model=arm.served_model_name, endpoint=load.endpoint, api_key_env=key_env,
+                speculation=speculation_fields(kind.dialect),
+            ),
             trace_root=traces,
             lateness_bound_s=load.lateness_bound_s, drain_s=load.drain_s, request_timeout_s=load.request_timeout_s,
             max_in_flight=load.max_in_flight, store_token_times=load.store_token_times,

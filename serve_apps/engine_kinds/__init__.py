@@ -5,5 +5,7 @@ config. Importing the package registers the built-in kinds, in the order of the 
 from serve_apps.engine_kinds import simulated  # noqa: I001 (registration order is the union's order)
 from serve_apps.engine_kinds import vllm
 from serve_apps.engine_kinds import endpoint
+from serve_apps.engine_kinds import sglang
+from serve_apps.engine_kinds import trtllm
 
-BUILTIN = (simulated.KIND, vllm.KIND, endpoint.KIND)
+BUILTIN = (simulated.KIND, vllm.KIND, endpoint.KIND, sglang.KIND, trtllm.KIND)

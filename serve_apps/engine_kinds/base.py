@@ -8,8 +8,10 @@ from typing import ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from serve_apps.engine_kinds.dialects import vllm as vllm_dialect
+from serve_apps.engine_kinds.dialects.base import Dialect
 from serve_apps.engines.base import Engine
-from serve_apps.policies import DynamicPolicy, FixedPolicy, OffPolicy, Topology
+from serve_apps.policies import AnyPolicy, Topology
 from serve_apps.resources import Resources
 from serve_apps.sim.profile import Profile
 
@@ -34,20 +36,9 @@ class ServedArm(Protocol):
     @property
     def engine(self) -> EngineConfigBase: ...
     @property
-    def policy(self) -> OffPolicy | FixedPolicy | DynamicPolicy: ...
+    def policy(self) -> AnyPolicy: ...
     @property
     def topology(self) -> Topology: ...
-
-
-@dataclass(frozen=True)
-class MetricsDialect:
-    """The Prometheus names a server exports for its batch and its speculation, matched by suffix (Ray Serve LLM
-    prefixes vLLM's: ray_vllm:...)."""
-
-    running: str
-    waiting: str
-    counters: dict[str, str]  # num_drafts, draft_tokens, accepted_tokens -> metric name
-    speculation: str  # the fragment every speculation metric's name holds (the warm-up's record of them)
 
 
 @dataclass(frozen=True)
@@ -72,7 +63,9 @@ class EngineKind:
     config: ClassVar[type[EngineConfigBase]]
     deploys_in_serve: ClassVar[bool] = True
     telemetry: ClassVar[Telemetry] = "step_timeline"
-    metrics: ClassVar[MetricsDialect | None] = None  # None: no /metrics specdrill reads
+    # What its servers say about speculation (per request, and on /metrics for a server_metrics kind): vLLM's,
+    # which specdrill's own servers answer in too.
+    dialect: ClassVar[Dialect] = vllm_dialect.DIALECT
     deploy_timeout_s: ClassVar[float] = 180.0  # until every replica is up and answered, when not given
     # The engine starts its own tensor-parallel workers and data-parallel ranks (one Serve replica per DP group,
     # an executor backend placement chooses), as vLLM does; otherwise each DP rank is a replica of its own.

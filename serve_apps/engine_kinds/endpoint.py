@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from serve_apps.engine_kinds.base import EngineConfigBase, EngineKind
 from serve_apps.engine_kinds.registry import register
-from serve_apps.engine_kinds.vllm import VLLM_METRICS
 
 
 class EndpointEngineConfig(EngineConfigBase):
@@ -37,19 +36,19 @@ class EndpointEngineConfig(EngineConfigBase):
 
 
 def as_endpoint(config: EngineConfigBase) -> EndpointEngineConfig:
+    """Any kind of servers someone else runs (endpoint, sglang, trtllm: their configs are this one's)."""
     if not isinstance(config, EndpointEngineConfig):
-        raise TypeError(f"engine kind {config.kind} is not endpoint")
+        raise TypeError(f"engine kind {config.kind} is not a kind of endpoint")
     return config
 
 
 class EndpointKind(EngineKind):
     name = "endpoint"
-    config = EndpointEngineConfig
+    config: ClassVar[type[EngineConfigBase]] = EndpointEngineConfig  # the sglang and trtllm kinds' are subclasses
     deploys_in_serve = False
     # No step timeline to fetch: the server's /metrics is sampled while a unit runs. The dialect is vLLM's
-    # (`vllm serve`, Ray Serve LLM); another server's is another kind.
+    # (`vllm serve`, Ray Serve LLM), the default; another server's is another kind (sglang.py, trtllm.py).
     telemetry = "server_metrics"
-    metrics = VLLM_METRICS
     can_add_arms = False
 
     def served_model_name(self, config: EngineConfigBase) -> str:

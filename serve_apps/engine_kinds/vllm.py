@@ -4,28 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from serve_apps.engine_kinds.base import EngineConfigBase, EngineKind, MetricsDialect, ServedArm
+from serve_apps.engine_kinds.base import EngineConfigBase, EngineKind, ServedArm
 from serve_apps.engine_kinds.registry import register
 from serve_apps.engine_kinds.vllm_config import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, VllmEngineConfig, as_vllm
 from serve_apps.engines.base import Engine
-
-# Prometheus names as vLLM exports them.
-VLLM_METRICS = MetricsDialect(
-    running="vllm:num_requests_running",
-    waiting="vllm:num_requests_waiting",
-    counters={
-        "num_drafts": "vllm:spec_decode_num_drafts_total",
-        "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-        "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
-    },
-    speculation="spec_decode",
-)
 
 
 class VllmKind(EngineKind):
     name = "vllm"
     config = VllmEngineConfig
-    metrics = VLLM_METRICS
     deploy_timeout_s = 900.0  # loading weights, compiling and capturing graphs
     spawns_workers = True
 

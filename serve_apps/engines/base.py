@@ -101,6 +101,20 @@ class RankedEngine(Protocol):
         ...
 
 
+@runtime_checkable
+class UnitScoped(Protocol):
+    """An engine whose policy keeps state from step to step (the simulated engine running SGLang's adaptive steps
+    or TensorRT-LLM's gate): each unit starts it afresh."""
+
+    def begin_unit(self) -> None: ...
+
+
+def begin_unit(engine: Engine) -> None:
+    """Start a unit: the engine's policy state as a fresh engine's (nothing for an engine without such state)."""
+    if isinstance(engine, UnitScoped):
+        engine.begin_unit()
+
+
 def rank_engine_ids(engine: Engine) -> dict[int, str]:
     return engine.rank_engine_ids() if isinstance(engine, RankedEngine) else {0: engine.engine_id}
 

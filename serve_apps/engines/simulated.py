@@ -45,6 +45,9 @@ class SimulatedEngine:
     async def stop(self) -> None:
         await self._realtime.stop()
 
+    def begin_unit(self) -> None:
+        self._core.begin_unit()
+
     async def check_health(self) -> None:
         if self._realtime.failure is not None:
             raise EngineDead(str(self._realtime.failure))

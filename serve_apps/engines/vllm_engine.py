@@ -24,6 +24,7 @@ from serve_apps.engines.vllm_stats import (
     resolved_engine_facts,
     stat_logger_factory,
 )
+from serve_apps.policy_kinds import vllm_policy
 from serve_apps.vllm_versions import VllmTarget
 from timebase import clock
 
@@ -41,7 +42,7 @@ class VllmEngine:
         self.config = as_vllm(arm.engine)
         self.engine_id = engine_id
         self.data_parallel_size = arm.topology.data_parallel_size
-        self.timeline_data = StepTimeline(speculative=arm.policy.to_vllm_speculative_config() is not None)
+        self.timeline_data = StepTimeline(speculative=vllm_policy(arm.policy).to_vllm_speculative_config() is not None)
         self.schedule_dropped_reason: str | None = None
         self.max_model_len_warning: str | None = None  # vLLM's, when it lowered max_model_len to the drafter's
         self._llm: Any = None
@@ -54,7 +55,7 @@ class VllmEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
 
         cfg = self.config
-        speculative = self.arm.policy.to_vllm_speculative_config()
+        speculative = vllm_policy(self.arm.policy).to_vllm_speculative_config()
         kwargs: dict[str, Any] = {
             "model": cfg.model,
             "dtype": cfg.dtype,

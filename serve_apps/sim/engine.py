@@ -25,13 +25,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from serve_apps.policies import ResolvedSpeculation
+from serve_apps.resolved import GateRule, SglangRule
 from serve_apps.sim import kernel
 from serve_apps.sim.profile import Profile
 from serve_apps.sim.request import RequestRecord, SimRequest
+from serve_apps.sim.rules import RULE_GATE, RULE_SGLANG, RULE_TABLE, sglang_adaptive, trtllm_gate
 
 I64 = np.int64
 _LOG_CAPACITY = 1 << 18
 _STEP_CAPACITY = 1 << 14
+_NO_INTS = np.zeros((1, 1), dtype=I64)
+_NO_FLOATS = np.zeros((1, 1))
 _STEP_INT_COLUMNS = (
     "batch_size", "num_prefill", "k", "batched_tokens", "kv_tokens", "drafted", "accepted", "waiting", "running",
     "preempted",
@@ -108,6 +112,17 @@ class EngineCore:
         self.speculative = speculation.method is not None
         self.max_k = speculation.num_speculative_tokens
         self.k_table = np.asarray(speculation.k_table(self.limits.max_num_seqs), dtype=I64)
+        # A stateful rule (SGLang's slots, TensorRT-LLM's gate): its constants and its state, kept between calls.
+        self._rule, self._rule_ints, self._rule_floats, self.rule_state = RULE_TABLE, _NO_INTS, _NO_FLOATS, _NO_FLOATS
+        if isinstance(speculation.rule, SglangRule):
+            self.k_table, self._rule_ints, self._rule_floats, self.rule_state = sglang_adaptive.compile_rule(
+                speculation.rule, self.limits.max_num_seqs
+            )
+            self._rule = RULE_SGLANG
+        elif isinstance(speculation.rule, GateRule):
+            self._rule_floats, self.rule_state = trtllm_gate.compile_gate(speculation.rule)
+            self._rule = RULE_GATE
+        self._fresh_rule_state = self.rule_state.copy()
         self.max_window = max_window
         self.total_blocks = self.limits.kv_cache_tokens // self.limits.block_size
         self.waiting: deque[SimRequest] = deque()
@@ -116,7 +131,7 @@ class EngineCore:
         self._cdf = np.zeros((0, self.max_k + 1))
         self._avail = np.zeros(0)
         self._next_uid = 0
-        self._costs, self._draft_kind = _cost_vector(profile, self.speculative)
+        self._costs, self._draft_kind = _cost_vector(profile, self.speculative, speculation.k0_idle_drafter)
         self._rng = np.array([(seed * 0x2545F4914F6CDD1D + 1) % 2**64], dtype=np.uint64)
         # Running requests, compact and in scheduling (admission) order: entries [0, n_run).
         # Rows (kernel.COMPUTED ... kernel.UID): tokens in the KV cache, tokens emitted, tokens to emit, tokens to
@@ -140,6 +155,13 @@ class EngineCore:
         self._staged = np.zeros((kernel.STATE_ROWS, n), dtype=I64)
         self._staged_first_token = np.full(n, np.nan)
         self._admit_time = np.zeros(n)
+
+    def begin_unit(self) -> None:
+        """A unit starts from the rule's fresh state (SGLang's EMA and warm-up count, TensorRT-LLM's gate open), as
+        a virtual-time unit's new engine does: a real-time replica serves every unit, and its warm-up requests,
+        one after another, and would otherwise carry the last unit's state into the next. Called between units,
+        when no request is in flight."""
+        self.rule_state[...] = self._fresh_rule_state
 
     # --- requests -------------------------------------------------------------------------------------------
     @property
@@ -238,14 +260,15 @@ class EngineCore:
             request = self.waiting[q]
             self._staged[:, q] = (
                 0, request.output, request.target_tokens, request.prompt_tokens + request.output, 0, 0,
-                self._categories[request.category], request.uid,
+                self._categories[request.category], request.uid, 0,
             )  # fmt: skip
             self._staged_first_token[q] = np.nan if request.first_token is None else request.first_token
         log_start = int(self._counters[2])
         reason, steps, n_done, end, n_after, n_admitted = kernel.run_steps(
             self.n_run, self.state, self.r_first_token,
             self._staged, self._staged_first_token, n_staged, self._admit_time,
-            self._counters, self._rng, self._cdf, self._avail, self.k_table, self._costs, self._draft_kind,
+            self._counters, self._rng, self._cdf, self._avail, self.k_table, self._rule, self._rule_ints,
+            self._rule_floats, self.rule_state, self.speculation.floor0_fault, self._costs, self._draft_kind,
             self.limits.max_num_batched_tokens, self.limits.block_size,
             now, next_arrival, limit, stop_on_finish, len(self.waiting),
             self._step_floats[self._steps_buffered :], self._step_ints[self._steps_buffered :],
@@ -366,7 +389,8 @@ class EngineCore:
         return records
 
 
-def _cost_vector(profile: Profile, speculative: bool) -> tuple[np.ndarray, int]:
+def _cost_vector(profile: Profile, speculative: bool, k0_idle_drafter: bool) -> tuple[np.ndarray, int]:
+    """The kernel's cost vector. Without `k0_idle_drafter` (TensorRT-LLM) a step with k = 0 runs no drafter."""
     v, d = profile.verify, profile.draft
     costs = np.zeros(kernel.N_COSTS)
     costs[kernel.C_V_KV], costs[kernel.C_V_BATCHED], costs[kernel.C_V_FIXED] = (
@@ -376,7 +400,8 @@ def _cost_vector(profile: Profile, speculative: bool) -> tuple[np.ndarray, int]:
     )
     costs[kernel.C_D_KV], costs[kernel.C_D_TOKEN], costs[kernel.C_D_FIXED] = d.per_kv_token, d.per_draft_token, d.fixed
     costs[kernel.C_D_FRACTION] = d.fraction
-    costs[kernel.C_IDLE_FIXED], costs[kernel.C_IDLE_REQ] = d.idle_fixed, d.idle_per_request
+    if k0_idle_drafter:
+        costs[kernel.C_IDLE_FIXED], costs[kernel.C_IDLE_REQ] = d.idle_fixed, d.idle_per_request
     costs[kernel.C_OVERHEAD] = profile.step_overhead
     costs[kernel.C_K_SWITCH] = profile.k_switch_cost_s
     if not speculative:

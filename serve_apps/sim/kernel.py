@@ -14,6 +14,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from serve_apps.sim.rules import RULE_GATE, RULE_SGLANG, RULE_TABLE
+from serve_apps.sim.rules import sglang_adaptive as sglang
+from serve_apps.sim.rules import trtllm_gate as gate
+
 # Draft cost kinds (profile.draft.kind); NONE for engines without speculation.
 DRAFT_NONE, DRAFT_MODEL, DRAFT_FRACTION = 0, 1, 2
 # Cost vector layout.
@@ -22,9 +26,10 @@ C_V_KV, C_V_BATCHED, C_V_FIXED, C_D_KV, C_D_TOKEN, C_D_FIXED, C_D_FRACTION, C_ID
 )
 C_K_SWITCH = 10  # extra cost of a step whose k differs from the previous step's
 N_COSTS = 11
-# Rows of the running-request state array (one column per running request, in scheduling order).
-COMPUTED, OUTPUT, TARGET, GOAL, PENDING, BLOCKS, CAT, UID = range(8)
-STATE_ROWS = 8
+# Rows of the running-request state array (one column per running request, in scheduling order). STALE: the
+# request decoded through a k = 0 step while the floor-0 fault is planted (it accepts no draft afterwards).
+COMPUTED, OUTPUT, TARGET, GOAL, PENDING, BLOCKS, CAT, UID, STALE = range(9)
+STATE_ROWS = 9
 # Why a kernel call returned.
 STOP_MAX_STEPS, STOP_ARRIVAL, STOP_IDLE, STOP_SLOT_FREED, STOP_NEED_BLOCKS, STOP_NOTHING_SCHEDULABLE = range(6)
 
@@ -92,7 +97,12 @@ def run_steps(
     rng: np.ndarray,
     cdf: np.ndarray,
     avail: np.ndarray,
-    k_table: np.ndarray,
+    k_table: np.ndarray,  # batch -> k (RULE_TABLE, RULE_GATE's base) or batch -> SGLang slot (RULE_SGLANG)
+    rule: int,  # serve_apps/sim/rules: RULE_TABLE (vLLM's lookup, no state), RULE_SGLANG, RULE_GATE
+    rule_ints: np.ndarray,  # int64 2D, the rule's constants (rules/<design>.py says the layout)
+    rule_floats: np.ndarray,  # float64 2D, the rule's constants
+    rule_state: np.ndarray,  # float64 2D, the rule's state, carried from call to call
+    floor0_fault: bool,
     costs: np.ndarray,
     draft_kind: int,
     budget_per_step: int,
@@ -110,7 +120,7 @@ def run_steps(
 ) -> tuple[int, int, int, float, int, int]:
     """Returns (reason, steps run, requests finished, engine time, n_run after compaction, staged admitted)."""
     computed, output, target, goal = state[COMPUTED], state[OUTPUT], state[TARGET], state[GOAL]
-    pending, blocks, cat, uid = state[PENDING], state[BLOCKS], state[CAT], state[UID]
+    pending, blocks, cat, uid, stale = state[PENDING], state[BLOCKS], state[CAT], state[UID], state[STALE]
     capacity = state.shape[1]
     n_steps = 0
     n_done = 0
@@ -175,7 +185,16 @@ def run_steps(
         if counters[2] + batch > log.shape[0]:
             reason = STOP_MAX_STEPS
             break
-        k = k_table[min(batch, k_table.shape[0] - 1)] if draft_kind != 0 else 0
+        # The k proposed at the end of this step, decided before the step's own verification is seen (vLLM's
+        # lookup; SGLang's and TensorRT-LLM's overlap schedulers launch a batch before processing the last).
+        if draft_kind == 0:
+            k = 0
+        elif rule == RULE_TABLE:
+            k = k_table[min(batch, k_table.shape[0] - 1)]
+        elif rule == RULE_SGLANG:
+            k = sglang.decide(k_table, rule_ints, rule_state, batch)
+        else:
+            k = gate.decide(k_table, rule_state, batch)
         batched = 0
         kv = 0
         drafted_sum = 0
@@ -220,6 +239,10 @@ def run_steps(
                     c = cdf[cat[i]]
                     while accepted < drafted and u >= c[accepted]:
                         accepted += 1
+                    if floor0_fault and stale[i]:
+                        accepted = 0
+                if floor0_fault and k == 0:
+                    stale[i] = 1
                 computed[i] += 1 + accepted
                 emitted = min(1 + accepted, target[i] - output[i])
             output[i] += emitted
@@ -247,6 +270,10 @@ def run_steps(
             else:
                 pending[i] = 0
         counters[2] = row
+        if rule == RULE_SGLANG:
+            sglang.observe(rule_ints, rule_floats, rule_state, batch - n_prefill, accepted_sum)
+        elif rule == RULE_GATE:
+            gate.observe(rule_floats, rule_state, drafted_sum, accepted_sum)
         steps_out[n_steps, 0] = t
         steps_out[n_steps, 1] = end
         steps_int[n_steps, 0] = batch

@@ -19,6 +19,9 @@ import yaml
 
 from tests import DATA, REPO
 
+# Imported before any test imports Ray: it sets RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read once at Ray's import.
+from tests.ray_helpers import free_port, local_ray
+
 CRDS = DATA / "kuberay"
 
 
@@ -295,8 +298,6 @@ def test_models_pull_of_a_simulated_campaign_is_refused(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def token_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    from tests.ray_helpers import local_ray
-
     token = f"hf_specdrilltest{uuid.uuid4().hex}"
     hf_home = tmp_path_factory.mktemp("hf")
     with pytest.MonkeyPatch.context() as patch:
@@ -371,7 +372,7 @@ def test_the_hf_token_reaches_every_replica_from_the_cluster_env_and_no_file(
     from orchestrator.execute.deploy import bring_up, teardown_arms
     from orchestrator.execute.ray_executor import run_campaign
     from orchestrator.plan.campaign import Campaign
-    from tests.ray_helpers import free_port
+    from tests.tiny_model import SHORT_FIXED_WORKLOAD
 
     token, temp_dir = token_cluster["token"], token_cluster["temp_dir"]
     port = free_port()  # Serve listens on one address per cluster: both campaigns use it
@@ -409,7 +410,8 @@ def test_the_hf_token_reaches_every_replica_from_the_cluster_env_and_no_file(
             "topologies": {"single": "single"},
             "resources": {"cpus_per_engine": 0.25},
             "shapes": {"q": {"kind": "quiet", "rate": 4, "duration_s": 3}},
-            "mix": {"entries": [{"workload": "chat", "weight": 1}]},
+            # Short fixed answers: the built-in chat's (up to 1024 tokens at time_scale 2) kept the unit to drain_s.
+            "mix": {"entries": [{"workload": SHORT_FIXED_WORKLOAD, "weight": 1}]},
             "load": {"workers": 1, "drain_s": 20, "flush_s": 0.5},
             "warmup": {"requests": 1},
             "serve": {"host": "127.0.0.1", "port": port},

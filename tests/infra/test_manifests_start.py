@@ -92,7 +92,9 @@ def _check_jobs(dashboard: str, with_token: Mapping[str, str], operator_home: Pa
     assert f"alive nodes: {nodes}" in done.stdout
     for key, value in ((runtime_env or {}).get("env_vars") or {}).items():
         assert f"{key}={value}" in done.stdout
-    # The dashboard's answers (ray/_private/authentication/http_token_authentication.py ~72-77).
+    # The dashboard's answers (ray/_private/authentication/http_token_authentication.py ~72-77). One after another:
+    # submitted at once with the job, the three `ray` processes and the job's driver shared the two cores and all
+    # took longer (19 s, not 14).
     for token, why in ((None, "Unauthorized: Missing authentication token"),
                        (secrets.token_hex(32), "Forbidden: Invalid authentication token")):  # fmt: skip
         refused = _submit(dashboard, _client(operator_home, token), runtime_env)

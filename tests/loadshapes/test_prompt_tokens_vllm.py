@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -66,16 +67,21 @@ def _prompt_tokens_total(url: str) -> float:
 def test_a_mixs_prompt_lengths_are_the_servers_prompt_tokens(tiny_model_dir: str, tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    campaign = _campaign(tiny_model_dir, url)
-    arm = campaign.arms()[0]
-    [plan] = plans_for(campaign, arm, Unit(arm=arm.name, shape="s", repeat=0), run="r", url=url, traces="")
-    assert plan.tokenizer == tiny_model_dir
-    schedule = open_loop_schedule(plan)
-    asked = [item.spec.prompt_tokens for item in schedule]
-    assert set(asked) == set(LENGTHS)  # every length drawn at least once
-    with vllm_servers(Server(tiny_model_dir, None, tmp_path / "server.log", port)):
+    server = Server(tiny_model_dir, None, tmp_path / "server.log", port)
+    # The server starts first: the worker's plan and request bodies are built while it loads.
+    with vllm_servers(server) as up:
+        campaign = _campaign(tiny_model_dir, url)
+        arm = campaign.arms()[0]
+        [plan] = plans_for(campaign, arm, Unit(arm=arm.name, shape="s", repeat=0), run="r", url=url, traces="")
+        assert plan.tokenizer == tiny_model_dir
+        schedule = open_loop_schedule(plan)
+        asked = [item.spec.prompt_tokens for item in schedule]
+        assert set(asked) == set(LENGTHS)  # every length drawn at least once
+        up(server)
         before = _prompt_tokens_total(url)
-        counted = [_usage(url, item)["prompt_tokens"] for item in schedule]
+        # All at once, as the open loop sends them (the engine batches them); each usage read from its own answer.
+        with ThreadPoolExecutor(max_workers=len(schedule)) as pool:
+            counted = [usage["prompt_tokens"] for usage in pool.map(lambda item: _usage(url, item), schedule)]
         after = _prompt_tokens_total(url)
     assert counted == asked
     assert after - before == sum(asked)

@@ -22,6 +22,9 @@ from tests.ray_helpers import free_port
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 GPUS_PER_NODE = 4
+# Above a replica's worker start on a busy host (a replica waiting longer than this to be placed is taken for one
+# Ray cannot place), below Serve's 30 s.
+SLOW_STARTUP_S = 15
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +33,18 @@ def gpu_cluster() -> Iterator[dict[str, Any]]:
     from ray import serve
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 4, "num_gpus": 0, "include_dashboard": False},
-    )
-    workers = [cluster.add_node(num_cpus=2, num_gpus=GPUS_PER_NODE, resources={f"gpu_node_{i}": 1}) for i in range(2)]
+    # The nodes' processes (Serve's controller among them) inherit these: Serve says a replica has waited "to be
+    # scheduled" after SLOW_STARTUP_S instead of its 30 s, so the unplaceable replica fails its deploy sooner.
+    with pytest.MonkeyPatch.context() as env:
+        for name in ("RAY_SERVE_SLOW_STARTUP_WARNING_S", "RAY_SERVE_SLOW_STARTUP_WARNING_PERIOD_S"):
+            env.setenv(name, str(SLOW_STARTUP_S))
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 4, "num_gpus": 0, "include_dashboard": False},
+        )
+        workers = [
+            cluster.add_node(num_cpus=2, num_gpus=GPUS_PER_NODE, resources={f"gpu_node_{i}": 1}) for i in range(2)
+        ]
     ray.init(address=cluster.address, namespace="specdrill-placement", log_to_driver=False)
     try:
         yield {"cluster": cluster, "gpu_nodes": {w.node_id for w in workers}, "port": free_port()}
@@ -176,7 +186,7 @@ def test_the_old_layout_is_caught_by_the_probe_within_seconds(gpu_cluster: dict[
 
     from orchestrator.execute.deploy import teardown_arms, wait_running
     from serve_apps.arms import ArmSpec
-    from serve_apps.deployment import ArmDeployment
+    from serve_apps.deployment import PROBE_CONSTRUCTOR_TRIES, ArmDeployment
 
     arm = ArmSpec.model_validate(
         {
@@ -194,6 +204,7 @@ def test_the_old_layout_is_caught_by_the_probe_within_seconds(gpu_cluster: dict[
         ray_actor_options={"num_cpus": 0.25, "num_gpus": 1},
         placement_group_bundles=[{"CPU": 0.25, "GPU": 1}, {"GPU": 1}],
         placement_group_strategy="PACK",
+        max_constructor_retry_count=PROBE_CONSTRUCTOR_TRIES,  # as `deploy --check` deploys its probes
     ).bind(arm.model_dump_json(), "127.0.0.1", True)
     serve.start(http_options={"host": "127.0.0.1", "port": gpu_cluster["port"]})
     serve.run_many(

@@ -53,6 +53,7 @@ def arms(tiny_model_dir: str, tiny_draft_dir: str) -> Iterator[dict[str, str]]:
                         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
                         "OMP_NUM_THREADS": "1",
                         "HF_HUB_OFFLINE": "1",
+                        "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # tests/tiny_model.py says why
                     },
                 },
                 "policies": {

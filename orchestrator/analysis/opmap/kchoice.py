@@ -8,6 +8,10 @@ whose schedule gives k = 0 there (its drafter still loaded). The band's best is 
 the shortest per-token latency; every other candidate, `off` included, is compared with it request by request
 (the same requests: bands are the baseline twin's), giving its per-token latency relative to the best with a
 block-bootstrap interval.
+
+An arm running another engine's design (SGLang's adaptive steps, TensorRT-LLM's schedule, cap or gate) is a
+candidate of its own, one per arm and named by its design, whatever k it ran in the band: it is evidence for
+that design as configured, not for a k (its k is the band's mean executed k, rounded, for display only).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from orchestrator.analysis.opmap.speedup import PAIR_COLUMNS, CellBlocks, paired
 from orchestrator.analysis.read.arms import ArmInfo
 from orchestrator.analysis.read.db import sql_list
 from orchestrator.analysis.read.source import Requests
+from serve_apps.policy_kinds import facts
 
 # How far the k an arm executed in a band may stray from its configured k and still count as running it.
 K_EVIDENCE_TOLERANCE = 0.5
@@ -43,6 +48,14 @@ class KCandidate(BaseModel):
     # (>= 1: slower); None for the best itself.
     vs_best: RatioCI | None
     pairs: int
+    # Another engine's design ("SGLang sglang_adaptive"): a candidate per arm, not per k; None: vLLM's policies
+    design: str | None = None
+
+
+def design_of(kind: str) -> str | None:
+    """The design label of another engine's policy kind; None for vLLM's (off, fixed, dynamic)."""
+    found = facts(kind)
+    return None if found.runs_on_vllm else f"{found.engine} {found.name}"
 
 
 class BandChoice(BaseModel):
@@ -80,19 +93,22 @@ def _candidates(
     """`off` first, then the speculative candidates by k; per k the arm with the most requests."""
     low, high = _band_limits(batch_map, index)
     primary = batch_map.baseline
-    found: dict[tuple[bool, int], tuple[int, ArmInfo, MapCell]] = {}
+    found: dict[tuple[bool, int, str], tuple[int, ArmInfo, MapCell]] = {}
     for arm in arms:
         on_primary = arm.name == primary or (batch_map.baselines.get(arm.name) == primary and arm.engines_ratio == 1)
         if not on_primary or arm.name in dropped or arm.data_parallel_size > 1:
             continue
-        k = _configured_k(arm, low, high)
         cell = next((c for c in batch_map.cells if c.band_index == index and c.arm == arm.name), None)
-        if k is None or cell is None or cell.requests < settings.min_requests:
+        if cell is None or cell.requests < settings.min_requests:
             continue
         ran = cell.mean_executed_k if cell.mean_executed_k is not None else 0.0
-        if abs(ran - k) > K_EVIDENCE_TOLERANCE:
+        if design_of(arm.kind) is not None:  # evidence for its design as configured, whatever k it ran here
+            found[(True, round(ran), arm.name)] = (round(ran), arm, cell)
+            continue
+        k = _configured_k(arm, low, high)
+        if k is None or abs(ran - k) > K_EVIDENCE_TOLERANCE:
             continue  # configured for k but did not run it here: no evidence for k
-        key = (arm.kind != "off", k)
+        key = (arm.kind != "off", k, "")
         if key not in found or cell.requests > found[key][2].requests:
             found[key] = (k, arm, cell)
     return [found[key] for key in sorted(found)]
@@ -252,11 +268,12 @@ def _evidence(
                 k=k, arm=arm.name, speculative=arm.kind != "off", requests=cell.requests,
                 mean_executed_k=cell.mean_executed_k, tpot_p50_s=cell.measure("tpot_s").p50,
                 speedup=cell.speedup.tpot if cell.speedup is not None else None, vs_best=vs_best, pairs=pairs,
+                design=design_of(arm.kind),
             )
         )  # fmt: skip
-    measured = {c.k for c in candidates if c.speculative}
+    measured = {c.k for c in candidates if c.speculative and c.design is None}
     evidence = ", ".join(
-        ("off" if not c.speculative else f"k={c.k}") + f" ({c.arm}) "
+        ("off" if not c.speculative else c.design or f"k={c.k}") + f" ({c.arm}) "
         + ("best" if c.vs_best is None else ratio_text(c.vs_best)) + f" n={c.requests}"
         for c in candidates
     )  # fmt: skip

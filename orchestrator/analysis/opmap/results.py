@@ -278,8 +278,10 @@ class SwitchTiming(_Result):
     bound_s: float
     passed: bool
     message: str
-    # "not_exercised": the load never made most of a time bin's steps configure another k, so no switch to time
-    status: Literal["pass", "fail", "not_exercised"] | None = None  # None: from `passed` (older summaries)
+    # "not_exercised": the load never made most of a time bin's steps configure another k, so no switch to time;
+    # "not_verifiable": the arm's server shows no step's draft length (an endpoint in SGLang's or TensorRT-LLM's
+    # dialect), so no switch can be timed from its telemetry
+    status: Literal["pass", "fail", "not_exercised", "not_verifiable"] | None = None  # None: from `passed` (older)
 
     @model_validator(mode="after")
     def _status_agrees(self) -> Self:

@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Self
+from typing import Self
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from serve_apps.policies import (
     SINGLE,
+    AnyPolicy,
     DynamicPolicy,
-    FixedPolicy,
     OffPolicy,
     ScheduleEntry,
     Topology,
     dense_schedule,
     validate_schedule,
 )
+from serve_apps.policy_kinds import PolicyKind, PolicyKindName, facts, fallback_k
+from serve_apps.resolved import GateRule, SglangRule, table_to_schedule
 from serve_apps.spec_knobs import knobs_text
 from serve_apps.vllm_versions import VllmTarget, cause_of_warning
-
-PolicyKind = Literal["off", "fixed", "dynamic"]
 
 
 class ArmInfo(BaseModel):
@@ -29,9 +29,16 @@ class ArmInfo(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
-    kind: PolicyKind
-    k: int = Field(default=0, ge=0)  # fixed: k; dynamic: max_k (vLLM's num_speculative_tokens); off: 0
-    schedule: tuple[ScheduleEntry, ...] | None = None  # dynamic only: [start, end, k] as configured
+    kind: PolicyKindName
+    k: int = Field(default=0, ge=0)  # the largest k the arm can run: fixed k; max k (vLLM's num_speculative_tokens,
+    # SGLang's largest candidate, TensorRT-LLM's max_draft_len); off: 0
+    # A design whose k is a table by batch size (vLLM's dynamic; TensorRT-LLM's schedule and concurrency cap,
+    # resolved to that form up to max_num_seqs): [start, end, k] as configured
+    schedule: tuple[ScheduleEntry, ...] | None = None
+    # A design whose k depends on the steps before (SGLang's adaptive steps, TensorRT-LLM's gate): its rule as
+    # configured, replayed on the recorded steps by the verifier
+    rule: SglangRule | GateRule | None = Field(default=None, discriminator="kind")
+    fallback_k: int = Field(default=0, ge=0)  # the static k its topology fallback runs (vLLM: max k; SGLang: steps)
     topology: str = "single"
     data_parallel_size: int = Field(default=1, ge=1)
     max_num_seqs: int = Field(default=512, ge=1)
@@ -53,17 +60,23 @@ class ArmInfo(BaseModel):
             raise ValueError(f"arm {self.name!r}: an off arm has no k and no schedule")
         if self.kind == "fixed" and (self.k < 1 or self.schedule):
             raise ValueError(f"arm {self.name!r}: a fixed arm has k >= 1 and no schedule")
-        if self.kind == "dynamic":
+        if self.facts.schedule_in_config:
             if self.k < 1 or not self.schedule:
-                raise ValueError(f"arm {self.name!r}: a dynamic arm has max k >= 1 and a schedule")
+                raise ValueError(f"arm {self.name!r}: a {self.kind} arm has max k >= 1 and a schedule")
             validate_schedule(self.schedule)
+        if (self.facts.check != "table") != (self.rule is not None):
+            raise ValueError(f"arm {self.name!r}: a {self.kind} arm has a rule exactly when its k depends on the past")
         return self
+
+    @property
+    def facts(self) -> PolicyKind:
+        return facts(self.kind)
 
     @classmethod
     def from_policy(
         cls,
         name: str,
-        policy: OffPolicy | FixedPolicy | DynamicPolicy,
+        policy: AnyPolicy,
         *,
         topology: Topology = SINGLE,
         max_num_seqs: int = 512,
@@ -77,19 +90,26 @@ class ArmInfo(BaseModel):
         the engine logged when it dropped the schedule (the run manifest's schedule_dropped_reason)."""
         resolved = policy.resolve(topology, vllm)
         predicted = resolved.dropped_reason if resolved.schedule_dropped and topology.data_parallel_size == 1 else None
-        k = policy.k if isinstance(policy, FixedPolicy) else policy.max_k if isinstance(policy, DynamicPolicy) else 0
+        kind = facts(policy.kind)
+        schedule = None
+        if isinstance(policy, DynamicPolicy):
+            schedule = policy.schedule
+        elif kind.schedule_in_config:  # TensorRT-LLM's tables, as the engine reads them up to max_num_seqs
+            schedule = table_to_schedule(policy.resolve().k_table(max_num_seqs))
         return cls(
             name=name,
             kind=policy.kind,
-            k=k,
-            schedule=policy.schedule if isinstance(policy, DynamicPolicy) else None,
+            k=policy.max_k,
+            schedule=schedule,
+            rule=policy.resolve().rule if kind.check != "table" else None,
+            fallback_k=fallback_k(policy) if kind.fallback else 0,
             topology=topology.label,
             data_parallel_size=topology.data_parallel_size,
             max_num_seqs=max_num_seqs,
             baseline=policy.kind == "off" if baseline is None else baseline,
             compared_with=compared_with,
             engines_ratio=engines_ratio,
-            method=None if isinstance(policy, OffPolicy) else policy.method,
+            method=None if isinstance(policy, OffPolicy) else policy.resolve().method,
             predicted_drop=predicted,
             engine_drop_cause=cause_of_warning(engine_warning),
             knobs=knobs_text(policy, topology),
@@ -99,7 +119,17 @@ class ArmInfo(BaseModel):
         """Configured k for batch sizes 0..max_num_seqs (index 0 unused), clamped to max k as vLLM does."""
         if self.kind == "off":
             return np.zeros(self.max_num_seqs + 1, dtype=np.int64)
-        if self.kind == "fixed" or self.schedule is None:
+        if isinstance(self.rule, SglangRule):
+            # What each slot starts at (its steps before any verification moved it): the replay decides the rest.
+            # Imported here: the rule module compiles with numba, which an analysis without SGLang arms never needs.
+            from serve_apps.sim.rules.sglang_adaptive import compile_rule
+
+            route, ints, _, state = compile_rule(self.rule, self.max_num_seqs)
+            start = np.array([ints[s, 1 + int(state[1 + s, 2])] for s in range(ints.shape[0])], dtype=np.int64)
+            table: np.ndarray = start[route]
+            table[0] = 0
+            return table
+        if self.facts.check != "table" or self.kind == "fixed" or self.schedule is None:
             table = np.full(self.max_num_seqs + 1, self.k, dtype=np.int64)
             table[0] = 0
             return table
@@ -107,14 +137,15 @@ class ArmInfo(BaseModel):
 
     @property
     def expects_static_fallback(self) -> bool:
-        """vLLM drops a dynamic schedule under data parallelism and runs the static max k."""
-        return self.kind == "dynamic" and self.data_parallel_size > 1
+        """vLLM drops a dynamic schedule under data parallelism and runs the static max k; SGLang refuses adaptive
+        steps under attention DP and runs its static steps."""
+        return self.facts.fallback is not None and self.data_parallel_size > 1
 
     @property
     def drop_cause(self) -> str | None:
         """Why vLLM ran this arm's schedule as the static max k: the engine's own warning first, else the
         prediction (data parallelism, or vLLM 0.33's model runner V1 + method); None: no drop was expected."""
-        if self.kind != "dynamic":
+        if self.facts.fallback is None:
             return None
         if self.engine_drop_cause == "model runner V1 + method" or (
             self.engine_drop_cause is None and self.predicted_drop is not None
@@ -123,7 +154,7 @@ class ArmInfo(BaseModel):
             return f"vLLM's model runner V1 fallback for method {self.method}{named}"
         if self.expects_static_fallback or self.engine_drop_cause == "data parallelism":
             named = ", named by the engine's warning" if self.engine_drop_cause else ""
-            return f"vLLM's data-parallel fallback (topology {self.topology}{named})"
+            return f"{self.facts.fallback or 'a data-parallel fallback'} (topology {self.topology}{named})"
         return None
 
 

@@ -89,6 +89,11 @@ def _trace_view(
     return located if local else []
 
 
+# What the replay of a stateful rule (SGLang's adaptive steps, TensorRT-LLM's gate) reads of each step besides its
+# batch size and k (orchestrator/analysis/verify/replayed.py); null where a timeline lacks them.
+RULE_COLUMNS = ("num_prefill", "drafted", "accepted")
+
+
 def steps_view(
     con: duckdb.DuckDBPyConnection, run_dir: str, units: Sequence[UnitKey], read: RunFiles | None = None
 ) -> frozenset[str]:
@@ -98,6 +103,7 @@ def steps_view(
     fs, base = filesystem(run_dir)
     found = []
     with_skip: set[str] = set()  # the files whose footer has the column
+    with_rule: set[str] = set()  # the files with what a stateful rule's replay reads (num_prefill, drafted, accepted)
     for arm, shape, repeat in units:
         path = f"{base}/timelines/arm={quote(arm, safe='')}/shape={quote(shape, safe='')}/r{repeat}.parquet"
         if fs.get_file_info(path).type == pafs.FileType.NotFound:
@@ -107,6 +113,8 @@ def steps_view(
         if footer.num_rows:
             if "drafts_skipped" in footer.schema.names:
                 with_skip.add(path)
+            if set(RULE_COLUMNS) <= set(footer.schema.names):
+                with_rule.add(path)
             found.append((path, arm, shape, repeat))
             if read is not None:
                 read.files.append((path, TIMELINE_FILE))
@@ -131,17 +139,28 @@ def steps_view(
         columns = ["engine_id", "start_ns", "end_ns", "batch_size", "k"]
         for path, *_ in found:
             with fs.open_input_file(path) as handle:
-                part = pq.read_table(handle, columns=[*columns, "drafts_skipped"] if path in with_skip else columns)
+                wanted = [
+                    *columns,
+                    *(RULE_COLUMNS if path in with_rule else ()),
+                    *(("drafts_skipped",) * (path in with_skip)),
+                ]
+                part = pq.read_table(handle, columns=wanted)
             if path not in with_skip:
                 part = part.append_column("drafts_skipped", pa.nulls(part.num_rows, pa.bool_()))
+            for name in RULE_COLUMNS if path not in with_rule else ():
+                part = part.append_column(name, pa.nulls(part.num_rows, pa.int64()))
             tables.append(part.append_column("filename", pa.array([path] * part.num_rows, pa.string())))
         con.register("timeline_rows", pa.concat_tables(tables))
         source = "timeline_rows"
     has_column = bool(with_skip) or source == "timeline_rows"
     skipped_sql = "coalesce(s.drafts_skipped, false)" if has_column else "false"
+    rule_sql = ", ".join(
+        f"s.{c}" if with_rule or source == "timeline_rows" else f"NULL::BIGINT AS {c}" for c in RULE_COLUMNS
+    )
     con.execute(
         "CREATE OR REPLACE TEMP VIEW steps AS SELECT f.arm, f.shape, f.repeat, s.engine_id, s.start_ns, s.end_ns, "
-        f"s.batch_size, s.k, {skipped_sql} AS drafts_skipped FROM {source} s JOIN timeline_files f "
+        f"s.batch_size, s.k, {rule_sql}, {skipped_sql} AS drafts_skipped "
+        f"FROM {source} s JOIN timeline_files f "
         "ON s.filename = f.filename"
     )
     return frozenset(f[1] for f in found)

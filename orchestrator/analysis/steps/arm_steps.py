@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 
 from orchestrator.analysis.read.inputs import RunInputs
 from serve_apps.engine_kinds.registry import kind_of
-from serve_apps.policies import DynamicPolicy, OffPolicy
+from serve_apps.policies import AnyPolicy, OffPolicy
+from serve_apps.policy_kinds import facts
 
 FIT_COLUMNS = ("batch_size", "k", "batched_tokens", "kv_tokens", "num_prefill")
 STEP_COLUMNS = ("start_ns", "end_ns", "engine_id")  # every timeline has them
@@ -155,7 +156,9 @@ def _blocks(engines: np.ndarray) -> np.ndarray:
     return np.cumsum(new_block) - 1
 
 
-def _read_arm(inputs: RunInputs, arm: str, files: list[tuple[str, str]], policy: object, every: int) -> ArmSteps:
+def _read_arm(
+    inputs: RunInputs, arm: str, files: list[tuple[str, str]], policy: AnyPolicy | None, every: int
+) -> ArmSteps:
     """One arm's steps, units in the order of their names. Each kept stretch of consecutive steps (a unit, or a
     block of one when `every` > 1) gets its own code, so that no step follows one it did not follow."""
     parts: list[dict[str, np.ndarray]] = []
@@ -188,7 +191,7 @@ def _read_arm(inputs: RunInputs, arm: str, files: list[tuple[str, str]], policy:
     return ArmSteps(
         arm=arm,
         speculative=not isinstance(policy, OffPolicy),
-        dynamic=isinstance(policy, DynamicPolicy),
+        dynamic=policy is not None and facts(policy.kind).adaptive,  # its k switches: what a switch costs
         unit=unit_ids,
         engine=engines,
         seconds=(end - start) / 1e9,

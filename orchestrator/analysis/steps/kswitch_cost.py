@@ -14,7 +14,7 @@ from orchestrator.analysis.steps.arm_steps import (
 )
 from orchestrator.analysis.steps.kswitch import describe
 from orchestrator.analysis.steps.step_model import CalibrationError, fit_steps
-from serve_apps.policies import DynamicPolicy
+from serve_apps.policy_kinds import facts
 
 MIN_SWITCHES = 2  # one switch gives a value without an interval
 # The fit holds its steps in memory (an n x 8 design and its copies): past this many steps of the run it fits an
@@ -28,7 +28,7 @@ def k_switch_lines(inputs: RunInputs, *, max_steps: int = REPORT_FIT_STEPS) -> l
     dynamic arm."""
     files = timeline_files(inputs)
     policies = {arm.name: arm.policy for arm in inputs.planned.arms}
-    dynamic = sorted(arm for arm in files if isinstance(policies.get(arm), DynamicPolicy))
+    dynamic = sorted(arm for arm in files if arm in policies and facts(policies[arm].kind).adaptive)
     if not dynamic:
         return []
     # Which arms can be fitted is told from two columns: the steps themselves are read only for a fit (every step

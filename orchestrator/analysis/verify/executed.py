@@ -20,7 +20,7 @@ from orchestrator.analysis.opmap.results import ArmVerification, BandKCheck, Fin
 from orchestrator.analysis.read.arms import ArmInfo
 from orchestrator.analysis.read.source import Requests, request_frame
 from orchestrator.analysis.read.telemetry import ArmTelemetry, arm_telemetry
-from orchestrator.analysis.verify.endpoint import endpoint_findings
+from orchestrator.analysis.verify.endpoint import endpoint_findings, without_steps
 from orchestrator.analysis.verify.findings import (
     dropped_finding,
     executed_k_finding,
@@ -30,9 +30,13 @@ from orchestrator.analysis.verify.findings import (
     share,
     switched_finding,
 )
-from orchestrator.analysis.verify.recovery import switch_timings
+from orchestrator.analysis.verify.floor0 import floor0_finding
+from orchestrator.analysis.verify.recovery import switch_timings, unverifiable_timings
+from orchestrator.analysis.verify.replayed import Replayed, replayed
 from orchestrator.analysis.verify.settings import VerifySettings
-from orchestrator.analysis.verify.step_counts import binned_step_runs, endpoint_step_arms, step_counts
+from orchestrator.analysis.verify.step_counts import binned_step_runs, endpoint_step_arms, run_keys, step_counts
+from serve_apps.engine_kinds.dialects import vllm
+from serve_apps.engine_kinds.dialects.base import Dialect
 
 
 def _k_tables(arms: Sequence[ArmInfo], batch_limit: int) -> np.ndarray:
@@ -45,6 +49,15 @@ def _k_tables(arms: Sequence[ArmInfo], batch_limit: int) -> np.ndarray:
     return tables
 
 
+def _matched(counts: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Per batch size, the steps whose executed k is the table's."""
+    k_width = counts.shape[1]
+    found: np.ndarray = np.where(
+        table < k_width, np.take_along_axis(counts, np.minimum(table, k_width - 1)[:, None], 1)[:, 0], 0
+    )
+    return found
+
+
 def _band_checks(
     arm: ArmInfo,
     counts: np.ndarray,
@@ -52,10 +65,12 @@ def _band_checks(
     band_of_batch: np.ndarray,
     bands: BandSet,
     settings: VerifySettings,
+    replay: Replayed | None = None,
 ) -> list[BandKCheck]:
-    """`counts`: (batch sizes, k) steps of one arm; `table`: its configured k per batch size."""
+    """`counts`: (batch sizes, k) steps of one arm; `table`: its configured k per batch size; `replay`: a stateful
+    rule's k replayed on the steps (then the band's configured k are the rule's on its steps, not a table's)."""
     k_width = counts.shape[1]
-    matched = np.where(table < k_width, np.take_along_axis(counts, np.minimum(table, k_width - 1)[:, None], 1)[:, 0], 0)
+    matched = _matched(counts, table) if replay is None else replay.matched
     checks = []
     for b, spec in enumerate(bands.bands):
         in_band = band_of_batch == b
@@ -64,7 +79,12 @@ def _band_checks(
         if not steps:
             continue
         low, high = int(max(spec.low, 1)), int(min(spec.upper - 1, arm.max_num_seqs))
-        configured = sorted({int(k) for k in table[low : high + 1]}) if low <= high else [int(table[-1])]
+        if replay is not None:
+            configured = [int(k) for k in np.flatnonzero(replay.expected[in_band].sum(axis=0))]
+        elif low <= high:
+            configured = sorted({int(k) for k in table[low : high + 1]})
+        else:
+            configured = [int(table[-1])]
         fraction = float(matched[in_band].sum() / steps)
         checks.append(
             BandKCheck(
@@ -93,19 +113,36 @@ def _verify_arm(
     steps_skipped_drafts: int = 0,
     endpoint: bool = False,
     extra: Sequence[Finding] = (),
+    replay: Replayed | None = None,
 ) -> ArmVerification:
+    if replay is not None:  # a stateful rule: its steps come with the k the rule gives each
+        counts = replay.executed
     k_width = counts.shape[1]
     by_batch = counts.sum(axis=1)
     by_k = counts.sum(axis=0)
     steps = int(by_batch.sum())
-    matched = np.where(table < k_width, np.take_along_axis(counts, np.minimum(table, k_width - 1)[:, None], 1)[:, 0], 0)
+    matched = _matched(counts, table) if replay is None else replay.matched
     band_of_batch = bands.assign(np.arange(len(table), dtype=np.float64))
-    band_checks = _band_checks(arm, counts, table, band_of_batch, bands, settings)
+    band_checks = _band_checks(arm, counts, table, band_of_batch, bands, settings, replay)
     findings = [
         identity_finding(arm, telemetry, steps, int(by_k[1:].sum()), int(by_k[0]) if k_width else 0, endpoint=endpoint),
-        executed_k_finding(arm, steps, float(matched.sum()), band_checks, settings, endpoint=endpoint),
+        executed_k_finding(
+            arm, steps, float(matched.sum()), band_checks, settings, endpoint=endpoint, replayed=replay is not None
+        ),
     ]
-    if arm.kind == "dynamic":
+    if replay is None and arm.rule is not None:
+        # No table to hold the steps against: the rule's k depends on the steps before, in their order
+        findings[1] = Finding.not_verifiable(
+            "executed_k", arm.name,
+            f"{arm.name}: not verifiable: {arm.kind}'s k depends on the steps before; the check replays its rule on "
+            "the engine step timeline, which this arm has none of",
+        )  # fmt: skip
+    elif replay is not None:
+        findings += replay.findings
+        if arm.expects_static_fallback:
+            below, ran = replay.fallback
+            findings.append(fallback_finding(arm, below, ran, settings, static_k=arm.fallback_k, rule=True))
+    elif arm.facts.adaptive:  # a table by batch size: vLLM's schedule, TensorRT-LLM's schedule and cap
         seen = np.flatnonzero(by_batch)
         low, high = (int(seen[0]), int(seen[-1])) if len(seen) else (0, 0)
         below_max = table < arm.k
@@ -151,15 +188,23 @@ def verify_executed_policy(
     bands: BandSet | None = None,
     settings: VerifySettings | None = None,
     endpoint_samples: pa.Table | None = None,
+    dialect: Dialect = vllm.DIALECT,
 ) -> VerificationReport:
     """`source`: a run's views (orchestrator.analysis.read.source), or a trace table in memory. `endpoint_samples`:
     the /metrics samples of endpoint arms (orchestrator.rundir.endpoint_samples.read_samples); every arm with samples is
-    verified as a foreign server: steps from per_step_drafted, batch sizes from the samples, totals reconciled."""
+    verified as a foreign server in `dialect` (its engine kind's): steps from what it reports per request, batch sizes
+    from the samples, totals reconciled with its counters, and what it cannot show reported not verifiable."""
     requests = request_frame(source) if isinstance(source, pa.Table) else source
     try:
         chosen = settings or VerifySettings()
         return _verify(
-            requests, arms, shapes=shapes, bands=bands or batch_bands(), settings=chosen, samples=endpoint_samples
+            requests,
+            arms,
+            shapes=shapes,
+            bands=bands or batch_bands(),
+            settings=chosen,
+            samples=endpoint_samples,
+            dialect=dialect,
         )
     finally:
         if requests is not source:
@@ -174,6 +219,7 @@ def _verify(
     bands: BandSet,
     settings: VerifySettings,
     samples: pa.Table | None = None,
+    dialect: Dialect = vllm.DIALECT,
 ) -> VerificationReport:
     names = [a.name for a in arms]
     unknown = sorted(set(requests.arms) - set(names))
@@ -185,33 +231,41 @@ def _verify(
     tables = _k_tables(arms, batch_limit)
     telemetry = arm_telemetry(requests, arms)
     sampled = {str(a) for a in samples.column("arm").to_pylist()} if samples is not None else set()
+    replays = replayed(requests, [a for a in arms if a.name not in sampled], batch_limit)
     results = []
     for i, arm in enumerate(arms):
         endpoint = arm.name in sampled
         extra = (
             endpoint_findings(
                 requests, arm, samples, counts.steps_without_batch.get(arm.name, 0),
-                steps_from_drafts=arm.name in endpoint_arms,
+                steps_from_drafts=arm.name in endpoint_arms, dialect=dialect,
             )
             if endpoint and samples is not None
-            else []
+            else [floor0_finding(requests, arm)] if arm.facts.floor0 else []
         )  # fmt: skip
-        results.append(
-            _verify_arm(
-                arm, counts.histogram[i], tables[i], telemetry[i], bands, settings, counts.mismatched_requests,
-                counts.steps_without_k.get(arm.name, 0),
-                steps_skipped_drafts=counts.steps_skipped_drafts.get(arm.name, 0), endpoint=endpoint, extra=extra,
-            )
+        result = _verify_arm(
+            arm, counts.histogram[i], tables[i], telemetry[i], bands, settings, counts.mismatched_requests,
+            counts.steps_without_k.get(arm.name, 0),
+            steps_skipped_drafts=counts.steps_skipped_drafts.get(arm.name, 0), endpoint=endpoint, extra=extra,
+            replay=replays.get(arm.name),
         )  # fmt: skip
-    # A schedule of one k at every batch size has no switch to time (whether that k ran is executed_k's check)
-    switching = [a for a in arms if a.kind != "dynamic" or one_k(a) is None]
+        results.append(without_steps(result, dialect) if endpoint and dialect.steps == "none" else result)
+    # A schedule of one k at every batch size has no switch to time (whether that k ran is executed_k's check);
+    # SGLang's slots switch by their rule whatever k each starts at
+    switching = [a for a in arms if a.facts.switches_with_load and (a.rule is not None or one_k(a) is None)]
+    # An endpoint whose server shows no step's draft length has no steps to time: said, never silently absent
+    blind = [a for a in switching if a.name in sampled and dialect.steps == "none"]
+    timed = [a for a in switching if a not in blind]
     timings = (
         switch_timings(
-            binned_step_runs(requests, switching, shapes, settings), switching, shapes, bound_s=settings.switch_bound_s
+            binned_step_runs(requests, timed, shapes, settings), timed, shapes, bound_s=settings.switch_bound_s
         )
-        if shapes and switching
+        if shapes and timed
         else []
     )
+    if shapes and blind:
+        reason = "; ".join(n for n in (dialect.steps_note, dialect.gauge_note) if n)
+        timings += unverifiable_timings(run_keys(requests), blind, shapes, reason, bound_s=settings.switch_bound_s)
     return VerificationReport(
         arms=results, switch_timings=timings, passed=all(r.passed for r in results) and all(t.passed for t in timings)
     )

@@ -85,7 +85,10 @@ def executed_k_finding(
     settings: VerifySettings,
     *,
     endpoint: bool = False,
+    replayed: bool = False,
 ) -> Finding:
+    """`replayed`: the configured k of each step is a stateful rule's, replayed on the recorded steps."""
+    configured = "the k its rule gives (replayed on its steps)" if replayed else "configured k"
     if steps == 0 and endpoint:
         # Per-request metrics omit steps without drafts (vLLM), so an arm that never drafts has no steps to show.
         return Finding.not_verifiable(
@@ -99,7 +102,7 @@ def executed_k_finding(
             check="executed_k",
             arm=arm.name,
             passed=True,
-            message=f"{arm.name}: executed k = configured k in {pct(fraction)} of {steps} steps",
+            message=f"{arm.name}: executed k = {configured} in {pct(fraction)} of {steps} steps",
         )
     worst = min(band_checks, key=lambda c: c.match_fraction if c.match_fraction is not None else 1.0)
     ran = ", ".join(f"k={k} {pct(share)}" for k, share in sorted(worst.executed_k.items(), key=lambda kv: -kv[1]))
@@ -120,8 +123,9 @@ def executed_k_finding(
         passed=False,
         band=worst.band,
         message=(
-            f"{arm.name}: executed k = configured k in only {pct(fraction)} of {steps} steps; worst band "
-            f"{worst.band}: configured {k_set(worst.configured_k)}, executed {ran}"
+            f"{arm.name}: executed k = {configured} in only {pct(fraction)} of {steps} steps; worst band "
+            f"{worst.band}: {'the rule gives' if replayed else 'configured'} {k_set(worst.configured_k)}, "
+            f"executed {ran}"
         ),
     )
 
@@ -159,30 +163,39 @@ def dropped_finding(arm: ArmInfo, t: ArmTelemetry, *, endpoint: bool = False) ->
     )
 
 
-def fallback_finding(arm: ArmInfo, below: int, ran_max: int, settings: VerifySettings) -> Finding:
+def fallback_finding(
+    arm: ArmInfo, below: int, ran_max: int, settings: VerifySettings, *, static_k: int | None = None,
+    rule: bool = False,
+) -> Finding:  # fmt: skip
+    """`static_k`: the k the design's fallback runs (vLLM: max k; SGLang: its static steps); `rule`: the steps are
+    those where a replayed rule, not a table, gives another k."""
+    k = arm.k if static_k is None else static_k
+    what = f"static max k = {k}" if static_k is None else f"static k = {k}"
+    where = "where its rule, replayed, gives another k" if rule else "where the schedule gives less"
     if below < settings.min_steps:
+        at = f"{where} than {what}" if rule else f"at batch sizes whose k is below max k {k}"
         return Finding.not_exercised(
             "static_fallback", arm.name,
-            f"{arm.name}: not exercised: {below} steps at batch sizes whose k is below max k {arm.k} "
-            f"({settings.min_steps} needed)",
+            f"{arm.name}: not exercised: {below} steps {at} ({settings.min_steps} needed)",
         )  # fmt: skip
     share = ran_max / below
     if share >= settings.fallback_share:
-        cause = arm.drop_cause or "the schedule was not applied"
+        cause = arm.drop_cause or ("the rule was not applied" if rule else "the schedule was not applied")
         return Finding(
             check="static_fallback",
             arm=arm.name,
             passed=False,
-            message=(
-                f"{arm.name}: ran the static max k = {arm.k} in {pct(share)} of the {below} steps where the "
-                f"schedule gives less: {cause}"
-            ),
+            message=f"{arm.name}: ran the {what} in {pct(share)} of the {below} steps {where}: {cause}",
         )
     return Finding(
         check="static_fallback",
         arm=arm.name,
         passed=True,
-        message=f"{arm.name}: no static fallback: max k = {arm.k} in {pct(share)} of {below} steps scheduled below it",
+        message=(
+            f"{arm.name}: no static fallback: {what} in {pct(share)} of {below} steps {where}"
+            if rule
+            else f"{arm.name}: no static fallback: max k = {k} in {pct(share)} of {below} steps scheduled below it"
+        ),
     )
 
 

@@ -119,7 +119,7 @@ def binned_runs(
 ) -> list[BinnedRun]:
     """The steps of `steps_sql` (run_id, time_s in seconds from the run's start, batch_size, k) counted per bin,
     for the `runs` (run_id, key) of dynamic arms on cross_and_recover shapes; in run order."""
-    by_arm = {a.name: a for a in arms if a.kind == "dynamic"}
+    by_arm = {a.name: a for a in arms if a.facts.switches_with_load}
     cross = {name: s for name, s in shapes.items() if isinstance(s, CrossAndRecover)}
     wanted = sorted(((i, key) for i, key in runs if key[0] in by_arm and key[1] in cross), key=lambda r: r[1])
     if not wanted:
@@ -295,13 +295,34 @@ def switch_timings(
     *,
     bound_s: float = 10.0,
 ) -> list[SwitchTiming]:
-    """One timing per (dynamic arm, cross_and_recover run) in `runs` (binned_runs: its bins and reference)."""
+    """One timing per (load-switching arm, cross_and_recover run) in `runs` (binned_runs: its bins and reference)."""
     by_name = {a.name: a for a in arms}
     timings = []
     for binned in runs:
         arm_name, shape_name, _, _ = binned.run
         arm, shape = by_name.get(arm_name), shapes.get(shape_name)
-        if arm is None or arm.kind != "dynamic" or not isinstance(shape, CrossAndRecover):
+        if arm is None or not arm.facts.switches_with_load or not isinstance(shape, CrossAndRecover):
             continue
         timings.append(_timing(arm=arm, shape=shape, binned=binned, bound_s=bound_s))
+    return timings
+
+
+def unverifiable_timings(
+    runs: Sequence[RunKey], arms: Sequence[ArmInfo], shapes: Mapping[str, ShapeBase], reason: str, *, bound_s: float
+) -> list[SwitchTiming]:
+    """One "not verifiable" timing per (load-switching arm, cross_and_recover run) of an arm whose server shows no
+    step's draft length: the load did cross, but nothing it reports can say when (or whether) k followed."""
+    by_name = {a.name: a for a in arms if a.facts.switches_with_load}
+    timings = []
+    for arm_name, shape_name, run_name, repeat in sorted(runs):
+        if arm_name not in by_name or not isinstance(shapes.get(shape_name), CrossAndRecover):
+            continue
+        timings.append(
+            SwitchTiming(
+                arm=arm_name, shape=shape_name, run=run_name, repeat=repeat, reference="shape", crossed_up_s=None,
+                switched_s=None, switch_lag_s=None, crossed_down_s=None, recovered_s=None, recovery_s=None,
+                quiet_k=None, loaded_k=None, bound_s=bound_s, passed=False, status="not_verifiable",
+                message=f"{arm_name} on {shape_name} (run {run_name}, repeat {repeat}): not verifiable: {reason}",
+            )
+        )  # fmt: skip
     return timings

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from loadshapes.shapes import CrossAndRecover, ShapeBase
 from orchestrator.analysis.read.arms import ArmInfo
-from orchestrator.analysis.read.source import Requests
+from orchestrator.analysis.read.source import Requests, RunKey
 from orchestrator.analysis.verify.recovery import BinnedRun, binned_runs
 from orchestrator.analysis.verify.settings import VerifySettings
 
@@ -123,9 +123,9 @@ def step_counts(
 def binned_step_runs(
     requests: Requests, arms: Sequence[ArmInfo], shapes: Mapping[str, ShapeBase], settings: VerifySettings
 ) -> list[BinnedRun]:
-    """The steps of the dynamic arms' cross_and_recover runs, in time (seconds from the run's start) and binned:
+    """The steps of the load-switching arms' cross_and_recover runs, in time (seconds from the run's start) and binned:
     from the timeline where the arm has one, else each request's steps spread evenly over its time in the engine."""
-    wanted = [a.name for a in arms if a.kind == "dynamic"]
+    wanted = [a.name for a in arms if a.facts.switches_with_load]
     cross = [name for name, shape in shapes.items() if isinstance(shape, CrossAndRecover)]
     if not wanted or not cross:
         return []
@@ -167,6 +167,14 @@ def binned_step_runs(
         requests.con, " UNION ALL ".join(parts), params, runs, arms, shapes, bin_s=settings.bin_s,
         reference=settings.reference,
     )  # fmt: skip
+
+
+def run_keys(requests: Requests) -> list[RunKey]:
+    """Every (arm, shape, run, repeat) the trace has rows of."""
+    return [
+        (str(arm), str(shape), str(run), int(repeat))
+        for arm, shape, run, repeat in requests.con.execute("SELECT arm, shape, run, repeat FROM runs").fetchall()
+    ]
 
 
 def endpoint_step_arms(requests: Requests, samples: pa.Table | None, names: Sequence[str]) -> list[str]:

@@ -8,6 +8,11 @@ map's minimum of requests) says so with its n and what more is needed.
 Runs of the same traffic combine: per band and k the candidate with the most requests; candidates of different
 runs are compared through each run's `off` arm (their per-token speedups over it, with the conservative interval
 of the two intervals' ends), candidates of one run pair by pair.
+
+Another engine's design (SGLang's adaptive steps, TensorRT-LLM's schedule, cap or gate) is a candidate per arm,
+named by its design: it may be the band's fastest, and the others are compared with it, but the choice is a k of
+vLLM's schedule. Where a design is faster than every vLLM k beyond the margin, the band keeps vLLM's fastest k
+and says which design beat it, and by how much.
 """
 
 from __future__ import annotations
@@ -25,22 +30,32 @@ from orchestrator.decide.recommend.runs import RunEvidence
 
 def _pooled(
     runs: Sequence[RunEvidence], choices: Sequence[BandChoice]
-) -> tuple[dict[int, tuple[str, KCandidate]], tuple[str, KCandidate] | None]:
-    """Per k, the speculative candidate with the most requests over the runs (the first run's on a tie); `off`."""
+) -> tuple[dict[int, tuple[str, KCandidate]], dict[str, tuple[str, KCandidate]], tuple[str, KCandidate] | None]:
+    """Per k, the speculative candidate with the most requests over the runs (the first run's on a tie); per
+    design arm, the same; `off`."""
     speculative: dict[int, tuple[str, KCandidate]] = {}
+    designs: dict[str, tuple[str, KCandidate]] = {}
     off: tuple[str, KCandidate] | None = None
     for run, choice in zip(runs, choices, strict=True):
         for c in choice.candidates:
             if not c.speculative:
                 if off is None or c.requests > off[1].requests:
                     off = (run.run_dir, c)
+            elif c.design is not None:
+                if c.arm not in designs or c.requests > designs[c.arm][1].requests:
+                    designs[c.arm] = (run.run_dir, c)
             elif c.k not in speculative or c.requests > speculative[c.k][1].requests:
                 speculative[c.k] = (run.run_dir, c)
-    return speculative, off
+    return speculative, designs, off
 
 
 def _point(ratio: RatioCI | None) -> float:
     return float(ratio.point) if ratio is not None and ratio.point is not None else float("-inf")
+
+
+def _slower_by(c: Candidate) -> float:
+    """How much slower than the band's fastest (its vs_best point); unknown: last."""
+    return float(c.vs_best.point) if c.vs_best is not None and c.vs_best.point is not None else math.inf
 
 
 def _through_off(best: KCandidate, other: KCandidate, margin: float) -> RatioCI:
@@ -64,11 +79,14 @@ def decide_band(runs: Sequence[RunEvidence], choices: Sequence[BandChoice], max_
     evidence = [c for r, c in zip(runs, choices, strict=True) if id(r) in counted]
     n = max(e.requests for e in evidence)
     margin, needed = first.margin, first.min_requests
-    speculative, off = _pooled(runs, choices)
+    speculative, designs, off = _pooled(runs, choices)
     unmeasured = [k for k in range(max_k + 1) if k not in speculative]
     if not speculative:
         return _insufficient(runs, choices, n, needed, off, unmeasured)
-    best_run, best = max(speculative.values(), key=lambda rc: (_point(rc[1].speedup), -rc[1].k))
+    best_run, best = max(
+        [*speculative.values(), *designs.values()],
+        key=lambda rc: (_point(rc[1].speedup), rc[1].design is None, -rc[1].k),
+    )
     run_best = {r.run_dir: c.best_arm for r, c in zip(runs, choices, strict=True)}
 
     def compared(run: str, c: KCandidate) -> Candidate:
@@ -76,14 +94,21 @@ def decide_band(runs: Sequence[RunEvidence], choices: Sequence[BandChoice], max_
         ratio = None if c is best else c.vs_best if direct else _through_off(best, c, margin)
         return Candidate(
             run=run, arm=c.arm, k=c.k, speculative=c.speculative, requests=c.requests, vs_best=ratio,
-            through_off=c is not best and not direct,
+            through_off=c is not best and not direct, design=c.design,
         )  # fmt: skip
 
-    candidates = ([compared(*off)] if off else []) + [compared(*speculative[k]) for k in sorted(speculative)]
-    spec = [c for c in candidates if c.speculative]
+    candidates = (
+        ([compared(*off)] if off else []) + [compared(*speculative[k]) for k in sorted(speculative)]
+        + [compared(*designs[arm]) for arm in sorted(designs)]
+    )  # fmt: skip
+    spec = [c for c in candidates if c.vllm_k]
     limit = 1 + margin
     acceptable = [c for c in spec if c.vs_best is None or (c.vs_best.point is not None and c.vs_best.point <= limit)]
-    choice = min(acceptable, key=lambda c: c.k)
+    # A design faster than every vLLM k beyond the margin: the band keeps vLLM's fastest k and says so below.
+    beaten_by = (
+        next((c for c in candidates if c.design is not None and c.vs_best is None), None) if not acceptable else None
+    )
+    choice = min(acceptable, key=lambda c: c.k) if acceptable else min(spec, key=_slower_by)
     smaller = [c for c in spec if c.k < choice.k]
     clearly_worse = all(c.vs_best is not None and c.vs_best.low is not None and c.vs_best.low > limit for c in smaller)
     within = choice.vs_best is None or (choice.vs_best.high is not None and choice.vs_best.high <= limit)
@@ -110,7 +135,12 @@ def decide_band(runs: Sequence[RunEvidence], choices: Sequence[BandChoice], max_
         status: Status = "off"
         arm = off_candidate.arm
     else:
-        message = f"{first.band}: k={choice.k} ({choice.arm}), {confidence} confidence | {said}{gaps}"
+        beaten = (
+            f"; {beaten_by.arm} ({beaten_by.design}) is faster than every vLLM k here: k={choice.k} is "
+            f"{ratio_text(choice.vs_best)} slower" if beaten_by is not None and choice.vs_best is not None else ""
+        )  # fmt: skip
+        confidence = "low" if beaten else confidence
+        message = f"{first.band}: k={choice.k} ({choice.arm}), {confidence} confidence{beaten} | {said}{gaps}"
         status, arm = "schedule", choice.arm
     return BandDecision(
         band=first.band, low=first.low, high=first.high, requests=n, needed=needed, status=status, k=choice.k,

@@ -34,7 +34,7 @@ def split(runs: Sequence[RunEvidence], decision: BandDecision, max_k: int) -> li
     marks: list[tuple[int, int, BandDecision | None]] = []
     for per_run in zip(*fines, strict=True):
         fine = decide_band(runs, per_run, max_k)
-        kept = next((c for c in fine.candidates if c.speculative and c.k == decision.k), None)
+        kept = next((c for c in fine.candidates if c.vllm_k and c.k == decision.k), None)
         slower = kept is not None and kept.vs_best is not None and (kept.vs_best.low or 0.0) > limit
         separated = fine.status == "off" or (fine.status == "schedule" and slower)
         marks.append((per_run[0].low, per_run[0].high, fine if separated else None))
@@ -49,7 +49,7 @@ def split(runs: Sequence[RunEvidence], decision: BandDecision, max_k: int) -> li
             kept_last = True
             continue
         fine = separated_fine
-        kept = next((c for c in fine.candidates if c.speculative and c.k == decision.k), None)
+        kept = next((c for c in fine.candidates if c.vllm_k and c.k == decision.k), None)
         why = (
             f"k={decision.k} ({kept.arm}) {ratio_text(kept.vs_best)} here" if kept is not None and kept.vs_best
             else f"off faster than {decision.arm} here"

@@ -29,10 +29,17 @@ class Candidate(BaseModel):
     requests: int
     vs_best: RatioCI | None  # per-token latency over the band's fastest speculative arm's; None: the fastest
     through_off: bool  # measured in another run than the fastest: compared through each run's `off` arm
+    # Another engine's design (SGLang's, TensorRT-LLM's): compared like any arm, never a k of vLLM's schedule
+    design: str | None = None
 
     @property
     def name(self) -> str:
-        return "off" if not self.speculative else f"k={self.k}"
+        return "off" if not self.speculative else self.design or f"k={self.k}"
+
+    @property
+    def vllm_k(self) -> bool:
+        """A k that vLLM's schedule can run (a speculative arm of vLLM's policies)."""
+        return self.speculative and self.design is None
 
 
 class BandDecision(BaseModel):

@@ -78,8 +78,8 @@ def answer(
     logs: dict[str, float] = {}
     for i in used:
         for c in bands[i].candidates:
-            if c.speculative and c.k == 0:
-                continue  # a drafter loaded that does not draft: never a static choice
+            if c.design is not None or (c.speculative and c.k == 0):
+                continue  # another engine's design, or a drafter loaded that does not draft: never a static choice
             names.setdefault(c.name, (c.k, c.arm))
     for name in list(names):
         per_band = [
@@ -126,7 +126,7 @@ def answer(
         per_band = []
         for i in used:
             run_k = schedule_k[i]
-            found = next((c for c in bands[i].candidates if c.speculative and c.k == run_k), None)
+            found = next((c for c in bands[i].candidates if c.vllm_k and c.k == run_k), None)
             if found is None or _latency(found) is None:
                 per_band = []
                 break

@@ -251,12 +251,16 @@ EP_SCHEDULE = ((1, 2, 4), (3, 6, 2), (7, 16, 1))
 EP_POLICY = DynamicPolicy(method="draft_model", model="d", max_k=4, schedule=EP_SCHEDULE)
 
 
-def _endpoint_case(arm: ArmInfo, running: int, drafted: int, *, counters_off_by: int = 0) -> VerificationReport:
+def _endpoint_case(
+    arm: ArmInfo, running: int, drafted: int, *, counters_off_by: int = 0, old_run: Path | None = None
+) -> VerificationReport:
     """30 requests each drafting `drafted` tokens in 5 steps while the server reports `running` requests; the
-    server's counters move by exactly the trace's totals (plus `counters_off_by` drafts)."""
+    server's counters move by exactly the trace's totals (plus `counters_off_by` drafts). `old_run`: the samples go
+    through a samples file there in the format written before the dialects (no generation_tokens, draft_length)."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    from orchestrator.rundir.endpoint_samples import SCHEMA
+    from orchestrator.rundir.endpoint_samples import SCHEMA, read_samples, unit_path
 
     n = 30
     steps = 5 if drafted else 0  # vLLM omits steps without drafts from per_step_drafted
@@ -276,12 +280,31 @@ def _endpoint_case(arm: ArmInfo, running: int, drafted: int, *, counters_off_by:
             "num_drafts": [100.0] + [100.0 + total + counters_off_by] * 13,
             "draft_tokens": [400.0] + [400.0 + total * drafted] * 13,
             "accepted_tokens": [50.0] + [50.0 + total] * 13,
+            "generation_tokens": [None] * 14, "draft_length": [None] * 14,  # vLLM exports neither
         },
         schema=SCHEMA,
     ).append_column("arm", pa.array([arm.name] * 14)).append_column("shape", pa.array(["s"] * 14)).append_column(
         "repeat", pa.array([0] * 14, pa.int32())
     )  # fmt: skip
+    if old_run is not None:
+        path = Path(unit_path(str(old_run), arm.name, "s", 0))
+        path.parent.mkdir(parents=True)
+        pq.write_table(samples.select(OLD_SAMPLE_COLUMNS), path)
+        samples = read_samples(str(old_run), [(arm.name, "s", 0)])
     return verify_executed_policy(table, [arm], endpoint_samples=samples)
+
+
+# The samples file's columns before the dialects (vLLM's three counters only)
+OLD_SAMPLE_COLUMNS = ["time_ns", "running", "waiting", "engines", "num_drafts", "draft_tokens", "accepted_tokens"]
+
+
+def test_an_endpoint_run_written_before_the_dialects_verifies_as_it_did(tmp_path: Path) -> None:
+    arm = ArmInfo.from_policy("dyn-single", EP_POLICY, max_num_seqs=16)
+    for drafted, off_by in ((2, 0), (2, 3)):
+        now = _endpoint_case(arm, running=4, drafted=drafted, counters_off_by=off_by)
+        old = _endpoint_case(arm, running=4, drafted=drafted, counters_off_by=off_by, old_run=tmp_path / f"r{off_by}")
+        assert old == now
+        assert {f.check: f.status for f in old.arms[0].findings}["reconciliation"] == ("fail" if off_by else "pass")
 
 
 def test_an_endpoint_arm_following_its_schedule_passes_with_evidence_and_reconciles() -> None:
@@ -728,7 +751,8 @@ def test_switch_timing_from_binned_counts_equals_the_per_step_timing(bin_s: floa
         assert any(b.below_start.any() or b.past_end.any() for b in binned)  # times that round across an edge
 
 
-def test_a_switch_not_exercised_fails_the_recovery_gate_only_where_checks_without_evidence_fail() -> None:
+@pytest.mark.parametrize("status", ["not_exercised", "not_verifiable"])
+def test_a_switch_not_exercised_fails_the_recovery_gate_only_where_checks_without_evidence_fail(status: str) -> None:
 
     from orchestrator.analysis.gates import evaluate_gates
     from orchestrator.analysis.opmap.results import SwitchTiming
@@ -737,7 +761,7 @@ def test_a_switch_not_exercised_fails_the_recovery_gate_only_where_checks_withou
     timing = SwitchTiming(
         arm="dyn-single", shape="cross", run="r", repeat=0, reference="shape", crossed_up_s=None, switched_s=None,
         switch_lag_s=None, crossed_down_s=None, recovered_s=None, recovery_s=None, quiet_k=3, loaded_k=None,
-        bound_s=10.0, passed=False, status="not_exercised", message="dyn-single on cross: not exercised: ...",
+        bound_s=10.0, passed=False, status=status, message="dyn-single on cross: not exercised: ...",
     )  # fmt: skip
     failed = timing.model_copy(update={"arm": "dyn-dp2", "status": "fail", "message": "dyn-dp2 on cross: never"})
     campaign = load_campaign(REPO / "campaigns" / "quickstart.yaml")

@@ -2,9 +2,11 @@
 telemetry through `run_campaign` and the report: per_step_drafted for the executed k, /metrics for the batch and
 the counters the trace must reconcile with.
 
-At most two servers run at once (each ~2-3 GB): `off` and the dynamic arm first, then `off` is stopped and the
-same dynamic schedule on --data-parallel-size 2 runs into the same output (the run resumes). Slow: three server
-start-ups (~1-2 min each on this 2-core machine) and three 20-second units.
+The three servers (~2-3 GB each, the DP = 2 one ~4 GB) start together, before Ray: their start-ups (~1-2 min
+each on this 2-core machine, partly idle) overlap each other and Ray's. `off` and the dynamic arm run as soon as
+those two answer, then the same dynamic schedule on --data-parallel-size 2 runs into the same output once that
+server answers (the run resumes; its endpoint is not checked by the first call). Slow: the start-ups and three
+8-second units (thousands of drafting steps each; the verifier needs 20 per check, the test 10 /metrics samples).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,22 +60,27 @@ class Server:
 
 
 @contextmanager
-def vllm_servers(*servers: Server) -> Iterator[None]:
-    """The servers, all started before any is waited for (their start-ups, ~1-2 min each and mostly one core's
-    work, overlap on this 2-core machine), stopped by their PIDs (their process groups) after."""
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    processes: list[subprocess.Popen[bytes]] = []
+def vllm_servers(*servers: Server) -> Iterator[Callable[[Server], None]]:
+    """The servers, all started at once (their start-ups, ~1-2 min each and mostly one core's work, overlap on
+    this 2-core machine); yields `up(server)`, which waits until that one answers. Stopped by their PIDs (their
+    process groups) after, all signalled before any is waited for."""
+    # nobind: vLLM's automatic binding pins every engine's compute thread to core 0 on this machine (it keeps the
+    # last core for other work), so all the servers' engines (and any other test's) would share one core.
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "VLLM_CPU_OMP_THREADS_BIND": "nobind"}  # fmt: skip
+    processes: dict[Server, subprocess.Popen[bytes]] = {}
+    deadline = time.monotonic() + 600
     try:
         for server in servers:
             with server.log.open("w") as out:
-                processes.append(subprocess.Popen(server.args(), stdout=out, stderr=subprocess.STDOUT, env=env,
-                                                  start_new_session=True))  # fmt: skip
-        deadline = time.monotonic() + 600
-        for server, process in zip(servers, processes, strict=True):
-            _wait_up(server, process, deadline)
-        yield
+                processes[server] = subprocess.Popen(server.args(), stdout=out, stderr=subprocess.STDOUT, env=env,
+                                                     start_new_session=True)  # fmt: skip
+        yield lambda server: _wait_up(server, processes[server], deadline)
     finally:
-        for process in processes:
+        for process in processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in processes.values():
             _stop(process)
 
 
@@ -91,8 +98,7 @@ def _wait_up(server: Server, process: subprocess.Popen[bytes], deadline: float) 
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
+    """Waits for a server already sent SIGTERM, killing its process group when it does not go."""
     try:
         process.wait(60)
     except subprocess.TimeoutExpired:
@@ -121,7 +127,7 @@ def _campaign(urls: dict[str, str], output: Path) -> Campaign:
                 {"policy": "dyn", "topology": "dp2"},
             ],
             # Eight users: batches of about eight on one engine (k = 1), about four per rank under DP (k = 2).
-            "shapes": {"busy": {"kind": "concurrency", "users": 8, "duration_s": 20}},
+            "shapes": {"busy": {"kind": "concurrency", "users": 8, "duration_s": 8}},
             "mix": {"entries": [{"workload": short, "weight": 1}]},
             "load": {"workers": 1},
             "warmup": {"requests": 2},
@@ -143,21 +149,21 @@ def test_foreign_vllm_servers_are_verified_from_their_own_telemetry(
     names = ("off-single", "dyn-single", "dyn-dp2")
     ports = {name: free_port() for name in names}  # the campaign (its fingerprint) is the same in both calls
     campaign = _campaign({name: f"http://127.0.0.1:{port}" for name, port in ports.items()}, output)
-    with local_ray(num_cpus=4):
-        with vllm_servers(
-            Server(tiny_model_dir, None, tmp_path / "off.log", ports["off-single"]),
-            Server(tiny_model_dir, tiny_draft_dir, tmp_path / "dyn.log", ports["dyn-single"]),
-        ):
-            run_campaign(campaign, arms=list(names[:2]))
-        log = tmp_path / "dp2.log"
-        with vllm_servers(Server(tiny_model_dir, tiny_draft_dir, log, ports["dyn-dp2"], ("--data-parallel-size", "2"))):
-            assert "not supported with data parallelism" in log.read_text()  # vLLM says it drops the schedule
-            run_campaign(campaign, arms=["dyn-dp2"])
+    off = Server(tiny_model_dir, None, tmp_path / "off.log", ports["off-single"])
+    dyn = Server(tiny_model_dir, tiny_draft_dir, tmp_path / "dyn.log", ports["dyn-single"])
+    dp2 = Server(tiny_model_dir, tiny_draft_dir, tmp_path / "dp2.log", ports["dyn-dp2"], ("--data-parallel-size", "2"))
+    with vllm_servers(off, dyn, dp2) as up, local_ray(num_cpus=4):
+        up(off)
+        up(dyn)
+        run_campaign(campaign, arms=list(names[:2]))
+        up(dp2)
+        assert "not supported with data parallelism" in dp2.log.read_text()  # vLLM says it drops the schedule
+        run_campaign(campaign, arms=["dyn-dp2"])
     summary = write_report(str(output))
 
     for name in names:  # sampled during the unit, no step timeline asked of a foreign server
         samples = pq.read_table(output / f"endpoint_metrics/arm={name}/shape=busy/r0.parquet")
-        assert samples.num_rows >= 10, name
+        assert samples.num_rows >= 10, (name, samples.num_rows)
     assert not (output / "timelines").exists()  # and no empty timeline file written for one
     arms = {a.arm: a for a in summary.verification.arms}
     findings = {name: {f.check: f for f in arms[name].findings} for name in names}

@@ -1,6 +1,8 @@
 """`specdrill search --real-time`: the same search through `specdrill run`'s runner on Ray (deploy, load workers,
 traces, step timelines), on the simulated costly-verify arms slowed 4x so that the crossover (~28 req/s in
-virtual time) lies at a few requests per second of wall time. A short search: a 50% bracket, one unit per rate."""
+virtual time) lies at a few requests per second of wall time. A short search: 20-request units (5 s at the low
+end; each unit also waits out its last requests, seconds at this speed) and a budget of about four steps: the low
+and high ends, then the bracket narrowed or a rate measured again."""
 
 from __future__ import annotations
 
@@ -50,8 +52,9 @@ def test_a_real_time_search_on_ray_brackets_the_crossover_in_a_run_directory(
     ray_address: str, serve_port: int, tmp_path: Path
 ) -> None:
     campaign = _campaign(tmp_path, serve_port, "search-ray")
-    config = SearchConfig(low=4, high=14, min_rate=2, max_rate=28, unit_requests=40, tolerance=0.5,
-                          max_units_per_rate=2, budget_requests=500)  # fmt: skip
+    # 170: room for four steps of ~40 requests (both arms), not five.
+    config = SearchConfig(low=4, high=14, min_rate=2, max_rate=28, unit_requests=20, tolerance=0.5,
+                          max_units_per_rate=2, budget_requests=170)  # fmt: skip
     out = tmp_path / "run"
     lines: list[str] = []
     record = run_search(campaign, arm="fixed3", against="off", output=str(out), config=config, mode="real",
@@ -63,7 +66,7 @@ def test_a_real_time_search_on_ray_brackets_the_crossover_in_a_run_directory(
     counted = [s for s in record.steps if s.discarded is None]
     first = counted[0].point
     assert first.rate == 4 and first.ratio is not None and first.ratio > 1  # k = 3 helps at a quarter of the crossover
-    # 40-request units: a rate near the crossing may stay undecided, and the words must say which it was.
+    # 20-request units: a rate near the crossing may stay undecided, and the words must say which it was.
     assert record.outcome.kind in ("crossover", "crossover_wide", "budget", "undecided")
     message = record.outcome.message
     if record.outcome.kind == "crossover":
@@ -71,8 +74,8 @@ def test_a_real_time_search_on_ray_brackets_the_crossover_in_a_run_directory(
     elif record.outcome.kind == "crossover_wide":
         assert message.startswith("crossover between ") and "not the 50% asked" in message
     elif record.outcome.kind == "budget":
-        # The operator's 500, with what went to units not counted when one lagged.
-        assert re.match(r"budget spent \(\d+ of 500 requests(, \d+ of them in units not counted)?\): ", message)
+        # The operator's 170, with what went to units not counted when one lagged.
+        assert re.match(r"budget spent \(\d+ of 170 requests(, \d+ of them in units not counted)?\): ", message)
     else:
         assert message.startswith("no crossover established for fixed3-single against off-single: ")
     assert json.loads((out / SEARCH_FILE).read_text())["lines"] == lines
@@ -85,9 +88,10 @@ def test_a_unit_whose_engine_lagged_is_not_counted_and_the_search_says_the_host_
     ray_address: str, serve_port: int, tmp_path: Path
 ) -> None:
     # Any lag at all exceeds this bound (a sleep always overshoots a little), so every unit counts as lagged: the
-    # search must keep them in the run directory, take no verdict from them and stop saying why.
+    # search must keep them in the run directory, take no verdict from them and stop saying why. At 10 req/s a
+    # 20-request unit lasts 2 s.
     campaign = _campaign(tmp_path, serve_port, "search-lag", engine_lag_bound=1e-9)
-    config = SearchConfig(low=4, high=14, min_rate=2, max_rate=28, unit_requests=20, tolerance=0.5,
+    config = SearchConfig(low=10, high=20, min_rate=2, max_rate=28, unit_requests=20, tolerance=0.5,
                           max_units_per_rate=2, max_lagged_units=1)  # fmt: skip
     out = tmp_path / "run"
     lines: list[str] = []
@@ -95,13 +99,13 @@ def test_a_unit_whose_engine_lagged_is_not_counted_and_the_search_says_the_host_
                         address=ray_address, echo=lines.append).record  # fmt: skip
     assert record.points == [] and len(record.steps) == 2
     assert all(s.discarded and s.discarded.startswith("engine lagged in ") for s in record.steps)
-    assert [s.step.rate for s in record.steps] == [4, 4]  # the same step again: nothing was learned from it
+    assert [s.step.rate for s in record.steps] == [10, 10]  # the same step again: nothing was learned from it
     for n, line in enumerate(lines[1:3], 1):
-        assert line.startswith(f"{n:>2}.      4 req/s  not counted: engine lagged in ")
+        assert line.startswith(f"{n:>2}.     10 req/s  not counted: engine lagged in ")
         assert "(bound 0%" in line and "this unit alone: ratio " in line
     assert record.outcome is not None and record.outcome.kind == "host_lagged"
     assert lines[3].startswith("no answer: the host could not keep pace with the simulated engine in 2 units "
-                               "(at 4 req/s;")  # fmt: skip
+                               "(at 10 req/s;")  # fmt: skip
     assert record.requests == sum(s.point.requests for s in record.steps) > 0
     summary = write_report(str(out))
     assert len(summary.units) == 4 and len(summary.engine_lagged_units) >= 2

@@ -119,7 +119,7 @@ def test_toy_kind_validates_runs_in_virtual_time_and_reports(toy: EngineKind, tm
 
 
 def test_unknown_kind_names_the_registered_ones(toy: EngineKind, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="'simulated', 'vllm', 'endpoint', 'toy'"):
+    with pytest.raises(ValueError, match="'simulated', 'vllm', 'endpoint', 'sglang', 'trtllm', 'toy'"):
         Campaign.model_validate(campaign_data({"kind": "maybe"}, tmp_path / "x"))
 
 
@@ -131,12 +131,14 @@ def test_a_kind_unregistered_is_refused_again(tmp_path: Path) -> None:
 
 
 def test_builtin_kinds_declare_what_the_runners_ask() -> None:
-    table = {name: (k.deploys_in_serve, k.runs_in_virtual_time, k.telemetry, k.metrics is not None)
+    table = {name: (k.deploys_in_serve, k.runs_in_virtual_time, k.telemetry, k.dialect.name)
              for name, k in kinds().items()}  # fmt: skip
     assert table == {
-        "simulated": (True, True, "step_timeline", False),
-        "vllm": (True, False, "step_timeline", True),
-        "endpoint": (False, False, "server_metrics", True),
+        "simulated": (True, True, "step_timeline", "vllm"),  # specdrill's servers answer in vLLM's format
+        "vllm": (True, False, "step_timeline", "vllm"),
+        "endpoint": (False, False, "server_metrics", "vllm"),
+        "sglang": (False, False, "server_metrics", "sglang"),
+        "trtllm": (False, False, "server_metrics", "trtllm"),
     }
 
 
@@ -154,7 +156,7 @@ def test_a_campaign_cut_to_some_arms_keeps_only_what_names_them() -> None:
 
 def test_metrics_dialect_names_what_a_scrape_sums() -> None:
     from orchestrator.execute.endpoint_scrape import parse
-    from serve_apps.engine_kinds.vllm import VLLM_METRICS
+    from serve_apps.engine_kinds.dialects.vllm import DIALECT
 
     text = "\n".join([
         "# HELP vllm:num_requests_running running",
@@ -166,6 +168,7 @@ def test_metrics_dialect_names_what_a_scrape_sums() -> None:
         "vllm:spec_decode_num_accepted_tokens_total 7.0",
         "sglang:num_running_reqs 99.0",
     ])  # fmt: skip
-    sample = parse(text, 5, VLLM_METRICS)
+    sample = parse(text, 5, DIALECT)
     assert (sample.running, sample.waiting, sample.engines) == (7.0, 2.0, 2)
     assert sample.counters == {"num_drafts": 15.0, "draft_tokens": None, "accepted_tokens": 7.0}
+    assert sample.draft_length is None  # vLLM exports no gauge of the draft length in force

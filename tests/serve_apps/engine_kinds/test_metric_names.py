@@ -1,6 +1,6 @@
-"""A server's Prometheus names live in its kind's MetricsDialect (serve_apps/engine_kinds/<kind>.py) and nowhere
-else in the product: a second copy of `vllm:num_requests_running` in a finding or a scraper would stay vLLM's when
-another server's dialect is read."""
+"""A server's Prometheus names live in its dialect's module (serve_apps/engine_kinds/dialects/<dialect>.py) and
+nowhere else in the product: a second copy of `vllm:num_requests_running` in a finding or a scraper would stay
+vLLM's when another server's dialect is read."""
 
 from __future__ import annotations
 
@@ -11,9 +11,14 @@ from pathlib import Path
 from tests import REPO
 
 PRODUCT = ("orchestrator", "serve_apps", "loadshapes", "timebase")
-# `vllm:spec_decode...`, `sglang:num_running_reqs`: a Prometheus name with the engine's namespace prefix
-METRIC_NAME = re.compile(r"\b(vllm|sglang|trtllm|tensorrt_llm):[a-z_]+")
-DIALECTS = REPO / "serve_apps" / "engine_kinds"
+# `vllm:spec_decode...`, `sglang:num_running_reqs`: a Prometheus name with the engine's namespace prefix;
+# TensorRT-LLM's have a `trtllm_` prefix instead (its metric families, not every word starting so: a policy may
+# be named trtllm_schedule).
+METRIC_NAME = re.compile(
+    r"\b(vllm|sglang|trtllm|tensorrt_llm):[a-z_]+"
+    r"|\btrtllm_(spec_decode|num_requests|generation_tokens|prompt_tokens|avg_decoded|scheduled_batch|speculative_config)"
+)
+DIALECTS = REPO / "serve_apps" / "engine_kinds" / "dialects"
 
 
 def metric_names_outside_dialects(paths: list[Path], root: Path = REPO) -> list[str]:
@@ -41,8 +46,9 @@ def metric_names_outside_dialects(paths: list[Path], root: Path = REPO) -> list[
 def test_metric_names_live_in_the_kinds_dialects_only() -> None:
     paths = sorted(p for package in PRODUCT for p in (REPO / package).rglob("*.py"))
     found = metric_names_outside_dialects(paths)
-    assert not found, "Prometheus names outside serve_apps/engine_kinds/ (read them from the kind's dialect):\n" + (
-        "\n".join(found)
+    assert not found, (
+        "Prometheus names outside serve_apps/engine_kinds/dialects/ (read them from the kind's dialect):\n"
+        + ("\n".join(found))
     )
 
 
@@ -52,3 +58,9 @@ def test_the_check_finds_a_name_in_a_message_and_not_in_a_docstring(tmp_path: Pa
         '"""Reads vllm:num_requests_running."""\nMESSAGE = "batch from /metrics vllm:num_requests_running"\n'
     )
     assert metric_names_outside_dialects([module], tmp_path) == ["finding.py:2: vllm:num_requests_running"]
+
+
+def test_the_check_finds_a_tensorrt_llm_name_and_not_a_policy_named_like_one(tmp_path: Path) -> None:
+    module = tmp_path / "scrape.py"
+    module.write_text('DRAFTS = "trtllm_spec_decode_num_draft_tokens_total"\nPOLICY = "trtllm_schedule"\n')
+    assert metric_names_outside_dialects([module], tmp_path) == ["scrape.py:1: trtllm_spec_decode"]
