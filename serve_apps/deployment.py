@@ -20,8 +20,8 @@ from ray import serve
 import serve_apps
 from serve_apps.arms import ArmSpec
 from serve_apps.engine_kinds.registry import kind_of
+from serve_apps.engines import base as engines
 from serve_apps.engines.base import EngineDead, live_by_rank, rank_engine_ids
-from serve_apps.engines.base import begin_unit as start_unit
 from serve_apps.engines.factory import build_engine
 from serve_apps.placement import plan_placement
 from serve_apps.service import ArmService, Placement, RequestError, engine_dead_body, error_body
@@ -190,7 +190,7 @@ class ArmDeployment:
         afresh (serve_apps/engines/base.py begin_unit)."""
         engine = self.service.engine
         if begin_unit:
-            start_unit(engine)
+            engines.begin_unit(engine)  # the module's: the query parameter takes the name here
         ids = {str(rank): engine_id for rank, engine_id in rank_engine_ids(engine).items()}
         return {"engine_id": engine.engine_id, "engine_ids": ids, **engine.timeline(since_step)}
 

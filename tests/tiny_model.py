@@ -33,27 +33,34 @@ def _corpus() -> list[str]:
     return [" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(40)) for i in range(400)]
 
 
+# A vLLM CPU engine of the suite: 1 GiB of KV cache, one thread, nothing fetched from the Hub. nobind: where vLLM
+# spawns worker processes (a data-parallel or multi-process engine, a `vllm serve`), its automatic binding pins each
+# one's compute thread to core 0 of this 2-core machine (it keeps the last core for other work), so every such
+# engine in the suite would share one core.
+CPU_ENGINE_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+}  # fmt: skip
+# ... with the engine core in the replica's process (an arm that spawns no workers)
+IN_PROCESS_ENGINE_ENV = {**CPU_ENGINE_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
 def tiny_vllm_engine(model: str) -> dict[str, object]:
-    """A campaign's `engine:` for the tiny model on vllm-cpu: eager float32, 8 sequences, 1 GiB of KV cache, the
-    engine core in the replica's process, one thread, nothing fetched from the Hub. nobind: where vLLM spawns
-    worker processes (a data-parallel or multi-process engine), its automatic binding pins each one's compute
-    thread to core 0 of this 2-core machine (it keeps the last core for other work), so every such engine in the
-    suite would share one core."""
+    """A campaign's `engine:` for the tiny model on vllm-cpu: eager float32, 8 sequences, IN_PROCESS_ENGINE_ENV."""
     return {
         "kind": "vllm", "model": model, "served_model_name": "tiny", "dtype": "float32",
-        "enforce_eager": True, "max_model_len": 256, "max_num_seqs": 8,
-        "env": {
-            "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1",
-            "HF_HUB_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-        },
+        "enforce_eager": True, "max_model_len": 256, "max_num_seqs": 8, "env": dict(IN_PROCESS_ENGINE_ENV),
     }  # fmt: skip
 
 
-# 12 prompt tokens, exactly 16 generated: requests short enough for a tiny model on two cores.
-SHORT_FIXED_WORKLOAD = {
-    "name": "short", "category": "chat", "prompt_tokens": {"kind": "fixed", "value": 12},
-    "output_tokens": {"kind": "fixed", "value": 16}, "max_tokens": 16, "ignore_eos": True,
-}  # fmt: skip
+def short_fixed_workload(output_tokens: int) -> dict[str, object]:
+    """12 prompt tokens, exactly `output_tokens` generated: requests short enough for a tiny model on two cores."""
+    return {
+        "name": "short", "category": "chat", "prompt_tokens": {"kind": "fixed", "value": 12},
+        "output_tokens": {"kind": "fixed", "value": output_tokens}, "max_tokens": output_tokens, "ignore_eos": True,
+    }  # fmt: skip
+
+
+SHORT_FIXED_WORKLOAD = short_fixed_workload(16)
 
 
 def build_tiny_llama(target: Path, *, seed: int = 0) -> Path:

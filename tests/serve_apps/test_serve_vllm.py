@@ -21,6 +21,7 @@ from orchestrator.execute.deploy import deploy
 from orchestrator.plan.campaign import Campaign
 from serve_apps.policies import dense_schedule, validate_schedule
 from tests.ray_helpers import free_port, local_ray
+from tests.tiny_model import IN_PROCESS_ENGINE_ENV
 
 pytestmark = pytest.mark.vllm
 
@@ -48,13 +49,7 @@ def arms(tiny_model_dir: str, tiny_draft_dir: str) -> Iterator[dict[str, str]]:
                     "enforce_eager": True,
                     "max_model_len": 512,
                     "max_num_seqs": MAX_NUM_SEQS,
-                    "env": {
-                        "VLLM_CPU_KVCACHE_SPACE": "1",
-                        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-                        "OMP_NUM_THREADS": "1",
-                        "HF_HUB_OFFLINE": "1",
-                        "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # tests/tiny_model.py says why
-                    },
+                    "env": dict(IN_PROCESS_ENGINE_ENV),
                 },
                 "policies": {
                     "off": "off",

@@ -34,7 +34,7 @@ from orchestrator.analysis.verify.floor0 import floor0_finding
 from orchestrator.analysis.verify.recovery import switch_timings, unverifiable_timings
 from orchestrator.analysis.verify.replayed import Replayed, replayed
 from orchestrator.analysis.verify.settings import VerifySettings
-from orchestrator.analysis.verify.step_counts import binned_step_runs, endpoint_step_arms, run_keys, step_counts
+from orchestrator.analysis.verify.step_counts import binned_step_runs, endpoint_step_arms, run_ids, step_counts
 from serve_apps.engine_kinds.dialects import vllm
 from serve_apps.engine_kinds.dialects.base import Dialect
 
@@ -265,7 +265,9 @@ def _verify(
     )
     if shapes and blind:
         reason = "; ".join(n for n in (dialect.steps_note, dialect.gauge_note) if n)
-        timings += unverifiable_timings(run_keys(requests), blind, shapes, reason, bound_s=settings.switch_bound_s)
+        timings += unverifiable_timings(
+            [key for _, key in run_ids(requests)], blind, shapes, reason, bound_s=settings.switch_bound_s
+        )
     return VerificationReport(
         arms=results, switch_timings=timings, passed=all(r.passed for r in results) and all(t.passed for t in timings)
     )

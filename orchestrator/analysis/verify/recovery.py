@@ -190,9 +190,35 @@ def _first_bin(condition: np.ndarray, start: int) -> int | None:
     return int(start + hits[0]) if len(hits) else None
 
 
+def _switch_timing(
+    run: RunKey, *, reference: Reference, quiet_k: int | None, bound_s: float, passed: bool, message: str,
+    status: str | None = None, **values: float | int | None,
+) -> SwitchTiming:  # fmt: skip
+    """A run's timing: the times and k it found (`values`; the rest None), its status (from `passed` unless said)
+    and its message, led by which arm, shape, run and repeat."""
+    arm, shape, run_name, repeat = run
+    fields: dict[str, float | int | None] = dict.fromkeys(
+        ("crossed_up_s", "switched_s", "switch_lag_s", "crossed_down_s", "recovered_s", "recovery_s", "loaded_k")
+    )
+    fields.update(values)
+    return SwitchTiming.model_validate(
+        {
+            "arm": arm,
+            "shape": shape,
+            "run": run_name,
+            "repeat": repeat,
+            "reference": reference,
+            "quiet_k": quiet_k,
+            "bound_s": bound_s,
+            "passed": passed,
+            "status": status or ("pass" if passed else "fail"),
+            "message": f"{arm} on {shape} (run {run_name}, repeat {repeat}): {message}",
+            **fields,
+        }
+    )
+
+
 def _timing(*, arm: ArmInfo, shape: CrossAndRecover, binned: BinnedRun, bound_s: float) -> SwitchTiming:
-    _, shape_name, run_name, repeat = binned.run
-    where = f"{arm.name} on {shape_name} (run {run_name}, repeat {repeat})"
     up_shape, down_shape = shape.crossing_offsets()
     bin_s, reference, bins, weights = binned.bin_s, binned.reference, binned.bin, binned.count
     executed, configured = binned.executed, binned.configured
@@ -202,25 +228,8 @@ def _timing(*, arm: ArmInfo, shape: CrossAndRecover, binned: BinnedRun, bound_s:
     quiet_configured = _mode(configured[before], weights[before])
 
     def result(passed: bool, message: str, status: str | None = None, **values: float | int | None) -> SwitchTiming:
-        fields: dict[str, float | int | None] = dict.fromkeys(
-            ("crossed_up_s", "switched_s", "switch_lag_s", "crossed_down_s", "recovered_s", "recovery_s", "loaded_k")
-        )
-        fields.update(values)
-        return SwitchTiming.model_validate(
-            {
-                "arm": arm.name,
-                "shape": shape_name,
-                "run": run_name,
-                "repeat": repeat,
-                "reference": reference,
-                "quiet_k": quiet_k,
-                "bound_s": bound_s,
-                "passed": passed,
-                "status": status or ("pass" if passed else "fail"),
-                "message": f"{where}: {message}",
-                **fields,
-            }
-        )
+        return _switch_timing(binned.run, reference=reference, quiet_k=quiet_k, bound_s=bound_s, passed=passed,
+                              message=message, status=status, **values)  # fmt: skip
 
     if quiet_k is None or quiet_configured is None:
         return result(False, f"no engine steps before the load crossed up at {up_shape:.1f} s: cannot time a switch")
@@ -312,17 +321,17 @@ def unverifiable_timings(
 ) -> list[SwitchTiming]:
     """One "not verifiable" timing per (load-switching arm, cross_and_recover run) of an arm whose server shows no
     step's draft length: the load did cross, but nothing it reports can say when (or whether) k followed."""
-    by_name = {a.name: a for a in arms if a.facts.switches_with_load}
-    timings = []
-    for arm_name, shape_name, run_name, repeat in sorted(runs):
-        if arm_name not in by_name or not isinstance(shapes.get(shape_name), CrossAndRecover):
-            continue
-        timings.append(
-            SwitchTiming(
-                arm=arm_name, shape=shape_name, run=run_name, repeat=repeat, reference="shape", crossed_up_s=None,
-                switched_s=None, switch_lag_s=None, crossed_down_s=None, recovered_s=None, recovery_s=None,
-                quiet_k=None, loaded_k=None, bound_s=bound_s, passed=False, status="not_verifiable",
-                message=f"{arm_name} on {shape_name} (run {run_name}, repeat {repeat}): not verifiable: {reason}",
-            )
-        )  # fmt: skip
-    return timings
+    switching = {a.name for a in arms if a.facts.switches_with_load}
+    return [
+        _switch_timing(
+            run,
+            reference="shape",
+            quiet_k=None,
+            bound_s=bound_s,
+            passed=False,
+            status="not_verifiable",
+            message=f"not verifiable: {reason}",
+        )
+        for run in sorted(runs)
+        if run[0] in switching and isinstance(shapes.get(run[1]), CrossAndRecover)
+    ]

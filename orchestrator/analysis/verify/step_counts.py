@@ -157,23 +157,19 @@ def binned_step_runs(
             """
         )
         params += [from_lists, cross]
-    runs = [
-        (int(run_id), (str(arm), str(shape), str(run), int(repeat)))
-        for run_id, arm, shape, run, repeat in requests.con.execute(
-            "SELECT run_id, arm, shape, run, repeat FROM runs"
-        ).fetchall()
-    ]
     return binned_runs(
-        requests.con, " UNION ALL ".join(parts), params, runs, arms, shapes, bin_s=settings.bin_s,
+        requests.con, " UNION ALL ".join(parts), params, run_ids(requests), arms, shapes, bin_s=settings.bin_s,
         reference=settings.reference,
     )  # fmt: skip
 
 
-def run_keys(requests: Requests) -> list[RunKey]:
-    """Every (arm, shape, run, repeat) the trace has rows of."""
+def run_ids(requests: Requests) -> list[tuple[int, RunKey]]:
+    """Every run the trace has rows of: its id in the views and its (arm, shape, run, repeat)."""
     return [
-        (str(arm), str(shape), str(run), int(repeat))
-        for arm, shape, run, repeat in requests.con.execute("SELECT arm, shape, run, repeat FROM runs").fetchall()
+        (int(run_id), (str(arm), str(shape), str(run), int(repeat)))
+        for run_id, arm, shape, run, repeat in requests.con.execute(
+            "SELECT run_id, arm, shape, run, repeat FROM runs"
+        ).fetchall()
     ]
 
 

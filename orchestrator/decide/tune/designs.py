@@ -29,7 +29,7 @@ from orchestrator.decide.scoring import Cell, Objective, cells, score
 from orchestrator.decide.tune.build import drafter_of, oracle_workload
 from orchestrator.decide.tune.simplify import simplest_oracle_schedule
 from orchestrator.decide.tune.static import smallest_within
-from orchestrator.decide.tune.topology import TopologyTraffic, choose_topology, with_single_off
+from orchestrator.decide.tune.topology import TopologyTraffic, choose_topology, short_form, with_single_off
 from orchestrator.plan.campaign import Campaign
 from serve_apps.policies import OffPolicy, Topology, parse_policy
 from serve_apps.policies_sglang import SglangAdaptivePolicy
@@ -107,6 +107,11 @@ def _families(max_k: int) -> list[Callable[[int], list[int]]]:
     return [one, below, around, with_zero]
 
 
+def _dynamic(max_k: int, ranges: Sequence[Sequence[int]]) -> str:
+    """vLLM's schedule in a campaign's short form: `dynamic:MAX_K:A-B=K,...`."""
+    return f"dynamic:{max_k}:" + ",".join(f"{a}-{b}={k}" for a, b, k in ranges)
+
+
 def candidates(design: Design, truth: Oracle, max_k: int, top: int) -> list[str | dict[str, object]]:
     """The design's search space: short forms (SGLang's slots: a mapping without method and model)."""
     out: list[str | dict[str, object]] = []
@@ -115,7 +120,7 @@ def candidates(design: Design, truth: Oracle, max_k: int, top: int) -> list[str 
             ranges = [(a, b, min(k, max_k)) for a, b, k in ranges]
             high = max(k for *_, k in ranges)
             if design == "vllm_schedule":
-                out.append(f"dynamic:{max(high, 1)}:" + ",".join(f"{a}-{b}={k}" for a, b, k in ranges))
+                out.append(_dynamic(max(high, 1), ranges))
                 continue
             out.append(f"trtllm_schedule:upper_bounds:{max(high, 1)}:" + ",".join(f"{b}={k}" for _, b, k in ranges))
             first = max(ranges[0][2], 1)  # the validator wants key 1 = the largest draft length
@@ -166,7 +171,7 @@ def static_candidates(design: Design, max_k: int, top: int) -> list[str | dict[s
     """A design its topology drops to a static k: the k it then runs, 1..max_k, each as the design's own form
     (played as it is, the engine's fallback applies): vLLM's schedule's max k, SGLang's num_steps."""
     if design == "vllm_schedule":
-        return [f"dynamic:{k}:1-{top}={k}" for k in range(1, max_k + 1)]
+        return [_dynamic(k, [(1, top, k)]) for k in range(1, max_k + 1)]
     return [f"sglang_adaptive:{k}" for k in range(1, max_k + 1)]
 
 
@@ -199,10 +204,8 @@ def tune_designs(
     truth = oracle(profile, workload=oracle_workload(traffic.campaign), max_k=max_k, batch_sizes=sizes,
                    tolerance=margin)  # fmt: skip
     schedule = [list(r) for r in _ranges(truth.schedule(), top)]
-    oracle_policy = parse_policy(
-        f"dynamic:{max(k for *_, k in schedule)}:" + ",".join(f"{a}-{b}={k}" for a, b, k in schedule),
-        default_method=method, default_model=model,
-    )  # fmt: skip
+    oracle_policy = parse_policy(_dynamic(max(k for *_, k in schedule), schedule), default_method=method,
+                                 default_model=model)  # fmt: skip
     counts = np.bincount(bands.assign(off.offered_rate), minlength=len(bands.bands))
     best: list[DesignBest] = []
     for design in designs:
@@ -238,11 +241,10 @@ def tune_designs(
     # engines as replicas), against off on the group: what the best k per batch gives on these engines.
     oracle_traffic = TopologyTraffic.on(base, choice.schedule_topology())
     oracle_ranges = _speedups(cells(oracle_traffic.play(oracle_policy), off, bands, objective))
-    named = choice.schedule_topology()
     return DesignsResult(
         bands=[b.label for b in bands.bands], best=best, oracle_schedule=schedule,
         oracle_speedups=[r.median for r in oracle_ranges], oracle_ranges=oracle_ranges,
-        oracle_topology="single" if named.kind == "single" else f"{named.kind}:{named.size}",
+        oracle_topology=short_form(choice.schedule_topology()),
         topology=choice.short, topology_name=choice.name, topology_why=choice.why, seeds=seeds,
         objective=objective.label,
         reach=max(1, min(off.max_batch, top)),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from orchestrator.analysis.opmap.results import MapSettings
 from orchestrator.analysis.steps.prediction_check import SeedRange
 from orchestrator.decide.tune.designs import DesignBest, DesignsResult
+from orchestrator.decide.tune.words import answered_for
 
 TIME_SCALE = "in virtual time (the simulator's prediction on the campaign's own load, not a measured engine)"
 
@@ -72,8 +73,7 @@ def words(result: DesignsResult, margin: float = MapSettings().margin) -> list[s
         "--seeds 3 for a decision)"
     )
     lines = [
-        f"answered for {result.topology} ({result.topology_name}) because {result.topology_why}; --topology single, "
-        "replicas:N or data_parallel:N answers for another deployment",
+        answered_for(f"{result.topology} ({result.topology_name})", result.topology_why),
         f"each design's best on this traffic {TIME_SCALE}, {samples}: {result.objective} speedup over off on the "
         f"same engines per offered-rate band ({', '.join(result.bands)} req/s):",
     ]

@@ -20,6 +20,11 @@ from serve_apps.arms import ArmSpec
 from serve_apps.policies import Topology, parse_topology
 
 
+def short_form(topology: Topology) -> str:
+    """The campaign's short form: single, replicas:N, data_parallel:N."""
+    return "single" if topology.kind == "single" else f"{topology.kind}:{topology.size}"
+
+
 class TopologyChoice(BaseModel):
     model_config = ConfigDict(frozen=True)
     topology: Topology
@@ -28,9 +33,7 @@ class TopologyChoice(BaseModel):
 
     @property
     def short(self) -> str:
-        """The campaign's short form: single, replicas:N, data_parallel:N."""
-        t = self.topology
-        return "single" if t.kind == "single" else f"{t.kind}:{t.size}"
+        return short_form(self.topology)
 
     @property
     def data_parallel(self) -> bool:

@@ -30,6 +30,12 @@ ORACLE_K = "the simulator's fixed-batch oracle's k, untested by this traffic"
 STATIC_K = "the same static k, which vLLM runs at every batch size"
 
 
+def answered_for(topology: str, why: str) -> str:
+    """Which deployment an answer is for, why, and how to ask for another (tune's and tune --design's first line)."""
+    return (f"answered for {topology} because {why}; --topology single, replicas:N or data_parallel:N answers for "
+            "another deployment")  # fmt: skip
+
+
 def describe(result: TuneResult, prediction: Prediction, tuned_arm: str, objective: Objective) -> list[str]:
     lines = answer_lines(result)
     if result.stopped_by_budget:
@@ -40,8 +46,7 @@ def describe(result: TuneResult, prediction: Prediction, tuned_arm: str, objecti
             f"{what} is the best found so far, not a tuned schedule{unimproved}"
         )
     if result.topology_why:
-        lines.append(f"answered for {result.topology} because {result.topology_why}; --topology single, replicas:N "
-                     "or data_parallel:N answers for another deployment")  # fmt: skip
+        lines.append(answered_for(result.topology, result.topology_why))
     lines += band_lines(result, prediction.seeds)
     if result.static is not None:
         lines += static_lines(result, result.static)

@@ -27,6 +27,7 @@ import pytest
 
 from orchestrator.plan.campaign import Campaign
 from tests.ray_helpers import free_port, local_ray
+from tests.tiny_model import CPU_ENGINE_ENV, short_fixed_workload
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -64,10 +65,7 @@ def vllm_servers(*servers: Server) -> Iterator[Callable[[Server], None]]:
     """The servers, all started at once (their start-ups, ~1-2 min each and mostly one core's work, overlap on
     this 2-core machine); yields `up(server)`, which waits until that one answers. Stopped by their PIDs (their
     process groups) after, all signalled before any is waited for."""
-    # nobind: vLLM's automatic binding pins every engine's compute thread to core 0 on this machine (it keeps the
-    # last core for other work), so all the servers' engines (and any other test's) would share one core.
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "VLLM_CPU_OMP_THREADS_BIND": "nobind"}  # fmt: skip
+    env = {**os.environ, **CPU_ENGINE_ENV}
     processes: dict[Server, subprocess.Popen[bytes]] = {}
     deadline = time.monotonic() + 600
     try:
@@ -107,10 +105,6 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def _campaign(urls: dict[str, str], output: Path) -> Campaign:
-    short = {
-        "name": "short", "category": "chat", "prompt_tokens": {"kind": "fixed", "value": 12},
-        "output_tokens": {"kind": "fixed", "value": 24}, "max_tokens": 24, "ignore_eos": True,
-    }  # fmt: skip
     return Campaign.model_validate(
         {
             "name": "foreign",
@@ -128,7 +122,7 @@ def _campaign(urls: dict[str, str], output: Path) -> Campaign:
             ],
             # Eight users: batches of about eight on one engine (k = 1), about four per rank under DP (k = 2).
             "shapes": {"busy": {"kind": "concurrency", "users": 8, "duration_s": 8}},
-            "mix": {"entries": [{"workload": short, "weight": 1}]},
+            "mix": {"entries": [{"workload": short_fixed_workload(24), "weight": 1}]},
             "load": {"workers": 1},
             "warmup": {"requests": 2},
             "output": str(output),

@@ -23,6 +23,7 @@ import pytest
 from orchestrator.plan.campaign import Campaign
 from serve_apps.policies import dense_schedule, validate_schedule
 from tests.ray_helpers import free_port, local_ray
+from tests.tiny_model import CPU_ENGINE_ENV, short_fixed_workload
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -33,20 +34,13 @@ K_TABLE = dense_schedule(validate_schedule(SCHEDULE), MAX_NUM_SEQS, MAX_K)
 
 
 def _campaign(model: str, draft: str, output: Path) -> Campaign:
-    short = {
-        "name": "short", "category": "chat", "prompt_tokens": {"kind": "fixed", "value": 12},
-        "output_tokens": {"kind": "fixed", "value": 24}, "max_tokens": 24, "ignore_eos": True,
-    }  # fmt: skip
     return Campaign.model_validate(
         {
             "name": "vllmdp",
             "engine": {
                 "kind": "vllm", "model": model, "served_model_name": "tiny", "dtype": "float32",
                 "enforce_eager": True, "max_model_len": 512, "max_num_seqs": MAX_NUM_SEQS,
-                # nobind: vLLM's automatic binding pins every engine's compute thread to core 0 on this machine
-                # (it keeps the last core for other work), so both ranks (and any other test's engine) share one.
-                "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-                        "VLLM_CPU_OMP_THREADS_BIND": "nobind"},
+                "env": dict(CPU_ENGINE_ENV),  # the ranks are worker processes: multiprocessing stays on
             },
             "policies": {
                 "off": "off",
@@ -59,7 +53,7 @@ def _campaign(model: str, draft: str, output: Path) -> Campaign:
             "arms": [{"policy": "off", "topology": "single"}, {"policy": "dyn", "topology": "dp2"}],
             # Eight users over two ranks: batches of about four per rank, where the schedule says k = 2.
             "shapes": {"busy": {"kind": "concurrency", "users": 8, "duration_s": 6}},
-            "mix": {"entries": [{"workload": short, "weight": 1}]},
+            "mix": {"entries": [{"workload": short_fixed_workload(24), "weight": 1}]},
             "load": {"workers": 1, "store_step_lists": True},
             "warmup": {"requests": 2},
             "resources": {"gpus_per_engine": 0},
