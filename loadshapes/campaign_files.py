@@ -13,6 +13,16 @@ from pydantic import ValidationInfo
 
 # The validation-context key: the absolute directory that relative paths in the file resolve against.
 FILES_RELATIVE_TO = "files_relative_to"
+# The validation-context key of a campaign read back from a run's manifest (report, recommend, tune, calibrate):
+# its files were checked when the run started, and what the run measured lies in its trace. A data set moved,
+# deleted or left on another machine must not stop a reader of the run, so such a campaign's files are not read.
+RECORDED = "recorded"
+
+
+def reads_files(info: ValidationInfo) -> bool:
+    """Whether a validator may read the files the campaign names now: a new campaign's are read at once (a bad
+    file is one line before anything is written); a recorded one's are not."""
+    return not (info.context or {}).get(RECORDED, False)
 
 
 def anchored(path: str, info: ValidationInfo) -> str:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from loadshapes.campaign_files import anchored
+from loadshapes.campaign_files import anchored, reads_files
 from loadshapes.datasets.formats import DatasetFormat, detect
 from loadshapes.datasets.sampling import SOURCE_KEYS, DatasetEntry, dataset_requests
 from loadshapes.prompts import PROMPT_BUILDERS, PrefixBlocks, prefixed_prompt
@@ -209,7 +209,7 @@ class RequestMix(_Strict):
         return None if v is None else anchored(v, info)
 
     @model_validator(mode="after")
-    def _one_source(self) -> RequestMix:
+    def _one_source(self, info: ValidationInfo) -> RequestMix:
         if sum(map(bool, (self.entries, self.dataset, self.datasets))) != 1:
             raise ValueError("a request mix has one of entries (weighted workloads), a dataset file or datasets")
         for i, entry in enumerate(self.entries):
@@ -217,6 +217,8 @@ class RequestMix(_Strict):
                 raise ValueError(
                     f"entries.{i}: unknown workload {entry.workload!r}; built in: {', '.join(BUILTIN_WORKLOADS)}"
                 )
+        if not reads_files(info):
+            return self
         if self.dataset is not None and self.dataset_format != "specdrill":
             # Read now, so a bad file is one line before anything is written (the rows are checked, offsets kept).
             DatasetEntry(dataset=self.dataset, weight=1).index()
@@ -235,6 +237,18 @@ class RequestMix(_Strict):
         if self.dataset is not None and self.dataset_format != "specdrill":
             return [DatasetEntry(dataset=self.dataset, weight=1)]
         return list(self.datasets)
+
+    def within(self, max_model_len: int | None) -> RequestMix:
+        """The mix with each data set bounded by the engine's max_model_len (its own where lower): a longer row is
+        skipped, counted and said (loadshapes/datasets/fit.py). Template text and specdrill's JSONL as they are."""
+        sources = self.sources
+        if max_model_len is None or not sources:
+            return self
+        bounded = [
+            s.model_copy(update={"max_model_len": min(s.max_model_len or max_model_len, max_model_len)})
+            for s in sources
+        ]
+        return self.model_copy(update={"dataset": None, "datasets": bounded})
 
     def sample(self, n: int, *, seed: int, tokenizer: PromptTokenizer | None = None) -> list[RequestSpec]:
         return self.at(range(n), seed=seed, tokenizer=tokenizer)

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from loadshapes.campaign_files import FILES_RELATIVE_TO
+from loadshapes.campaign_files import FILES_RELATIVE_TO, RECORDED
 from loadshapes.mixes import MixEntry, RequestMix
 from loadshapes.shapes import Shape, Sustained
 from loadshapes.slo import SloConfig
@@ -387,6 +387,7 @@ def load_campaign(path: str | Path) -> Campaign:
 
 def campaign_with_arms(data: Any) -> tuple[Campaign, CampaignArms]:
     """A campaign as a run's manifest holds it, validated, with its arms: what a reader of a run derives from the
-    campaign, in one call. Raises pydantic's ValidationError, or ValueError, where it is not a valid campaign."""
-    campaign = Campaign.model_validate(data)
+    campaign, in one call. Raises pydantic's ValidationError, or ValueError, where it is not a valid campaign. The
+    files it names are not read (campaign_files.RECORDED): the run's trace holds what it sent."""
+    campaign = Campaign.model_validate(data, context={RECORDED: True})
     return campaign, campaign.planned_arms()

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from loadshapes.campaign_files import RECORDED
 from orchestrator.decide.recommend.deployment import arm_names, deployment_arms, fixed_policy, named_policy
 from orchestrator.decide.recommend.recommendation import Recommendation
 from orchestrator.decide.recommend.runs import RunEvidence
@@ -169,7 +170,9 @@ def _exempt_only_its_arms(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _validated(data: dict[str, Any], what: str) -> dict[str, Any]:
-    """A generated campaign is checked as `specdrill run` would check it before it is written."""
-    campaign = load_yaml_model(yaml.safe_dump(data, sort_keys=False), Campaign, origin=what, error=CampaignError)
+    """A generated campaign is checked as `specdrill run` would check it before it is written. Its files are the
+    recorded run's (campaign_files.RECORDED): a data set moved since is read, and named, when it is run."""
+    text = yaml.safe_dump(data, sort_keys=False)
+    campaign = load_yaml_model(text, Campaign, origin=what, error=CampaignError, context={RECORDED: True})
     campaign.require_traffic()
     return data
