@@ -1,12 +1,15 @@
 """The recommended schedule checked per workload category: the schedule is chosen on the whole mix (every band's
 k on all its requests, never on the category that accepts best); here each band it speculates in is read per
 category (summary.json speedup_by_category: the chosen arm against `off` on the same requests), and a category
-the chosen k makes slower than plain decoding beyond the map's margin is named, with its interval."""
+the chosen k makes slower than plain decoding beyond the map's margin is named with its band and interval. A
+category can be hurt only in the busy bands (a verification step costs more at a large batch); a band holding too
+few of a category's requests for a verdict is said to be thin, never advice."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from orchestrator.analysis.opmap.category_speedup import MIN_PAIRS
 from orchestrator.analysis.opmap.results import Verdict
 from orchestrator.decide.recommend.recommendation import BandDecision
 from orchestrator.decide.recommend.runs import RunEvidence
@@ -31,7 +34,8 @@ def category_checks(runs: Sequence[RunEvidence], bands: Sequence[BandDecision]) 
             cell = next((c for m in summary.maps[:1] for c in m.cells if c.band == label and c.arm == b.arm), None)
             mix = cell.speedup.verdict if cell is not None and cell.speedup is not None else None
             short = [r for r in rows if r.verdict == Verdict.INSUFFICIENT_DATA]
-            thin += [f"{r.category} in {b.band} ({r.pairs} pairs)" for r in short]
+            thin += [f"not enough requests of {r.category} in band {b.band} ({r.pairs} pairs, {MIN_PAIRS} needed)"
+                     for r in short]  # fmt: skip
             for r in rows:
                 if r.verdict != Verdict.HURTS or r.low is None or r.high is None:
                     continue
@@ -42,7 +46,7 @@ def category_checks(runs: Sequence[RunEvidence], bands: Sequence[BandDecision]) 
                 )
     if len(checked) < 2:
         return []
-    few = [f"  too few requests to check: {', '.join(thin)}"] if thin else []
+    few = [f"  {line}: not checked there" for line in thin]
     if hurt:
         return [f"checked per category ({', '.join(sorted(checked))}): the schedule's k is slower than off beyond "
                 "the margin for", *(f"  {line}" for line in hurt), *few]  # fmt: skip

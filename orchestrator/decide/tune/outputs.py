@@ -149,7 +149,7 @@ def write_tune(
     snippet = {"speculative_config": result.speculative_config} if result.speculative_config else {}
     Path(files[CONFIG]).write_text(yaml.safe_dump(snippet, sort_keys=False) if snippet else "# speculation off\n")
     gap = oracle_gap(tuned.oracle, result.schedule, loaded.limits.max_num_seqs)
-    checks = category_lines(tuned.played, tuned.off, MapSettings().margin)
+    checks = category_lines(tuned.played, tuned.off, MapSettings().margin, result.bands)
     Path(files[RESULT]).write_text(json.dumps({**result.model_dump(mode="json"), "oracle_gap": gap,
                                                "category_checks": checks}, indent=1))  # fmt: skip
     lines = describe(result, prediction, tuned_arm, objective)

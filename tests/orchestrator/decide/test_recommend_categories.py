@@ -37,7 +37,12 @@ def category_workload(category: str, weight: int) -> dict[str, object]:
     }, "weight": weight}  # fmt: skip
 
 
-def _recommend(capsys: pytest.CaptureFixture[str], root: Path, acceptance: dict[str, list[float]] | None) -> dict:
+LIGHT = {"light": {"kind": "quiet", "rate": 6, "duration_s": 60}}
+
+
+def _recommend(
+    capsys: pytest.CaptureFixture[str], root: Path, acceptance: dict[str, list[float]] | None, shapes: dict = LIGHT
+) -> dict:
     profile = yaml.safe_load(SHIPPED.read_text())
     if acceptance is not None:
         profile["name"], profile["acceptance"] = "lowcode", {c: {"per_position": p} for c, p in acceptance.items()}
@@ -46,8 +51,8 @@ def _recommend(capsys: pytest.CaptureFixture[str], root: Path, acceptance: dict[
     campaign = sim_campaign(
         "cats", engine={"kind": "simulated", "profile": str(root / "p.yaml")},
         policies={"off": "off", "k1": "fixed:1", "k3": "fixed:3"},
-        shapes={"light": {"kind": "quiet", "rate": 6, "duration_s": 60}},
-        mix={"entries": [category_workload("chat", 3), category_workload("coding", 1)]}, load={"drain_s": 30},
+        shapes=shapes, mix={"entries": [category_workload("chat", 3), category_workload("coding", 1)]},
+        load={"drain_s": 30},
     )  # fmt: skip
     (root / "c.yaml").write_text(as_yaml(campaign))
     simulated = _cli(capsys, "simulate", str(root / "c.yaml"), "--output", str(root / "run"))
@@ -78,3 +83,20 @@ def test_on_categories_that_accept_alike_no_category_is_named(capsys, tmp_path: 
     assert rec["status"] == "schedule"
     assert rec["category_checks"] and "no category is slower than off" in rec["category_checks"][0], rec
     assert "by category, where the verdict differs" not in rec["simulated"]
+
+
+def test_a_category_hurt_only_where_the_engine_is_busy_is_named_in_those_bands(capsys, tmp_path: Path) -> None:
+    """Coding accepting (0.3, 0.2, 0.1): at batch 1-8 k = 3 costs it nothing beyond the margin (~1.02x off), at
+    batch 65-256 the verification of 4 tokens a sequence is paid for ~1.4 tokens a step (~0.7-0.8x off). A busy
+    shape (100 req/s) beside the light one: the check is made band by band, and a band with few coding requests
+    (the batch passes 9-14 on its way up) is said to be thin, not judged."""
+    busy = {**LIGHT, "busy": {"kind": "quiet", "rate": 100, "duration_s": 20}}
+    rec = _recommend(capsys, tmp_path, {"chat": [0.8, 0.7, 0.6], "coding": [0.3, 0.2, 0.1]}, busy)
+    assert rec["status"] == "schedule"
+    hurt = [line for line in rec["category_checks"] if "hurts coding" in line]
+    bands = {line.split()[0] for line in hurt}
+    assert bands and bands <= {"65-128", "129-201", "129-256"}, rec["category_checks"]
+    assert not any(line.split()[0] == "1-8" for line in hurt), hurt
+    thin = [line for line in rec["category_checks"] if line.strip().startswith("not enough requests of coding")]
+    assert thin and all("not checked there" in line and "30 needed" in line for line in thin), rec["category_checks"]
+    assert not any(line.split()[0] in {t.split("band ")[1].split()[0] for t in thin} for line in hurt)
