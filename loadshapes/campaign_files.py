@@ -37,6 +37,8 @@ def file_identity(path: str) -> str:
     """What a named file contributes to a campaign's identity: its content's digest where it can be read, else
     its name. The resolved path is absolute, so two clones (or two machines) running the same campaign would
     otherwise count as different traffic, and a run could not be compared or resumed from another checkout."""
+    if path.startswith("hf:"):  # a Hugging Face Hub data set (loadshapes/datasets/hub.py): its name, whole
+        return f"name:{path}"
     try:
         digest = hashlib.sha256()
         with open(path, "rb") as f:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from loadshapes.campaign_files import anchored, reads_files
 from loadshapes.datasets.formats import DatasetFormat, detect
+from loadshapes.datasets.hub import is_hub_name
 from loadshapes.datasets.sampling import SOURCE_KEYS, DatasetEntry, dataset_requests
 from loadshapes.prompts import PROMPT_BUILDERS, PrefixBlocks, prefixed_prompt
 
@@ -187,7 +188,8 @@ class RequestMix(_Strict):
         description="a data set file in a format `vllm bench serve` reads (ShareGPT, Spec-Bench, SPEED-Bench, "
         "custom, MT-Bench, HumanEval, GSM8K, InstructCoder, logged OpenAI request bodies), detected, or specdrill's "
         "own JSONL (a request per line: `category`, `prompt`, `max_tokens`, ...); a relative path is read from the "
-        "campaign file's directory. With `format`, `categories`, ... it is one entry of `datasets`",
+        "campaign file's directory. Or a Hugging Face Hub data set: hf:OWNER/NAME/FILE, hf:OWNER/NAME. With "
+        "`format`, `categories`, ... it is one entry of `datasets`",
     )
     datasets: list[DatasetEntry] = Field(
         default_factory=list, description="weighted data sets or categories of them (docs/operator/traffic.md)"
@@ -196,8 +198,9 @@ class RequestMix(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _one_dataset_with_options(cls, data: object) -> object:
-        """`mix: {dataset: F, format: ..., categories: [...]}` is a one-entry `datasets`."""
-        if isinstance(data, dict) and "dataset" in data and SOURCE_KEYS & set(data):
+        """`mix: {dataset: F, format: ..., categories: [...]}`, and a Hub data set, is a one-entry `datasets`."""
+        named = isinstance(data, dict) and isinstance(data.get("dataset"), str) and is_hub_name(data["dataset"])
+        if isinstance(data, dict) and "dataset" in data and (SOURCE_KEYS & set(data) or named):
             options = {k: data[k] for k in ("dataset", *SOURCE_KEYS) if k in data}
             rest = {k: v for k, v in data.items() if k not in options}
             return {**rest, "datasets": [{**options, "weight": 1}]}

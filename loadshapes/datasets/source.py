@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from loadshapes.campaign_files import anchored
 from loadshapes.datasets.formats import FORMATS, DatasetFormat, detect
+from loadshapes.datasets.hub import hub_format, is_hub_name, local_path
 from loadshapes.datasets.index import Index, index
 from loadshapes.datasets.reading import DatasetError
 from loadshapes.datasets.records import Record
@@ -32,7 +33,9 @@ class DatasetSource(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     dataset: str = Field(
-        description="the file (a SPEED-Bench directory); a relative path is read from the campaign file's directory"
+        description="the file (a SPEED-Bench directory), read from the campaign file's directory where relative; or "
+        "a Hugging Face Hub data set: hf:OWNER/NAME/FILE (a file of its repository) or hf:OWNER/NAME (by name, as "
+        "vLLM's `--dataset-name hf`; needs the datasets package)"
     )
     format: DatasetFormat | None = Field(
         default=None, description="detected from the file where left out (mt_bench: named only)"
@@ -51,15 +54,23 @@ class DatasetSource(BaseModel):
     @field_validator("dataset", mode="after")
     @classmethod
     def _relative_to_the_campaign(cls, v: str, info: ValidationInfo) -> str:
-        return anchored(v, info)
+        return v if is_hub_name(v) else anchored(v, info)
+
+    @property
+    def path(self) -> str:
+        """The file read: `dataset`, or a Hub data set's copy on this machine (loadshapes/datasets/hub.py)."""
+        return local_path(self.dataset) if is_hub_name(self.dataset) else self.dataset
 
     @property
     def resolved_format(self) -> DatasetFormat:
-        return self.format if self.format is not None else detect(self.dataset)
+        if self.format is not None:
+            return self.format
+        named = hub_format(self.dataset) if is_hub_name(self.dataset) else None
+        return named if named is not None else detect(self.path)
 
     def index(self) -> Index:
         """The rows it may send (read once per file version; one line naming the file where it cannot be used)."""
-        return index(self.dataset, self.resolved_format, self.categories, self.subset)
+        return index(self.path, self.resolved_format, self.categories, self.subset)
 
     def label(self, record: Record) -> str:
         if self.category is not None:

@@ -26,6 +26,7 @@ def run_cmd(
     started and finished (a Ray job's log shows them); the progress bar only on a terminal."""
     from orchestrator.execute.deploy import DeployError, NoRayCluster
     from orchestrator.execute.ray_executor import run_campaign
+    from orchestrator.plan.generated_text import generated_text_lines
     from serve_apps.arms import prompt_length_notice
 
     campaign = campaign_of(campaign_file)
@@ -40,6 +41,8 @@ def run_cmd(
     notice = prompt_length_notice(campaign.engine)
     if notice is not None:
         click.echo(notice)
+    for line in generated_text_lines(campaign):
+        click.echo(f"specdrill: warning: {line}", err=True)
     resume = resume_command(
         "run", campaign_file,
         [("--address", address), ("--output", output), ("--serve-port", serve_port), ("--no-report", no_report)],

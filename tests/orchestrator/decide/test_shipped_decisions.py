@@ -272,8 +272,12 @@ def test_first_yaml_compares_the_dp_arm_per_engine_and_says_so(tmp_path: Path) -
 def _gpu_example_in_virtual_time() -> dict[str, Any]:
     """campaigns/gpu-llama3.1-8b-eagle.yaml on the simulated engine of the same target, drafter and GPU kind (the
     shipped H100 EAGLE profile): its policies, topologies, shapes, mix and SLO, one repeat, every shape a quarter
-    as long (the same rates: the same batches, ~37k requests instead of ~300k)."""
+    as long (the same rates: the same batches, ~37k requests instead of ~300k). Its mix, ShareGPT from the Hugging
+    Face Hub (not fetched here), is replaced by the template workloads the oracle is computed for (per workload:
+    _oracle_of)."""
     data: dict[str, Any] = yaml.safe_load((ROOT / "campaigns" / "gpu-llama3.1-8b-eagle.yaml").read_text())
+    data["mix"] = {"entries": [{"workload": "reasoning", "weight": 2}, {"workload": "chat", "weight": 2},
+                               {"workload": "editing", "weight": 1}]}  # fmt: skip
     schedule = ",".join(f"{lo}-{hi}={k}" for lo, hi, k in data["policies"]["dyn"]["schedule"])
     data["engine"] = {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"}
     max_k = data["policies"]["dyn"]["max_k"]
