@@ -23,6 +23,9 @@ class Record:
     category: str | None = None
     output_tokens: int | None = None  # the length vLLM expects, where the row has it
     reply: str | None = None  # ShareGPT: the reply whose token count is the output length
+    # The conversation's later user turns, each with the data set's reply where it has one (its length is that
+    # turn's output length): played only by a data set entry with `sessions` (loadshapes/sessions.py).
+    later: tuple[tuple[str, str | None], ...] = ()
 
 
 class SpecdrillRow(_Row):
@@ -50,7 +53,10 @@ class ShareGPTEntry(_Row):
     conversations: list[ShareGPTTurn] = Field(default_factory=list)
 
     def record(self) -> Record:
-        return Record(prompt=self.conversations[0].value, reply=self.conversations[1].value)
+        # Later turns by position, as vLLM reads the first pair: user turns at even places, replies at odd ones.
+        turns = [t.value for t in self.conversations]
+        later = tuple((turns[i], turns[i + 1] if i + 1 < len(turns) else None) for i in range(2, len(turns), 2))
+        return Record(prompt=turns[0], reply=turns[1], later=later)
 
 
 class SpecBenchQuestion(_Row):
@@ -61,7 +67,7 @@ class SpecBenchQuestion(_Row):
     turns: list[str] = Field(min_length=1)
 
     def record(self) -> Record:
-        return Record(prompt=self.turns[0], category=self.category)
+        return Record(prompt=self.turns[0], category=self.category, later=tuple((t, None) for t in self.turns[1:]))
 
 
 class Message(_Row):
@@ -90,13 +96,14 @@ class CustomRow(_Row):
 
 
 class MTBenchRow(_Row):
-    """philschmid/mt-bench (MTBenchDataset): single turn, turns[0]."""
+    """philschmid/mt-bench (MTBenchDataset): turns[0] (vLLM sends only it; the second turn is played by
+    `sessions`)."""
 
     category: str | None = None
     turns: list[str] = Field(min_length=1)
 
     def record(self) -> Record:
-        return Record(prompt=self.turns[0], category=self.category)
+        return Record(prompt=self.turns[0], category=self.category, later=tuple((t, None) for t in self.turns[1:]))
 
 
 class HumanEvalRow(_Row):
