@@ -63,6 +63,12 @@ FORMS: dict[str, str] = {
         "tests/loadshapes/datasets/test_dataset_refusals.py::test_an_empty_category_filter",
     "specdrill simulate labels.yaml":
         "tests/loadshapes/datasets/test_dataset_refusals.py::test_a_file_in_none_of_the_formats",
+    "specdrill simulate sharegpt-hub.yaml":
+        "tests/loadshapes/datasets/test_hub.py::test_a_hub_file_not_in_the_cache_offline_is_one_line",
+    "specdrill simulate mt-bench.yaml":
+        "tests/loadshapes/datasets/test_hub.py::test_a_data_set_by_name_offline_and_not_cached_is_one_line_and_writes_nothing",
+    "specdrill run endpoint-template.yaml":
+        "tests/orchestrator/plan/test_generated_text.py::test_run_says_it_before_the_first_unit",
     "specdrill compare BASELINE_RUN CANDIDATE_RUN":
         "tests/orchestrator/compare/test_compare.py::test_a_run_compared_with_itself_and_its_rerun_shows_no_change_and_passes_the_gate",
     "specdrill compare BASELINE_RUN CANDIDATE_RUN --fail-on worse --margin 0.05 -o release-check":
