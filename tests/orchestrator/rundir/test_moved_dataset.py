@@ -1,7 +1,7 @@
-"""A run on a data set is read from its directory alone: after the data set file moved (or the run directory was
-copied to a machine without it), report and recommend still answer, since what the run sent is in its trace. A
-new campaign still reads its data set at once, so resuming a run whose data set is gone is one line, nothing
-written; pointed at the moved file (the same content) the run resumes."""
+"""A run on a data set (or a replayed trace) is read from its directory alone: after the file moved (or the run
+directory was copied to a machine without it), report and recommend still answer, since what the run sent is in
+its trace. A new campaign still reads its data set at once, so resuming a run whose data set is gone is one line,
+nothing written; pointed at the moved file (the same content) the run resumes."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import yaml
 
 from orchestrator.cli import main
 from tests.loadshapes.datasets.files import spec_bench
+from tests.loadshapes.replay_formats.test_replay_formats import azure
 from tests.tiny_campaigns import as_yaml, sim_campaign
 
 
@@ -83,3 +84,20 @@ def test_resuming_without_the_data_set_is_one_line_and_with_it_moved_resumes(mov
     assert marker.exists()
     said = out + err
     assert "resuming in" in said and "1 of 2 units already complete, 1 to run" in said, said
+
+
+def test_a_replay_run_reads_after_its_trace_moved(tmp_path: Path, capsys) -> None:
+    """The same for a replay shape's trace file: report and recommend read the run; recommend's follow-up takes
+    the replay's length from the run's units, as it cannot be read from the trace now."""
+    rows = [(f"2023-11-16 18:15:{i // 4:02d}.{(i % 4) * 25:02d}0000", 100 + i, 20 + i % 7) for i in range(40)]
+    azure(tmp_path / "trace.csv", rows)
+    campaign = sim_campaign("replayed", policies={"off": "off", "k1": "fixed:1"},
+                            shapes={"r": {"kind": "replay", "path": "trace.csv"}}, load={"drain_s": 30})  # fmt: skip
+    (tmp_path / "c.yaml").write_text(as_yaml(campaign))
+    code, _, err = _cli(capsys, "simulate", str(tmp_path / "c.yaml"), "--output", str(tmp_path / "run"), "--no-report")
+    assert code == 0, err
+    shutil.move(tmp_path / "trace.csv", tmp_path / "moved.csv")
+    code, out, err = _cli(capsys, "report", str(tmp_path / "run"))
+    assert code == 0 and "k1-single" in out, err
+    code, out, err = _cli(capsys, "recommend", str(tmp_path / "run"))
+    assert code == 0 and "recommended-campaign.yaml" in out, err
