@@ -111,7 +111,6 @@ def _specdrill(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-@pytest.mark.slow  # two child processes that import datasets and Ray's client (~10 s each on 2 cores)
 def test_a_data_set_by_name_is_loaded_by_the_datasets_library_from_its_cache(tmp_path: Path) -> None:
     """hf:openai/gsm8k through datasets.load_dataset(name, 'main', split='test'), as vLLM's bench loads it, from
     the library's own cache offline; its rows are written once as JSONL under specdrill's cache and sent."""
@@ -129,7 +128,6 @@ def test_a_data_set_by_name_is_loaded_by_the_datasets_library_from_its_cache(tmp
     print(f"by name from the datasets cache: {time.monotonic() - started:.1f} s")
 
 
-@pytest.mark.slow
 def test_a_data_set_by_name_offline_and_not_cached_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
     done = _specdrill(tmp_path, "simulate", str(_campaign(tmp_path, "hf:philschmid/mt-bench")))
     assert done.returncode == 2, done.stderr
