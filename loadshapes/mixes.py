@@ -194,6 +194,12 @@ class RequestMix(_Strict):
     datasets: list[DatasetEntry] = Field(
         default_factory=list, description="weighted data sets or categories of them (docs/operator/traffic.md)"
     )
+    max_model_len: int | None = Field(
+        default=None,
+        ge=1,
+        description="a data set's rows whose prompt + output tokens exceed it are skipped, counted and said (not "
+        "specdrill's own JSONL, sent as written); default: the engine's max_model_len where the campaign has one",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -238,20 +244,20 @@ class RequestMix(_Strict):
     def sources(self) -> list[DatasetEntry]:
         """The data sets sampled through their sources (all but specdrill's own JSONL)."""
         if self.dataset is not None and self.dataset_format != "specdrill":
-            return [DatasetEntry(dataset=self.dataset, weight=1)]
-        return list(self.datasets)
+            entries = [DatasetEntry(dataset=self.dataset, weight=1)]
+        else:
+            entries = list(self.datasets)
+        if self.max_model_len is None:
+            return entries
+        limit = self.max_model_len
+        return [e.model_copy(update={"max_model_len": min(e.max_model_len or limit, limit)}) for e in entries]
 
     def within(self, max_model_len: int | None) -> RequestMix:
         """The mix with each data set bounded by the engine's max_model_len (its own where lower): a longer row is
         skipped, counted and said (loadshapes/datasets/fit.py). Template text and specdrill's JSONL as they are."""
-        sources = self.sources
-        if max_model_len is None or not sources:
+        if max_model_len is None or not (self.dataset or self.datasets):
             return self
-        bounded = [
-            s.model_copy(update={"max_model_len": min(s.max_model_len or max_model_len, max_model_len)})
-            for s in sources
-        ]
-        return self.model_copy(update={"dataset": None, "datasets": bounded})
+        return self.model_copy(update={"max_model_len": min(self.max_model_len or max_model_len, max_model_len)})
 
     def sample(self, n: int, *, seed: int, tokenizer: PromptTokenizer | None = None) -> list[RequestSpec]:
         return self.at(range(n), seed=seed, tokenizer=tokenizer)

@@ -69,6 +69,10 @@ FORMS: dict[str, str] = {
         "tests/loadshapes/datasets/test_hub.py::test_a_data_set_by_name_offline_and_not_cached_is_one_line_and_writes_nothing",
     "specdrill run endpoint-template.yaml":
         "tests/orchestrator/plan/test_generated_text.py::test_run_says_it_before_the_first_unit",
+    "specdrill simulate short-context.yaml":
+        "tests/loadshapes/datasets/test_dataset_fit.py::test_the_run_says_it_on_the_console_and_in_summary_json",
+    "specdrill simulate tiny-context.yaml":
+        "tests/loadshapes/datasets/test_dataset_refusals.py::test_prompts_all_longer_than_max_model_len",
     "specdrill compare BASELINE_RUN CANDIDATE_RUN":
         "tests/orchestrator/compare/test_compare.py::test_a_run_compared_with_itself_and_its_rerun_shows_no_change_and_passes_the_gate",
     "specdrill compare BASELINE_RUN CANDIDATE_RUN --fail-on worse --margin 0.05 -o release-check":

@@ -18,6 +18,9 @@ from loadshapes.datasets.formats import FORMATS, DatasetFormat, speed_bench_file
 from loadshapes.datasets.reading import DatasetError, array_records, line_records, record_at
 from loadshapes.datasets.records import Record
 
+# The `from` of a person's turn in a ShareGPT entry (ShareGPT V3 writes human; a few entries write user).
+HUMAN = frozenset({"human", "user"})
+
 
 @dataclass(frozen=True)
 class Index:
@@ -35,6 +38,19 @@ class Index:
         model: Any = FORMATS[self.fmt].row.model_validate(data)
         record: Record = model.record()
         return record
+
+    def records(self) -> Iterator[Record]:
+        """Every kept row in file order, in one pass over the file (not a seek per row)."""
+        wanted = iter(self.offsets)
+        next_offset = next(wanted, None)
+        for offset, _, data in _rows(self.path, self.jsonl):
+            if offset != next_offset:
+                continue
+            model: Any = FORMATS[self.fmt].row.model_validate(data)
+            yield model.record()
+            next_offset = next(wanted, None)
+            if next_offset is None:
+                return
 
 
 def _rows(path: str, jsonl: bool) -> Iterator[tuple[int, str, Any]]:
@@ -66,11 +82,15 @@ def index(path: str, fmt: DatasetFormat, categories: tuple[str, ...] | None, sub
     model: type[BaseModel] = spec.row
     kept: array[int] = array("q")
     seen: Counter[str] = Counter()
+    human = 0  # ShareGPT entries with a human turn
     for offset, where, data in _rows(path, jsonl):
         if not isinstance(data, dict):
             raise DatasetError(f"{where}: expected a JSON object ({fmt}), found {type(data).__name__}")
-        if fmt == "sharegpt" and len(data.get("conversations") or ()) < 2:
-            continue  # vLLM drops entries with fewer than two turns before it shuffles
+        if fmt == "sharegpt":
+            turns = data.get("conversations") or ()
+            if len(turns) < 2:
+                continue  # vLLM drops entries with fewer than two turns before it shuffles
+            human += any(isinstance(t, dict) and t.get("from") in HUMAN for t in turns)
         try:
             row: Any = model.model_validate(data)
         except ValidationError as exc:
@@ -85,4 +105,11 @@ def index(path: str, fmt: DatasetFormat, categories: tuple[str, ...] | None, sub
             found = ", ".join(f"{c} ({n})" for c, n in sorted(seen.items())) or "none"
             raise DatasetError(f"{path}: no {fmt} rows in categories {', '.join(categories)}; the file has {found}")
         raise DatasetError(f"{path}: no {fmt} rows to send" + (" (none with two turns)" if fmt == "sharegpt" else ""))
+    if fmt == "sharegpt" and not human:
+        # An entry is sent as vLLM sends it, turn 0 as the prompt whoever speaks it (a third of ShareGPT V3's
+        # entries start with the model's turn); a file where no entry has a person's turn is not conversations.
+        raise DatasetError(
+            f"{path}: none of its {len(kept):,} sharegpt entries with two turns has a human turn (`from`: "
+            f"{' or '.join(sorted(HUMAN))}): not ShareGPT conversations"
+        )
     return Index(path, fmt, kept, jsonl)

@@ -5,12 +5,18 @@ vLLM's classes shuffle the kept rows with Python's `random` seeded with `--seed`
 `random.choice` draws after seeding again. Request k of a source here is the k-th request of that sequence, so
 the same file, count and seed give the same prompts and output lengths in both tools. The permutation is of row
 offsets, not rows: a 2 GB file costs 8 bytes a row.
+
+One difference, where a source has a `max_model_len` (the engine's, filled in by the campaign): a row whose prompt +
+output tokens exceed it is skipped as ShareGPT's out-of-limit pairs are, so request k is the k-th row that fits.
+vLLM's bench filters no data set by max_model_len (the server refuses such a request); without a max_model_len the
+requests are vLLM's.
 """
 
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -50,6 +56,12 @@ class DatasetSource(BaseModel):
     output_tokens: int | None = Field(
         default=None, ge=1, description="every request's output length (vLLM's --*-output-len); default: the row's"
     )
+    max_model_len: int | None = Field(
+        default=None,
+        ge=1,
+        description="rows whose prompt + output tokens exceed it are skipped, counted and said; default: the "
+        "engine's max_model_len where the campaign has one",
+    )
 
     @field_validator("dataset", mode="after")
     @classmethod
@@ -78,6 +90,42 @@ class DatasetSource(BaseModel):
         return record.category if record.category else self.resolved_format
 
 
+Drop = Literal["vllm_limits", "max_model_len"]
+
+
+def output_length(source: DatasetSource, record: Record, count: Callable[[str], int]) -> int:
+    """The output length request `record` asks: the source's `output_tokens`, else the row's (a ShareGPT reply's
+    tokens, a logged body's max_tokens), else the format's default (vLLM's)."""
+    if source.output_tokens is not None:
+        return source.output_tokens
+    if record.reply is not None:
+        return count(record.reply)
+    given = record.output_tokens or FORMATS[source.resolved_format].default_output_tokens
+    assert given is not None, f"{source.resolved_format} rows carry their output length"
+    return given
+
+
+def judge(source: DatasetSource, record: Record, count: Callable[[str], int]) -> tuple[tuple[int, int], Drop | None]:
+    """(prompt tokens, output tokens) of a row, and why it is skipped (None: it is sent). ShareGPT's rows first meet
+    vLLM's is_valid_sequence, as vLLM prunes them; then any row meets the source's max_model_len."""
+    prompt = count(record.prompt)
+    output = output_length(source, record, count)
+    if record.reply is not None:
+        valid = (
+            prompt >= MIN_TOKENS
+            and (source.output_tokens is not None or output >= MIN_TOKENS)
+            and prompt <= MAX_PROMPT_TOKENS
+            and prompt + output <= MAX_TOTAL_TOKENS
+        )
+        if not valid:
+            return (prompt, output), "vllm_limits"
+    else:
+        prompt = max(1, prompt)
+    if source.max_model_len is not None and prompt + output > source.max_model_len:
+        return (prompt, output), "max_model_len"
+    return (prompt, output), None
+
+
 class Deck:
     """Requests 0, 1, 2, ... of a source for one seed and one way of counting tokens, built as far as asked."""
 
@@ -98,35 +146,22 @@ class Deck:
         """Tokens of the served model's tokenizer where known, else words."""
         return self.tokenizer.count(text) if self.tokenizer is not None else len(text.split())
 
-    def _lengths(self, record: Record) -> tuple[int, int] | None:
-        prompt = self.count(record.prompt)
-        if record.reply is not None:  # ShareGPT: the reply's length, and vLLM's pruning
-            output = self.source.output_tokens or self.count(record.reply)
-            valid = (
-                prompt >= MIN_TOKENS
-                and (self.source.output_tokens is not None or output >= MIN_TOKENS)
-                and prompt <= MAX_PROMPT_TOKENS
-                and prompt + output <= MAX_TOTAL_TOKENS
-            )
-            return (prompt, output) if valid else None
-        given = self.source.output_tokens or record.output_tokens or FORMATS[self.fmt].default_output_tokens
-        assert given is not None, f"{self.fmt} rows carry their output length"
-        return max(1, prompt), given
-
     def request(self, k: int) -> tuple[Record, int, int]:
         """Request k: (record, prompt tokens, output tokens)."""
         while len(self.kept) <= k and self.walked < len(self.order):
             record = self.rows.record(self.order[self.walked])
             self.walked += 1
-            lengths = self._lengths(record)
-            if lengths is not None:
+            lengths, why = judge(self.source, record, self.count)
+            if why is None:
                 self.kept.append((record, *lengths))
         if k < len(self.kept):
             return self.kept[k]
         if not self.kept:
             raise DatasetError(
-                f"{self.rows.path}: no {self.fmt} row is within vLLM's limits (prompt {MIN_TOKENS}-"
-                f"{MAX_PROMPT_TOKENS} tokens, prompt + output at most {MAX_TOTAL_TOKENS})"
+                f"{self.rows.path}: no {self.fmt} row is within "
+                + (f"max_model_len {self.source.max_model_len} or " if self.source.max_model_len is not None else "")
+                + f"vLLM's limits (prompt {MIN_TOKENS}-{MAX_PROMPT_TOKENS} tokens, prompt + output at most "
+                f"{MAX_TOTAL_TOKENS})"
             )
         # vLLM's maybe_oversample_requests: random.seed(seed), then random.choice over the kept requests.
         if self.extra is None:

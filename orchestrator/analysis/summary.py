@@ -188,6 +188,7 @@ def build_summary(
             *([partial] if partial else []),
             *([ABSOLUTE_ONLY] if campaign.analysis.absolute_only else []),
             *([scale.line] if scale else []),
+            *manifest.get("datasets", []),
             *fallback_lines(by_category, profile),
             *headline(maps, verification, inputs.arms, exempt=campaign.gates.exempt_arms),
             *engine_confounds(manifest),

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from loadshapes.badfile import BadFileError
+from loadshapes.datasets.fit import DATASET_MARK
 from orchestrator.analysis.gates import GateResult
 from orchestrator.analysis.headline import ABSOLUTE_ONLY, EXEMPT_MARK, engine_confounds
 from orchestrator.analysis.opmap.categories import FALLBACK_MARK, acceptance_lines
@@ -131,7 +132,8 @@ def print_report(summary: Summary, console: Console, engine_lines: Sequence[str]
     for line in engine_lines:
         console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
     for line in summary.headline:
-        if FALLBACK_MARK in line:  # a category drafted with another's acceptance: said before any figure
+        # a category drafted with another's acceptance, a data set's rows skipped: said before any figure
+        if FALLBACK_MARK in line or line.startswith(DATASET_MARK):
             console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
     print_answer(summary, console)
     for line in disagreeing_lines(summary.speedup_by_category):

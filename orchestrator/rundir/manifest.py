@@ -127,6 +127,8 @@ def _open_run(campaign: Campaign, store: RunStore, mode: str, print_: dict[str, 
         "units": {},
         "resumed": 0,
         "mode": mode,
+        # each data set's rows sent and skipped over max_model_len, whose tokens counted them (summary's headline)
+        "datasets": campaign.dataset_lines(),
     }
 
 

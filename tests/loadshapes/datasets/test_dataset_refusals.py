@@ -10,21 +10,27 @@ from typing import Any
 import pytest
 import yaml
 
+from loadshapes.mixes import RequestMix
 from orchestrator.cli import main
 from tests.loadshapes.datasets import files
 
 
-def simulate(tmp_path: Path, mix: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> str:
-    """`specdrill simulate` on a small campaign with `mix`: its one error line (asserting exit 2, nothing written)."""
+def simulate(
+    tmp_path: Path, mix: dict[str, Any], capsys: pytest.CaptureFixture[str], *, command: str = "simulate",
+    max_model_len: int = 8192, name: str = "c.yaml",
+) -> str:  # fmt: skip
+    """`specdrill simulate` (or `run`) on a small campaign with `mix`: its one error line (asserting exit 2, nothing
+    written)."""
     output = tmp_path / "run"
-    campaign = tmp_path / "c.yaml"
+    campaign = tmp_path / name
     campaign.write_text(yaml.safe_dump({
-        "name": "datasets", "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
+        "name": "datasets",
+        "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle", "max_model_len": max_model_len},
         "policies": {"off": "off", "fixed3": "fixed:3"},
         "shapes": {"s": {"kind": "sustained", "rate": 5, "duration_s": 2}}, "mix": mix, "output": str(output),
     }))  # fmt: skip
     with pytest.raises(SystemExit) as exit_:
-        main(["simulate", str(campaign)])
+        main([command, str(campaign)])
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 2, err
     assert len(err) == 1 and err[0].startswith("specdrill: error: "), err
@@ -108,3 +114,44 @@ def test_a_sharegpt_file_without_a_conversation_to_send(tmp_path: Path, capsys: 
     (tmp_path / "sg.json").write_text(json.dumps([{"id": "a", "conversations": [{"from": "human", "value": "hi"}]}]))
     line = simulate(tmp_path, {"dataset": "sg.json"}, capsys)
     assert "sg.json: no sharegpt rows to send (none with two turns)" in line, line
+
+
+def _all_too_long(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """Every Spec-Bench row asks its prompt + 256 output tokens (vLLM's default): none fits a 64-token context. The
+    line names the file, the limit, the shortest and longest request and whose counts they are."""
+    path = files.spec_bench(tmp_path / "question.jsonl")
+    lengths = [len(json.loads(row)["turns"][0].split()) + 256 for row in path.read_text().splitlines()]
+    line = simulate(
+        tmp_path, {"dataset": "question.jsonl"}, capsys, command=command, max_model_len=64, name="tiny-context.yaml"
+    )
+    assert (
+        f"question.jsonl: all 32 spec_bench rows are longer than max_model_len 64: prompt + output {min(lengths)} to "
+        f"{max(lengths)} words, counted in words: no tokenizer known, so the lengths are estimates; raise the "
+        "engine's max_model_len" in line
+    ), line
+
+
+def test_prompts_all_longer_than_max_model_len(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _all_too_long(tmp_path, capsys, "simulate")
+
+
+def test_prompts_all_longer_than_max_model_len_refuse_a_real_time_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`specdrill run` refuses it the same way, before it looks for a Ray cluster."""
+    _all_too_long(tmp_path, capsys, "run")
+
+
+def test_a_sharegpt_file_without_a_human_turn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Entries are sent as vLLM sends them (turn 0 the prompt, whoever speaks it: a third of ShareGPT V3's start with
+    the model's turn); a file in which no entry has a person's turn is refused."""
+    turn = {"from": "gpt", "value": "The sea is wide and deep, and the sky is blue."}
+    entries = [{"id": str(i), "conversations": [turn, {**turn, "from": "system"}]} for i in range(5)]
+    (tmp_path / "sg.json").write_text(json.dumps(entries))
+    line = simulate(tmp_path, {"dataset": "sg.json"}, capsys)
+    assert "sg.json: none of its 5 sharegpt entries with two turns has a human turn (`from`: human or user)" in line
+
+    # One entry with a person's turn, even second: the file is conversations, every entry sent as vLLM sends it.
+    entries[3]["conversations"].append({"from": "human", "value": "and then?"})
+    (tmp_path / "sg.json").write_text(json.dumps(entries))
+    assert RequestMix.model_validate({"dataset": str(tmp_path / "sg.json")}).sample(3, seed=0)
