@@ -42,7 +42,7 @@ def run_cmd(
     if notice is not None:
         click.echo(notice)
     for line in generated_text_lines(campaign):
-        click.echo(f"specdrill: warning: {line}", err=True)
+        click.echo(line)  # with the prompt-length notice: the run's first lines, not an error
     resume = resume_command(
         "run", campaign_file,
         [("--address", address), ("--output", output), ("--serve-port", serve_port), ("--no-report", no_report)],
