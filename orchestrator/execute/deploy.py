@@ -325,11 +325,25 @@ def wait_running(names: Sequence[str], *, deadline: float, autoscaling: bool = F
                     raise DeployError(f"arm {name}: Ray cannot place its replicas: {message[:400]}")
         if time.monotonic() > deadline:
             waiting = [n for n, s in states.items() if s != ApplicationStatus.RUNNING]
+            said = _serve_says(apps, waiting)
             raise DeployError(
                 f"arms not running before the deadline: {', '.join(waiting)} "
-                "(not enough CPUs/GPUs in the cluster for their resources?)"
+                + (f"(Serve: {said})" if said else "(not enough CPUs/GPUs in the cluster for their resources?)")
             )
         time.sleep(0.5)
+
+
+def _serve_says(apps: dict[str, Any], names: Sequence[str]) -> str:
+    """What Serve's controller last said of the waiting arms' deployments, on one line: why replicas are not up
+    yet (slow to initialize, not scheduled), so a deadline names the cause, not a guess."""
+    messages = [
+        " ".join(str(d.message).split())
+        for name in names
+        if name in apps
+        for d in apps[name].deployments.values()
+        if d.message
+    ]
+    return "; ".join(messages)[:400]
 
 
 def _failure(app: Any) -> str:

@@ -301,8 +301,11 @@ def test_cli_deploy_check_prints_each_workers_device_and_refuses_in_one_line(
         path = tmp_path / "campaign.yaml"
         path.write_text(yaml.safe_dump(campaign.model_dump(mode="json", by_alias=True, exclude_unset=True)))
         return subprocess.run(
-            [sys.executable, "-c", "from orchestrator.cli import main; main()", "deploy", "--check", str(path), *extra],
-            capture_output=True, text=True, timeout=300, check=False,
+            # --timeout 300: the probe replica imports vLLM; beside three vLLM servers starting on a 2-core CI host
+            # that once took past the 120 s default (clicheck.off-t, the --json call, 2026-12-06).
+            [sys.executable, "-c", "from orchestrator.cli import main; main()", "deploy", "--check", str(path),
+             "--timeout", "300", *extra],
+            capture_output=True, text=True, timeout=420, check=False,
             env={**os.environ, "RAY_ADDRESS": gpu_cluster["cluster"].address, "COLUMNS": "200"},
         )  # fmt: skip
 
