@@ -177,9 +177,10 @@ class Sender:
             if planned is None:
                 return None
             item, due = planned
-            delay = due - now_ns()
-            if delay > 0:
-                gevent.sleep(delay / 1e9)
+            # As the schedule's sends: a timer to the last stretch, then polling the loop (timers wake ~1 ms late).
+            delay, spin_ns = due - now_ns(), round(self.plan.spin_s * 1e9)
+            if delay > spin_ns:
+                gevent.sleep((delay - spin_ns) / 1e9)
             while now_ns() < due and not self.pacing.finished:
                 gevent.sleep(0)
             if self.pacing.finished:

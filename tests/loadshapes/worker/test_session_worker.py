@@ -19,6 +19,9 @@ from loadshapes.sessions import SEPARATOR, turn_index
 from loadshapes.shapes import Concurrency, Quiet
 from loadshapes.trace import read_traces
 from orchestrator.execute.load_workers import LocustProcess
+from orchestrator.execute.progress import unit_line
+from orchestrator.rundir.layout import Unit, UnitResult
+from orchestrator.rundir.worker_summary import WorkerSummary
 from timebase.clock import now_ns
 
 THINK_S = 0.3
@@ -107,6 +110,17 @@ def test_open_loop_sessions_send_each_turn_after_the_answer_with_the_history(
     assert not_sent["after_failure"] == not_sent["at_stop"] == 0
     assert summary["session_turns_sent"] == len(later)
     assert summary["scheduled"] == summary["rows_written"] == len(rows) == len(arrivals) + len(later)
+    # What the run keeps of it (the unit's result) and the unit's line say the same.
+    worker = WorkerSummary.model_validate(summary)
+    assert (worker.session_turns_sent, worker.session_turns_not_sent) == (len(later), not_sent)
+    result = UnitResult(unit=Unit(arm="a", shape="s", repeat=0), start_ns=0, end_ns=1, duration_s=2.5,
+                        scheduled=worker.scheduled, rows=len(rows), saturated=False, lateness_p99_s=0.0,
+                        workers=[worker], timeline_steps=0)  # fmt: skip
+    line = unit_line(result.unit, result, 1, 1)
+    assert line.endswith(
+        f"session_turns_sent={len(later)} session_turns_not_sent={not_sent['after_end']} "
+        f"(after_end {not_sent['after_end']})"
+    )
 
 
 def test_a_closed_loop_user_plays_its_session_before_its_next_one(server: ServerThread, tmp_path: Path) -> None:
