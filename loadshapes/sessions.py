@@ -54,6 +54,7 @@ class SessionTurn:
     history: tuple[tuple[str, str], ...]  # the earlier turns: (user text, the answer the server sent)
     later: tuple[Turn, ...]
     think_time_s: float
+    max_model_len: int | None = None  # the data set's (the engine's): a later turn longer than it is not sent
 
     @property
     def request_index(self) -> int:
@@ -64,6 +65,7 @@ class SessionTurn:
         return SessionTurn(
             session_id=self.session_id, turn=self.turn + 1, user=self.later[0].prompt,
             history=(*self.history, (self.user, answer)), later=self.later[1:], think_time_s=self.think_time_s,
+            max_model_len=self.max_model_len,
         )  # fmt: skip
 
     def messages(self) -> list[dict[str, str]]:
@@ -78,8 +80,13 @@ class SessionTurn:
         return "".join(user + answer + SEPARATOR for user, answer in self.history) + self.user
 
 
-def first_turn(session_id: int, prompt: str, later: tuple[Turn, ...], think_time_s: float) -> SessionTurn:
-    return SessionTurn(session_id=session_id, turn=1, user=prompt, history=(), later=later, think_time_s=think_time_s)
+def first_turn(
+    session_id: int, prompt: str, later: tuple[Turn, ...], think_time_s: float, max_model_len: int | None = None
+) -> SessionTurn:
+    return SessionTurn(
+        session_id=session_id, turn=1, user=prompt, history=(), later=later, think_time_s=think_time_s,
+        max_model_len=max_model_len,
+    )  # fmt: skip
 
 
 def turn_index(session_id: int, turn: int) -> int:

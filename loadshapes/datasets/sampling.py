@@ -113,5 +113,5 @@ def dataset_sessions(
                 if output is None or output < 1:
                     break
                 later.append(Turn(prompt=user, prompt_tokens=max(1, deck.count(user)), max_tokens=output))
-            out.append(first_turn(i, record.prompt, tuple(later), entry.sessions.think_time_s))
+            out.append(first_turn(i, record.prompt, tuple(later), entry.sessions.think_time_s, entry.max_model_len))
     return out

@@ -19,7 +19,7 @@ import gevent.event
 from loadshapes.http_framing import request_bytes, request_head
 from loadshapes.plan import Planned, WorkerPlan, closed_loop_request, open_loop_schedule
 from loadshapes.wire import Exchange, WireClient
-from loadshapes.worker.sessions import TurnsNotSent, answer_of, next_request
+from loadshapes.worker.sessions import TurnsNotSent, answer_of, fits, next_request
 from timebase.clock import now_ns
 
 
@@ -163,7 +163,11 @@ class Sender:
         if due >= self.pacing.end_ns:
             self.turns_not_sent.after_end += left
             return None
-        return next_request(self.plan, item, answer, (due - self.pacing.start_ns) / 1e9), due
+        follow = next_request(self.plan, item, answer, (due - self.pacing.start_ns) / 1e9)
+        if not fits(follow):
+            self.turns_not_sent.over_max_model_len += left
+            return None
+        return follow, due
 
     def play_turn(self, received: Received) -> Received | None:
         """A session's next turn after `received`'s answer, sent at its time (open loop: from its own greenlet,

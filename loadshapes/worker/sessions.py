@@ -22,6 +22,7 @@ class TurnsNotSent:
 
     after_end: int = 0  # the turn's time fell after the shape's end
     after_failure: int = 0  # the previous turn failed: the conversation has no answer to carry
+    over_max_model_len: int = 0  # the history and the turn's output would not fit the engine's context
     at_stop: int = 0  # the worker stopped during the think time
 
     def as_dict(self) -> dict[str, int]:
@@ -74,3 +75,11 @@ def next_request(plan: WorkerPlan, item: Planned, answer: Answer, offset_s: floa
     else:
         phase, rate = item.phase, None
     return Planned(turn.request_index, offset_s, phase, spec, request_body(plan, spec, turn), rate, turn)
+
+
+def fits(item: Planned) -> bool:
+    """Whether a later turn's history and output fit the data set's max_model_len (where it has one): a longer one
+    would only be refused by the server. The history's tokens are the server's count of the previous turn, the new
+    turn's as the first turns' are counted (the chat template's few tokens are not)."""
+    limit = item.session.max_model_len if item.session is not None else None
+    return limit is None or item.spec.prompt_tokens + item.spec.max_tokens <= limit

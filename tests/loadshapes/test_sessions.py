@@ -161,7 +161,7 @@ def test_sessions_are_refused_in_virtual_time_in_one_line_with_nothing_written(t
 def test_a_later_turns_body_is_built_from_the_received_answer(tmp_path: Path) -> None:
     """The worker's step between two turns: the raw response decoded, its text and usage into the next body."""
     from loadshapes.wire import Exchange
-    from loadshapes.worker.sessions import answer_of, next_request
+    from loadshapes.worker.sessions import Answer, answer_of, fits, next_request
 
     path = str(_conversation(tmp_path / "c.json"))
     fields = {"campaign": "c", "run": "r", "arm": "a", "shape_name": "s", "shape": Quiet(rate=10, duration_s=9),
@@ -187,5 +187,13 @@ def test_a_later_turns_body_is_built_from_the_received_answer(tmp_path: Path) ->
     ]  # fmt: skip
     assert sent["max_tokens"] == 5 and sent["specdrill"]["prompt_tokens"] == 9 + 2 + 3
     assert (follow.index, follow.session and follow.session.turn, follow.offset_s) == (turn_index(0, 2), 2, 3.0)
+    assert fits(follow)  # no max_model_len known
+    # The data set's max_model_len (the engine's): a history of 30 + 2 tokens (the server's count), the new turn (3
+    # words) and its 5 output tokens make 40 (the first turn, 7 + 18 words, fits either limit).
+    longer = Answer(answer.text, prompt_tokens=30, output_tokens=2)
+    for limit, fit in ((40, True), (39, False)):
+        bounded = plan.model_copy(update={"mix": plan.mix.within(limit)})
+        follow = next_request(bounded, open_loop_schedule(bounded)[0], longer, offset_s=3.0)
+        assert fits(follow) is fit
     failed = Exchange(request=b"", chunks=[b"HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n"], times=[1], done_ns=1)
     assert answer_of(failed) is None
