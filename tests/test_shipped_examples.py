@@ -16,7 +16,6 @@ from click.testing import CliRunner
 
 from orchestrator.cli import cli
 from orchestrator.plan.campaign import load_campaign
-from orchestrator.plan.generated_text import generated_text_lines
 from tests import REPO
 from tests.hub_cache import SHAREGPT, offline_sharegpt
 from tests.tiny_model import build_tiny_tokenizer
@@ -68,5 +67,5 @@ def test_every_shipped_real_engine_campaign_sends_a_real_data_set(
     assert [c.name for c in real] == ["llama8b-eagle"]
     for campaign in real:
         assert [s.dataset for s in campaign.mix.sources] == [SHAREGPT]
-        assert generated_text_lines(campaign) == []
+        assert campaign.generated_text_lines() == []
         assert {r.category for r in campaign.mix.sample(20, seed=campaign.seed)} == {"sharegpt"}

@@ -39,7 +39,6 @@ from orchestrator.analysis.steps.timelines import TimelineSeries, timeline_serie
 from orchestrator.analysis.verify.executed import verify_executed_policy
 from orchestrator.analysis.verify.settings import VerifySettings
 from orchestrator.plan.arms import CampaignArms
-from orchestrator.plan.generated_text import generated_text_lines
 from orchestrator.rundir.endpoint_samples import read_samples
 from orchestrator.rundir.evidence import seal_problem
 from orchestrator.rundir.layout import UnitResult
@@ -192,7 +191,7 @@ def build_summary(
             *fallback_lines(by_category, profile),
             *headline(maps, verification, inputs.arms, exempt=campaign.gates.exempt_arms),
             *engine_confounds(manifest),
-            *generated_text_lines(campaign),
+            *manifest.get("generated_text", []),
         ],
         saturated_units=saturated,
         engine_lagged_units=engine_lagged(inputs.units),

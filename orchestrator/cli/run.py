@@ -26,7 +26,6 @@ def run_cmd(
     started and finished (a Ray job's log shows them); the progress bar only on a terminal."""
     from orchestrator.execute.deploy import DeployError, NoRayCluster
     from orchestrator.execute.ray_executor import run_campaign
-    from orchestrator.plan.generated_text import generated_text_lines
     from serve_apps.arms import prompt_length_notice
 
     campaign = campaign_of(campaign_file)
@@ -41,7 +40,7 @@ def run_cmd(
     notice = prompt_length_notice(campaign.engine)
     if notice is not None:
         click.echo(notice)
-    for line in generated_text_lines(campaign):
+    for line in campaign.generated_text_lines():
         click.echo(line)  # with the prompt-length notice: the run's first lines, not an error
     resume = resume_command(
         "run", campaign_file,

@@ -20,6 +20,7 @@ from loadshapes.slo import SloConfig
 from orchestrator.plan.arms import CampaignArms, build_arms, engine_max_num_seqs
 from orchestrator.plan.baselines import BaselineError, baselines
 from orchestrator.plan.datasets import DatasetRefused, dataset_lines
+from orchestrator.plan.generated_text import generated_text_lines
 from orchestrator.plan.plausible import slo_warnings
 from orchestrator.plan.size import PlanSize, planned_size, refusal
 from serve_apps.arms import ArmSpec, EngineConfig
@@ -278,6 +279,15 @@ class Campaign(_Strict):
             ))  # fmt: skip
         except DatasetRefused as exc:
             raise CampaignError(str(exc)) from None
+
+    def generated_text_lines(self) -> list[str]:
+        """The warning that a real engine gets template text (orchestrator/plan/generated_text.py); none else."""
+        return generated_text_lines(self.engine, self.mix, self.shapes)
+
+    def run_notes(self) -> dict[str, list[str]]:
+        """What a run records of its traffic when it starts (the manifest), for summary.json and the report to
+        say without reading the campaign's files again: each data set's line, the template-text warning."""
+        return {"datasets": self.dataset_lines(), "generated_text": self.generated_text_lines()}
 
     def planned_size(self, *, real_time: bool = False, all_units_at_once: bool = False) -> PlanSize:
         arms = self.arms()

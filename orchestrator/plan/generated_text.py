@@ -9,27 +9,28 @@ is a mix of data sets (their text is real).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
+from loadshapes.mixes import RequestMix
+from loadshapes.shapes import Shape
+from serve_apps.arms import EngineConfig
 from serve_apps.engine_kinds.registry import kind_of
-
-if TYPE_CHECKING:
-    from orchestrator.plan.campaign import Campaign
 
 # Every line this module writes starts so: the console's report picks it out of summary.json's headline by it.
 GENERATED_MARK = "generated text sent to a real engine:"
 
 
-def generated_text_lines(campaign: Campaign) -> list[str]:
+def generated_text_lines(engine: EngineConfig, mix: RequestMix, shapes: Mapping[str, Shape]) -> list[str]:
     """One line where a real engine (vllm, an endpoint, ...) gets template text: the mix's workloads (built-in or
-    inline entries), or a replay shape (a trace records lengths, not text); none otherwise."""
-    if kind_of(campaign.engine).simulation(campaign.engine) is not None:
+    inline entries), or a replay shape (a trace records lengths, not text); none otherwise. Said once, when the
+    run starts (the manifest's `generated_text`, which summary.json and the report read back)."""
+    if kind_of(engine).simulation(engine) is not None:
         return []
     sources = []
-    if campaign.mix.entries:
-        names = sorted({e.resolved().name for e in campaign.mix.entries})
+    if mix.entries:
+        names = sorted({e.resolved().name for e in mix.entries})
         sources.append(f"the mix's workloads ({', '.join(names)})")
-    replays = sorted(name for name, shape in campaign.shapes.items() if shape.kind == "replay")
+    replays = sorted(name for name, shape in shapes.items() if shape.kind == "replay")
     if replays:
         sources.append(f"the replayed shapes ({', '.join(replays)}: a trace records lengths, not text)")
     if not sources:

@@ -26,7 +26,6 @@ from orchestrator.analysis.opmap.results import ArmVerification, OperatingMap, V
 from orchestrator.analysis.read.inputs import RunInputs, load_run
 from orchestrator.analysis.summary import SUMMARY, Summary, build_summary
 from orchestrator.numfmt import fixed
-from orchestrator.plan.generated_text import generated_text_lines
 from orchestrator.report.html import ReportData, render_report_html
 from orchestrator.report.html.overview import per_engine
 from orchestrator.report.html.verification import as_configured
@@ -207,7 +206,7 @@ def html_notes(summary: Summary, inputs: RunInputs) -> list[str]:
         *([summary.partial_run] if summary.partial_run else []),
         *([ABSOLUTE_ONLY] if inputs.campaign.analysis.absolute_only else []),
         *([summary.time_scale.line] if summary.time_scale is not None else []),
-        *generated_text_lines(inputs.campaign),
+        *inputs.manifest.get("generated_text", []),
         *engine_confounds(inputs.manifest),
         *summary.incomplete_units,
         *([f"requests failed in {faults} fault window(s): see Fault windows"] if faults else []),
@@ -264,7 +263,8 @@ def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
     store.write_text("report.html", html)
     store.write_json(SUMMARY, seal(summary.model_dump(mode="json"), inputs.traces_digest()))
     if console is not None:
-        print_report(summary, console, [*generated_text_lines(inputs.campaign), *engine_confounds(inputs.manifest)])
+        notes = [*inputs.manifest.get("generated_text", []), *engine_confounds(inputs.manifest)]
+        print_report(summary, console, notes)
         console.print(f"report: {store.root}/report.html  summary: {store.root}/summary.json")
     return summary
 
