@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, 
 
 from loadshapes.campaign_files import FILES_RELATIVE_TO, RECORDED, reads_files
 from loadshapes.mixes import MixEntry, RequestMix
-from loadshapes.shapes import Shape, Sustained
+from loadshapes.shapes import Replay, Shape, Sustained
 from loadshapes.slo import SloConfig
 from orchestrator.plan.arms import CampaignArms, build_arms, engine_max_num_seqs
 from orchestrator.plan.baselines import BaselineError, baselines
@@ -246,6 +246,21 @@ class Campaign(_Strict):
     @model_validator(mode="after")
     def _note_recorded(self, info: ValidationInfo) -> Campaign:
         self._recorded = not reads_files(info)
+        return self
+
+    @model_validator(mode="after")
+    def _sessions_not_under_a_replay_with_lengths(self) -> Campaign:
+        """A trace that records its requests' lengths is replayed request by request, the mix only lending text:
+        sessions' later turns would silently not be sent."""
+        played = [source.dataset for source in self.mix.sources if source.sessions is not None]
+        if played and not self._recorded:
+            replays = sorted(n for n, s in self.shapes.items() if isinstance(s, Replay) and s.has_lengths)
+            if replays:
+                raise ValueError(
+                    f"shapes: {replays[0]} replays a trace with its requests' lengths, which sends its recorded "
+                    f"requests one for one: the mix's sessions ({played[0]}) would not be played; replay it "
+                    "without lengths (a trace of arrivals) or drop `sessions`"
+                )
         return self
 
     @field_validator("shapes", mode="before")

@@ -197,3 +197,25 @@ def test_a_later_turns_body_is_built_from_the_received_answer(tmp_path: Path) ->
         assert fits(follow) is fit
     failed = Exchange(request=b"", chunks=[b"HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n"], times=[1], done_ns=1)
     assert answer_of(failed) is None
+
+
+def test_sessions_under_a_replay_with_recorded_lengths_are_refused_in_one_line(tmp_path: Path) -> None:
+    """A trace that records its requests' lengths is sent request for request: sessions would silently not play."""
+    from orchestrator.cli import cli
+    from tests import REPO
+
+    path = sharegpt(tmp_path / "s.json")
+    replay = {"kind": "replay", "path": str(REPO / "examples" / "burstgpt-sample.csv"), "format": "burstgpt",
+              "start_s": 50, "duration_s": 30}  # fmt: skip
+    campaign = {
+        "name": "sessions", "engine": {"kind": "simulated", "profile": "llama3.1-8b-h100-eagle"},
+        "policies": {"off": "off"}, "topologies": {"single": "single"},
+        "mix": {"dataset": str(path), "sessions": {"think_time_s": 1}},
+        "shapes": {"bursty": replay}, "output": str(tmp_path / "out"),
+    }  # fmt: skip
+    (tmp_path / "c.json").write_text(json.dumps(campaign))
+    result = CliRunner().invoke(cli, ["run", str(tmp_path / "c.json")])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if "sessions" in line]
+    assert len(errors) == 1 and "bursty replays a trace with its requests' lengths" in errors[0], result.output
+    assert not (tmp_path / "out").exists()
