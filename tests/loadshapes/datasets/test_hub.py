@@ -5,6 +5,7 @@ is unknown or the Hub cannot be reached. The network is never used: the machine 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -144,9 +145,14 @@ def test_the_test_conversations_are_sharegpt_v3_entries() -> None:
 
 @pytest.mark.slow  # the Hub client's own retries: ~23 s, mostly asleep
 def test_a_hub_file_with_no_network_is_one_line_after_the_clients_retries(tmp_path: Path) -> None:
-    """No HF_HUB_OFFLINE: the client tries the Hub (this machine reaches none) and retries; its retry warnings are
-    held back, so the refusal is still one line, and nothing is written."""
+    """No HF_HUB_OFFLINE: the client tries the Hub and retries; its retry warnings are held back, so the refusal is
+    still one line, and nothing is written. The Hub is a loopback port nothing listens on (HF_ENDPOINT), so a host
+    that does reach huggingface.co neither downloads the file nor passes by luck."""
+    with socket.socket() as probe:  # a free port, closed again: connections to it are refused
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
     env = {k: v for k, v in offline_env(tmp_path).items() if k != "HF_HUB_OFFLINE"}
+    env["HF_ENDPOINT"] = f"http://127.0.0.1:{closed}"
     done = subprocess.run(
         [sys.executable, "-c", "from orchestrator.cli import main; main()", "simulate",
          str(_campaign(tmp_path, SHAREGPT))],
