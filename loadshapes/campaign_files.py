@@ -13,6 +13,16 @@ from pydantic import ValidationInfo
 
 # The validation-context key: the absolute directory that relative paths in the file resolve against.
 FILES_RELATIVE_TO = "files_relative_to"
+# The validation-context key of a campaign read back from a run's manifest (report, recommend, tune, calibrate):
+# its files were checked when the run started, and what the run measured lies in its trace. A data set moved,
+# deleted or left on another machine must not stop a reader of the run, so such a campaign's files are not read.
+RECORDED = "recorded"
+
+
+def reads_files(info: ValidationInfo) -> bool:
+    """Whether a validator may read the files the campaign names now: a new campaign's are read at once (a bad
+    file is one line before anything is written); a recorded one's are not."""
+    return not (info.context or {}).get(RECORDED, False)
 
 
 def anchored(path: str, info: ValidationInfo) -> str:
@@ -27,6 +37,8 @@ def file_identity(path: str) -> str:
     """What a named file contributes to a campaign's identity: its content's digest where it can be read, else
     its name. The resolved path is absolute, so two clones (or two machines) running the same campaign would
     otherwise count as different traffic, and a run could not be compared or resumed from another checkout."""
+    if path.startswith("hf:"):  # a Hugging Face Hub data set (loadshapes/datasets/hub.py): its name, whole
+        return f"name:{path}"
     try:
         digest = hashlib.sha256()
         with open(path, "rb") as f:
@@ -46,8 +58,16 @@ def located_files_replaced(dumped: dict[str, Any]) -> dict[str, Any]:
         out["shapes"] = {name: _shape_files_replaced(shape) for name, shape in shapes.items()}
     mix = out.get("mix")
     if isinstance(mix, dict) and isinstance(mix.get("dataset"), str):
-        out["mix"] = {**mix, "dataset": file_identity(mix["dataset"])}
+        out["mix"] = mix = {**mix, "dataset": file_identity(mix["dataset"])}
+    if isinstance(mix, dict) and isinstance(mix.get("datasets"), list):
+        out["mix"] = {**mix, "datasets": [_entry_file_replaced(e) for e in mix["datasets"]]}
     return out
+
+
+def _entry_file_replaced(entry: Any) -> Any:
+    if isinstance(entry, dict) and isinstance(entry.get("dataset"), str):
+        return {**entry, "dataset": file_identity(entry["dataset"])}
+    return entry
 
 
 def _shape_files_replaced(shape: Any) -> Any:

@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from loadshapes.campaign_files import anchored
+from loadshapes.campaign_files import anchored, reads_files
+from loadshapes.datasets.formats import DatasetFormat, detect
+from loadshapes.datasets.hub import is_hub_name
+from loadshapes.datasets.sampling import SOURCE_KEYS, DatasetEntry, dataset_requests
 from loadshapes.prompts import PROMPT_BUILDERS, PrefixBlocks, prefixed_prompt
 
 if TYPE_CHECKING:
@@ -176,14 +179,38 @@ class ReplayedRequests:
 
 
 class RequestMix(_Strict):
-    """Weighted workload categories, or a user's JSONL dataset (one RequestSpec per line), sampled with a seed."""
+    """Weighted workload categories, a data set file, or weighted data sets (or their categories), sampled with
+    the campaign's seed."""
 
     entries: list[MixEntry] = Field(default_factory=list, description="weighted workloads")
     dataset: str | None = Field(
         default=None,
-        description="JSONL, a request per line (`category`, `prompt`, `max_tokens`, ...); not with `entries`; a "
-        "relative path is read from the campaign file's directory",
+        description="a data set file in a format `vllm bench serve` reads (ShareGPT, Spec-Bench, SPEED-Bench, "
+        "custom, MT-Bench, HumanEval, GSM8K, InstructCoder, logged OpenAI request bodies), detected, or specdrill's "
+        "own JSONL (a request per line: `category`, `prompt`, `max_tokens`, ...); a relative path is read from the "
+        "campaign file's directory. Or a Hugging Face Hub data set: hf:OWNER/NAME/FILE, hf:OWNER/NAME. With "
+        "`format`, `categories`, ... it is one entry of `datasets`",
     )
+    datasets: list[DatasetEntry] = Field(
+        default_factory=list, description="weighted data sets or categories of them (docs/operator/traffic.md)"
+    )
+    max_model_len: int | None = Field(
+        default=None,
+        ge=1,
+        description="a data set's rows whose prompt + output tokens exceed it are skipped, counted and said (not "
+        "specdrill's own JSONL, sent as written); default: the engine's max_model_len where the campaign has one",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_dataset_with_options(cls, data: object) -> object:
+        """`mix: {dataset: F, format: ..., categories: [...]}`, and a Hub data set, is a one-entry `datasets`."""
+        named = isinstance(data, dict) and isinstance(data.get("dataset"), str) and is_hub_name(data["dataset"])
+        if isinstance(data, dict) and "dataset" in data and (SOURCE_KEYS & set(data) or named):
+            options = {k: data[k] for k in ("dataset", *SOURCE_KEYS) if k in data}
+            rest = {k: v for k, v in data.items() if k not in options}
+            return {**rest, "datasets": [{**options, "weight": 1}]}
+        return data
 
     @field_validator("dataset", mode="after")
     @classmethod
@@ -191,15 +218,46 @@ class RequestMix(_Strict):
         return None if v is None else anchored(v, info)
 
     @model_validator(mode="after")
-    def _one_source(self) -> RequestMix:
-        if bool(self.entries) == bool(self.dataset):
-            raise ValueError("a request mix has either entries (weighted workloads) or a dataset file, not both")
+    def _one_source(self, info: ValidationInfo) -> RequestMix:
+        if sum(map(bool, (self.entries, self.dataset, self.datasets))) != 1:
+            raise ValueError("a request mix has one of entries (weighted workloads), a dataset file or datasets")
         for i, entry in enumerate(self.entries):
             if isinstance(entry.workload, str) and entry.workload not in BUILTIN_WORKLOADS:
                 raise ValueError(
                     f"entries.{i}: unknown workload {entry.workload!r}; built in: {', '.join(BUILTIN_WORKLOADS)}"
                 )
+        if not reads_files(info):
+            return self
+        if self.dataset is not None and self.dataset_format != "specdrill":
+            # Read now, so a bad file is one line before anything is written (the rows are checked, offsets kept).
+            DatasetEntry(dataset=self.dataset, weight=1).index()
+        for source in self.datasets:
+            source.index()
         return self
+
+    @property
+    def dataset_format(self) -> DatasetFormat | None:
+        """The `dataset` file's format (None: no such file in the mix)."""
+        return None if self.dataset is None else detect(self.dataset)
+
+    @property
+    def sources(self) -> list[DatasetEntry]:
+        """The data sets sampled through their sources (all but specdrill's own JSONL)."""
+        if self.dataset is not None and self.dataset_format != "specdrill":
+            entries = [DatasetEntry(dataset=self.dataset, weight=1)]
+        else:
+            entries = list(self.datasets)
+        if self.max_model_len is None:
+            return entries
+        limit = self.max_model_len
+        return [e.model_copy(update={"max_model_len": min(e.max_model_len or limit, limit)}) for e in entries]
+
+    def within(self, max_model_len: int | None) -> RequestMix:
+        """The mix with each data set bounded by the engine's max_model_len (its own where lower): a longer row is
+        skipped, counted and said (loadshapes/datasets/fit.py). Template text and specdrill's JSONL as they are."""
+        if max_model_len is None or not (self.dataset or self.datasets):
+            return self
+        return self.model_copy(update={"max_model_len": min(self.max_model_len or max_model_len, max_model_len)})
 
     def sample(self, n: int, *, seed: int, tokenizer: PromptTokenizer | None = None) -> list[RequestSpec]:
         return self.at(range(n), seed=seed, tokenizer=tokenizer)
@@ -210,6 +268,8 @@ class RequestMix(_Strict):
 
         With a tokenizer, `prompt_tokens` is that many of its tokens exactly (loadshapes/tokens.py); without, that
         many words."""
+        if self.sources:
+            return [RequestSpec.model_validate(r) for r in dataset_requests(self.sources, indices, seed, tokenizer)]
         if self.dataset is not None:
             specs = _cached_jsonl(self.dataset)
             picked = [specs[int(np.random.default_rng([seed, i]).integers(0, len(specs)))] for i in indices]
@@ -254,13 +314,16 @@ class RequestMix(_Strict):
         workloads = [e.resolved() for e in self.entries]
         weights = np.array([e.weight for e in self.entries]) if self.entries else np.ones(1)
         cumulative = np.cumsum(weights / weights.sum())
-        dataset = _cached_jsonl(self.dataset) if self.dataset is not None else None
+        sources = self.sources
+        dataset = _cached_jsonl(self.dataset) if self.dataset is not None and not sources else None
         out: list[RequestSpec] = []
         for n, i in enumerate(indices):
             rng = np.random.default_rng([seed, i])
             category = recorded.categories[n]
             if category is None:
-                if dataset is not None:
+                if sources:
+                    category = str(dataset_requests(sources, [i], seed, tokenizer)[0]["category"])
+                elif dataset is not None:
                     category = dataset[int(rng.integers(0, len(dataset)))].category
                 else:
                     pick = min(int(np.searchsorted(cumulative, rng.random(), side="right")), len(workloads) - 1)

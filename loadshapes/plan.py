@@ -25,8 +25,10 @@ from pydantic import (
 )
 
 from loadshapes.arrivals import shape_arrivals, worker_share
+from loadshapes.datasets.sampling import dataset_sessions
 from loadshapes.limits import Limits, current_limits, using
 from loadshapes.mixes import RequestMix, RequestSpec
+from loadshapes.sessions import SessionTurn
 from loadshapes.shapes import Replay, Shape
 from loadshapes.slo import SloConfig
 from loadshapes.spec_fields import SpeculationFields
@@ -143,13 +145,15 @@ class Planned:
     spec: RequestSpec
     body: bytes
     offered_rate_rps: float | None = None  # the shape's rate at offset_s (open loop)
+    session: SessionTurn | None = None  # a turn of a multi-turn session (loadshapes/sessions.py)
 
     @property
     def prompt_sha256(self) -> str:
         return hashlib.sha256(self.spec.prompt.encode()).hexdigest()
 
 
-def request_body(plan: WorkerPlan, spec: RequestSpec) -> bytes:
+def request_body(plan: WorkerPlan, spec: RequestSpec, session: SessionTurn | None = None) -> bytes:
+    """The JSON body; a session's later turn carries its history (spec.prompt is then session.text())."""
     body: dict[str, object] = {
         "model": plan.target.model,
         "max_tokens": spec.max_tokens,
@@ -161,7 +165,7 @@ def request_body(plan: WorkerPlan, spec: RequestSpec) -> bytes:
     if spec.ignore_eos:
         body["ignore_eos"] = True
     if plan.target.endpoint == "chat":
-        body["messages"] = [{"role": "user", "content": spec.prompt}]
+        body["messages"] = session.messages() if session else [{"role": "user", "content": spec.prompt}]
     else:
         body["prompt"] = spec.prompt
     return json.dumps(body, separators=(",", ":")).encode()
@@ -180,12 +184,30 @@ def open_loop_schedule(plan: WorkerPlan) -> list[Planned]:
         specs = plan.mix.replayed(
             (int(i) for i in indices), seed=plan.traffic_seed("requests"), recorded=recorded, tokenizer=tokenizer
         )
+        sessions: list[SessionTurn | None] = [None] * len(specs)
     else:
         specs = plan.mix.at((int(i) for i in indices), seed=plan.traffic_seed("requests"), tokenizer=tokenizer)
+        sessions = first_turns(plan, [int(i) for i in indices], tokenizer)
     return [
-        Planned(int(i), float(t), str(p), s, request_body(plan, s), float(r))
-        for i, t, p, s, r in zip(indices, mine, phases, specs, rates, strict=True)
+        Planned(int(i), float(t), str(p), s, request_body(plan, s), float(r), session)
+        for i, t, p, s, r, session in zip(indices, mine, phases, specs, rates, sessions, strict=True)
     ]
+
+
+def first_turns(plan: WorkerPlan, indices: list[int], tokenizer: PromptTokenizer | None) -> list[SessionTurn | None]:
+    """Each request's session (None: a single-turn request): only data set entries with `sessions` have one."""
+    sources = plan.mix.sources
+    if not any(source.sessions for source in sources):
+        return [None] * len(indices)
+    return dataset_sessions(sources, indices, plan.traffic_seed("requests"), tokenizer)
+
+
+def closed_loop_request(plan: WorkerPlan, index: int) -> Planned:
+    """A closed-loop user's request `index` (sent when its previous one ended): offset and phase come at send."""
+    tokenizer = plan.prompt_tokenizer()
+    spec = plan.mix.at([index], seed=plan.traffic_seed("requests"), tokenizer=tokenizer)[0]
+    session = first_turns(plan, [index], tokenizer)[0]
+    return Planned(index, 0.0, plan.shape.phases()[0].name, spec, request_body(plan, spec), session=session)
 
 
 def closed_loop_users(plan: WorkerPlan) -> int:

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from loadshapes.campaign_files import anchored
+from loadshapes.campaign_files import anchored, reads_files
 from loadshapes.mixes import ReplayedRequests
 from loadshapes.phases import Phase
 from loadshapes.prompts import PrefixBlocks
@@ -275,9 +275,11 @@ class Replay(ShapeBase):
         return anchored(v, info) if isinstance(v, str) else tuple(anchored(p, info) for p in v)
 
     @model_validator(mode="after")
-    def _readable(self) -> Replay:
+    def _readable(self, info: ValidationInfo) -> Replay:
         if self.rate_scale is not None and self.target_rate is not None:
             raise ValueError("rate_scale and target_rate both scale the rate: give one")
+        if not reads_files(info):  # a run's record: its trace was read when the run started
+            return self
         fmt = self.trace_format
         with_lengths = registry.FORMATS[fmt].has_lengths
         lengths_only = {

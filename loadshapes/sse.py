@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,6 +157,30 @@ def _has_text(choice: dict[str, Any]) -> bool:
     if "delta" in choice:
         return bool((choice.get("delta") or {}).get("content"))
     return bool(choice.get("text"))
+
+
+def answer_text(lines: Iterable[bytes]) -> str:
+    """The text an answer streamed (the first choice's chat `delta.content` or completion `text`, in order): what a
+    session's next turn carries as the assistant's turn. Decoded only for a session turn with a turn after it (the
+    row itself needs no text)."""
+    parts: list[str] = []
+    for line in lines:
+        data = line.strip()
+        if not data.startswith(b"data:") or data[5:].strip() in (b"", b"[DONE]"):
+            continue
+        try:
+            payload = json.loads(data[5:])
+        except json.JSONDecodeError:
+            continue  # the row says what broke; the text is what could be read
+        choices = payload.get("choices") if isinstance(payload, dict) else None
+        for choice in choices if isinstance(choices, list) else []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            piece = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+            if isinstance(piece, str):
+                parts.append(piece)
+    return "".join(parts)
 
 
 def stream_error_message(message: object) -> str:

@@ -51,6 +51,11 @@ class PromptTokenizer:
     def count(self, text: str) -> int:
         return len(self._tokenizer.encode(text, add_special_tokens=self.add_special_tokens).ids)
 
+    def count_many(self, texts: list[str]) -> list[int]:
+        """count() of each text, encoded as one batch (the tokenizers library spreads a batch over its threads)."""
+        encoded = self._tokenizer.encode_batch(texts, add_special_tokens=self.add_special_tokens)
+        return [len(e.ids) for e in encoded]
+
     def fit(self, tokens: int, build: Callable[[int], str]) -> str:
         """Text of exactly `tokens` tokens. `build(words)` is the category's seeded text of that many words (the
         same text for the same words): the most words whose text fits is chosen, then the last tokens are cut or

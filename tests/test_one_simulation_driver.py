@@ -47,6 +47,8 @@ OVER_SEEDS = {
     ("orchestrator/decide/scoring.py", "paired_excess"): "the median over seeds of per-seed latency ratios",
     ("orchestrator/decide/tune/simplify.py", "no_predicted_gain"): "the median over seeds of per-seed ratios",
     ("orchestrator/decide/tune/static.py", "smallest_within"): "per band, the median over seeds of per-seed ratios",
+    ("orchestrator/decide/tune/categories.py", "category_lines"): "per category, the median over seeds of per-seed "
+    "ratios",
 }
 
 

@@ -17,6 +17,8 @@ from click.testing import CliRunner
 from orchestrator.cli import cli
 from orchestrator.plan.campaign import load_campaign
 from tests import REPO
+from tests.hub_cache import SHAREGPT, offline_sharegpt
+from tests.tiny_model import build_tiny_tokenizer
 from tools import docgen
 
 SHIPPED = sorted(
@@ -35,7 +37,11 @@ def test_every_shipped_campaign_has_what_simulate_and_run_need(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)  # not the repository: the files a campaign names are read relative to it
+    offline_sharegpt(monkeypatch, tmp_path)  # the GPU campaign's data set, as the Hub cache holds it once fetched
     campaign = load_campaign(REPO / name)
+    if campaign.engine.kind == "vllm":  # the served model's tokenizer is on the GPU nodes, not here: a tiny one counts
+        kwargs = {**campaign.engine.engine_kwargs, "tokenizer": str(build_tiny_tokenizer(tmp_path / "tokenizer"))}
+        campaign = campaign.model_copy(update={"engine": campaign.engine.model_copy(update={"engine_kwargs": kwargs})})
     campaign.require_traffic()  # what `specdrill simulate` checks before it writes anything
     campaign.require_traffic(real_time=True)  # ... and `specdrill run`
     assert campaign.arms() and campaign.shapes
@@ -49,3 +55,17 @@ def test_the_minimal_example_simulates_to_a_report(tmp_path: Path, monkeypatch: 
     assert summary["passed"] and summary["exempt_arms"] == ["dyn-dp2"]
     # `off` on both topologies: every arm has a baseline on its own hardware
     assert set(summary["maps"][0]["arms"]) == {f"{p}-{t}" for p in ("off", "fixed3", "dyn") for t in ("single", "dp2")}
+
+
+def test_every_shipped_real_engine_campaign_sends_a_real_data_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real engine's acceptance depends on the text: the shipped GPU campaign sends ShareGPT's conversations (the
+    file `vllm bench serve` is documented with), not template text, so it gets no generated-text warning."""
+    offline_sharegpt(monkeypatch, tmp_path)
+    real = [load_campaign(REPO / n) for n in SHIPPED if load_campaign(REPO / n).engine.kind != "simulated"]
+    assert [c.name for c in real] == ["llama8b-eagle"]
+    for campaign in real:
+        assert [s.dataset for s in campaign.mix.sources] == [SHAREGPT]
+        assert campaign.generated_text_lines() == []
+        assert {r.category for r in campaign.mix.sample(20, seed=campaign.seed)} == {"sharegpt"}

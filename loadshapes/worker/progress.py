@@ -79,7 +79,8 @@ class Progress:
             "arm": plan.arm,
             "shape": plan.shape_name,
             "repeat": plan.repeat,
-            "scheduled": len(sender.schedule) if plan.shape.open_loop else sender.sent,
+            # Every row: the planned arrivals (open loop) and the sessions' later turns sent.
+            "scheduled": len(sender.schedule) + sender.follow_ups_sent if plan.shape.open_loop else sender.sent,
             "sent": sender.sent,
             "rows_written": writer.rows_written,
             "files": writer.files,
@@ -99,4 +100,6 @@ class Progress:
             "niceness": self.niceness,  # what it ran at, after raising itself to 0 where it could
             "niceness_at_start": self.niceness_at_start,
             "statuses": self.statuses,
+            "session_turns_sent": sender.follow_ups_sent,  # later turns of sessions (their first turns: scheduled)
+            "session_turns_not_sent": sender.turns_not_sent.as_dict(),
         }

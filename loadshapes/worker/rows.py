@@ -85,6 +85,8 @@ class RowKeeper:
             "repeat": plan.repeat,
             "request_index": index,
             "category": item.spec.category if item else None,
+            "session_id": item.session.session_id if item and item.session else None,
+            "turn": item.session.turn if item and item.session else None,
             "scheduled_ns": scheduled_ns,
             "unit_start_ns": start_ns,
             # Open loop: the planned offset itself; closed loop: when the user sent it.

@@ -17,8 +17,9 @@ import gevent
 import gevent.event
 
 from loadshapes.http_framing import request_bytes, request_head
-from loadshapes.plan import Planned, WorkerPlan, open_loop_schedule, request_body
+from loadshapes.plan import Planned, WorkerPlan, closed_loop_request, open_loop_schedule
 from loadshapes.wire import Exchange, WireClient
+from loadshapes.worker.sessions import TurnsNotSent, answer_of, fits, next_request
 from timebase.clock import now_ns
 
 
@@ -44,6 +45,11 @@ class Pacing:
     finished: bool = False  # the worker has stopped: every loop ends
 
 
+def _has_next_turn(exchange: Exchange) -> bool:
+    item = getattr(exchange, "item", None)
+    return item is not None and item.session is not None and bool(item.session.later)
+
+
 def first_phase(plan: WorkerPlan) -> str:
     """The phase a closed-loop request belongs to (a closed-loop shape has one)."""
     return plan.shape.phases()[0].name
@@ -63,6 +69,12 @@ class Sender:
         self.sent = 0
         self.max_in_flight_seen = 0
         self.closed_loop_counter = 0
+        # Sessions: later turns sent, turns not sent (by why), and the sessions whose next turn waits out its think
+        # time (session id -> turns it has left), which the drain waits for and a stop counts.
+        self.follow_ups_sent = 0
+        self.last_follow_up_ns = 0
+        self.turns_not_sent = TurnsNotSent()
+        self.thinking: dict[int, int] = {}
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
         headers.update(plan.target.speculation.headers)
         if plan.target.api_key_env:
@@ -128,16 +140,69 @@ class Sender:
         while now_ns() < self.pacing.end_ns and not self.pacing.finished:
             index = plan.worker + plan.workers * self.closed_loop_counter
             self.closed_loop_counter += 1
-            spec = plan.mix.at([index], seed=plan.traffic_seed("requests"), tokenizer=plan.prompt_tokenizer())[0]
-            item = Planned(index, 0.0, first_phase(plan), spec, request_body(plan, spec))
-            self.send_and_wait(index, item, now_ns())
+            item = closed_loop_request(plan, index)
+            received: Received | None = self.send_and_wait(index, item, now_ns())
+            # A session: the user plays its later turns before its next arrival.
+            while received is not None and _has_next_turn(received):
+                received = self.play_turn(received)
+
+    def next_turn(self, received: Received) -> tuple[Planned, int] | None:
+        """A session's next request and when it is due (the answer's end plus the think time, or now if building
+        it took longer), or None where it is not sent (counted; at a stop, close() counted it)."""
+        item = received.item
+        assert item is not None and item.session is not None
+        left = len(item.session.later)
+        if self.pacing.finished:
+            return None
+        answer = answer_of(received)
+        if answer is None:
+            self.turns_not_sent.after_failure += left
+            return None
+        assert received.done_ns is not None and self.pacing.start_ns is not None and self.pacing.end_ns is not None
+        due = max(received.done_ns + round(item.session.think_time_s * 1e9), now_ns())
+        if due >= self.pacing.end_ns:
+            self.turns_not_sent.after_end += left
+            return None
+        follow = next_request(self.plan, item, answer, (due - self.pacing.start_ns) / 1e9)
+        if not fits(follow):
+            self.turns_not_sent.over_max_model_len += left
+            return None
+        return follow, due
+
+    def play_turn(self, received: Received) -> Received | None:
+        """A session's next turn after `received`'s answer, sent at its time (open loop: from its own greenlet,
+        not waited for; closed loop: the user waits for its answer); None where it is not sent. From the answer
+        until the send the session is `thinking`: a stop counts its turns as not sent."""
+        assert received.item is not None and received.item.session is not None
+        session = received.item.session
+        self.thinking[session.session_id] = len(session.later)
+        try:
+            planned = self.next_turn(received)
+            if planned is None:
+                return None
+            item, due = planned
+            # As the schedule's sends: a timer to the last stretch, then polling the loop (timers wake ~1 ms late).
+            delay, spin_ns = due - now_ns(), round(self.plan.spin_s * 1e9)
+            if delay > spin_ns:
+                gevent.sleep((delay - spin_ns) / 1e9)
+            while now_ns() < due and not self.pacing.finished:
+                gevent.sleep(0)
+            if self.pacing.finished:
+                return None
+        finally:
+            self.thinking.pop(session.session_id, None)
+        self.follow_ups_sent += 1
+        self.last_follow_up_ns = due
+        if self.plan.shape.open_loop:
+            return self.submit(item.index, item, due)
+        return self.send_and_wait(item.index, item, due)
 
     # Sending keeps priority over bookkeeping on the worker's one core: the wire client writes each request as it
     # is due and stamps every socket read from the event loop (loadshapes/wire.py); the row is built later, by the
     # bookkeeping greenlet (rows.py), in the gaps between scheduled sends.
     def submit(
         self, index: int, item: Planned | None, scheduled_ns: int, answered: gevent.event.Event | None = None
-    ) -> None:
+    ) -> Received:
         body = item.body if item else b""
         request = request_bytes(self.request_head, body, self.plan.request_id(index))
         received = Received(request=request, index=index, item=item, scheduled_ns=scheduled_ns, answered=answered)
@@ -148,6 +213,7 @@ class Sender:
         self.client.submit(received)
         assert received.dispatched_ns is not None
         self.lateness_ns.append(received.dispatched_ns - scheduled_ns)
+        return received
 
     def answered(self, exchange: Exchange) -> None:
         """From the event loop, once per request: queue it for its row."""
@@ -159,12 +225,18 @@ class Sender:
         self.on_answered(exchange)
         if exchange.answered is not None:
             exchange.answered.set()
+        elif _has_next_turn(exchange):
+            # Open loop: the answer is decoded off the event loop; the session counts as thinking from now.
+            assert exchange.item is not None and exchange.item.session is not None
+            self.thinking[exchange.item.session.session_id] = len(exchange.item.session.later)
+            gevent.spawn(self.play_turn, exchange)
 
-    def send_and_wait(self, index: int, item: Planned, scheduled_ns: int) -> None:
+    def send_and_wait(self, index: int, item: Planned, scheduled_ns: int) -> Received:
         """Closed loop: the next request only once this one has ended."""
         answered = gevent.event.Event()  # set by `answered`, or by the stop
-        self.submit(index, item, scheduled_ns, answered)
+        received = self.submit(index, item, scheduled_ns, answered)
         answered.wait()
+        return received
 
     def expire_periodically(self) -> None:
         interval = min(0.1, self.plan.request_timeout_s / 10)
@@ -174,13 +246,24 @@ class Sender:
                 self.client.expire()
 
     def wait_drained(self, timeout_s: float) -> None:
-        deadline = now_ns() + round(timeout_s * 1e9)
-        while self.in_flight and now_ns() < deadline:
+        """Until nothing is in flight, at most `timeout_s` after the last send; a session's next turn still in its
+        think time is waited for (it is sent before the shape's end or not at all)."""
+        drain_ns, started = round(timeout_s * 1e9), now_ns()
+        while self.in_flight or self.thinking:
+            if not self.thinking and now_ns() > max(started, self.last_follow_up_ns) + drain_ns:
+                return
             gevent.sleep(0.01)
 
     def close(self) -> dict[int, Received]:
         """Stop sending: close the client (no callback comes after this) and hand over what is still in flight."""
         self.client.close()
+        # Every turn a session had left is counted here, once: those in their think time, those after a turn in
+        # flight (play_turn and next_turn count nothing once the worker has finished).
+        in_flight = [r for r in self.in_flight.values() if _has_next_turn(r)]
+        self.turns_not_sent.at_stop += sum(self.thinking.values()) + sum(
+            len(r.item.session.later) for r in in_flight if r.item is not None and r.item.session is not None
+        )
+        self.thinking.clear()
         cancelled = dict(self.in_flight)
         self.in_flight.clear()
         self.pacing.sending_done = True

@@ -88,7 +88,9 @@ class WorkerState:
                 received.answered.set()  # a closed-loop user waiting on it sees the stop
             self.rows.cancel(received, stop_ns)
         if self.plan.shape.open_loop:
-            self.rows.not_sent(self.sender.schedule[self.sender.sent :], stop_ns)  # the worker was stopped early
+            # The worker was stopped early (sessions' later turns are counted by the sender, not planned).
+            planned_sent = self.sender.sent - self.sender.follow_ups_sent
+            self.rows.not_sent(self.sender.schedule[planned_sent:], stop_ns)
         self.rows.finish_everything()
         if self.plan.summary_file:  # written last, atomically: its presence means every row is on disk
             temporary = Path(self.plan.summary_file + ".tmp")

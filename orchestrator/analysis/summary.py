@@ -20,6 +20,8 @@ from orchestrator.analysis.opmap.bands import (
     rate_bands_at,
     rate_bands_from_edges,
 )
+from orchestrator.analysis.opmap.categories import CategoryAcceptance, category_acceptance, fallback_lines
+from orchestrator.analysis.opmap.category_speedup import CategorySpeedup, category_speedups
 from orchestrator.analysis.opmap.kchoice import BandChoice, choose_k, paired_both
 from orchestrator.analysis.opmap.operating_map import operating_maps
 from orchestrator.analysis.opmap.results import OperatingMap, VerificationReport
@@ -74,6 +76,11 @@ class Summary(BaseModel):
     # The answer first: per band the best arm on the same requests, plain decoding, too few data, crossovers
     answer: Answer | None = None
     exempt_arms: list[str] = Field(default_factory=list)  # gates.exempt_arms of the arms that ran
+    # Per arm and workload category over the run: accepted / drafted with its interval, and on a simulated engine
+    # the profile category a category without acceptance of its own drafted as
+    acceptance_by_category: list[CategoryAcceptance] = Field(default_factory=list)
+    # Per batch band, speculative arm and category: the per-token speedup over `off` on the same requests
+    speedup_by_category: list[CategorySpeedup] = Field(default_factory=list)
     # A simulated engine slowed (or sped up) by engine.time_scale: what its numbers mean on the modelled GPU
     time_scale: TimeScale | None = None
     passed: bool
@@ -121,6 +128,8 @@ def build_summary(
         if rate_bands is not None:
             band_sets.append(rate_bands)
         maps = operating_maps(requests, inputs.arms, campaign.slo, band_sets)
+        # over the pairing operating_maps left on the connection, before anything pairs other arms
+        speedups_by_category = category_speedups(requests, maps[0]) if maps else []
         verification = verify_executed_policy(
             requests,
             inputs.arms,
@@ -154,6 +163,9 @@ def build_summary(
         paths = serve_paths(requests, workers) if manifest.get("mode", "real") == "real" else []
         peak = requests.con.execute("SELECT max(offered_rate) FROM requests WHERE offered_rate > 0").fetchone()
         scale = time_scale_of(campaign, mode=manifest.get("mode", "real"), peak_rate=peak[0] if peak else None)
+        simulation = kind_of(campaign.engine).simulation(campaign.engine)
+        profile = simulation.profile if simulation is not None else None
+        by_category = category_acceptance(requests, profile)
     except duckdb.Error as exc:  # a file found corrupt mid-scan: one line naming it
         raise requests.blame(exc) from None
     finally:
@@ -175,8 +187,11 @@ def build_summary(
             *([partial] if partial else []),
             *([ABSOLUTE_ONLY] if campaign.analysis.absolute_only else []),
             *([scale.line] if scale else []),
+            *manifest.get("datasets", []),
+            *fallback_lines(by_category, profile),
             *headline(maps, verification, inputs.arms, exempt=campaign.gates.exempt_arms),
             *engine_confounds(manifest),
+            *manifest.get("generated_text", []),
         ],
         saturated_units=saturated,
         engine_lagged_units=engine_lagged(inputs.units),
@@ -194,6 +209,8 @@ def build_summary(
         if campaign.analysis.absolute_only
         else answer_of(maps, comparisons, verification, inputs.arms, repeats=campaign.repeats),
         exempt_arms=[a.name for a in inputs.arms if a.name in campaign.gates.exempt_arms],
+        acceptance_by_category=by_category,
+        speedup_by_category=speedups_by_category,
         time_scale=scale,
         passed=all(g.passed for g in gates),
     )

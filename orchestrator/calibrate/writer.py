@@ -60,6 +60,9 @@ def fitted_profile(
             update={"max_draft_tokens": min(max_draft_tokens, base.limits.max_draft_tokens or max_draft_tokens)}
         ),
         acceptance=accept,
+        # A category the run measured now has its own acceptance; the rest keep falling back as in the base.
+        category_map=base.category_map,
+        default_category=base.default_category,
         calibration_notes="; ".join(provenance.notes),
         provenance=provenance,
     )

@@ -94,7 +94,7 @@ def workload_named(name: str, profile: Profile) -> Any:
     if name not in BUILTIN_WORKLOADS:
         fail(f"--workload {name!r}: unknown; built in: {', '.join(BUILTIN_WORKLOADS)}")
     workload = builtin_workload(name)
-    if workload.category not in profile.acceptance:
+    if profile.resolve_category(workload.category) is None:
         fail(f"--workload {name!r}: profile {profile.name!r} has no acceptance for category {workload.category!r}")
     return workload
 

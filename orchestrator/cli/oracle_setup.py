@@ -45,7 +45,7 @@ def oracle_setup(
         workload, workload_from = workload_named(workload_name, profile), "--workload"
     elif campaign is not None:
         workload, workload_from = oracle_workload(campaign), "the campaign's heaviest mix entry"
-        if workload.category not in profile.acceptance:
+        if profile.resolve_category(workload.category) is None:
             fail(f"--campaign {campaign_file}: profile {profile.name!r} has no acceptance for its workload's "
                  f"category {workload.category!r}")  # fmt: skip
     else:

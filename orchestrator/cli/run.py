@@ -40,6 +40,8 @@ def run_cmd(
     notice = prompt_length_notice(campaign.engine)
     if notice is not None:
         click.echo(notice)
+    for line in campaign.generated_text_lines():
+        click.echo(line)  # with the prompt-length notice: the run's first lines, not an error
     resume = resume_command(
         "run", campaign_file,
         [("--address", address), ("--output", output), ("--serve-port", serve_port), ("--no-report", no_report)],

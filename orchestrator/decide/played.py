@@ -36,6 +36,7 @@ class Played:
     met: np.ndarray  # ok and within the campaign's SLO: counts toward goodput
     latency: dict[str, np.ndarray]  # tpot / ttft / e2e seconds, NaN where not measured
     max_batch: int  # the largest batch any step of the policy's engines ran
+    category: np.ndarray  # the request's workload category (str), for the per-category check of an answer
 
 
 @dataclass
@@ -81,6 +82,7 @@ class CampaignTraffic:
         model = arm_model(arm)
         parts: list[Felt] = []
         seeds: list[np.ndarray] = []
+        categories: list[np.ndarray] = []
         max_batch = 0
         for shape_name, repeat in self.units:
             unit = Unit(arm=arm.name, shape=shape_name, repeat=repeat)
@@ -93,10 +95,12 @@ class CampaignTraffic:
                     max_batch = max(max_batch, int(batches.max()))
             parts.append(felt(table, self.campaign.slo))
             seeds.append(np.full(table.num_rows, repeat, np.int32))
+            categories.append(np.asarray(table.column("category").to_pylist(), dtype=object))
         merged = Felt.concat(parts)
         return Played(
             seed=np.concatenate(seeds), offered_rate=merged.offered_rate, ok=merged.ok, met=merged.met,
             latency={name: getattr(merged, name) for name in LATENCIES}, max_batch=max_batch,
+            category=np.concatenate(categories),
         )  # fmt: skip
 
 

@@ -38,7 +38,24 @@ def unit_line(unit: Unit, result: UnitResult | None, n: int, total: int, *, virt
         parts.insert(-1, f"engine_lagged={'yes' if result.engine_lagged else 'no'}")
     if result.missing:
         parts.append(f"missing={result.missing}" + (" (a load worker was lost)" if result.incomplete else ""))
+    parts += session_turns(result)
     return " ".join(parts)
+
+
+def session_turns(result: UnitResult) -> list[str]:
+    """Multi-turn sessions' later turns: how many were sent (rows among `requests`) and how many not, by why."""
+    sent = sum(w.session_turns_sent for w in result.workers)
+    not_sent: dict[str, int] = {}
+    for worker in result.workers:
+        for why, n in worker.session_turns_not_sent.items():
+            not_sent[why] = not_sent.get(why, 0) + n
+    if not sent and not any(not_sent.values()):
+        return []
+    whys = ", ".join(f"{why} {n}" for why, n in sorted(not_sent.items()) if n)
+    return [
+        f"session_turns_sent={sent}",
+        f"session_turns_not_sent={sum(not_sent.values())}" + (f" ({whys})" if whys else ""),
+    ]
 
 
 def resume_command(command: str, campaign_file: str, options: Sequence[tuple[str, str | int | bool | None]]) -> str:

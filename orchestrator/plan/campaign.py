@@ -11,14 +11,16 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
-from loadshapes.campaign_files import FILES_RELATIVE_TO
+from loadshapes.campaign_files import FILES_RELATIVE_TO, RECORDED, reads_files
 from loadshapes.mixes import MixEntry, RequestMix
-from loadshapes.shapes import Shape, Sustained
+from loadshapes.shapes import Replay, Shape, Sustained
 from loadshapes.slo import SloConfig
 from orchestrator.plan.arms import CampaignArms, build_arms, engine_max_num_seqs
 from orchestrator.plan.baselines import BaselineError, baselines
+from orchestrator.plan.datasets import DatasetRefused, dataset_lines
+from orchestrator.plan.generated_text import generated_text_lines
 from orchestrator.plan.plausible import slo_warnings
 from orchestrator.plan.size import PlanSize, planned_size, refusal
 from serve_apps.arms import ArmSpec, EngineConfig
@@ -29,6 +31,7 @@ from serve_apps.resources import Resources
 from serve_apps.sim.profile import Profile
 
 ARMS = "_arms"  # where a Campaign keeps its CampaignArms (config_io.derived)
+DATASET_LINES = "_dataset_lines"  # where it keeps its data sets' lines
 
 
 class CampaignError(ValueError):
@@ -231,6 +234,34 @@ class Campaign(_Strict):
     )
     analysis: AnalysisConfig = AnalysisConfig()
     store_prompts: bool = False  # traces keep prompt hashes unless this is set
+    _recorded: bool = PrivateAttr(default=False)  # read back from a run's manifest: its files are not read
+
+    @field_validator("mix", mode="after")
+    @classmethod
+    def _mix_within_max_model_len(cls, v: RequestMix, info: ValidationInfo) -> RequestMix:
+        """A data set's rows longer than the engine's max_model_len are skipped (counted and said, dataset_lines)."""
+        engine = info.data.get("engine")
+        return v if engine is None else v.within(kind_of(engine).max_model_len(engine))
+
+    @model_validator(mode="after")
+    def _note_recorded(self, info: ValidationInfo) -> Campaign:
+        self._recorded = not reads_files(info)
+        return self
+
+    @model_validator(mode="after")
+    def _sessions_not_under_a_replay_with_lengths(self) -> Campaign:
+        """A trace that records its requests' lengths is replayed request by request, the mix only lending text:
+        sessions' later turns would silently not be sent."""
+        played = [source.dataset for source in self.mix.sources if source.sessions is not None]
+        if played and not self._recorded:
+            replays = sorted(n for n, s in self.shapes.items() if isinstance(s, Replay) and s.has_lengths)
+            if replays:
+                raise ValueError(
+                    f"shapes: {replays[0]} replays a trace with its requests' lengths, which sends its recorded "
+                    f"requests one for one: the mix's sessions ({played[0]}) would not be played; replay it "
+                    "without lengths (a trace of arrivals) or drop `sessions`"
+                )
+        return self
 
     @field_validator("shapes", mode="before")
     @classmethod
@@ -251,6 +282,27 @@ class Campaign(_Strict):
         problem = refusal(self.planned_size(real_time=real_time, all_units_at_once=all_units_at_once))
         if problem is not None:
             raise CampaignError(problem)
+        if not self._recorded:  # a recorded campaign's data sets are read when it is run (campaign_files.RECORDED)
+            self.dataset_lines()
+
+    def dataset_lines(self) -> list[str]:
+        """A line per data set of the mix: rows sent, skipped over max_model_len and why, whose tokens counted
+        them (orchestrator/plan/datasets.py); one line refusing a data set that sends nothing. Counted once."""
+        try:
+            return derived(self, DATASET_LINES, (self.mix, self.engine, self.load), lambda: dataset_lines(
+                self.mix, self.engine, self.load.endpoint
+            ))  # fmt: skip
+        except DatasetRefused as exc:
+            raise CampaignError(str(exc)) from None
+
+    def generated_text_lines(self) -> list[str]:
+        """The warning that a real engine gets template text (orchestrator/plan/generated_text.py); none else."""
+        return generated_text_lines(self.engine, self.mix, self.shapes)
+
+    def run_notes(self) -> dict[str, list[str]]:
+        """What a run records of its traffic when it starts (the manifest), for summary.json and the report to
+        say without reading the campaign's files again: each data set's line, the template-text warning."""
+        return {"datasets": self.dataset_lines(), "generated_text": self.generated_text_lines()}
 
     def planned_size(self, *, real_time: bool = False, all_units_at_once: bool = False) -> PlanSize:
         arms = self.arms()
@@ -387,6 +439,7 @@ def load_campaign(path: str | Path) -> Campaign:
 
 def campaign_with_arms(data: Any) -> tuple[Campaign, CampaignArms]:
     """A campaign as a run's manifest holds it, validated, with its arms: what a reader of a run derives from the
-    campaign, in one call. Raises pydantic's ValidationError, or ValueError, where it is not a valid campaign."""
-    campaign = Campaign.model_validate(data)
+    campaign, in one call. Raises pydantic's ValidationError, or ValueError, where it is not a valid campaign. The
+    files it names are not read (campaign_files.RECORDED): the run's trace holds what it sent."""
+    campaign = Campaign.model_validate(data, context={RECORDED: True})
     return campaign, campaign.planned_arms()

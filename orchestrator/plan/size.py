@@ -124,7 +124,7 @@ def _mean(lengths: Lengths) -> float:
 
 def mix_tokens(mix: RequestMix) -> Tokens:
     """The mix's longest request (its `high` bounds) and mean lengths (weighted by the entries' weights)."""
-    if mix.dataset is not None:
+    if mix.dataset is not None or mix.datasets:
         return Tokens(largest=2 * DATASET_TOKENS, mean_prompt=DATASET_TOKENS, mean_output=DATASET_TOKENS,
                       largest_asked=math.inf)  # fmt: skip
     largest, prompt, output, total, asked = 0.0, 0.0, 0.0, 0.0, 0.0
@@ -180,7 +180,8 @@ def planned_size(
     per_request = REQUEST_BYTES + PROMPT_TOKEN_BYTES * tokens.mean_prompt + OUTPUT_TOKEN_BYTES * tokens.mean_output
     largest_tokens = tokens.largest
     held = float(BASE_BYTES)
-    if mix.dataset is not None and os.path.isfile(mix.dataset):
+    if mix.dataset is not None and os.path.isfile(mix.dataset) and not mix.sources:
+        # specdrill's own JSONL is held whole; the other formats are read a row at a time (their offsets kept).
         held += DATASET_FACTOR * os.path.getsize(mix.dataset)
     unit_bytes: list[float] = []
     requests = 0.0

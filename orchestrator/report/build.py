@@ -16,8 +16,11 @@ from rich.console import Console
 from rich.table import Table
 
 from loadshapes.badfile import BadFileError
+from loadshapes.datasets.fit import DATASET_MARK
 from orchestrator.analysis.gates import GateResult
 from orchestrator.analysis.headline import ABSOLUTE_ONLY, EXEMPT_MARK, engine_confounds
+from orchestrator.analysis.opmap.categories import FALLBACK_MARK, acceptance_lines
+from orchestrator.analysis.opmap.category_speedup import disagreeing_lines
 from orchestrator.analysis.opmap.measures import console_measures
 from orchestrator.analysis.opmap.results import ArmVerification, OperatingMap, Verdict
 from orchestrator.analysis.read.inputs import RunInputs, load_run
@@ -107,6 +110,15 @@ def finding_lines(checked: ArmVerification) -> list[str]:
     return [*failed, *notes]
 
 
+def html_category_lines(summary: Summary) -> list[str]:
+    """report.html's section by workload category, where there is something to read in it: categories whose
+    verdicts differ, or one drafted with another's acceptance (else the page stays one screenful)."""
+    differ = disagreeing_lines(summary.speedup_by_category)
+    if not differ and not any(r.drafted_as for r in summary.acceptance_by_category):
+        return []
+    return [*differ, *acceptance_lines(summary.acceptance_by_category)]
+
+
 def print_report(summary: Summary, console: Console, engine_lines: Sequence[str] = ()) -> None:
     """The console report; engine_lines: the arms' engine warnings and confounds (engine_confounds), also in the
     summary's headline and report.html's notes."""
@@ -118,9 +130,17 @@ def print_report(summary: Summary, console: Console, engine_lines: Sequence[str]
         console.print(summary.time_scale.line, style="yellow", markup=False, highlight=False, soft_wrap=True)
     for line in engine_lines:
         console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
+    for line in summary.headline:
+        # a category drafted with another's acceptance, a data set's rows skipped: said before any figure
+        if FALLBACK_MARK in line or line.startswith(DATASET_MARK):
+            console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
     print_answer(summary, console)
+    for line in disagreeing_lines(summary.speedup_by_category):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     for operating_map in summary.maps:
         console.print(map_table(operating_map))
+    for line in acceptance_lines(summary.acceptance_by_category):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print("[bold]executed policy[/bold]")
     exempt = set(summary.exempt_arms)
     for checked in summary.verification.arms:
@@ -186,6 +206,7 @@ def html_notes(summary: Summary, inputs: RunInputs) -> list[str]:
         *([summary.partial_run] if summary.partial_run else []),
         *([ABSOLUTE_ONLY] if inputs.campaign.analysis.absolute_only else []),
         *([summary.time_scale.line] if summary.time_scale is not None else []),
+        *inputs.manifest.get("generated_text", []),
         *engine_confounds(inputs.manifest),
         *summary.incomplete_units,
         *([f"requests failed in {faults} fault window(s): see Fault windows"] if faults else []),
@@ -236,12 +257,14 @@ def write_report(run_dir: str, *, console: Console | None = None) -> Summary:
             exempt_arms=summary.exempt_arms,
             exempt_failures=[gate_item(g) for g in summary.gates if g.exempt],
             slo=inputs.campaign.slo,
+            by_category=html_category_lines(summary),
         )
     )
     store.write_text("report.html", html)
     store.write_json(SUMMARY, seal(summary.model_dump(mode="json"), inputs.traces_digest()))
     if console is not None:
-        print_report(summary, console, engine_confounds(inputs.manifest))
+        notes = [*inputs.manifest.get("generated_text", []), *engine_confounds(inputs.manifest)]
+        print_report(summary, console, notes)
         console.print(f"report: {store.root}/report.html  summary: {store.root}/summary.json")
     return summary
 

@@ -127,6 +127,9 @@ def _open_run(campaign: Campaign, store: RunStore, mode: str, print_: dict[str, 
         "units": {},
         "resumed": 0,
         "mode": mode,
+        # each data set's rows sent and skipped over max_model_len, whose tokens counted them, and the warning
+        # that a real engine gets template text (summary's headline, the report's notes)
+        **campaign.run_notes(),
     }
 
 

@@ -4,7 +4,7 @@ run directory, so it lives below both."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class WorkerSummary(BaseModel):
@@ -35,3 +35,7 @@ class WorkerSummary(BaseModel):
     exit_code: int | None = None
     lost: bool = False  # the worker died mid-run: its flushed rows are in the trace, the rest is missing
     lost_reason: str | None = None
+    # Multi-turn sessions: later turns sent (a row each, in `scheduled`), and those not sent by why (after_end: due
+    # after the shape's end; after_failure: the previous turn failed; at_stop: the worker stopped first).
+    session_turns_sent: int = 0
+    session_turns_not_sent: dict[str, int] = Field(default_factory=dict)

@@ -23,6 +23,14 @@ def require_simulated(campaign: Campaign) -> None:
     if not kind_of(campaign.engine).runs_in_virtual_time:
         can = " or ".join(name for name, kind in kinds().items() if kind.runs_in_virtual_time)
         raise CampaignError(f"engine: kind {campaign.engine.kind!r} cannot run in virtual time; only kind: {can} can")
+    # A session's later turn carries the answer the server sent and is sent after it: arrivals the virtual-time
+    # simulator cannot precompute.
+    played = [source.dataset for source in campaign.mix.sources if source.sessions is not None]
+    if played:
+        raise CampaignError(
+            f"mix: sessions ({played[0]}) cannot run in virtual time: a later turn carries the answer the server "
+            "sent, and is sent after it; run the campaign in real time (`specdrill run`) or drop `sessions`"
+        )
 
 
 def simulate_campaign(

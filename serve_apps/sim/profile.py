@@ -108,6 +108,11 @@ class Profile(_Strict):
     k_switch_cost_s: float = Field(default=0.0, ge=0)
     limits: EngineLimits
     acceptance: dict[str, CategoryAcceptance] = Field(min_length=1)
+    # A request's category with no acceptance of its own (a data set's: Spec-Bench's `coding`, ShareGPT's `sharegpt`)
+    # uses the acceptance of the category `category_map` names for it, else `default_category`'s; with neither it
+    # is refused. The run says which categories fell back and for how many requests (analysis/opmap/categories.py).
+    category_map: dict[str, str] = Field(default_factory=dict)
+    default_category: str | None = None
     calibration_notes: str = ""
     provenance: Provenance | None = None
 
@@ -123,14 +128,33 @@ class Profile(_Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _fallbacks_exist(self) -> Profile:
+        named = {f"category_map.{k}": v for k, v in self.category_map.items()}
+        if self.default_category is not None:
+            named["default_category"] = self.default_category
+        for key, target in sorted(named.items()):
+            if target not in self.acceptance:
+                raise ValueError(f"{key} = {target!r}: the profile has no acceptance for it "
+                                 f"(has: {', '.join(sorted(self.acceptance))})")  # fmt: skip
+        return self
+
+    def resolve_category(self, category: str) -> str | None:
+        """The category whose acceptance a request of `category` uses: its own, its mapped one, the default, or
+        None where the profile has none for it."""
+        if category in self.acceptance:
+            return category
+        return self.category_map.get(category, self.default_category)
+
     def acceptance_for(self, category: str) -> CategoryAcceptance:
-        try:
-            return self.acceptance[category]
-        except KeyError:
+        used = self.resolve_category(category)
+        if used is None:
             raise KeyError(
                 f"profile {self.name!r} has no acceptance for workload category {category!r} "
-                f"(has: {', '.join(sorted(self.acceptance))})"
-            ) from None
+                f"(has: {', '.join(sorted(self.acceptance))}; a profile's category_map or default_category names "
+                "one for the others)"
+            )
+        return self.acceptance[used]
 
 
 class ProfileError(ValueError):

@@ -28,7 +28,7 @@ def test_weighted_mix_is_seeded_and_respects_weights() -> None:
 def test_mix_errors() -> None:
     with pytest.raises(ValidationError, match="unknown workload 'poems'"):
         RequestMix.model_validate({"entries": [{"workload": "poems", "weight": 1}]})
-    with pytest.raises(ValidationError, match="either entries"):
+    with pytest.raises(ValidationError, match="one of entries"):
         RequestMix.model_validate({})
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from loadshapes.shapes import ShapeBase
-from loadshapes.trace import PARTITION_COLUMNS, TRACE_SCHEMA
+from loadshapes.trace import ADDED_COLUMNS, PARTITION_COLUMNS, TRACE_SCHEMA
 from orchestrator.analysis.read.db import EngineSettings, close, connect, sql_string
 from orchestrator.analysis.read.files import RunFiles
 from orchestrator.analysis.read.footer import RUN_GROUPS_DECIDED_SQL, RUN_GROUPS_SQL
@@ -65,6 +65,7 @@ def _request_columns(start_ns: str) -> str:
        {_measure("step_batch_mean")} AS typical_batch,
        coalesce(t.engine_steps, 0)::INTEGER AS steps, coalesce(t.step_k_sum, 0)::BIGINT AS k_sum,
        coalesce(t.spec_steps, 0)::INTEGER AS spec_steps, coalesce(t.accepted_tokens, 0)::BIGINT AS accepted,
+       coalesce(t.drafted_tokens, 0)::BIGINT AS drafted,
        (t.scheduled_ns - {start_ns}) / 1e9 AS offset_s,
        {_measure("offered_rate_rps")} AS offered_rate"""
 
@@ -115,7 +116,7 @@ def _per_run_views(con: duckdb.DuckDBPyConnection) -> bool:
             runs.setdefault(int(run_id), (tuple(clock), []))[1].append(str(file_name))
     if not runs:
         return False
-    columns = ", ".join(f"t.{c}" for c in TRACE_SCHEMA.names if c not in PARTITION_COLUMNS)
+    columns = ", ".join(f"t.{c}" for c in TRACE_SCHEMA.names if c not in (*PARTITION_COLUMNS, *ADDED_COLUMNS))
     traces, requests = [], []
     for run_id, ((arm_id, pair_unit, arm, shape, run, repeat, start_ns, span_s, mean_rate), files) in sorted(
         runs.items()

@@ -13,7 +13,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from loadshapes.badfile import parquet_metadata
-from loadshapes.trace import PARTITION_COLUMNS, TRACE_SCHEMA, check_trace_version, filesystem
+from loadshapes.trace import ADDED_COLUMNS, PARTITION_COLUMNS, TRACE_SCHEMA, check_trace_version, filesystem
 from orchestrator.analysis.read.db import EngineSettings, close, connect
 from orchestrator.analysis.read.files import TIMELINE_FILE, TRACE_FILE, RunFiles
 from orchestrator.analysis.read.footer import footer_table
@@ -58,7 +58,7 @@ def _trace_view(
     ]
     files = [f for f, _, _ in located]
     read.files += [(f, TRACE_FILE) for f in files]
-    columns = ", ".join(f"t.{c}" for c in TRACE_SCHEMA.names if c not in PARTITION_COLUMNS)
+    columns = ", ".join(f"t.{c}" for c in TRACE_SCHEMA.names if c not in (*PARTITION_COLUMNS, *ADDED_COLUMNS))
     if not files:
         empty = pa.Table.from_batches([], schema=TRACE_SCHEMA)
         con.register("trace_files", empty)

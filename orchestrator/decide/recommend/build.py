@@ -21,6 +21,7 @@ import yaml
 from orchestrator.analysis.summary import Summary
 from orchestrator.decide.recommend.band import decide_band
 from orchestrator.decide.recommend.campaigns import followup_campaign, rehearsal_campaign
+from orchestrator.decide.recommend.categories import category_checks
 from orchestrator.decide.recommend.extent import measured_range, place, split, within_measured
 from orchestrator.decide.recommend.recommendation import BandDecision, Recommendation
 from orchestrator.decide.recommend.runs import RunEvidence, check_same_traffic
@@ -132,9 +133,11 @@ def _build(runs: Sequence[RunEvidence], coarse: list[BandDecision], max_k: int) 
         )
     if zeros:
         lines.append(f"{off_arm} faster, the schedule runs k=0 (drafter loaded, k=0 not measured): {', '.join(zeros)}")
+    checks = category_checks(runs, placed)
+    lines += checks
     return Recommendation(
         **common, status="schedule", num_speculative_tokens=top, schedule=schedule, bands=placed,
-        not_measured=not_measured, speculative_config=config,
+        not_measured=not_measured, speculative_config=config, category_checks=checks,
         message=f"per batch band, the smallest k within {_margin(runs):.0%} of the fastest speculative arm on the same "
         "requests:\n" + "\n".join(lines),
     )  # fmt: skip

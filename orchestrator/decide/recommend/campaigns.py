@@ -7,11 +7,13 @@ they are written."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import yaml
 
+from loadshapes.campaign_files import RECORDED
 from orchestrator.decide.recommend.deployment import arm_names, deployment_arms, fixed_policy, named_policy
 from orchestrator.decide.recommend.recommendation import Recommendation
 from orchestrator.decide.recommend.runs import RunEvidence
@@ -97,9 +99,18 @@ def _reach_shape(runs: Sequence[RunEvidence], recommendation: Recommendation) ->
     if not any(b.low > top for b in beyond):
         return None
     target = min(REACH_FACTOR * top, max(b.high for b in beyond))
-    duration = max(shape.duration for shape in first.campaign.shapes.values())
+    duration = max(_duration(first, name) for name in first.campaign.shapes)
     return {"kind": "ramp", "rate_from": round(rate, 3), "rate_to": round(rate * max(target / top, 1.5), 3),
             "duration_s": round(duration, 3)}  # fmt: skip
+
+
+def _duration(run: RunEvidence, shape: str) -> float:
+    """The shape's length; a replay whose trace is gone since the run: its longest unit's, as the run measured."""
+    try:
+        return run.campaign.shapes[shape].duration
+    except ValueError:
+        units = run.summary.units if run.summary is not None else []
+        return max((u.duration_s for u in units if u.unit.shape == shape), default=0.0)
 
 
 def _one_engine_baseline(run: RunEvidence, off_arm: str | None) -> tuple[str, str, Any]:
@@ -169,7 +180,23 @@ def _exempt_only_its_arms(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _validated(data: dict[str, Any], what: str) -> dict[str, Any]:
-    """A generated campaign is checked as `specdrill run` would check it before it is written."""
-    campaign = load_yaml_model(yaml.safe_dump(data, sort_keys=False), Campaign, origin=what, error=CampaignError)
-    campaign.require_traffic()
+    """A generated campaign is checked as `specdrill run` would check it before it is written. Its files are the
+    recorded run's (campaign_files.RECORDED): a data set moved since is read, and named, when it is run."""
+    text = yaml.safe_dump(data, sort_keys=False)
+    campaign = load_yaml_model(text, Campaign, origin=what, error=CampaignError, context={RECORDED: True})
+    if not _files_gone(data):  # a replay's trace moved since the run cannot be sized now: it is when it is run
+        campaign.require_traffic()
     return data
+
+
+def _files_gone(data: dict[str, Any]) -> list[str]:
+    """The local files the campaign names (replay traces, data sets) that are not there now."""
+    paths: list[str] = []
+    for shape in (data.get("shapes") or {}).values():
+        if isinstance(shape, dict) and shape.get("kind") == "replay":
+            named = shape.get("path")
+            paths += [named] if isinstance(named, str) else [p for p in named or [] if isinstance(p, str)]
+    mix = data.get("mix") or {}
+    entries = [mix, *(e for e in mix.get("datasets") or [] if isinstance(e, dict))]
+    paths += [e["dataset"] for e in entries if isinstance(e.get("dataset"), str)]
+    return [p for p in paths if "://" not in p and not p.startswith("hf:") and not os.path.exists(p)]

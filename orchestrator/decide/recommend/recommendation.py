@@ -102,3 +102,5 @@ class Recommendation(BaseModel):
     frame: str  # whose batch sizes the edges are
     message: str
     data_parallel: DataParallelAnswer | None = None  # where the runs have data-parallel arms, or asked for
+    # The schedule read per workload category: where its k is slower than off for one (recommend/categories.py)
+    category_checks: list[str] = []

@@ -11,10 +11,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.analysis.opmap.results import MapSettings
 from orchestrator.analysis.steps.prediction_check import Prediction
 from orchestrator.decide.oracle import Oracle
 from orchestrator.decide.scoring import Objective
 from orchestrator.decide.tune.build import Tuned, TuneResult
+from orchestrator.decide.tune.categories import category_lines
 from orchestrator.decide.tune.prediction import TUNED, predict
 from orchestrator.decide.tune.progress import TuneProgress, silent
 from orchestrator.decide.tune.simplify import k_table
@@ -147,8 +149,11 @@ def write_tune(
     snippet = {"speculative_config": result.speculative_config} if result.speculative_config else {}
     Path(files[CONFIG]).write_text(yaml.safe_dump(snippet, sort_keys=False) if snippet else "# speculation off\n")
     gap = oracle_gap(tuned.oracle, result.schedule, loaded.limits.max_num_seqs)
-    Path(files[RESULT]).write_text(json.dumps({**result.model_dump(mode="json"), "oracle_gap": gap}, indent=1))
+    checks = category_lines(tuned.played, tuned.off, MapSettings().margin, result.bands)
+    Path(files[RESULT]).write_text(json.dumps({**result.model_dump(mode="json"), "oracle_gap": gap,
+                                               "category_checks": checks}, indent=1))  # fmt: skip
     lines = describe(result, prediction, tuned_arm, objective)
+    lines += checks
     lines.append(
         f"rehearse it on traffic the prediction never played (seed {rehearsal['seed']}): specdrill simulate "
         f"{files[REHEARSAL]} (or specdrill run it on a cluster)"

@@ -57,6 +57,8 @@ class ReportData:
     exempt_arms: list[str] = field(default_factory=list)  # gates.exempt_arms: their failures fail no gate
     exempt_failures: list[str] = field(default_factory=list)  # gates that failed on an exempt arm
     slo: SloConfig | None = None  # the deadlines goodput counts against, shown beside the charts that use them
+    # By workload category, as the console prints it: the answer where categories' verdicts differ, acceptance
+    by_category: list[str] = field(default_factory=list)
 
 
 def render_report_html(data: ReportData) -> str:
@@ -68,6 +70,7 @@ def render_report_html(data: ReportData) -> str:
             answer_section(data.maps, data.answer_bands, data.answer),
             _notes(data),
             *(map_section(m, i, data.slo, _marks(data)) for i, m in enumerate(data.maps)),
+            _category_section(data.by_category),
             verification_section(data.verification, data.exempt_arms),
             _manifest_section(data.manifest),
             _faults_section(data.fault_windows),
@@ -212,6 +215,12 @@ def _notes(data: ReportData) -> str:
             f"a larger engine.time_scale helps.{bullets(data.engine_lagged_units)}</div>"
         )
     return "\n".join(parts)
+
+
+def _category_section(lines: Sequence[str]) -> str:
+    if not lines:
+        return ""
+    return f"<h2>By workload category</h2><pre>{esc(chr(10).join(lines))}</pre>"
 
 
 def _manifest_arms(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

@@ -8,11 +8,13 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from loadshapes.shapes import CrossAndRecover, Quiet, Ramp, ShapeBase, Sustained
 from orchestrator.analysis.opmap.bands import BandSet, auto_rate_bands, rate_bands_from_edges
 from orchestrator.analysis.read.source import request_frame
 from orchestrator.analysis.summary import offered_rate_bands
+from tests.hub_cache import offline_sharegpt
 from tests.orchestrator.analysis.test_analysis_inputs import START_NS, trace_table
 
 # The shipped GPU campaign's shapes before issue 40 (campaigns/gpu-llama3.1-8b-eagle.yaml at 6227d97)
@@ -79,9 +81,10 @@ def test_a_campaign_without_quiet_keeps_the_request_quantiles() -> None:
     assert math.isinf(auto_rate_bands(np.full(10, 5.0)).bands[-1].upper)
 
 
-def test_the_shipped_gpu_campaign_separates_quiet_from_peak() -> None:
+def test_the_shipped_gpu_campaign_separates_quiet_from_peak(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from orchestrator.plan.campaign import load_campaign
 
+    offline_sharegpt(monkeypatch, tmp_path)  # its ShareGPT data set, as the Hub cache holds it once fetched
     campaign = load_campaign(str(Path(__file__).parents[3] / "campaigns" / "gpu-llama3.1-8b-eagle.yaml"))
     rates = _offered(dict(campaign.shapes))
     edges = campaign.analysis.rate_bands

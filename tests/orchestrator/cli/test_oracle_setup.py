@@ -6,8 +6,10 @@ called with the grading's parameters, the workload read from the campaign's YAML
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -17,6 +19,7 @@ from orchestrator.cli import cli
 from orchestrator.decide.oracle import oracle
 from serve_apps.sim.profile import load_profile
 from tests import REPO
+from tests.hub_cache import offline_sharegpt
 
 QUICKSTART = REPO / "campaigns" / "quickstart.yaml"
 SIZES = [1, 64]
@@ -59,7 +62,10 @@ def test_without_a_campaign_it_names_the_defaults_it_used() -> None:
     )
 
 
-def test_a_campaign_without_a_simulated_profile_is_refused_in_one_line() -> None:
+def test_a_campaign_without_a_simulated_profile_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offline_sharegpt(monkeypatch, tmp_path)  # its ShareGPT data set, as the Hub cache holds it once fetched
     campaign = REPO / "campaigns" / "gpu-llama3.1-8b-eagle.yaml"
     result = CliRunner().invoke(cli, ["simulate", "oracle", "--campaign", str(campaign)])
     assert result.exit_code == 2

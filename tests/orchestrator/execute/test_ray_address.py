@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -18,6 +19,7 @@ from click.testing import CliRunner
 from orchestrator.cli import cli
 from orchestrator.execute.ray_address import why_unreachable
 from tests import REPO
+from tests.hub_cache import offline_sharegpt
 
 EXAMPLE = str(REPO / "examples" / "sim-campaign.yaml")
 
@@ -65,7 +67,10 @@ def test_an_address_that_answers_but_is_not_ray_is_named_so(not_ray: str) -> Non
 
 
 @pytest.mark.parametrize("command", ["deploy", "teardown", "run", "models pull"])
-def test_every_command_that_connects_refuses_an_unreachable_address_with_exit_2(command: str) -> None:
+def test_every_command_that_connects_refuses_an_unreachable_address_with_exit_2(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offline_sharegpt(monkeypatch, tmp_path)  # the GPU campaign's ShareGPT data set, as the Hub cache holds it
     address = f"127.0.0.1:{_closed_port()}"
     campaign = {"teardown": [], "models pull": [str(REPO / "campaigns" / "gpu-llama3.1-8b-eagle.yaml")]}
     result = CliRunner().invoke(cli, [*command.split(), "--address", address, *campaign.get(command, [EXAMPLE])])
