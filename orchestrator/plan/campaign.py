@@ -252,8 +252,10 @@ class Campaign(_Strict):
     def _sessions_not_under_a_replay_with_lengths(self) -> Campaign:
         """A trace that records its requests' lengths is replayed request by request, the mix only lending text:
         sessions' later turns would silently not be sent."""
+        if self._recorded:  # mix.sources detects its file's format: a recorded campaign reads no file
+            return self
         played = [source.dataset for source in self.mix.sources if source.sessions is not None]
-        if played and not self._recorded:
+        if played:
             replays = sorted(n for n, s in self.shapes.items() if isinstance(s, Replay) and s.has_lengths)
             if replays:
                 raise ValueError(

@@ -5,16 +5,15 @@ comparison passes skip_chat_template). Token counts are words on both sides here
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
 from loadshapes.mixes import RequestMix
 from tests.loadshapes.datasets import files
-
-datasets = pytest.importorskip("vllm.benchmarks.datasets.datasets")
 
 
 class Row(dict[str, object]):
@@ -35,10 +34,13 @@ class Frame:
         return list(enumerate(self.rows))
 
 
-@pytest.fixture(autouse=True)
-def pandas_read_json(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = SimpleNamespace(read_json=lambda path_or_buf, lines: Frame(str(path_or_buf)))
-    monkeypatch.setattr(datasets, "pd", fake)
+@pytest.fixture
+def datasets(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """vLLM's dataset classes (imported by the test, not at collection: `-m "not vllm"` collects this module on a
+    machine without vLLM), with pandas' read_json stood in by Frame."""
+    module = importlib.import_module("vllm.benchmarks.datasets.datasets")
+    monkeypatch.setattr(module, "pd", SimpleNamespace(read_json=lambda path_or_buf, lines: Frame(str(path_or_buf))))
+    return module
 
 
 class WordTokenizer:
@@ -57,7 +59,7 @@ def theirs(requests: list[object]) -> list[tuple[str, int, int]]:
 
 
 @pytest.mark.parametrize(("n", "seed"), [(10, 0), (25, 7), (60, 3)])  # 60: more than the 30 kept, oversampled
-def test_sharegpt_as_vllm_samples_it(tmp_path: Path, n: int, seed: int) -> None:
+def test_sharegpt_as_vllm_samples_it(datasets: ModuleType, tmp_path: Path, n: int, seed: int) -> None:
     path = files.sharegpt(tmp_path / "ShareGPT.json")
     vllm = datasets.ShareGPTDataset(dataset_path=str(path), random_seed=seed)
     expected = theirs(vllm.sample(tokenizer=WordTokenizer(), num_requests=n))
@@ -67,7 +69,9 @@ def test_sharegpt_as_vllm_samples_it(tmp_path: Path, n: int, seed: int) -> None:
 
 
 @pytest.mark.parametrize(("category", "n", "seed"), [(None, 12, 0), ("coding", 5, 4), ("coding", 20, 1)])
-def test_spec_bench_as_vllm_samples_it(tmp_path: Path, category: str | None, n: int, seed: int) -> None:
+def test_spec_bench_as_vllm_samples_it(
+    datasets: ModuleType, tmp_path: Path, category: str | None, n: int, seed: int
+) -> None:
     path = files.spec_bench(tmp_path / "question.jsonl")
     vllm = datasets.SpecBench(dataset_path=str(path), category=category, random_seed=seed)
     expected = theirs(vllm.sample(tokenizer=WordTokenizer(), num_requests=n, output_len=256, skip_chat_template=True))
@@ -77,7 +81,7 @@ def test_spec_bench_as_vllm_samples_it(tmp_path: Path, category: str | None, n: 
     assert ours(mix, n, seed) == expected
 
 
-def test_speed_bench_as_vllm_samples_it(tmp_path: Path) -> None:
+def test_speed_bench_as_vllm_samples_it(datasets: ModuleType, tmp_path: Path) -> None:
     rows = [{"messages": [{"role": "user", "content": f"SPEED prompt {i} " + "x " * i}], "category": ["a", "b"][i % 2]}
             for i in range(15)]  # fmt: skip
     (tmp_path / "qualitative.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
