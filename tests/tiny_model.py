@@ -13,23 +13,13 @@ from typing import Literal
 VOCAB_SIZE = 2048
 
 
+# The words the tiny tokenizer is trained on: a prompt made of them tokenizes to whole words.
+VOCABULARY_WORDS = ("the", "a", "speculative", "decoding", "draft", "token", "verify", "batch", "queue", "engine",
+                    "load", "rate", "policy", "request")  # fmt: skip
+
+
 def _corpus() -> list[str]:
-    words = [
-        "the",
-        "a",
-        "speculative",
-        "decoding",
-        "draft",
-        "token",
-        "verify",
-        "batch",
-        "queue",
-        "engine",
-        "load",
-        "rate",
-        "policy",
-        "request",
-    ]
+    words = VOCABULARY_WORDS
     return [" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(40)) for i in range(400)]
 
 

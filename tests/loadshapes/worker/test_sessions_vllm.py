@@ -21,6 +21,7 @@ from loadshapes.trace import read_traces
 from orchestrator.execute.load_workers import LocustProcess
 from tests.orchestrator.execute.test_endpoint_vllm import Server, vllm_servers
 from tests.ray_helpers import free_port
+from tests.tiny_model import VOCABULARY_WORDS
 from timebase.clock import now_ns
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -30,20 +31,7 @@ TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}"
 )
-WORDS = [
-    "speculative",
-    "decoding",
-    "draft",
-    "token",
-    "verify",
-    "batch",
-    "queue",
-    "engine",
-    "load",
-    "rate",
-    "policy",
-    "request",
-]
+WORDS = VOCABULARY_WORDS[2:]  # the tiny tokenizer's words: prompts tokenize to whole words
 
 
 def _conversations(path: Path, n: int = 6) -> Path:
