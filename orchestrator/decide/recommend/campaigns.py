@@ -184,12 +184,12 @@ def _validated(data: dict[str, Any], what: str) -> dict[str, Any]:
     recorded run's (campaign_files.RECORDED): a data set moved since is read, and named, when it is run."""
     text = yaml.safe_dump(data, sort_keys=False)
     campaign = load_yaml_model(text, Campaign, origin=what, error=CampaignError, context={RECORDED: True})
-    if not _files_gone(data):  # a replay's trace moved since the run cannot be sized now: it is when it is run
+    if not files_gone(data):  # a replay's trace moved since the run cannot be sized now: it is when it is run
         campaign.require_traffic()
     return data
 
 
-def _files_gone(data: dict[str, Any]) -> list[str]:
+def files_gone(data: dict[str, Any]) -> list[str]:
     """The local files the campaign names (replay traces, data sets) that are not there now."""
     paths: list[str] = []
     for shape in (data.get("shapes") or {}).values():

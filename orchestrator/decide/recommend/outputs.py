@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from orchestrator.decide.recommend.build import data_parallel_snippet, vllm_snippet
+from orchestrator.decide.recommend.campaigns import files_gone
 from orchestrator.decide.recommend.deployment import deployment_words
 from orchestrator.decide.recommend.recommendation import Recommendation
 from orchestrator.decide.recommend.runs import RunEvidence
@@ -53,6 +54,10 @@ def write_recommendation(
             )
     else:
         lines.append("nothing to rehearse: no schedule is recommended")
+    for name, campaign in {REHEARSAL: rehearsal, FOLLOWUP: followup}.items():
+        for path in files_gone(campaign) if campaign is not None else []:
+            # the run's own file, moved or on another machine: the campaign would be refused when run
+            lines.append(f"{name} names {path}, which is not here: point it at the file before running it")
     if followup is not None:
         beside = " beside the current best" if recommendation.status != "insufficient" else ""
         lines.append(f"measure what is missing{beside}: {command} {store.root}/{FOLLOWUP}")

@@ -55,6 +55,13 @@ def test_report_and_recommend_read_a_run_whose_data_set_moved(moved: Path, capsy
     # the generated campaign names the file the run read: running it reads it then (one line where it is gone)
     rehearsal = yaml.safe_load((moved / "run" / "recommended-campaign.yaml").read_text())
     assert rehearsal["mix"]["dataset"] == str(moved / "question.jsonl")
+    # ... and recommend says so, once per campaign it wrote; with the file back, it says nothing
+    said = f"recommended-campaign.yaml names {moved / 'question.jsonl'}, which is not here: point it at the file"
+    assert out.count(said) == 1, out
+    shutil.move(moved / "elsewhere" / "question.jsonl", moved / "question.jsonl")
+    code, out, err = _cli(capsys, "recommend", str(moved / "run"))
+    assert code == 0, err
+    assert "which is not here" not in out
 
 
 def test_a_copied_run_directory_reads_without_its_data_set(moved: Path, capsys) -> None:
