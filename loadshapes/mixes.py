@@ -252,6 +252,11 @@ class RequestMix(_Strict):
         limit = self.max_model_len
         return [e.model_copy(update={"max_model_len": min(e.max_model_len or limit, limit)}) for e in entries]
 
+    @property
+    def session_datasets(self) -> list[str]:
+        """The data sets played as multi-turn sessions (loadshapes/sessions.py)."""
+        return [source.dataset for source in self.sources if source.sessions is not None]
+
     def within(self, max_model_len: int | None) -> RequestMix:
         """The mix with each data set bounded by the engine's max_model_len (its own where lower): a longer row is
         skipped, counted and said (loadshapes/datasets/fit.py). Template text and specdrill's JSONL as they are."""

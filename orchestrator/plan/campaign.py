@@ -254,7 +254,7 @@ class Campaign(_Strict):
         sessions' later turns would silently not be sent."""
         if self._recorded:  # mix.sources detects its file's format: a recorded campaign reads no file
             return self
-        played = [source.dataset for source in self.mix.sources if source.sessions is not None]
+        played = self.mix.session_datasets
         if played:
             replays = sorted(n for n, s in self.shapes.items() if isinstance(s, Replay) and s.has_lengths)
             if replays:

@@ -25,7 +25,7 @@ def require_simulated(campaign: Campaign) -> None:
         raise CampaignError(f"engine: kind {campaign.engine.kind!r} cannot run in virtual time; only kind: {can} can")
     # A session's later turn carries the answer the server sent and is sent after it: arrivals the virtual-time
     # simulator cannot precompute.
-    played = [source.dataset for source in campaign.mix.sources if source.sessions is not None]
+    played = campaign.mix.session_datasets
     if played:
         raise CampaignError(
             f"mix: sessions ({played[0]}) cannot run in virtual time: a later turn carries the answer the server "
